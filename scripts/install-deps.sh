@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian package fivefold needs to build, test, run the demo and
+# the benchmarks. Idempotent: packages already present are not touched, and
+# apt-get update runs only when something is missing.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev        # cblas GEMM; the OpenMP build shares our thread pool
+  libcjson-dev                  # JSON configs, safetensors headers
+  libcmocka-dev                 # unit-test framework (run under ctest)
+  openmpi-bin libopenmpi-dev    # the multi-rank runtime and its launcher
+  python3 python3-numpy python3-torch   # PyTorch reference tests and benchmarks
+  bible-kjv                     # default real-text corpus (public domain)
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

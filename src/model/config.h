@@ -1,0 +1,82 @@
+/* Model configuration. Read from JSON with the Hugging Face config.json
+ * field names of Llama, Mixtral and Qwen2-MoE, plus fivefold's MoE options
+ * (named like Megatron-Core's arguments). Dense and MoE layers may be mixed.
+ *
+ * Accepted fields (HF):   vocab_size hidden_size num_hidden_layers
+ *   num_attention_heads num_key_value_heads head_dim intermediate_size
+ *   rope_theta rms_norm_eps tie_word_embeddings max_position_embeddings
+ *   initializer_range model_type architectures
+ *   num_local_experts | num_experts, num_experts_per_tok, moe_intermediate_size,
+ *   shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers,
+ *   norm_topk_prob, router_aux_loss_coef, plus HF bookkeeping fields that are
+ *   accepted and ignored (torch_dtype, bos_token_id, ...).
+ * fivefold's own:
+ *   moe_router_score_function  "softmax" | "sigmoid"
+ *   moe_router_order           "softmax_then_topk" | "topk_then_softmax"
+ *   moe_router_topk_scaling_factor  number (default 1)
+ *   moe_aux_loss_coeff, moe_z_loss_coeff
+ *   moe_expert_capacity_factor number; absent or null = dropless
+ *   moe_token_drop_policy      "probs" | "position"
+ *   moe_pad_expert_input_to_capacity  bool
+ *   moe_layer_freq             int k: layer i is MoE when i % k == 0 ... see .c
+ *   moe_layer_pattern          [0/1 per layer], overrides the frequency
+ * Unknown fields are errors naming the file and the field, with a suggestion
+ * for near misses. */
+#ifndef FIVEFOLD_MODEL_CONFIG_H
+#define FIVEFOLD_MODEL_CONFIG_H
+
+#include "base/error.h"
+
+#define MODEL_MAX_LAYERS 512
+
+typedef struct cJSON cJSON;
+
+typedef enum { ROUTER_SCORE_SOFTMAX = 0, ROUTER_SCORE_SIGMOID } RouterScore;
+typedef enum { ROUTER_SOFTMAX_THEN_TOPK = 0, ROUTER_TOPK_THEN_SOFTMAX } RouterOrder;
+typedef enum { DROP_POLICY_PROBS = 0, DROP_POLICY_POSITION } DropPolicy;
+
+typedef struct ModelConfig {
+  char model_type[32]; /* "llama", "mixtral", "qwen2_moe", "fivefold" */
+  int vocab_size;
+  int hidden_size;
+  int num_layers;
+  int num_heads;
+  int num_kv_heads;
+  int head_dim; /* default hidden_size / num_heads */
+  int intermediate_size; /* FFN of dense layers */
+  float rope_theta;
+  float rms_norm_eps;
+  int tie_word_embeddings;
+  int max_position_embeddings;
+  float init_std;
+
+  /* MoE (num_experts == 0: dense model) */
+  int num_experts;
+  int top_k;
+  int moe_intermediate_size;           /* FFN of one expert */
+  int shared_expert_intermediate_size; /* 0: no shared expert */
+  unsigned char is_moe_layer[MODEL_MAX_LAYERS];
+  RouterScore router_score;
+  RouterOrder router_order;
+  int norm_topk_prob;        /* renormalise the kept top-k probabilities to sum 1 */
+  float topk_scaling_factor; /* routing weights are multiplied by this */
+  float aux_loss_coeff;
+  float z_loss_coeff;
+  float capacity_factor; /* <= 0: dropless */
+  DropPolicy drop_policy;
+  int pad_to_capacity;
+} ModelConfig;
+
+void model_config_defaults(ModelConfig *cfg);
+
+/* Parses a JSON object; `origin` (a file name) is used in error messages. */
+int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *origin, Error *err);
+int model_config_load(ModelConfig *cfg, const char *path, Error *err);
+int model_config_validate(const ModelConfig *cfg, const char *origin, Error *err);
+
+/* fivefold's canonical JSON form (round-trips through model_config_from_json). */
+cJSON *model_config_to_json(const ModelConfig *cfg);
+
+int model_config_num_moe_layers(const ModelConfig *cfg);
+
+#endif
