@@ -3,7 +3,7 @@
  * pass (the loss is the last op, so its gradient is known at forward time).
  *
  *   h [N, C] final hidden states, w [V, C] output embedding,
- *   targets [N] (a negative target is ignored: no loss, no gradient).
+ *   targets [N] in [0, V) (a negative target is ignored: no loss, no gradient).
  * Loss of token n: logsumexp(logits_n) - logits_n[target_n].
  * Outputs: *loss_sum = sum over counted tokens, *count = number counted,
  *          losses[N] per-token loss (optional, 0 for ignored tokens).

@@ -1,0 +1,119 @@
+/* Measured fp32 peaks: a register-resident FMA loop per OpenMP thread, and
+ * square SGEMM through the BLAS. */
+#include "kern/peak.h"
+
+#include <omp.h>
+#include <stdlib.h>
+
+#include "base/timer.h"
+#include "kern/gemm.h"
+
+/* Independent accumulator chains: FMA latency (4-5 cycles) times FMA issue
+ * width (2 per cycle) is 8-10 chains in flight; 12 covers both and still
+ * fits in 16 vector registers with the two constants. */
+#define PEAK_CHAINS 12
+
+#if defined(__GNUC__)
+#if defined(__AVX512F__)
+#define PEAK_LANES 16
+#elif defined(__AVX__)
+#define PEAK_LANES 8
+#else
+#define PEAK_LANES 4
+#endif
+typedef float peak_vec __attribute__((vector_size(PEAK_LANES * sizeof(float))));
+#else
+#define PEAK_LANES 1
+typedef float peak_vec;
+#endif
+
+/* Runs `iters` rounds of PEAK_CHAINS vector FMAs and returns a value that
+ * depends on all of them so the compiler cannot drop the work. x*a + b with
+ * a just below 1 converges to b/(1-a): no overflow, no denormals. */
+__attribute__((noinline)) static float fma_rounds(long iters, float seed) {
+  peak_vec acc[PEAK_CHAINS];
+  peak_vec a, b;
+  for (int l = 0; l < PEAK_LANES; l++) {
+#if PEAK_LANES > 1
+    a[l] = 0.999999f;
+    b[l] = 1e-6f;
+#else
+    a = 0.999999f;
+    b = 1e-6f;
+#endif
+  }
+  for (int j = 0; j < PEAK_CHAINS; j++) acc[j] = a * (seed + (float)j);
+  for (long it = 0; it < iters; it++) {
+    for (int j = 0; j < PEAK_CHAINS; j++) acc[j] = acc[j] * a + b;
+  }
+  peak_vec total = acc[0];
+  for (int j = 1; j < PEAK_CHAINS; j++) total += acc[j];
+  float sum = 0.0f;
+#if PEAK_LANES > 1
+  for (int l = 0; l < PEAK_LANES; l++) sum += total[l];
+#else
+  sum = total;
+#endif
+  return sum;
+}
+
+static volatile float peak_sink;
+
+/* Each thread times many short batches (~0.1 ms) and keeps its fastest: a
+ * batch that lost its core to another process is slower, never faster, so
+ * the best batch is the hardware rate even on a shared machine. */
+double peak_fma_gflops(int threads, double seconds) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  if (seconds <= 0.0) seconds = 0.1;
+  const long rounds_per_batch = 1L << 15;
+  const double flops_per_batch = 2.0 * PEAK_LANES * PEAK_CHAINS * (double)rounds_per_batch;
+  double total_gflops = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : total_gflops)
+  {
+    float sink = 0.0f;
+    /* Warm-up lets the core reach its sustained clock before timing. */
+    double warm_end = timer_now() + 0.1 * seconds;
+    while (timer_now() < warm_end) sink += fma_rounds(rounds_per_batch, sink);
+#pragma omp barrier
+    double start = timer_now(), now = start, best_batch = 1e30;
+    do {
+      double batch_start = now;
+      sink += fma_rounds(rounds_per_batch, sink * 1e-30f);
+      now = timer_now();
+      if (now - batch_start < best_batch) best_batch = now - batch_start;
+    } while (now - start < seconds);
+    peak_sink = sink;
+    total_gflops += flops_per_batch / best_batch * 1e-9;
+  }
+  return total_gflops;
+}
+
+double peak_sgemm_gflops(int n, double seconds) {
+  if (n <= 0) return 0.0;
+  size_t elems = (size_t)n * (size_t)n;
+  float *a = malloc(elems * sizeof *a), *b = malloc(elems * sizeof *b), *c = malloc(elems * sizeof *c);
+  if (!a || !b || !c) {
+    free(a);
+    free(b);
+    free(c);
+    return 0.0;
+  }
+  for (size_t i = 0; i < elems; i++) {
+    a[i] = (float)(i % 17) * 0.01f;
+    b[i] = (float)(i % 13) * 0.01f;
+    c[i] = 0.0f;
+  }
+  gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up: thread pool, page faults */
+  /* Best single product, as for the FMA loop: robust to a shared machine. */
+  double start = timer_now(), now = start, best = 1e30;
+  do {
+    double rep_start = now;
+    gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    now = timer_now();
+    if (now - rep_start < best) best = now - rep_start;
+  } while (now - start < seconds);
+  free(a);
+  free(b);
+  free(c);
+  return 2.0 * (double)n * (double)n * (double)n / best * 1e-9;
+}
