@@ -1,0 +1,171 @@
+/* The compute orders of the named schedules (no pipelining, GPipe, 1F1B,
+ * interleaved 1F1B) and their validation. Everything that is not the order of
+ * computes (sends, receives, reductions, the optimizer step) is added by
+ * sched_lower in lower.c, identically for every schedule. */
+#include "sched/builders.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Keeps programs (about six actions per micro-batch and stage) far from int
+ * overflow and from sizes no pipeline uses. */
+#define SCHED_MAX_MICROBATCH_STAGES 4000000L
+
+int sched_config_validate(const SchedConfig *c, Error *err) {
+  const char *name = sched_schedule_name(c->schedule);
+  if (c->pp < 1) return error_set(err, ERR_CONFIG, "schedule: pp (pipeline ranks) must be >= 1, got %d", c->pp);
+  if (c->vpp < 1) return error_set(err, ERR_CONFIG, "schedule: vpp (chunks per rank) must be >= 1, got %d", c->vpp);
+  if (c->microbatches < 1)
+    return error_set(err, ERR_CONFIG, "schedule: microbatches must be >= 1, got %d", c->microbatches);
+  if ((long)c->pp * c->vpp * c->microbatches > SCHED_MAX_MICROBATCH_STAGES)
+    return error_set(err, ERR_CONFIG, "schedule: pp*vpp*microbatches = %ld is larger than the supported %ld",
+                     (long)c->pp * c->vpp * c->microbatches, SCHED_MAX_MICROBATCH_STAGES);
+  if (c->order_fwd_cost < 0 || c->order_bwd_cost < 0)
+    return error_set(err, ERR_CONFIG, "schedule: order costs must be >= 0 (0 selects the defaults 1 and 2)");
+  switch (c->schedule) {
+    case SCHED_SCHEDULE_NONE:
+      if (c->pp != 1 || c->vpp != 1)
+        return error_set(err, ERR_CONFIG,
+                         "schedule none (gradient accumulation on one stage) needs pp = 1 and vpp = 1, got pp %d vpp %d; "
+                         "use 1f1b, gpipe or interleaved for a pipeline",
+                         c->pp, c->vpp);
+      return ERR_OK;
+    case SCHED_SCHEDULE_GPIPE:
+    case SCHED_SCHEDULE_1F1B:
+      if (c->vpp != 1)
+        return error_set(err, ERR_CONFIG, "schedule %s has one chunk per rank: vpp must be 1 (got %d); use interleaved for vpp > 1",
+                         name, c->vpp);
+      return ERR_OK;
+    case SCHED_SCHEDULE_INTERLEAVED:
+      if (c->vpp < 2)
+        return error_set(err, ERR_CONFIG, "schedule interleaved needs vpp >= 2 chunks per rank (got %d); use 1f1b for vpp = 1",
+                         c->vpp);
+      if (c->microbatches % c->pp) {
+        int below = c->microbatches / c->pp * c->pp, above = below + c->pp;
+        if (below == 0)
+          return error_set(err, ERR_CONFIG,
+                           "schedule interleaved needs microbatches to be a multiple of pp: %d is not a multiple of %d (use %d)",
+                           c->microbatches, c->pp, above);
+        return error_set(err, ERR_CONFIG,
+                         "schedule interleaved needs microbatches to be a multiple of pp: %d is not a multiple of %d "
+                         "(use %d or %d)",
+                         c->microbatches, c->pp, below, above);
+      }
+      return ERR_OK;
+    default:
+      return error_set(err, ERR_CONFIG, "schedule: '%s' cannot be built from a configuration (none, gpipe, 1f1b or interleaved)",
+                       name);
+  }
+}
+
+int sched_warmup_forwards(const SchedConfig *c, int rank) {
+  if (sched_config_validate(c, NULL) || rank < 0 || rank >= c->pp) return -1;
+  int p = c->pp, v = c->vpp, m = c->microbatches, w;
+  switch (c->schedule) {
+    case SCHED_SCHEDULE_NONE: return 0;
+    case SCHED_SCHEDULE_GPIPE: return m;
+    case SCHED_SCHEDULE_1F1B: w = p - rank - 1; return w < m ? w : m;
+    case SCHED_SCHEDULE_INTERLEAVED:
+      w = 2 * (p - rank - 1) + (v - 1) * p;
+      return w < m * v ? w : m * v;
+    default: return -1;
+  }
+}
+
+void sched_compute_order_free(SchedComputeOrder *order) {
+  if (!order) return;
+  if (order->items)
+    for (int r = 0; r < order->num_ranks; r++) free(order->items[r]);
+  free(order->items);
+  free(order->counts);
+  memset(order, 0, sizeof *order);
+}
+
+static void put(SchedComputeOrder *o, int rank, SchedActionKind kind, int mb, int chunk) {
+  SchedComputeItem *it = &o->items[rank][o->counts[rank]++];
+  it->kind = kind;
+  it->microbatch = mb;
+  it->chunk = chunk;
+}
+
+/* Megatron-Core's interleaved order: micro-batches go in groups of pp; a
+ * group runs through chunk 0, then chunk 1, ... forward, and backward visits
+ * the chunks in reverse. k is the index of the forward (or backward) pass on
+ * this rank, 0 <= k < m * v. */
+static void interleaved_item(int p, int v, int k, int forward, int *mb, int *chunk) {
+  int group = k / (p * v), within = k % (p * v);
+  int c = within / p;
+  *mb = group * p + within % p;
+  *chunk = forward ? c : v - 1 - c;
+}
+
+int sched_compute_order(const SchedConfig *c, SchedComputeOrder *o, Error *err) {
+  memset(o, 0, sizeof *o);
+  int rc = sched_config_validate(c, err);
+  if (rc) return rc;
+  int p = c->pp, v = c->vpp, m = c->microbatches;
+  o->num_ranks = p;
+  o->items = calloc((size_t)p, sizeof *o->items);
+  o->counts = calloc((size_t)p, sizeof *o->counts);
+  if (!o->items || !o->counts) goto nomem;
+  for (int r = 0; r < p; r++) {
+    o->items[r] = malloc((size_t)2 * m * v * sizeof *o->items[r]);
+    if (!o->items[r]) goto nomem;
+    int warm = sched_warmup_forwards(c, r);
+    switch (c->schedule) {
+      case SCHED_SCHEDULE_NONE:
+        for (int i = 0; i < m; i++) {
+          put(o, r, SCHED_FWD, i, 0);
+          put(o, r, SCHED_BWD, i, 0);
+        }
+        break;
+      case SCHED_SCHEDULE_GPIPE:
+        for (int i = 0; i < m; i++) put(o, r, SCHED_FWD, i, 0);
+        for (int i = 0; i < m; i++) put(o, r, SCHED_BWD, i, 0);
+        break;
+      case SCHED_SCHEDULE_1F1B: {
+        int steady = m - warm;
+        for (int i = 0; i < warm; i++) put(o, r, SCHED_FWD, i, 0);
+        for (int i = 0; i < steady; i++) {
+          put(o, r, SCHED_FWD, warm + i, 0);
+          put(o, r, SCHED_BWD, i, 0);
+        }
+        for (int i = steady; i < m; i++) put(o, r, SCHED_BWD, i, 0);
+        break;
+      }
+      case SCHED_SCHEDULE_INTERLEAVED: {
+        int total = m * v, steady = total - warm, mb, ch;
+        for (int k = 0; k < warm; k++) {
+          interleaved_item(p, v, k, 1, &mb, &ch);
+          put(o, r, SCHED_FWD, mb, ch);
+        }
+        for (int k = 0; k < steady; k++) {
+          interleaved_item(p, v, warm + k, 1, &mb, &ch);
+          put(o, r, SCHED_FWD, mb, ch);
+          interleaved_item(p, v, k, 0, &mb, &ch);
+          put(o, r, SCHED_BWD, mb, ch);
+        }
+        for (int k = steady; k < total; k++) {
+          interleaved_item(p, v, k, 0, &mb, &ch);
+          put(o, r, SCHED_BWD, mb, ch);
+        }
+        break;
+      }
+      default: break; /* rejected by validation */
+    }
+  }
+  return ERR_OK;
+nomem:
+  sched_compute_order_free(o);
+  return error_set(err, ERR_NOMEM, "schedule: out of memory building the compute order");
+}
+
+int sched_build(const SchedConfig *config, SchedProgram **out, Error *err) {
+  *out = NULL;
+  SchedComputeOrder order;
+  int rc = sched_compute_order(config, &order, err);
+  if (rc) return rc;
+  rc = sched_lower(config, &order, out, err);
+  sched_compute_order_free(&order);
+  return rc;
+}
