@@ -18,10 +18,26 @@
  *   moe_expert_capacity_factor number; absent or null = dropless
  *   moe_token_drop_policy      "probs" | "position"
  *   moe_pad_expert_input_to_capacity  bool
- *   moe_layer_freq             int k: layer i is MoE when i % k == 0 ... see .c
+ *   moe_layer_freq             int k: layer i is MoE when i % k == 0 (Megatron)
  *   moe_layer_pattern          [0/1 per layer], overrides the frequency
+ * Without either, Qwen2-MoE's decoder_sparse_step / mlp_only_layers decide
+ * (layer i is MoE when (i+1) % step == 0 and i is not listed), else every
+ * layer is MoE when there are experts. Mixtral: intermediate_size is the
+ * expert FFN when moe_intermediate_size is absent; norm_topk_prob defaults
+ * to true (false for model_type qwen2_moe, as in HF).
+ * Accepted but not modelled: Qwen2-MoE's sigmoid gate on the shared expert
+ * (fivefold's shared expert is ungated) and its q/k/v biases; sliding-window
+ * attention (use_sliding_window: true is refused); router jitter noise.
+ * Refused: hidden_act other than "silu", attention_bias / mlp_bias true,
+ * rope_scaling other than null.
  * Unknown fields are errors naming the file and the field, with a suggestion
- * for near misses. */
+ * for near misses.
+ *
+ * Programmatic use: model_config_defaults, then set the sizes; head_dim and
+ * num_kv_heads may stay 0 (= hidden_size / num_heads and num_heads), and
+ * is_moe_layer must be set for MoE models (model_config_set_moe_layer_freq).
+ * The aux-loss coefficient multiplies fivefold's formula (f_e sums to 1 over
+ * experts, see docs/moe-semantics.md), whichever field name supplies it. */
 #ifndef FIVEFOLD_MODEL_CONFIG_H
 #define FIVEFOLD_MODEL_CONFIG_H
 
@@ -78,5 +94,12 @@ int model_config_validate(const ModelConfig *cfg, const char *origin, Error *err
 cJSON *model_config_to_json(const ModelConfig *cfg);
 
 int model_config_num_moe_layers(const ModelConfig *cfg);
+
+/* head_dim and num_kv_heads with their defaults resolved. */
+int model_config_head_dim(const ModelConfig *cfg);
+int model_config_kv_heads(const ModelConfig *cfg);
+
+/* Marks layer i as MoE when i % k == 0 (k <= 0: no MoE layer). */
+void model_config_set_moe_layer_freq(ModelConfig *cfg, int k);
 
 #endif

@@ -27,7 +27,11 @@
  * Loss: lm = mean cross-entropy over tokens with target >= 0;
  * aux = sum over MoE layers of aux_loss_coeff * E * sum_e f_e * P_e;
  * z = sum over MoE layers of z_loss_coeff * mean_t logsumexp(z_t)^2.
- * The objective is lm + aux + z. */
+ * The objective is lm + aux + z. The MoE layer is defined exactly in
+ * docs/moe-semantics.md (implementation: model/moe.h and moe*.c). RoPE
+ * positions restart at 0 in every sequence of the batch.
+ * Implementation files: model.c (table, init, buffers), model_pass.c
+ * (forward/backward), mlp_layer.c, moe*.c, model_internal.h (private). */
 #ifndef FIVEFOLD_MODEL_MODEL_H
 #define FIVEFOLD_MODEL_MODEL_H
 
@@ -76,8 +80,10 @@ int model_create(Model *m, const ModelConfig *cfg, int max_B, int max_T, Error *
 void model_free(Model *m);
 
 /* Every element is a pure function of (seed, tensor name, index) so a rank
- * holding a slice can initialise just that slice. Matrices ~ N(0, init_std),
- * norm weights = 1. */
+ * holding a slice can initialise just that slice: element j of tensor `name`
+ * is std * rng_normal(seed, rng_stream_id(name), j) (base/rng.h), with
+ * std = init_std, times 1/sqrt(2 * num_layers) for the output projections
+ * (attn.wo and every w_down); norm weights = 1. */
 void model_init_weights(Model *m, uint64_t seed);
 
 const ParamTensor *model_find_tensor(const Model *m, const char *name);
