@@ -1,0 +1,484 @@
+/* `fivefold plan` and `fivefold simulate`: command-line front ends to the
+ * planner (src/plan/). simulate predicts one configuration (step time, MFU,
+ * where the time goes, memory per stage, optionally a Chrome trace);
+ * plan searches all configurations for a model on a cluster, prints the
+ * best as a table and writes the plan JSON `fivefold train --plan` reads.
+ * Option parsing is hand-rolled so both can be called repeatedly in one
+ * process (tests). */
+#include "cli/cmd_plan.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/config_paths.h"
+#include "plan/search.h"
+#include "plan/simulate.h"
+#include "sched/partition.h"
+
+#define MAX_EXPERT_LOAD 4096
+
+typedef struct PlanCli {
+  const char *cmd;
+  const char *model, *cluster;
+  int gpus, seq, global_batch;
+  PlanDtype dtype;
+  PlanOptions opt;
+  double expert_load[MAX_EXPERT_LOAD];
+  /* simulate */
+  PlanConfig cfg;
+  const char *trace_path, *layers_list;
+  int explain, quiet;
+  /* plan */
+  int top;
+  const char *out_path;
+  PlanSearchSpace space;
+  const char *mbs_list, *recompute_list;
+  int no_folding, no_distopt, force_distopt;
+} PlanCli;
+
+static void common_help(FILE *f) {
+  fprintf(f,
+          "  --model M                model config: a path, or a name in configs/models/ (e.g. mixtral-8x22b)\n"
+          "  --cluster C              cluster spec: a path, or a name in configs/clusters/ (e.g. dgx-h100)\n"
+          "  --gpus N                 GPUs to use\n"
+          "  --seq S                  sequence length in tokens\n"
+          "  --global-batch B         sequences per iteration\n"
+          "  --dtype D                bf16 (default, mixed precision), fp16 or fp32\n"
+          "  --moe-imbalance X        busiest expert's load / mean load, dropless routing (default 1.1)\n"
+          "  --expert-load LIST       measured tokens per expert, comma-separated (overrides the imbalance)\n"
+          "  --tp-overlap F           share of TP communication hidden behind GEMMs, 0..1 (default 0)\n"
+          "  --cp-overlap F           share of the CP ring hidden behind attention (default 1)\n"
+          "  --ep-overlap F           share of the MoE all-to-all hidden behind compute (default 0)\n"
+          "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1)\n"
+          "  --algo A                 collective algorithm: auto, ring, tree, hierarchical (default auto)\n"
+          "  -h, --help               show this help\n");
+}
+
+static void simulate_usage(FILE *f) {
+  fprintf(f,
+          "usage: fivefold simulate --model M --cluster C --gpus N --seq S --global-batch B\n"
+          "                         [--tp T --cp C --pp P --vpp V --ep E --etp X --mbs K] [options]\n\n"
+          "Predicts one parallel configuration: builds the per-rank program, prices every action with\n"
+          "the cost model and evaluates it; prints step time, MFU, where the time goes and memory per stage.\n\n"
+          "options:\n");
+  common_help(f);
+  fprintf(f,
+          "  --tp T, --cp C, --pp P   tensor, context and pipeline parallel sizes (default 1; dp is derived)\n"
+          "  --vpp V                  model chunks per pipeline rank (default 1; > 1 selects interleaved 1F1B)\n"
+          "  --ep E, --etp X          expert parallel and expert tensor parallel sizes (default 1; edp derived)\n"
+          "  --mbs K                  micro-batch size in sequences (default 1)\n"
+          "  --recompute R            none (default), selective (attention core) or full\n"
+          "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
+          "  --schedule S             gpipe to force GPipe (default: none, 1f1b or interleaved from pp, vpp)\n"
+          "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
+          "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
+          "  --quiet                  print only the one-line summary\n");
+}
+
+static void plan_usage(FILE *f) {
+  fprintf(f,
+          "usage: fivefold plan --model M --cluster C --gpus N --seq S --global-batch B [options]\n\n"
+          "Searches TP, CP, DP, PP, VPP, EP, ETP (with MoE parallel folding), micro-batch size,\n"
+          "recomputation and the distributed optimizer; keeps what fits in memory, ranks it by simulated\n"
+          "step time and writes the best as a plan for `fivefold train --plan`.\n\n"
+          "options:\n");
+  common_help(f);
+  fprintf(f,
+          "  --top K                  configurations to list (default 10)\n"
+          "  --out FILE               write the best configuration as a plan JSON\n"
+          "  --explain                break the best configuration's step down (compute, communication, bubbles)\n"
+          "  --mbs-list LIST          micro-batch sizes to try (default 1,2,4,8)\n"
+          "  --recompute-list LIST    recomputation options to try (default none,selective,full)\n"
+          "  --max-tp N, --max-cp N, --max-pp N, --max-vpp N, --max-ep N, --max-etp N\n"
+          "                           upper limits (defaults: TP and ETP within a node, VPP 8)\n"
+          "  --no-folding             keep the MoE grid coupled to attention (ETP = TP, EP inside DP)\n"
+          "  --no-distributed-optimizer  never shard optimizer state\n"
+          "  --distributed-optimizer  always shard optimizer state\n");
+}
+
+static int parse_int(const PlanCli *c, const char *opt, const char *s, int lo, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > 100000000L) {
+    fprintf(stderr, "fivefold %s: %s expects an integer >= %d, got '%s'\n", c->cmd, opt, lo, s);
+    return -1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_fraction(const PlanCli *c, const char *opt, const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "fivefold %s: %s expects a number in [%g, %g], got '%s'\n", c->cmd, opt, lo, hi, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_number_list(const PlanCli *c, const char *opt, const char *s, double *out, int max, int *count) {
+  int n = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    errno = 0;
+    double v = strtod(p, &end);
+    if (end == p || errno || !(v >= 0) || n >= max) {
+      fprintf(stderr, "fivefold %s: %s expects comma-separated numbers >= 0 (at most %d), got '%s'\n", c->cmd, opt,
+              max, s);
+      return -1;
+    }
+    out[n++] = v;
+    p = end;
+    if (*p == ',') p++;
+    else if (*p) {
+      fprintf(stderr, "fivefold %s: %s: unexpected '%c' in '%s'\n", c->cmd, opt, *p, s);
+      return -1;
+    }
+  }
+  *count = n;
+  return n ? 0 : -1;
+}
+
+static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
+                                     "--no-folding", "--quiet"};
+
+/* Returns 0, 1 for --help, or -1 on a usage error (reported). */
+static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) return 1;
+    char name[64];
+    const char *value = NULL;
+    const char *eq = strchr(arg, '=');
+    if (eq && (size_t)(eq - arg) < sizeof name) {
+      memcpy(name, arg, (size_t)(eq - arg));
+      name[eq - arg] = '\0';
+      value = eq + 1;
+    } else {
+      snprintf(name, sizeof name, "%s", arg);
+    }
+    int is_flag = 0;
+    for (size_t k = 0; k < sizeof kFlags / sizeof kFlags[0]; k++) is_flag |= !strcmp(name, kFlags[k]);
+    if (is_flag) {
+      if (value) {
+        fprintf(stderr, "fivefold %s: %s takes no value\n", c->cmd, name);
+        return -1;
+      }
+      if (!strcmp(name, "--distributed-optimizer")) c->cfg.distributed_optimizer = c->force_distopt = 1;
+      else if (!strcmp(name, "--no-distributed-optimizer") && !simulate) c->no_distopt = 1;
+      else if (!strcmp(name, "--explain")) c->explain = 1;
+      else if (!strcmp(name, "--no-folding") && !simulate) c->no_folding = 1;
+      else if (!strcmp(name, "--quiet") && simulate) c->quiet = 1;
+      else {
+        fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
+        return -1;
+      }
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "fivefold %s: %s needs a value (see --help)\n", c->cmd, name);
+        return -1;
+      }
+      value = argv[++i];
+    }
+    int rc = 0, known = 1;
+    PlanParallel *p = &c->cfg.par;
+    if (!strcmp(name, "--model")) c->model = value;
+    else if (!strcmp(name, "--cluster")) c->cluster = value;
+    else if (!strcmp(name, "--gpus")) rc = parse_int(c, name, value, 1, &c->gpus);
+    else if (!strcmp(name, "--seq")) rc = parse_int(c, name, value, 1, &c->seq);
+    else if (!strcmp(name, "--global-batch")) rc = parse_int(c, name, value, 1, &c->global_batch);
+    else if (!strcmp(name, "--dtype")) {
+      if (plan_dtype_from_name(value, &c->dtype)) {
+        fprintf(stderr, "fivefold %s: --dtype must be bf16, fp16 or fp32, got '%s'\n", c->cmd, value);
+        rc = -1;
+      }
+    } else if (!strcmp(name, "--moe-imbalance")) rc = parse_fraction(c, name, value, 1.0, 1e3, &c->opt.moe_imbalance);
+    else if (!strcmp(name, "--expert-load")) {
+      rc = parse_number_list(c, name, value, c->expert_load, MAX_EXPERT_LOAD, &c->opt.num_expert_load);
+      c->opt.expert_load = c->expert_load;
+    } else if (!strcmp(name, "--tp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.tp_overlap);
+    else if (!strcmp(name, "--cp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
+    else if (!strcmp(name, "--ep-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.ep_overlap);
+    else if (!strcmp(name, "--dp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);
+    else if (!strcmp(name, "--algo")) {
+      int found = -1;
+      for (int a = 0; a < PLAN_NUM_ALGOS; a++)
+        if (!strcmp(value, plan_algo_name((PlanCollAlgo)a))) found = a;
+      if (found < 0) {
+        fprintf(stderr, "fivefold %s: --algo must be auto, ring, tree or hierarchical, got '%s'\n", c->cmd, value);
+        rc = -1;
+      } else {
+        c->opt.algo = (PlanCollAlgo)found;
+      }
+    } else known = 0;
+    if (!known && simulate) {
+      known = 1;
+      if (!strcmp(name, "--tp")) rc = parse_int(c, name, value, 1, &p->tp);
+      else if (!strcmp(name, "--cp")) rc = parse_int(c, name, value, 1, &p->cp);
+      else if (!strcmp(name, "--pp")) rc = parse_int(c, name, value, 1, &p->pp);
+      else if (!strcmp(name, "--vpp")) rc = parse_int(c, name, value, 1, &p->vpp);
+      else if (!strcmp(name, "--ep")) rc = parse_int(c, name, value, 1, &p->ep);
+      else if (!strcmp(name, "--etp")) rc = parse_int(c, name, value, 1, &p->etp);
+      else if (!strcmp(name, "--mbs")) rc = parse_int(c, name, value, 1, &c->cfg.micro_batch_size);
+      else if (!strcmp(name, "--recompute")) {
+        if (plan_recompute_from_name(value, &c->cfg.recompute)) {
+          fprintf(stderr, "fivefold %s: --recompute must be none, selective or full, got '%s'\n", c->cmd, value);
+          rc = -1;
+        }
+      } else if (!strcmp(name, "--schedule")) {
+        if (!strcmp(value, "gpipe")) c->cfg.schedule = SCHED_SCHEDULE_GPIPE;
+        else if (strcmp(value, "1f1b") && strcmp(value, "interleaved") && strcmp(value, "none")) {
+          fprintf(stderr, "fivefold %s: --schedule must be none, gpipe, 1f1b or interleaved, got '%s'\n", c->cmd, value);
+          rc = -1;
+        }
+      } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
+      else if (!strcmp(name, "--trace")) c->trace_path = value;
+      else known = 0;
+    } else if (!known) {
+      known = 1;
+      PlanSearchSpace *sp = &c->space;
+      if (!strcmp(name, "--top")) rc = parse_int(c, name, value, 1, &c->top);
+      else if (!strcmp(name, "--out")) c->out_path = value;
+      else if (!strcmp(name, "--mbs-list")) c->mbs_list = value;
+      else if (!strcmp(name, "--recompute-list")) c->recompute_list = value;
+      else if (!strcmp(name, "--max-tp")) rc = parse_int(c, name, value, 1, &sp->max_tp);
+      else if (!strcmp(name, "--max-cp")) rc = parse_int(c, name, value, 1, &sp->max_cp);
+      else if (!strcmp(name, "--max-pp")) rc = parse_int(c, name, value, 1, &sp->max_pp);
+      else if (!strcmp(name, "--max-vpp")) rc = parse_int(c, name, value, 1, &sp->max_vpp);
+      else if (!strcmp(name, "--max-ep")) rc = parse_int(c, name, value, 1, &sp->max_ep);
+      else if (!strcmp(name, "--max-etp")) rc = parse_int(c, name, value, 1, &sp->max_etp);
+      else known = 0;
+    }
+    if (!known) {
+      fprintf(stderr, "fivefold %s: unknown option '%s' (see --help)\n", c->cmd, arg);
+      return -1;
+    }
+    if (rc) return -1;
+  }
+  if (!c->model || !c->cluster || !c->gpus || !c->seq || !c->global_batch) {
+    fprintf(stderr, "fivefold %s: --model, --cluster, --gpus, --seq and --global-batch are required (see --help)\n",
+            c->cmd);
+    return -1;
+  }
+  return 0;
+}
+
+/* Loads the model and cluster named on the command line. */
+static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluster) {
+  char path[4096];
+  Error err = {0, ""};
+  if (plan_find_config("models", c->model, path, sizeof path, &err) || model_config_load(model, path, &err)) {
+    fprintf(stderr, "fivefold %s: %s\n", c->cmd, err.msg);
+    return -1;
+  }
+  if (plan_find_config("clusters", c->cluster, path, sizeof path, &err) || cluster_spec_load(cluster, path, &err)) {
+    fprintf(stderr, "fivefold %s: %s\n", c->cmd, err.msg);
+    return -1;
+  }
+  if (c->opt.num_expert_load && c->opt.num_expert_load != model->num_experts) {
+    fprintf(stderr, "fivefold %s: --expert-load has %d entries but the model has %d experts\n", c->cmd,
+            c->opt.num_expert_load, model->num_experts);
+    return -1;
+  }
+  return 0;
+}
+
+static void init_cli(PlanCli *c, const char *cmd) {
+  memset(c, 0, sizeof *c);
+  c->cmd = cmd;
+  c->dtype = PLAN_DTYPE_BF16;
+  plan_options_default(&c->opt);
+  plan_config_init(&c->cfg, 0, 0, 1);
+  c->cfg.par.dp = 0;
+  c->top = 10;
+}
+
+static void print_summary(const PlanResult *r, FILE *f) {
+  fprintf(f, "predicted: step %.1f ms, %.1f%% MFU, %.0f tokens/s, peak memory %.1f GiB per GPU (%s), bottleneck: %s\n",
+          1e3 * r->step_time, 100.0 * r->mfu, r->tokens_per_s, r->peak_memory / 1073741824.0,
+          r->fits ? "fits" : "DOES NOT FIT", r->bottleneck);
+}
+
+int cmd_simulate(int argc, char **argv) {
+  PlanCli *c = calloc(1, sizeof *c);
+  if (!c) return 1;
+  init_cli(c, "simulate");
+  int rc = parse_args(argc, argv, c, 1);
+  if (rc) {
+    if (rc > 0) simulate_usage(stdout);
+    free(c);
+    return rc > 0 ? 0 : 2;
+  }
+  ModelConfig model;
+  ClusterSpec cluster;
+  memset(&cluster, 0, sizeof cluster);
+  int exit_code = 1;
+  Error err = {0, ""};
+  if (load_inputs(c, &model, &cluster)) goto out;
+  c->cfg.seq_len = c->seq;
+  c->cfg.global_batch_size = c->global_batch;
+  c->cfg.dtype = c->dtype;
+  if (c->layers_list) {
+    int *vals = NULL, n = 0;
+    if (sched_partition_parse_list(c->layers_list, &vals, &n, &err)) {
+      fprintf(stderr, "fivefold simulate: --layers-per-stage: %s\n", err.msg);
+      exit_code = 2;
+      goto out;
+    }
+    if (n > PLAN_MAX_STAGES) n = PLAN_MAX_STAGES;
+    memcpy(c->cfg.layers_per_stage, vals, (size_t)n * sizeof *vals);
+    c->cfg.num_given_layers = n;
+    free(vals);
+  }
+  if (plan_config_finish(&c->cfg, &model, &cluster, c->gpus, &err)) {
+    fprintf(stderr, "fivefold simulate: %s\n", err.msg);
+    exit_code = 2;
+    goto out;
+  }
+  PlanSimOptions sim = {1, c->trace_path};
+  PlanResult r;
+  if (plan_simulate(&model, &cluster, &c->opt, &c->cfg, &sim, NULL, &r, &err)) {
+    fprintf(stderr, "fivefold simulate: %s\n", err.msg);
+    goto out;
+  }
+  if (c->quiet) {
+    print_summary(&r, stdout);
+  } else {
+    printf("model %s on %d x %s, sequence %d, global batch %d, %s\n\n", c->model, c->gpus, cluster.name, c->seq,
+           c->global_batch, plan_dtype_name(c->dtype));
+    plan_result_explain(&r, &model, stdout);
+    printf("\n");
+    print_summary(&r, stdout);
+  }
+  if (c->trace_path) printf("trace written to %s\n", c->trace_path);
+  plan_result_free(&r);
+  exit_code = 0;
+out:
+  cluster_spec_free(&cluster);
+  free(c);
+  return exit_code;
+}
+
+static int parse_search_lists(PlanCli *c) {
+  PlanSearchSpace *sp = &c->space;
+  if (c->mbs_list) {
+    int *vals = NULL, n = 0;
+    Error err = {0, ""};
+    if (sched_partition_parse_list(c->mbs_list, &vals, &n, &err) || n > 8) {
+      fprintf(stderr, "fivefold plan: --mbs-list expects up to 8 comma-separated sizes, got '%s'\n", c->mbs_list);
+      free(vals);
+      return -1;
+    }
+    for (int i = 0; i < n; i++) {
+      if (vals[i] < 1) {
+        fprintf(stderr, "fivefold plan: --mbs-list: sizes must be >= 1\n");
+        free(vals);
+        return -1;
+      }
+      sp->micro_batch_sizes[i] = vals[i];
+    }
+    sp->num_micro_batch_sizes = n;
+    free(vals);
+  }
+  if (c->recompute_list) {
+    for (int r = 0; r < PLAN_NUM_RECOMPUTE; r++) sp->allow_recompute[r] = 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", c->recompute_list);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+      PlanRecompute r;
+      if (plan_recompute_from_name(tok, &r)) {
+        fprintf(stderr, "fivefold plan: --recompute-list: unknown option '%s' (none, selective, full)\n", tok);
+        return -1;
+      }
+      sp->allow_recompute[r] = 1;
+    }
+  }
+  if (c->no_distopt && c->force_distopt) {
+    fprintf(stderr, "fivefold plan: --distributed-optimizer and --no-distributed-optimizer contradict each other\n");
+    return -1;
+  }
+  sp->allow_distributed_optimizer = !c->no_distopt;
+  sp->require_distributed_optimizer = c->force_distopt;
+  sp->allow_folding = !c->no_folding;
+  return 0;
+}
+
+int cmd_plan(int argc, char **argv) {
+  PlanCli *c = calloc(1, sizeof *c);
+  if (!c) return 1;
+  init_cli(c, "plan");
+  PlanSearchSpace limits;
+  memset(&limits, 0, sizeof limits);
+  c->space = limits;
+  c->space.max_vpp = -1;
+  int rc = parse_args(argc, argv, c, 0);
+  if (rc) {
+    if (rc > 0) plan_usage(stdout);
+    free(c);
+    return rc > 0 ? 0 : 2;
+  }
+  PlanSearchSpace given = c->space;
+  plan_search_space_default(&c->space, c->gpus, c->seq, c->global_batch);
+  c->space.dtype = c->dtype;
+  c->space.max_tp = given.max_tp;
+  c->space.max_cp = given.max_cp;
+  c->space.max_pp = given.max_pp;
+  if (given.max_vpp > 0) c->space.max_vpp = given.max_vpp;
+  c->space.max_ep = given.max_ep;
+  c->space.max_etp = given.max_etp;
+  if (parse_search_lists(c)) {
+    free(c);
+    return 2;
+  }
+  ModelConfig model;
+  ClusterSpec cluster;
+  memset(&cluster, 0, sizeof cluster);
+  int exit_code = 1;
+  Error err = {0, ""};
+  PlanSearchResult res;
+  memset(&res, 0, sizeof res);
+  if (load_inputs(c, &model, &cluster)) goto out;
+  printf("planning %s on %d x %s, sequence %d, global batch %d, %s\n\n", c->model, c->gpus, cluster.name, c->seq,
+         c->global_batch, plan_dtype_name(c->dtype));
+  if (plan_search(&model, &cluster, &c->opt, &c->space, c->top, &res, &err)) {
+    fprintf(stderr, "fivefold plan: %s\n", err.msg);
+    goto out;
+  }
+  plan_search_print_table(&res, &cluster, stdout);
+  if (c->explain) {
+    /* Simulate the winner again with the exposed-transfer measurement. */
+    PlanSimOptions sim = {1, NULL};
+    PlanResult r;
+    PlanConfig cfg = res.top[0].cfg;
+    if (plan_simulate(&model, &cluster, &c->opt, &cfg, &sim, NULL, &r, &err)) {
+      fprintf(stderr, "fivefold plan: %s\n", err.msg);
+      goto out;
+    }
+    printf("\nbest configuration, explained:\n");
+    plan_result_explain(&r, &model, stdout);
+    plan_result_free(&r);
+  }
+  if (c->out_path) {
+    if (plan_write_json(&res.top[0], &res.stats, c->model, cluster.name, c->out_path, &err)) {
+      fprintf(stderr, "fivefold plan: %s\n", err.msg);
+      goto out;
+    }
+    printf("\nplan written to %s (use: fivefold train --plan %s)\n", c->out_path, c->out_path);
+  }
+  exit_code = 0;
+out:
+  plan_search_result_free(&res);
+  cluster_spec_free(&cluster);
+  free(c);
+  return exit_code;
+}

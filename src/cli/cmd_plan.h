@@ -1,0 +1,11 @@
+/* `fivefold plan` (search for the parallel configuration to book) and
+ * `fivefold simulate` (predict one configuration), both on src/plan/. */
+#ifndef FIVEFOLD_CLI_CMD_PLAN_H
+#define FIVEFOLD_CLI_CMD_PLAN_H
+
+/* argv[0] is the command name; returns the process exit code (0 ok, 1 the
+ * plan or simulation failed, 2 bad usage). */
+int cmd_plan(int argc, char **argv);
+int cmd_simulate(int argc, char **argv);
+
+#endif

@@ -1,0 +1,475 @@
+/* Cluster spec: defaults, JSON parsing with messages that name the file and
+ * the field, validation, and the lookups the cost model uses (effective
+ * collective alpha-beta, device-to-device links). */
+#include "plan/cluster.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define GIB 1073741824.0
+
+static const char *const DTYPE_NAMES[PLAN_NUM_DTYPES] = {"bf16", "fp16", "tf32", "fp32", "fp8"};
+static const char *const COLLECTIVE_NAMES[PLAN_NUM_COLLECTIVES] = {"all_reduce", "reduce_scatter", "all_gather",
+                                                                   "all_to_all", "p2p"};
+static const char *const LEVEL_NAMES[PLAN_NUM_LEVELS] = {"intra_node", "inter_node"};
+
+const char *plan_dtype_name(PlanDtype dtype) {
+  return (unsigned)dtype < PLAN_NUM_DTYPES ? DTYPE_NAMES[dtype] : "?";
+}
+
+int plan_dtype_from_name(const char *name, PlanDtype *dtype) {
+  for (int i = 0; i < PLAN_NUM_DTYPES; i++)
+    if (!strcmp(name, DTYPE_NAMES[i])) {
+      *dtype = (PlanDtype)i;
+      return 0;
+    }
+  return -1;
+}
+
+const char *plan_collective_name(PlanCollective kind) {
+  return (unsigned)kind < PLAN_NUM_COLLECTIVES ? COLLECTIVE_NAMES[kind] : "?";
+}
+
+double plan_curve_eval(const PlanCurve *c, double x) {
+  if (c->n <= 0) return 1.0;
+  if (c->n == 1 || x <= c->x[0]) return c->y[0];
+  if (x >= c->x[c->n - 1]) return c->y[c->n - 1];
+  int i = 1;
+  while (i < c->n - 1 && x > c->x[i]) i++;
+  double t = (log(x) - log(c->x[i - 1])) / (log(c->x[i]) - log(c->x[i - 1]));
+  return c->y[i - 1] + t * (c->y[i] - c->y[i - 1]);
+}
+
+/* The default GEMM curve: the fraction of dense bf16 peak a cuBLAS-class GEMM
+ * sustains in a training loop, by its FLOPs (2 m n k). Large GEMMs level off
+ * at about two thirds of the marketing peak: that is what H100 SXM sustains
+ * under its power limit (docs/planner.md, "Calibration"); small ones are
+ * dominated by launch and tail effects. The published MFU comparisons in
+ * tests/plan/test_published.c check the whole model against it. */
+void cluster_spec_default_compute(ClusterSpec *s) {
+  static const double xs[] = {1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13};
+  static const double ys[] = {0.02, 0.08, 0.25, 0.45, 0.58, 0.64, 0.66};
+  s->gemm_efficiency.n = COUNT(xs);
+  for (int i = 0; i < COUNT(xs); i++) {
+    s->gemm_efficiency.x[i] = xs[i];
+    s->gemm_efficiency.y[i] = ys[i];
+  }
+  /* Fused (flash) attention reaches less of peak than a plain GEMM: the
+   * softmax between the two products, and backward recomputes the scores. */
+  s->attention_fwd_efficiency = 0.50;
+  s->attention_bwd_efficiency = 0.40;
+  /* Short attention kernels (a context-parallel rank's chunks) fill the GPU
+   * less well; FlashAttention-2's causal throughput falls by roughly a
+   * sixth per halving of the sequence below 4K tokens. */
+  s->attention_ref_tokens = 4096;
+  s->attention_length_exponent = 0.25;
+  s->kernel_floor = 3e-6;
+}
+
+/* ------------------------------------------------------------ JSON helpers */
+
+typedef struct Ctx {
+  const char *origin;
+  Error *err;
+} Ctx;
+
+static const char *type_name(const cJSON *v) {
+  if (cJSON_IsNumber(v)) return "a number";
+  if (cJSON_IsString(v)) return "a string";
+  if (cJSON_IsBool(v)) return "a boolean";
+  if (cJSON_IsNull(v)) return "null";
+  if (cJSON_IsArray(v)) return "an array";
+  if (cJSON_IsObject(v)) return "an object";
+  return "an invalid value";
+}
+
+/* Rejects keys of obj not in allowed; path is the object's name ("" = top). */
+static int check_fields(const Ctx *c, const cJSON *obj, const char *path, const char *const *allowed, int n) {
+  const cJSON *item;
+  cJSON_ArrayForEach(item, obj) {
+    const char *key = item->string ? item->string : "";
+    int ok = 0;
+    for (int i = 0; i < n && !ok; i++) ok = !strcmp(key, allowed[i]);
+    if (!ok) {
+      char list[512];
+      size_t used = 0;
+      list[0] = '\0';
+      for (int i = 0; i < n && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", allowed[i]);
+      return error_set(c->err, ERR_CONFIG, "%s: unknown field \"%s%s%s\"; expected one of: %s", c->origin, path,
+                       *path ? "." : "", key, list);
+    }
+  }
+  return 0;
+}
+
+/* Reads a number field > lo (or >= lo when !open) and <= hi; absent is fine
+ * unless required. */
+static int get_number(const Ctx *c, const cJSON *obj, const char *path, const char *key, double lo, int open,
+                      double hi, int required, double *out, int *given) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (given) *given = 0;
+  if (!v) {
+    if (required)
+      return error_set(c->err, ERR_CONFIG, "%s: missing required field \"%s%s%s\"", c->origin, path, *path ? "." : "",
+                       key);
+    return 0;
+  }
+  if (!cJSON_IsNumber(v))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s%s%s\": expected a number, got %s", c->origin, path,
+                     *path ? "." : "", key, type_name(v));
+  double d = v->valuedouble;
+  if (!isfinite(d) || d < lo || (open && d == lo) || d > hi) {
+    if (hi < 1e300)
+      return error_set(c->err, ERR_CONFIG, "%s: field \"%s%s%s\": %g is out of range, expected a value in %s%g, %g]",
+                       c->origin, path, *path ? "." : "", key, d, open ? "(" : "[", lo, hi);
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s%s%s\": %g is out of range, expected a value %s %g", c->origin,
+                     path, *path ? "." : "", key, d, open ? ">" : ">=", lo);
+  }
+  *out = d;
+  if (given) *given = 1;
+  return 0;
+}
+
+static int get_object(const Ctx *c, const cJSON *obj, const char *key, int required, const cJSON **out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  *out = NULL;
+  if (!v) {
+    if (required) return error_set(c->err, ERR_CONFIG, "%s: missing required field \"%s\"", c->origin, key);
+    return 0;
+  }
+  if (!cJSON_IsObject(v))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an object, got %s", c->origin, key, type_name(v));
+  *out = v;
+  return 0;
+}
+
+#define TRY(x)                  \
+  do {                          \
+    if ((x) != 0) return c->err ? c->err->code : ERR_CONFIG; \
+  } while (0)
+
+/* {bandwidth_GBps | bandwidth_Gbps, latency_us [, efficiency]} */
+static int parse_link(const Ctx *c, const cJSON *obj, const char *path, int with_efficiency, PlanLink *link,
+                      double *efficiency) {
+  static const char *const with_eff[] = {"bandwidth_GBps", "bandwidth_Gbps", "latency_us", "efficiency"};
+  TRY(check_fields(c, obj, path, with_eff, with_efficiency ? 4 : 3));
+  double gbytes = 0, gbits = 0, lat = 0;
+  int has_bytes, has_bits;
+  TRY(get_number(c, obj, path, "bandwidth_GBps", 0, 1, 1e300, 0, &gbytes, &has_bytes));
+  TRY(get_number(c, obj, path, "bandwidth_Gbps", 0, 1, 1e300, 0, &gbits, &has_bits));
+  if (has_bytes == has_bits)
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": give exactly one of bandwidth_GBps (bytes) and "
+                     "bandwidth_Gbps (bits)", c->origin, path);
+  TRY(get_number(c, obj, path, "latency_us", 0, 0, 1e300, 1, &lat, NULL));
+  link->bandwidth = has_bytes ? gbytes * 1e9 : gbits * 1e9 / 8.0;
+  link->latency = lat * 1e-6;
+  if (with_efficiency) {
+    *efficiency = 1.0;
+    TRY(get_number(c, obj, path, "efficiency", 0, 1, 1.0, 0, efficiency, NULL));
+  }
+  return 0;
+}
+
+static int parse_curve(const Ctx *c, const cJSON *v, const char *path, PlanCurve *curve) {
+  if (!cJSON_IsArray(v))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an array of [flops, efficiency] pairs, got %s",
+                     c->origin, path, type_name(v));
+  int n = cJSON_GetArraySize(v);
+  if (n < 1 || n > PLAN_MAX_CURVE_POINTS)
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected 1 to %d points, got %d", c->origin, path,
+                     PLAN_MAX_CURVE_POINTS, n);
+  int i = 0;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, v) {
+    const cJSON *x = cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 ? cJSON_GetArrayItem(p, 0) : NULL;
+    const cJSON *y = x ? cJSON_GetArrayItem(p, 1) : NULL;
+    if (!x || !cJSON_IsNumber(x) || !cJSON_IsNumber(y) || !(x->valuedouble > 0) || !(y->valuedouble > 0) ||
+        y->valuedouble > 1 || !isfinite(x->valuedouble))
+      return error_set(c->err, ERR_CONFIG,
+                       "%s: field \"%s\": point %d must be [flops > 0, efficiency in (0, 1]]", c->origin, path, i);
+    if (i > 0 && !(x->valuedouble > curve->x[i - 1]))
+      return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": point %d: flops must increase from point to point",
+                       c->origin, path, i);
+    curve->x[i] = x->valuedouble;
+    curve->y[i] = y->valuedouble;
+    i++;
+  }
+  curve->n = n;
+  return 0;
+}
+
+static int parse_matrix(const Ctx *c, const cJSON *v, const char *path, int n_expected, double scale, double **out,
+                        int *n_out) {
+  if (!cJSON_IsArray(v))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected a square array of arrays, got %s", c->origin,
+                     path, type_name(v));
+  int n = cJSON_GetArraySize(v);
+  if (n < 1 || (n_expected > 0 && n != n_expected))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": has %d rows, expected %d (one per device)", c->origin,
+                     path, n, n_expected);
+  double *m = malloc((size_t)n * n * sizeof *m);
+  if (!m) return error_set(c->err, ERR_NOMEM, "%s: out of memory reading \"%s\"", c->origin, path);
+  int r = 0;
+  const cJSON *row;
+  cJSON_ArrayForEach(row, v) {
+    if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != n) {
+      free(m);
+      return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": row %d must hold %d numbers", c->origin, path, r, n);
+    }
+    int col = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, row) {
+      if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0) || !isfinite(e->valuedouble) ||
+          (r != col && scale > 1.0 && e->valuedouble == 0)) {
+        free(m);
+        return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": entry [%d][%d] must be a number %s", c->origin, path,
+                         r, col, scale > 1.0 ? "> 0 off the diagonal" : ">= 0");
+      }
+      m[(size_t)r * n + col] = e->valuedouble * scale;
+      col++;
+    }
+    r++;
+  }
+  *out = m;
+  *n_out = n;
+  return 0;
+}
+
+int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin, Error *err) {
+  Error local;
+  Ctx cc = {origin ? origin : "<cluster>", err ? err : &local};
+  const Ctx *c = &cc;
+  memset(s, 0, sizeof *s);
+  snprintf(s->origin, sizeof s->origin, "%s", cc.origin);
+  cluster_spec_default_compute(s);
+  s->memory_efficiency = 0.7;
+  s->link_efficiency[0] = s->link_efficiency[1] = 1.0;
+  if (!cJSON_IsObject(json)) return error_set(c->err, ERR_CONFIG, "%s: expected a JSON object", c->origin);
+  static const char *const top[] = {"name", "description", "nodes", "devices_per_node", "peak_tflops", "memory",
+                                    "intra_node", "inter_node", "compute", "collectives", "links"};
+  TRY(check_fields(c, json, "", top, COUNT(top)));
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(json, "name");
+  if (name && !cJSON_IsString(name))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"name\": expected a string", c->origin);
+  snprintf(s->name, sizeof s->name, "%s", name ? name->valuestring : "cluster");
+  const cJSON *desc = cJSON_GetObjectItemCaseSensitive(json, "description");
+  if (desc && !cJSON_IsString(desc))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"description\": expected a string", c->origin);
+
+  double nodes = 0, dpn = 0;
+  TRY(get_number(c, json, "", "nodes", 1, 0, 1e6, 1, &nodes, NULL));
+  TRY(get_number(c, json, "", "devices_per_node", 1, 0, 1e4, 1, &dpn, NULL));
+  if (nodes != floor(nodes) || dpn != floor(dpn))
+    return error_set(c->err, ERR_CONFIG, "%s: fields \"nodes\" and \"devices_per_node\" must be integers", c->origin);
+  s->nodes = (int)nodes;
+  s->devices_per_node = (int)dpn;
+
+  const cJSON *o;
+  TRY(get_object(c, json, "peak_tflops", 1, &o));
+  TRY(check_fields(c, o, "peak_tflops", DTYPE_NAMES, PLAN_NUM_DTYPES));
+  for (int i = 0; i < PLAN_NUM_DTYPES; i++) {
+    double tf = 0;
+    TRY(get_number(c, o, "peak_tflops", DTYPE_NAMES[i], 0, 1, 1e9, i == PLAN_DTYPE_BF16, &tf, NULL));
+    s->peak_flops[i] = tf * 1e12;
+  }
+
+  TRY(get_object(c, json, "memory", 1, &o));
+  static const char *const mem_fields[] = {"capacity_GiB", "capacity_GB", "reserved_GiB", "bandwidth_GBps",
+                                           "efficiency"};
+  TRY(check_fields(c, o, "memory", mem_fields, COUNT(mem_fields)));
+  double gib = 0, gb = 0, reserved = 0, bw = 0;
+  int has_gib, has_gb;
+  TRY(get_number(c, o, "memory", "capacity_GiB", 0, 1, 1e9, 0, &gib, &has_gib));
+  TRY(get_number(c, o, "memory", "capacity_GB", 0, 1, 1e9, 0, &gb, &has_gb));
+  if (has_gib == has_gb)
+    return error_set(c->err, ERR_CONFIG, "%s: field \"memory\": give exactly one of capacity_GiB and capacity_GB",
+                     c->origin);
+  s->memory_capacity = has_gib ? gib * GIB : gb * 1e9;
+  TRY(get_number(c, o, "memory", "reserved_GiB", 0, 0, 1e9, 0, &reserved, NULL));
+  s->memory_reserved = reserved * GIB;
+  TRY(get_number(c, o, "memory", "bandwidth_GBps", 0, 1, 1e9, 1, &bw, NULL));
+  s->memory_bandwidth = bw * 1e9;
+  TRY(get_number(c, o, "memory", "efficiency", 0, 1, 1.0, 0, &s->memory_efficiency, NULL));
+
+  for (int level = 0; level < PLAN_NUM_LEVELS; level++) {
+    TRY(get_object(c, json, LEVEL_NAMES[level], 1, &o));
+    TRY(parse_link(c, o, LEVEL_NAMES[level], 1, &s->link[level], &s->link_efficiency[level]));
+  }
+
+  TRY(get_object(c, json, "compute", 0, &o));
+  if (o) {
+    static const char *const comp[] = {"gemm_efficiency", "attention_efficiency", "kernel_floor_us"};
+    TRY(check_fields(c, o, "compute", comp, COUNT(comp)));
+    const cJSON *curve = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency");
+    if (curve) TRY(parse_curve(c, curve, "compute.gemm_efficiency", &s->gemm_efficiency));
+    const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attention_efficiency");
+    if (att) {
+      if (!cJSON_IsObject(att))
+        return error_set(c->err, ERR_CONFIG, "%s: field \"compute.attention_efficiency\": expected an object "
+                         "{forward, backward, reference_tokens, length_exponent}", c->origin);
+      static const char *const fb[] = {"forward", "backward", "reference_tokens", "length_exponent"};
+      TRY(check_fields(c, att, "compute.attention_efficiency", fb, 4));
+      TRY(get_number(c, att, "compute.attention_efficiency", "reference_tokens", 1, 0, 1e9, 0,
+                     &s->attention_ref_tokens, NULL));
+      TRY(get_number(c, att, "compute.attention_efficiency", "length_exponent", 0, 0, 4, 0,
+                     &s->attention_length_exponent, NULL));
+      TRY(get_number(c, att, "compute.attention_efficiency", "forward", 0, 1, 1.0, 0, &s->attention_fwd_efficiency,
+                     NULL));
+      TRY(get_number(c, att, "compute.attention_efficiency", "backward", 0, 1, 1.0, 0, &s->attention_bwd_efficiency,
+                     NULL));
+    }
+    double floor_us = s->kernel_floor * 1e6;
+    TRY(get_number(c, o, "compute", "kernel_floor_us", 0, 0, 1e6, 0, &floor_us, NULL));
+    s->kernel_floor = floor_us * 1e-6;
+  }
+
+  TRY(get_object(c, json, "collectives", 0, &o));
+  if (o) {
+    TRY(check_fields(c, o, "collectives", COLLECTIVE_NAMES, PLAN_NUM_COLLECTIVES));
+    for (int k = 0; k < PLAN_NUM_COLLECTIVES; k++) {
+      const cJSON *ko = cJSON_GetObjectItemCaseSensitive(o, COLLECTIVE_NAMES[k]);
+      if (!ko) continue;
+      char path[96];
+      snprintf(path, sizeof path, "collectives.%s", COLLECTIVE_NAMES[k]);
+      if (!cJSON_IsObject(ko))
+        return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an object {intra_node, inter_node}",
+                         c->origin, path);
+      TRY(check_fields(c, ko, path, LEVEL_NAMES, PLAN_NUM_LEVELS));
+      for (int level = 0; level < PLAN_NUM_LEVELS; level++) {
+        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(ko, LEVEL_NAMES[level]);
+        if (!lo) continue;
+        char lpath[128];
+        snprintf(lpath, sizeof lpath, "%s.%s", path, LEVEL_NAMES[level]);
+        if (!cJSON_IsObject(lo))
+          return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an object {bandwidth_GBps, latency_us}",
+                           c->origin, lpath);
+        TRY(parse_link(c, lo, lpath, 0, &s->collective[k][level], NULL));
+        s->has_collective[k][level] = 1;
+      }
+    }
+  }
+
+  TRY(get_object(c, json, "links", 0, &o));
+  if (o) {
+    static const char *const lf[] = {"bandwidth_GBps", "latency_us"};
+    TRY(check_fields(c, o, "links", lf, 2));
+    const cJSON *bwm = cJSON_GetObjectItemCaseSensitive(o, "bandwidth_GBps");
+    const cJSON *latm = cJSON_GetObjectItemCaseSensitive(o, "latency_us");
+    if (!bwm || !latm)
+      return error_set(c->err, ERR_CONFIG, "%s: field \"links\": needs both bandwidth_GBps and latency_us matrices",
+                       c->origin);
+    int expect = s->nodes * s->devices_per_node, n1 = 0, n2 = 0;
+    int rc = parse_matrix(c, bwm, "links.bandwidth_GBps", expect, 1e9, &s->link_bandwidth, &n1);
+    if (!rc) rc = parse_matrix(c, latm, "links.latency_us", expect, 1e-6, &s->link_latency, &n2);
+    if (rc) {
+      cluster_spec_free(s);
+      return rc;
+    }
+    s->link_devices = n1;
+  }
+  int rc = cluster_spec_validate(s, c->err);
+  if (rc) cluster_spec_free(s);
+  return rc;
+}
+
+int cluster_spec_validate(const ClusterSpec *s, Error *err) {
+  const char *o = s->origin[0] ? s->origin : "<cluster>";
+  if (s->nodes < 1 || s->devices_per_node < 1)
+    return error_set(err, ERR_CONFIG, "%s: nodes and devices_per_node must be >= 1", o);
+  if (!(s->peak_flops[PLAN_DTYPE_BF16] > 0))
+    return error_set(err, ERR_CONFIG, "%s: field \"peak_tflops.bf16\" must be > 0", o);
+  if (!(s->memory_capacity > 0) || !(s->memory_bandwidth > 0))
+    return error_set(err, ERR_CONFIG, "%s: memory capacity and bandwidth must be > 0", o);
+  if (!(s->memory_reserved >= 0) || s->memory_reserved >= s->memory_capacity)
+    return error_set(err, ERR_CONFIG, "%s: field \"memory.reserved_GiB\" must be below the capacity", o);
+  if (!(s->memory_efficiency > 0 && s->memory_efficiency <= 1))
+    return error_set(err, ERR_CONFIG, "%s: field \"memory.efficiency\" must be in (0, 1]", o);
+  for (int l = 0; l < PLAN_NUM_LEVELS; l++)
+    if (!(s->link[l].bandwidth > 0) || !(s->link[l].latency >= 0) ||
+        !(s->link_efficiency[l] > 0 && s->link_efficiency[l] <= 1))
+      return error_set(err, ERR_CONFIG, "%s: field \"%s\": bandwidth must be > 0, latency >= 0, efficiency in (0, 1]",
+                       o, LEVEL_NAMES[l]);
+  if (s->gemm_efficiency.n < 1)
+    return error_set(err, ERR_CONFIG, "%s: field \"compute.gemm_efficiency\" needs at least one point", o);
+  if (!(s->attention_fwd_efficiency > 0) || !(s->attention_bwd_efficiency > 0))
+    return error_set(err, ERR_CONFIG, "%s: field \"compute.attention_efficiency\" must be > 0", o);
+  if (s->link_devices && s->link_devices != s->nodes * s->devices_per_node)
+    return error_set(err, ERR_CONFIG, "%s: field \"links\": %d devices, but nodes x devices_per_node = %d", o,
+                     s->link_devices, s->nodes * s->devices_per_node);
+  return ERR_OK;
+}
+
+int cluster_spec_load(ClusterSpec *s, const char *path, Error *err) {
+  memset(s, 0, sizeof *s);
+  FILE *f = fopen(path, "rb");
+  if (!f) return error_set(err, ERR_IO, "cannot open cluster spec %s: %s", path, strerror(errno));
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4097 > cap) {
+      cap = cap ? cap * 2 : 16384;
+      char *grown = realloc(text, cap);
+      if (!grown) {
+        free(text);
+        fclose(f);
+        return error_set(err, ERR_NOMEM, "out of memory reading %s", path);
+      }
+      text = grown;
+    }
+    size_t got = fread(text + len, 1, cap - len - 1, f);
+    len += got;
+    if (got == 0) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(text);
+    return error_set(err, ERR_IO, "cannot read cluster spec %s", path);
+  }
+  text[len] = '\0';
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (!root) {
+    int line = 1;
+    for (const char *p = text; end && p < end && *p; p++) line += *p == '\n';
+    free(text);
+    return error_set(err, ERR_FORMAT, "%s: invalid JSON near line %d", path, line);
+  }
+  free(text);
+  int rc = cluster_spec_from_json(s, root, path, err);
+  cJSON_Delete(root);
+  return rc;
+}
+
+void cluster_spec_free(ClusterSpec *s) {
+  if (!s) return;
+  free(s->link_bandwidth);
+  free(s->link_latency);
+  s->link_bandwidth = s->link_latency = NULL;
+  s->link_devices = 0;
+}
+
+int cluster_spec_total_devices(const ClusterSpec *s) {
+  return s->nodes * s->devices_per_node;
+}
+
+PlanLink cluster_spec_collective_link(const ClusterSpec *s, PlanCollective kind, int level) {
+  if ((unsigned)kind < PLAN_NUM_COLLECTIVES && s->has_collective[kind][level]) return s->collective[kind][level];
+  PlanLink l = s->link[level];
+  l.bandwidth *= s->link_efficiency[level];
+  return l;
+}
+
+PlanLink cluster_spec_device_link(const ClusterSpec *s, int a, int b) {
+  if (s->link_devices && a >= 0 && b >= 0 && a < s->link_devices && b < s->link_devices) {
+    PlanLink l = {s->link_bandwidth[(size_t)a * s->link_devices + b], s->link_latency[(size_t)a * s->link_devices + b]};
+    return l;
+  }
+  return s->link[cluster_spec_node_of(s, a) == cluster_spec_node_of(s, b) ? PLAN_LEVEL_INTRA : PLAN_LEVEL_INTER];
+}

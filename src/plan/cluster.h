@@ -1,0 +1,126 @@
+/* Cluster and hardware specs for the planner: how many devices, how fast
+ * they compute and move memory, how they are linked, and the calibrated
+ * efficiencies the cost model (cost.h) prices work with.
+ *
+ * A spec is a JSON file (configs/clusters/, one JSON file each). Units are in the field
+ * names; GB and Gb are 1e9 bytes and bits, GiB is 2^30 bytes:
+ *   name, description                strings
+ *   nodes, devices_per_node          integers >= 1
+ *   peak_tflops {bf16, fp16, tf32, fp32, fp8}   dense peak per device; bf16 required
+ *   memory {capacity_GiB | capacity_GB, reserved_GiB, bandwidth_GBps, efficiency}
+ *   intra_node, inter_node {bandwidth_GBps | bandwidth_Gbps, latency_us, efficiency}
+ *       bandwidth per device and direction; efficiency = the share of it a
+ *       collective library achieves (so calibration can fit it)
+ *   compute (optional) {gemm_efficiency: [[flops, fraction of peak], ...],
+ *                       attention_efficiency: {forward, backward,
+ *                                              reference_tokens, length_exponent},
+ *                       kernel_floor_us}
+ *   collectives (optional, written by calibration) {all_reduce | reduce_scatter |
+ *       all_gather | all_to_all | p2p: {intra_node | inter_node:
+ *       {bandwidth_GBps, latency_us}}}: effective alpha-beta per collective,
+ *       replacing link bandwidth x efficiency
+ *   links (optional) {bandwidth_GBps: [[...]], latency_us: [[...]]}: a full
+ *       device-by-device matrix for topologies that are not "nodes of equal
+ *       devices on a switch"; pairs in one node still count as intra-node.
+ * Unknown fields are errors naming the file and the field. */
+#ifndef FIVEFOLD_PLAN_CLUSTER_H
+#define FIVEFOLD_PLAN_CLUSTER_H
+
+#include "base/error.h"
+
+typedef struct cJSON cJSON;
+
+typedef enum PlanDtype {
+  PLAN_DTYPE_BF16 = 0,
+  PLAN_DTYPE_FP16,
+  PLAN_DTYPE_TF32,
+  PLAN_DTYPE_FP32,
+  PLAN_DTYPE_FP8,
+  PLAN_NUM_DTYPES
+} PlanDtype;
+
+const char *plan_dtype_name(PlanDtype dtype); /* "bf16", ... */
+int plan_dtype_from_name(const char *name, PlanDtype *dtype); /* 0 or -1 */
+
+#define PLAN_MAX_CURVE_POINTS 32
+
+/* A piecewise curve interpolated linearly in log(x), clamped at the ends. */
+typedef struct PlanCurve {
+  int n;
+  double x[PLAN_MAX_CURVE_POINTS], y[PLAN_MAX_CURVE_POINTS];
+} PlanCurve;
+
+double plan_curve_eval(const PlanCurve *curve, double x);
+
+/* Alpha-beta parameters of one link or collective: time = latency + bytes / bandwidth. */
+typedef struct PlanLink {
+  double bandwidth; /* bytes/s */
+  double latency;   /* s */
+} PlanLink;
+
+typedef enum PlanCollective {
+  PLAN_COLL_ALL_REDUCE = 0,
+  PLAN_COLL_REDUCE_SCATTER,
+  PLAN_COLL_ALL_GATHER,
+  PLAN_COLL_ALL_TO_ALL,
+  PLAN_COLL_P2P,
+  PLAN_NUM_COLLECTIVES
+} PlanCollective;
+
+const char *plan_collective_name(PlanCollective kind); /* "all_reduce", ... */
+
+enum { PLAN_LEVEL_INTRA = 0, PLAN_LEVEL_INTER = 1, PLAN_NUM_LEVELS = 2 };
+
+typedef struct ClusterSpec {
+  char name[64];
+  char origin[256]; /* file it came from, for messages */
+  int nodes, devices_per_node;
+  double peak_flops[PLAN_NUM_DTYPES]; /* FLOP/s; 0 = not available */
+  double memory_capacity;            /* bytes per device */
+  double memory_reserved;            /* bytes per device taken by context, libraries, fragmentation */
+  double memory_bandwidth;           /* bytes/s */
+  double memory_efficiency;          /* share of bandwidth reached by bandwidth-bound kernels */
+  PlanLink link[PLAN_NUM_LEVELS];     /* nominal, per device and direction */
+  double link_efficiency[PLAN_NUM_LEVELS];
+  /* Calibrated collectives; has_collective[k][level] says whether given. */
+  PlanLink collective[PLAN_NUM_COLLECTIVES][PLAN_NUM_LEVELS];
+  int has_collective[PLAN_NUM_COLLECTIVES][PLAN_NUM_LEVELS];
+  PlanCurve gemm_efficiency; /* GEMM FLOPs -> fraction of peak */
+  double attention_fwd_efficiency, attention_bwd_efficiency;
+  /* Attention kernels over fewer query tokens than attention_ref_tokens run
+   * at efficiency x (tokens / ref)^attention_length_exponent. */
+  double attention_ref_tokens, attention_length_exponent;
+  double kernel_floor; /* s: shortest time any kernel takes */
+  /* Optional device-by-device matrix (link_devices x link_devices), nominal. */
+  int link_devices;
+  double *link_bandwidth; /* bytes/s */
+  double *link_latency;   /* s */
+} ClusterSpec;
+
+/* The defaults used when a spec leaves compute/ out (documented in
+ * docs/planner.md): the GEMM efficiency curve, flash-attention efficiencies
+ * and the kernel floor. */
+void cluster_spec_default_compute(ClusterSpec *spec);
+
+/* Parses a spec; origin names the file in messages. The result owns the
+ * link matrix: free with cluster_spec_free. */
+int cluster_spec_from_json(ClusterSpec *spec, const cJSON *json, const char *origin, Error *err);
+int cluster_spec_load(ClusterSpec *spec, const char *path, Error *err);
+void cluster_spec_free(ClusterSpec *spec);
+int cluster_spec_validate(const ClusterSpec *spec, Error *err);
+
+int cluster_spec_total_devices(const ClusterSpec *spec);
+
+/* Effective alpha-beta of a collective at one level: the calibrated value
+ * when the spec has one, else the link's bandwidth x efficiency and latency. */
+PlanLink cluster_spec_collective_link(const ClusterSpec *spec, PlanCollective kind, int level);
+
+/* Nominal link between two devices (the matrix when given, else intra/inter
+ * by node). */
+PlanLink cluster_spec_device_link(const ClusterSpec *spec, int a, int b);
+
+static inline int cluster_spec_node_of(const ClusterSpec *spec, int device) {
+  return device / spec->devices_per_node;
+}
+
+#endif

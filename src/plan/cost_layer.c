@@ -1,0 +1,312 @@
+/* Per-layer costs: forward and backward of a dense or MoE transformer block,
+ * the embedding and the LM head, for one micro-batch on one rank, split
+ * into components (cost.h). The shapes follow Megatron-Core's layout:
+ *  - sequence parallelism whenever TP > 1: between blocks a rank holds
+ *    b s / (CP TP) tokens; an all-gather over TP precedes the column-parallel
+ *    GEMMs (QKV, fc1) and a reduce-scatter follows the row-parallel ones
+ *    (output projection, fc2). Backward mirrors both; the re-gather of the
+ *    input for the weight gradient overlaps the data-gradient GEMM and is not
+ *    charged. tp_overlap hides a share of the rest behind GEMMs.
+ *  - CP: each rank attends its s/CP queries (two load-balanced chunks) to
+ *    all keys, 1/CP of the causal work; the K/V ring takes CP - 1 steps, each
+ *    overlapping one step of attention compute (cp_overlap); backward sends
+ *    K/V and their gradients.
+ *  - MoE with EP/ETP: route, permute, all-to-all over EP, all-gather over
+ *    ETP, sort by local expert, grouped expert GEMMs on the FFN slice f/ETP,
+ *    then the reverse (reduce-scatter, all-to-all, unpermute with the
+ *    weighted combine). The busiest rank sets the pace: expert GEMMs and the
+ *    all-to-all are priced at the expert load (imbalance when dropless, the
+ *    capacity factor when dropping with padding, the smaller of the two when
+ *    dropping without). Dropless routing adds a host synchronisation per
+ *    layer in forward (token counts decide buffer sizes) and a count
+ *    exchange over EP.
+ *  - backward GEMMs are two GEMMs of the forward's size each (data and
+ *    weight gradients); flash attention's backward does 2.5x the forward's
+ *    matmul work.
+ *  - recomputation: selective adds the attention core's forward to the
+ *    backward, full adds the block's whole forward (communication included). */
+#include <math.h>
+#include <string.h>
+
+#include "plan/cost.h"
+
+typedef struct Dims {
+  double e;        /* bytes per element */
+  double b, s;     /* micro-batch, sequence */
+  double h, d;     /* hidden, head dim */
+  double a_t, g_t; /* query and key/value heads per TP rank */
+  double t_sp;     /* tokens per rank between blocks */
+  double n;        /* tokens per rank inside attention / MLP (gathered over TP) */
+  int tp, cp;
+} Dims;
+
+static Dims dims_of(const PlanCostModel *cm) {
+  const ModelConfig *m = cm->model;
+  const PlanConfig *c = cm->cfg;
+  Dims D;
+  D.e = plan_dtype_bytes(c->dtype);
+  D.b = c->micro_batch_size;
+  D.s = c->seq_len;
+  D.h = m->hidden_size;
+  D.d = model_config_head_dim(m);
+  D.tp = c->par.tp;
+  D.cp = c->par.cp;
+  D.a_t = (double)m->num_heads / D.tp;
+  int g = model_config_kv_heads(m);
+  D.g_t = g >= D.tp ? (double)g / D.tp : 1.0;
+  D.t_sp = D.b * D.s / ((double)D.cp * D.tp);
+  D.n = D.b * D.s / D.cp;
+  return D;
+}
+
+static double coll(const PlanCostModel *cm, PlanGroupKind g, PlanCollective kind, double bytes) {
+  return plan_collective_time(cm->cluster, &cm->group[g], kind, bytes, cm->opt->algo, NULL);
+}
+
+static double gemm(const PlanCostModel *cm, double m, double n, double k) {
+  return plan_gemm_time(cm->cluster, cm->cfg->dtype, m, n, k);
+}
+
+static double mem(const PlanCostModel *cm, double bytes) {
+  return plan_memory_time(cm->cluster, bytes);
+}
+
+/* One sequence-parallel all-gather + reduce-scatter pair over TP of an
+ * n x h activation, with the overlap applied. */
+static double tp_pair(const PlanCostModel *cm, const Dims *D) {
+  if (D->tp <= 1) return 0.0;
+  double bytes = D->n * D->h * D->e;
+  double t = coll(cm, PLAN_GROUP_TP, PLAN_COLL_ALL_GATHER, bytes) + coll(cm, PLAN_GROUP_TP, PLAN_COLL_REDUCE_SCATTER, bytes);
+  return t * (1.0 - cm->opt->tp_overlap);
+}
+
+/* Exposed ring time: steps transfers, each overlapping step_compute. */
+static double ring_exposed(double steps, double transfer, double step_compute, double overlap) {
+  if (steps <= 0) return 0.0;
+  double hidden = overlap * step_compute;
+  double exposed = transfer - hidden;
+  if (exposed < (1.0 - overlap) * transfer) exposed = (1.0 - overlap) * transfer;
+  return steps * (exposed > 0 ? exposed : 0.0);
+}
+
+static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
+  PlanBreakdown *f = &pc->fwd, *b = &pc->bwd;
+  double qkv = gemm(cm, D->n, (D->a_t + 2 * D->g_t) * D->d, D->h);
+  double out = gemm(cm, D->n, D->h, D->a_t * D->d);
+  f->t[PLAN_COMP_ATTN_GEMM] += qkv + out;
+  b->t[PLAN_COMP_ATTN_GEMM] += 2 * (qkv + out);
+  /* Causal flash attention: 4 b a s^2 d / 2 matmul FLOPs in all, 1/CP per rank. */
+  double flops = 2.0 * D->b * D->a_t * D->s * D->s * D->d / D->cp;
+  double bytes = D->e * D->n * D->d * (2 * D->a_t + 2 * D->g_t);
+  /* With CP each rank runs its two chunks of s / (2 CP) queries separately. */
+  double q = D->cp > 1 ? D->s / (2.0 * D->cp) : D->s;
+  double core_f = plan_attention_time(cm->cluster, cm->cfg->dtype, flops, bytes, q, 0);
+  double core_b = plan_attention_time(cm->cluster, cm->cfg->dtype, 2.5 * flops, 2 * bytes, q, 1);
+  f->t[PLAN_COMP_ATTN_CORE] += core_f;
+  b->t[PLAN_COMP_ATTN_CORE] += core_b;
+  /* norm (read + write), residual add (2 reads + write), RoPE on q and k */
+  double rope = D->e * 2 * D->n * (D->a_t + D->g_t) * D->d;
+  f->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 2 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, rope);
+  b->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, rope);
+  double tp = tp_pair(cm, D);
+  f->t[PLAN_COMP_TP_COMM] += tp;
+  b->t[PLAN_COMP_TP_COMM] += tp;
+  if (D->cp > 1) {
+    double kv = 2.0 * D->b * (D->s / D->cp) * D->g_t * D->d * D->e;
+    double step = coll(cm, PLAN_GROUP_CP, PLAN_COLL_P2P, kv);
+    double step2 = coll(cm, PLAN_GROUP_CP, PLAN_COLL_P2P, 2 * kv);
+    f->t[PLAN_COMP_CP_COMM] += ring_exposed(D->cp - 1, step, core_f / D->cp, cm->opt->cp_overlap);
+    b->t[PLAN_COMP_CP_COMM] += ring_exposed(D->cp - 1, step2, core_b / D->cp, cm->opt->cp_overlap);
+  }
+}
+
+/* SwiGLU MLP with FFN width ffn split over TP, on n tokens (dense layers and
+ * the shared expert). */
+static void mlp_block(const PlanCostModel *cm, const Dims *D, double ffn, PlanPassCost *pc) {
+  double f_t = ffn / D->tp;
+  double g = gemm(cm, D->n, 2 * f_t, D->h) + gemm(cm, D->n, D->h, f_t);
+  pc->fwd.t[PLAN_COMP_MLP_GEMM] += g;
+  pc->bwd.t[PLAN_COMP_MLP_GEMM] += 2 * g;
+  pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->n * f_t);
+  pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 5 * D->n * f_t);
+  double tp = tp_pair(cm, D);
+  pc->fwd.t[PLAN_COMP_TP_COMM] += tp;
+  pc->bwd.t[PLAN_COMP_TP_COMM] += tp;
+}
+
+/* Pre-MLP norm and residual add, shared by dense and MoE blocks. */
+static void mlp_norm_residual(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
+  pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 2 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h);
+  pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h);
+}
+
+static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
+  const ModelConfig *m = cm->model;
+  const PlanParallel *p = &cm->cfg->par;
+  const PlanOptions *o = cm->opt;
+  PlanBreakdown *f = &pc->fwd, *b = &pc->bwd;
+  double E = m->num_experts, k = m->top_k, load = cm->expert_load;
+  double local_rows = D->t_sp * k;            /* (token, expert) pairs leaving this rank */
+  double rows = local_rows * p->etp * load;   /* rows this rank's experts process */
+  double experts_here = E / p->ep;
+  double f_e = (double)m->moe_intermediate_size / p->etp;
+  double per_expert = rows / experts_here;
+
+  /* router GEMM (fp32 logits), softmax + top-k, permutation by expert */
+  double router = gemm(cm, D->t_sp, E, D->h) + mem(cm, 4.0 * 3 * D->t_sp * E);
+  double permute = mem(cm, D->e * 2 * local_rows * D->h);
+  int sorted = experts_here > 1 || p->etp > 1;
+  double sort = sorted ? mem(cm, D->e * 2 * rows * D->h) : 0.0;
+  double combine = mem(cm, D->e * (local_rows + D->t_sp) * D->h);
+  double dropless = !(m->capacity_factor > 0);
+  double sync = dropless ? o->dropless_sync : 0.0;
+  if (dropless && p->ep > 1) sync += coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_TO_ALL, 8.0 * E);
+  f->t[PLAN_COMP_ROUTING] += router + permute + 2 * sort + combine + sync;
+  b->t[PLAN_COMP_ROUTING] += 2 * router + permute + 2 * sort + combine;
+
+  double a2a = 0.0;
+  if (p->ep > 1) a2a = 2 * coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_TO_ALL, local_rows * D->h * D->e * load);
+  f->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
+  b->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
+  if (p->etp > 1) {
+    double bytes = rows * D->h * D->e;
+    double t = coll(cm, PLAN_GROUP_ETP, PLAN_COLL_ALL_GATHER, bytes) + coll(cm, PLAN_GROUP_ETP, PLAN_COLL_REDUCE_SCATTER, bytes);
+    f->t[PLAN_COMP_ETP_COMM] += t;
+    b->t[PLAN_COMP_ETP_COMM] += t;
+  }
+  double g = experts_here * (gemm(cm, per_expert, 2 * f_e, D->h) + gemm(cm, per_expert, D->h, f_e));
+  f->t[PLAN_COMP_EXPERT_GEMM] += g;
+  b->t[PLAN_COMP_EXPERT_GEMM] += 2 * g;
+  f->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * rows * f_e);
+  b->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 5 * rows * f_e);
+  if (m->shared_expert_intermediate_size > 0) mlp_block(cm, D, m->shared_expert_intermediate_size, pc);
+}
+
+static void finish_pass(PlanPassCost *pc) {
+  pc->fwd_total = plan_breakdown_total(&pc->fwd);
+  pc->bwd_total = plan_breakdown_total(&pc->bwd);
+}
+
+/* Recomputation charges forward work again inside the backward pass. */
+static void add_recompute(const PlanCostModel *cm, PlanPassCost *pc) {
+  if (cm->cfg->recompute == PLAN_RECOMPUTE_FULL)
+    pc->bwd.t[PLAN_COMP_RECOMPUTE] += plan_breakdown_total(&pc->fwd);
+  else if (cm->cfg->recompute == PLAN_RECOMPUTE_SELECTIVE)
+    pc->bwd.t[PLAN_COMP_RECOMPUTE] += pc->fwd.t[PLAN_COMP_ATTN_CORE];
+}
+
+static void price_layers(PlanCostModel *cm) {
+  Dims D = dims_of(cm);
+  const ModelConfig *m = cm->model;
+  memset(&cm->dense_layer, 0, sizeof cm->dense_layer);
+  memset(&cm->moe_layer, 0, sizeof cm->moe_layer);
+  attention_block(cm, &D, &cm->dense_layer);
+  cm->moe_layer = cm->dense_layer;
+  mlp_norm_residual(cm, &D, &cm->dense_layer);
+  mlp_norm_residual(cm, &D, &cm->moe_layer);
+  if (m->intermediate_size > 0) mlp_block(cm, &D, m->intermediate_size, &cm->dense_layer);
+  if (m->num_experts > 0) moe_block(cm, &D, &cm->moe_layer);
+  add_recompute(cm, &cm->dense_layer);
+  add_recompute(cm, &cm->moe_layer);
+  finish_pass(&cm->dense_layer);
+  finish_pass(&cm->moe_layer);
+
+  /* Embedding: vocab-parallel lookup, partial rows reduce-scattered to the
+   * sequence-parallel layout; backward gathers the gradient and scatter-adds
+   * it into the fp32 table gradient. */
+  PlanPassCost *em = &cm->embedding;
+  memset(em, 0, sizeof *em);
+  em->fwd.t[PLAN_COMP_EMBEDDING] += mem(cm, D.e * 2 * D.n * D.h);
+  em->bwd.t[PLAN_COMP_EMBEDDING] += mem(cm, (D.e + 8.0) * D.n * D.h);
+  if (D.tp > 1) {
+    double bytes = D.n * D.h * D.e;
+    em->fwd.t[PLAN_COMP_TP_COMM] += coll(cm, PLAN_GROUP_TP, PLAN_COLL_REDUCE_SCATTER, bytes) * (1 - cm->opt->tp_overlap);
+    em->bwd.t[PLAN_COMP_TP_COMM] += coll(cm, PLAN_GROUP_TP, PLAN_COLL_ALL_GATHER, bytes) * (1 - cm->opt->tp_overlap);
+  }
+  finish_pass(em);
+
+  /* LM head: final norm, gather, vocab-parallel output GEMM, cross-entropy
+   * over the vocabulary shard (read logits, fp32 softmax; two tiny
+   * all-reduces for the max and the sum), and the mirror in backward. */
+  PlanPassCost *hd = &cm->head;
+  memset(hd, 0, sizeof *hd);
+  double v_t = (double)m->vocab_size / D.tp;
+  double out = gemm(cm, D.n, v_t, D.h);
+  double loss = mem(cm, D.n * v_t * (D.e + 4.0));
+  hd->fwd.t[PLAN_COMP_LM_HEAD] += out + loss;
+  hd->bwd.t[PLAN_COMP_LM_HEAD] += 2 * out + loss;
+  hd->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D.e * 2 * D.t_sp * D.h);
+  hd->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D.e * 3 * D.t_sp * D.h);
+  if (D.tp > 1) {
+    double bytes = D.n * D.h * D.e;
+    double tiny = 2 * coll(cm, PLAN_GROUP_TP, PLAN_COLL_ALL_REDUCE, 4.0 * D.n);
+    hd->fwd.t[PLAN_COMP_TP_COMM] += coll(cm, PLAN_GROUP_TP, PLAN_COLL_ALL_GATHER, bytes) * (1 - cm->opt->tp_overlap) + tiny;
+    hd->bwd.t[PLAN_COMP_TP_COMM] += coll(cm, PLAN_GROUP_TP, PLAN_COLL_REDUCE_SCATTER, bytes) * (1 - cm->opt->tp_overlap);
+  }
+  finish_pass(hd);
+}
+
+double plan_expert_rank_load(const ModelConfig *m, const PlanOptions *o, int ep) {
+  int E = m->num_experts;
+  if (E <= 1 || ep <= 1) return 1.0;
+  if (o->expert_load && o->num_expert_load == E) {
+    double total = 0, worst = 0;
+    int per = E / ep;
+    for (int e = 0; e < E; e++) total += o->expert_load[e];
+    if (!(total > 0)) return 1.0;
+    for (int r = 0; r < ep; r++) {
+      double sum = 0;
+      for (int e = r * per; e < (r + 1) * per; e++) sum += o->expert_load[e];
+      if (sum > worst) worst = sum;
+    }
+    return worst * ep / total;
+  }
+  double imb = o->moe_imbalance > 1.0 ? o->moe_imbalance : 1.0;
+  return 1.0 + (imb - 1.0) * sqrt((double)(ep - 1) / (E - 1));
+}
+
+const PlanPassCost *plan_layer_cost(const PlanCostModel *cm, int layer) {
+  const ModelConfig *m = cm->model;
+  if (m->num_experts > 0 && layer >= 0 && layer < m->num_layers && m->is_moe_layer[layer]) return &cm->moe_layer;
+  return &cm->dense_layer;
+}
+
+double plan_pp_transfer_time(const PlanCostModel *cm, int from, int to, double bytes) {
+  const PlanParallel *p = &cm->cfg->par;
+  const ClusterSpec *cl = cm->cluster;
+  int S = p->tp * p->cp * p->dp;
+  /* Without a link matrix only a device's position inside its node matters. */
+  int bases = cl->link_devices ? S : (S < cl->devices_per_node ? S : cl->devices_per_node);
+  double worst = 0;
+  for (int base = 0; base < bases; base++) {
+    double t = plan_p2p_time(cl, base + from * S, base + to * S, bytes);
+    if (t > worst) worst = t;
+  }
+  return worst;
+}
+
+int plan_cost_model_init(PlanCostModel *cm, const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *opt,
+                         const PlanConfig *cfg, PlanTopoCache *cache, Error *err) {
+  memset(cm, 0, sizeof *cm);
+  cm->model = m;
+  cm->cluster = cl;
+  cm->opt = opt;
+  cm->cfg = cfg;
+  if (plan_config_world(cfg) > cluster_spec_total_devices(cl))
+    return error_set(err, ERR_CONFIG, "the configuration needs %d devices, cluster %s has %d", plan_config_world(cfg),
+                     cl->name, cluster_spec_total_devices(cl));
+  for (int g = 0; g < PLAN_NUM_GROUP_KINDS; g++) {
+    int rc = plan_group_topology_cached(cache, cl, cfg, (PlanGroupKind)g, &cm->group[g]);
+    if (rc) return error_set(err, ERR_INTERNAL, "cannot place the %s groups", plan_group_name((PlanGroupKind)g));
+  }
+  cm->expert_rank_load = plan_expert_rank_load(m, opt, cfg->par.ep);
+  cm->expert_load = cm->expert_rank_load;
+  if (m->capacity_factor > 0) {
+    double cap = m->capacity_factor;
+    cm->expert_load = m->pad_to_capacity ? cap : fmin(cm->expert_rank_load, cap);
+  }
+  Dims D = dims_of(cm);
+  cm->p2p_bytes = D.t_sp * D.h * D.e;
+  price_layers(cm);
+  return ERR_OK;
+}

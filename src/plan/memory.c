@@ -1,0 +1,224 @@
+/* The memory model (accounting in memory.h): parameter counts per rank,
+ * model-state bytes, activation bytes per block, and the peak over the
+ * schedule found by walking its compute order. */
+#include "plan/memory.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/cost.h"
+#include "sched/builders.h"
+
+static int is_moe(const ModelConfig *m, int layer) {
+  return m->num_experts > 0 && layer >= 0 && layer < m->num_layers && m->is_moe_layer[layer];
+}
+
+/* Key/value heads a TP rank holds: replicated when there are fewer than TP. */
+static double kv_heads_per_rank(const ModelConfig *m, int tp) {
+  int g = model_config_kv_heads(m);
+  return g >= tp ? (double)g / tp : 1.0;
+}
+
+PlanParams plan_layer_params(const ModelConfig *m, const PlanConfig *cfg, int layer) {
+  const PlanParallel *p = &cfg->par;
+  double h = m->hidden_size, d = model_config_head_dim(m);
+  double a_t = (double)m->num_heads / p->tp, g_t = kv_heads_per_rank(m, p->tp);
+  PlanParams out = {0, 0};
+  out.dense = h * (a_t + 2 * g_t) * d + a_t * d * h + 2 * h; /* QKV, output, two norms */
+  if (is_moe(m, layer)) {
+    out.dense += h * m->num_experts; /* router, replicated */
+    out.dense += 3.0 * h * m->shared_expert_intermediate_size / p->tp;
+    out.expert = (double)m->num_experts / p->ep * 3.0 * h * m->moe_intermediate_size / p->etp;
+  } else {
+    out.dense += 3.0 * h * m->intermediate_size / p->tp;
+  }
+  return out;
+}
+
+PlanParams plan_embedding_params(const ModelConfig *m, const PlanConfig *cfg) {
+  PlanParams out = {(double)m->vocab_size * m->hidden_size / cfg->par.tp, 0};
+  return out;
+}
+
+PlanParams plan_head_params(const ModelConfig *m, const PlanConfig *cfg) {
+  /* A tied head shares the embedding's weights when both sit on one rank. */
+  int shared = m->tie_word_embeddings && cfg->par.pp == 1 && cfg->par.vpp == 1;
+  PlanParams out = {m->hidden_size + (shared ? 0.0 : (double)m->vocab_size * m->hidden_size / cfg->par.tp), 0};
+  return out;
+}
+
+PlanParams plan_stage_params(const ModelConfig *m, const PlanConfig *cfg, const SchedPartition *part, int stage) {
+  PlanParams out = {0, 0};
+  for (int l = part->first_layer[stage]; l < part->first_layer[stage] + part->layers[stage]; l++) {
+    PlanParams lp = plan_layer_params(m, cfg, l);
+    out.dense += lp.dense;
+    out.expert += lp.expert;
+  }
+  if (stage == 0) out.dense += plan_embedding_params(m, cfg).dense;
+  if (stage == part->num_stages - 1) out.dense += plan_head_params(m, cfg).dense;
+  return out;
+}
+
+PlanStateBytes plan_state_bytes(PlanDtype dtype, int distributed, double params, double d) {
+  PlanStateBytes s;
+  if (d < 1) d = 1;
+  if (dtype == PLAN_DTYPE_FP32 || dtype == PLAN_DTYPE_TF32) {
+    /* fp32 weights double as the master copy: 4 weights + 4 grads + 8 Adam. */
+    s.weights = 4 * params;
+    s.grads = 4 * params;
+    s.optimizer = (distributed ? 8.0 / d : 8.0) * params;
+  } else {
+    s.weights = 2 * params;
+    s.grads = 4 * params;
+    s.optimizer = (distributed ? 12.0 / d : 12.0) * params;
+  }
+  return s;
+}
+
+double plan_bytes_per_param(PlanDtype dtype, int distributed, double d) {
+  PlanStateBytes s = plan_state_bytes(dtype, distributed, 1.0, d);
+  return s.weights + s.grads + s.optimizer;
+}
+
+/* The pieces of one block's stored activations (bytes, one micro-batch). */
+typedef struct BlockActs {
+  double input;     /* the block input (what full recomputation keeps) */
+  double attention; /* norm, q/k/v, attention output */
+  double attn_core; /* softmax statistics: what selective recomputation drops */
+  double mlp;       /* norm, FFN or MoE tensors */
+} BlockActs;
+
+static BlockActs block_acts(const ModelConfig *m, const PlanConfig *cfg, int layer, double load) {
+  const PlanParallel *p = &cfg->par;
+  double e = plan_dtype_bytes(cfg->dtype);
+  double b = cfg->micro_batch_size, s = cfg->seq_len, h = m->hidden_size, d = model_config_head_dim(m);
+  double t_sp = b * s / ((double)p->cp * p->tp); /* tokens per rank between blocks */
+  double n = b * s / p->cp;                       /* tokens per rank inside attention / MLP */
+  double a_t = (double)m->num_heads / p->tp, g_t = kv_heads_per_rank(m, p->tp);
+  BlockActs a;
+  a.input = e * t_sp * h;
+  /* attention: norm input is the block input; norm output (kept sharded,
+   * re-gathered for the weight gradient); q, k, v; the attention output */
+  a.attention = e * (t_sp * h + n * (a_t + 2 * g_t) * d + n * a_t * d);
+  a.attn_core = 4.0 * n * a_t; /* log-sum-exp per query and head */
+  /* MLP: residual stream entering the norm, norm output */
+  a.mlp = e * 2 * t_sp * h;
+  if (is_moe(m, layer)) {
+    double k = m->top_k, E = m->num_experts;
+    double rows = t_sp * k * p->etp * load; /* routed rows this rank's experts see */
+    double f = (double)m->moe_intermediate_size / p->etp;
+    a.mlp += 4.0 * 2 * t_sp * E;             /* router logits and probabilities (fp32) */
+    a.mlp += e * (rows * h + rows * 3 * f);   /* expert input, fc1 output (gate, up), SwiGLU output */
+    a.mlp += e * t_sp * k * h;                /* expert outputs kept for the weighted combine */
+    double fs = (double)m->shared_expert_intermediate_size / p->tp;
+    if (fs > 0) a.mlp += e * n * 3 * fs;
+  } else {
+    a.mlp += e * n * 3.0 * m->intermediate_size / p->tp;
+  }
+  return a;
+}
+
+double plan_layer_full_activation_bytes(const ModelConfig *m, const PlanConfig *cfg, int layer, double load) {
+  BlockActs a = block_acts(m, cfg, layer, load);
+  return a.input + a.attention + a.attn_core + a.mlp;
+}
+
+double plan_layer_activation_bytes(const ModelConfig *m, const PlanConfig *cfg, int layer, double load) {
+  BlockActs a = block_acts(m, cfg, layer, load);
+  switch (cfg->recompute) {
+    case PLAN_RECOMPUTE_FULL: return a.input;
+    case PLAN_RECOMPUTE_SELECTIVE: return a.input + a.attention + a.mlp;
+    default: return a.input + a.attention + a.attn_core + a.mlp;
+  }
+}
+
+int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const PlanConfig *cfg,
+                         const SchedPartition *part, double load, PlanRankMemory *out, Error *err) {
+  const PlanParallel *p = &cfg->par;
+  int P = p->pp, V = p->vpp, S = P * V;
+  if (part->num_stages != S)
+    return error_set(err, ERR_INTERNAL, "memory: partition has %d stages, config %d", part->num_stages, S);
+  double e = plan_dtype_bytes(cfg->dtype);
+  double b = cfg->micro_batch_size, s = cfg->seq_len, h = m->hidden_size;
+  double t_sp = b * s / ((double)p->cp * p->tp), n = b * s / p->cp;
+  double d_dense = (double)p->dp * p->cp, d_expert = p->edp;
+
+  double *stage_act = calloc((size_t)S, sizeof *stage_act);
+  double *stage_work = calloc((size_t)S, sizeof *stage_work);
+  if (!stage_act || !stage_work) {
+    free(stage_act);
+    free(stage_work);
+    return error_set(err, ERR_NOMEM, "memory: out of memory");
+  }
+  for (int st = 0; st < S; st++) {
+    for (int l = part->first_layer[st]; l < part->first_layer[st] + part->layers[st]; l++) {
+      stage_act[st] += plan_layer_activation_bytes(m, cfg, l, load);
+      if (cfg->recompute == PLAN_RECOMPUTE_FULL) {
+        double w = plan_layer_full_activation_bytes(m, cfg, l, load);
+        if (w > stage_work[st]) stage_work[st] = w;
+      }
+    }
+    if (st == S - 1) {
+      stage_act[st] += e * 2 * t_sp * h; /* final norm input and output */
+      /* Logits and the fp32 softmax of the loss live between the head's
+       * forward and its backward, which run back to back on the last stage. */
+      double logits = n * ((double)m->vocab_size / p->tp) * (e + 4.0);
+      if (logits > stage_work[st]) stage_work[st] = logits;
+    }
+  }
+
+  SchedConfig sc;
+  memset(&sc, 0, sizeof sc);
+  sc.schedule = cfg->schedule;
+  sc.pp = P;
+  sc.vpp = V;
+  sc.microbatches = cfg->microbatches;
+  SchedComputeOrder order;
+  int rc = sched_compute_order(&sc, &order, err);
+  if (rc) {
+    free(stage_act);
+    free(stage_work);
+    return rc;
+  }
+  for (int r = 0; r < P; r++) {
+    PlanRankMemory *o = &out[r];
+    memset(o, 0, sizeof *o);
+    PlanParams params = {0, 0};
+    for (int c = 0; c < V; c++) {
+      PlanParams sp = plan_stage_params(m, cfg, part, c * P + r);
+      params.dense += sp.dense;
+      params.expert += sp.expert;
+    }
+    PlanStateBytes ds = plan_state_bytes(cfg->dtype, cfg->distributed_optimizer, params.dense, d_dense);
+    PlanStateBytes es = plan_state_bytes(cfg->dtype, cfg->distributed_optimizer, params.expert, d_expert);
+    o->weights = ds.weights + es.weights;
+    o->grads = ds.grads + es.grads;
+    o->optimizer = ds.optimizer + es.optimizer;
+    double cur = 0, peak = 0, transient = 0;
+    int alive = 0, peak_alive = 0;
+    for (int i = 0; i < order.counts[r]; i++) {
+      const SchedComputeItem *it = &order.items[r][i];
+      int st = it->chunk * P + r;
+      if (it->kind == SCHED_FWD) {
+        cur += stage_act[st];
+        alive++;
+        if (cur > peak) peak = cur, peak_alive = alive;
+      } else {
+        /* The backward's working set sits on top of everything still alive. */
+        if (cur + stage_work[st] > peak + transient) transient = cur + stage_work[st] - peak;
+        cur -= stage_act[st];
+        alive--;
+      }
+    }
+    o->activations = peak;
+    o->transient = transient;
+    o->peak_inflight = peak_alive;
+    o->reserved = cl ? cl->memory_reserved : 0;
+    o->total = o->weights + o->grads + o->optimizer + o->activations + o->transient + o->reserved;
+  }
+  (void)e;
+  sched_compute_order_free(&order);
+  free(stage_act);
+  free(stage_work);
+  return ERR_OK;
+}

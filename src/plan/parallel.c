@@ -1,0 +1,269 @@
+/* Planner configurations: names, defaults, validation against the model and
+ * the cluster, and the placement of each parallel group on the cluster
+ * (rank r = device r; grid orders in parallel.h). */
+#include "plan/parallel.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/builders.h"
+
+static const char *const RECOMPUTE_NAMES[PLAN_NUM_RECOMPUTE] = {"none", "selective", "full"};
+static const char *const ALGO_NAMES[PLAN_NUM_ALGOS] = {"auto", "ring", "tree", "hierarchical"};
+static const char *const GROUP_NAMES[PLAN_NUM_GROUP_KINDS] = {"tp", "cp", "dp", "dp x cp", "pp", "etp", "ep", "edp"};
+
+const char *plan_recompute_name(PlanRecompute r) {
+  return (unsigned)r < PLAN_NUM_RECOMPUTE ? RECOMPUTE_NAMES[r] : "?";
+}
+
+int plan_recompute_from_name(const char *name, PlanRecompute *r) {
+  for (int i = 0; i < PLAN_NUM_RECOMPUTE; i++)
+    if (!strcmp(name, RECOMPUTE_NAMES[i])) {
+      *r = (PlanRecompute)i;
+      return 0;
+    }
+  return -1;
+}
+
+const char *plan_algo_name(PlanCollAlgo algo) {
+  return (unsigned)algo < PLAN_NUM_ALGOS ? ALGO_NAMES[algo] : "?";
+}
+
+const char *plan_group_name(PlanGroupKind kind) {
+  return (unsigned)kind < PLAN_NUM_GROUP_KINDS ? GROUP_NAMES[kind] : "?";
+}
+
+/* Megatron-Core-like runtime defaults; docs/planner.md explains each. */
+void plan_options_default(PlanOptions *o) {
+  memset(o, 0, sizeof *o);
+  o->moe_imbalance = 1.1;
+  o->tp_overlap = 0.0;
+  o->cp_overlap = 1.0;
+  o->ep_overlap = 0.0;
+  o->dp_overlap = 1.0;
+  o->param_gather_overlap = 1.0;
+  o->grad_reduce_bytes = 4;
+  o->bucket_params = 40e6;
+  o->dropless_sync = 50e-6;
+  o->send_overhead = 20e-6;
+  o->algo = PLAN_ALGO_AUTO;
+}
+
+void plan_config_init(PlanConfig *c, int seq_len, int global_batch, int micro_batch) {
+  memset(c, 0, sizeof *c);
+  c->par.tp = c->par.cp = c->par.dp = c->par.pp = c->par.vpp = 1;
+  c->par.ep = c->par.etp = c->par.edp = 1;
+  c->seq_len = seq_len;
+  c->global_batch_size = global_batch;
+  c->micro_batch_size = micro_batch;
+  c->dtype = PLAN_DTYPE_BF16;
+  c->schedule = SCHED_SCHEDULE_NONE;
+}
+
+int plan_config_world(const PlanConfig *c) {
+  return c->par.tp * c->par.cp * c->par.dp * c->par.pp;
+}
+
+int plan_config_is_folded(const PlanConfig *c) {
+  const PlanParallel *p = &c->par;
+  if (p->ep == 1 && p->etp == p->tp) return 0;
+  return !(p->etp == p->tp && p->cp == 1 && p->dp % p->ep == 0);
+}
+
+const char *plan_config_describe(const PlanConfig *c, char *buf, size_t size) {
+  const PlanParallel *p = &c->par;
+  snprintf(buf, size, "tp%d cp%d dp%d pp%d vpp%d | ep%d etp%d edp%d | mbs%d m%d %s, recompute %s%s", p->tp, p->cp,
+           p->dp, p->pp, p->vpp, p->ep, p->etp, p->edp, c->micro_batch_size, c->microbatches,
+           sched_schedule_name(c->schedule), plan_recompute_name(c->recompute),
+           c->distributed_optimizer ? ", distopt" : "");
+  return buf;
+}
+
+static int divides(long a, long b) {
+  return a > 0 && b % a == 0;
+}
+
+int plan_config_finish(PlanConfig *c, const ModelConfig *m, const ClusterSpec *cl, int gpus, Error *err) {
+  PlanParallel *p = &c->par;
+  if (gpus < 1) return error_set(err, ERR_CONFIG, "the GPU count must be >= 1 (got %d)", gpus);
+  if (cl && gpus > cluster_spec_total_devices(cl))
+    return error_set(err, ERR_CONFIG, "%d GPUs requested but cluster %s has %d (%d nodes x %d); raise \"nodes\" in %s",
+                     gpus, cl->name, cluster_spec_total_devices(cl), cl->nodes, cl->devices_per_node, cl->origin);
+  if (p->tp < 1 || p->cp < 1 || p->pp < 1 || p->vpp < 1 || p->ep < 1 || p->etp < 1)
+    return error_set(err, ERR_CONFIG, "tp, cp, pp, vpp, ep and etp must all be >= 1");
+  if (m && m->num_experts == 0) {
+    /* A dense model has no MoE grid of its own: it mirrors attention. */
+    if (p->ep != 1 || (p->etp != 1 && p->etp != p->tp))
+      return error_set(err, ERR_CONFIG, "ep and etp must be 1 for a dense model (got ep %d, etp %d)", p->ep, p->etp);
+    p->etp = p->tp;
+  }
+  if (c->seq_len < 1 || c->micro_batch_size < 1 || c->global_batch_size < 1)
+    return error_set(err, ERR_CONFIG, "sequence length, micro-batch size and global batch size must be >= 1");
+  long tcp = (long)p->tp * p->cp * p->pp;
+  if (gpus % tcp)
+    return error_set(err, ERR_CONFIG, "tp x cp x pp = %ld does not divide the %d GPUs; the data-parallel size would "
+                     "not be whole", tcp, gpus);
+  int dp = (int)(gpus / tcp);
+  if (p->dp > 0 && p->dp != dp)
+    return error_set(err, ERR_CONFIG, "dp %d does not match %d GPUs / (tp %d x cp %d x pp %d) = %d", p->dp, gpus,
+                     p->tp, p->cp, p->pp, dp);
+  p->dp = dp;
+  long moe_block = (long)p->etp * p->ep * p->pp;
+  if (gpus % moe_block)
+    return error_set(err, ERR_CONFIG, "etp x ep x pp = %ld does not divide the %d GPUs; the expert data-parallel "
+                     "size would not be whole", moe_block, gpus);
+  p->edp = (int)(gpus / moe_block);
+  long per_step = (long)dp * c->micro_batch_size;
+  if (c->global_batch_size % per_step)
+    return error_set(err, ERR_CONFIG, "global batch %d is not a multiple of dp %d x micro-batch %d = %ld",
+                     c->global_batch_size, dp, c->micro_batch_size, per_step);
+  c->microbatches = (int)(c->global_batch_size / per_step);
+  if (m) {
+    int kv = model_config_kv_heads(m);
+    if (!divides(p->tp, m->num_heads))
+      return error_set(err, ERR_CONFIG, "tp %d must divide the %d attention heads", p->tp, m->num_heads);
+    if (!divides(p->tp, kv) && !divides(kv, p->tp))
+      return error_set(err, ERR_CONFIG, "tp %d and the %d key/value heads must divide one another", p->tp, kv);
+    if (c->seq_len % (2 * p->cp))
+      return error_set(err, ERR_CONFIG, "cp %d needs the sequence length (%d) to split into 2 x cp = %d chunks",
+                       p->cp, c->seq_len, 2 * p->cp);
+    if ((long)p->pp * p->vpp > m->num_layers)
+      return error_set(err, ERR_CONFIG, "pp %d x vpp %d = %d stages but the model has only %d layers", p->pp, p->vpp,
+                       p->pp * p->vpp, m->num_layers);
+    if (m->num_experts > 0) {
+      if (!divides(p->ep, m->num_experts))
+        return error_set(err, ERR_CONFIG, "ep %d must divide the %d experts", p->ep, m->num_experts);
+      if (!divides(p->etp, m->moe_intermediate_size))
+        return error_set(err, ERR_CONFIG, "etp %d must divide the expert FFN size %d", p->etp,
+                         m->moe_intermediate_size);
+    }
+    if (m->intermediate_size > 0 && m->num_layers > model_config_num_moe_layers(m) &&
+        !divides(p->tp, m->intermediate_size))
+      return error_set(err, ERR_CONFIG, "tp %d must divide the FFN size %d", p->tp, m->intermediate_size);
+    if (m->shared_expert_intermediate_size > 0 && !divides(p->tp, m->shared_expert_intermediate_size))
+      return error_set(err, ERR_CONFIG, "tp %d must divide the shared-expert FFN size %d", p->tp,
+                       m->shared_expert_intermediate_size);
+    if (!divides(p->tp, m->vocab_size))
+      return error_set(err, ERR_CONFIG, "tp %d must divide the vocabulary (%d) for the vocab-parallel LM head", p->tp,
+                       m->vocab_size);
+  }
+  if (c->schedule != SCHED_SCHEDULE_GPIPE)
+    c->schedule = p->vpp > 1 ? SCHED_SCHEDULE_INTERLEAVED : p->pp > 1 ? SCHED_SCHEDULE_1F1B : SCHED_SCHEDULE_NONE;
+  else if (p->vpp > 1)
+    return error_set(err, ERR_CONFIG, "schedule gpipe runs one chunk per rank: vpp must be 1 (got %d)", p->vpp);
+  SchedConfig sc;
+  memset(&sc, 0, sizeof sc);
+  sc.schedule = c->schedule;
+  sc.pp = p->pp;
+  sc.vpp = p->vpp;
+  sc.microbatches = c->microbatches;
+  int rc = sched_config_validate(&sc, err);
+  if (rc) return rc;
+  if (c->num_given_layers) {
+    if (c->num_given_layers != p->pp * p->vpp)
+      return error_set(err, ERR_CONFIG, "%d layer counts given for pp %d x vpp %d = %d stages", c->num_given_layers,
+                       p->pp, p->vpp, p->pp * p->vpp);
+    long sum = 0;
+    for (int s = 0; s < c->num_given_layers; s++) {
+      if (c->layers_per_stage[s] < 1)
+        return error_set(err, ERR_CONFIG, "stage %d has %d layers; every stage needs at least one", s,
+                         c->layers_per_stage[s]);
+      sum += c->layers_per_stage[s];
+    }
+    if (m && sum != m->num_layers)
+      return error_set(err, ERR_CONFIG, "the layers per stage sum to %ld but the model has %d layers", sum,
+                       m->num_layers);
+  }
+  if (c->dtype != PLAN_DTYPE_BF16 && c->dtype != PLAN_DTYPE_FP32 && c->dtype != PLAN_DTYPE_FP16)
+    return error_set(err, ERR_CONFIG, "training precision %s is not modelled (use bf16, fp16 or fp32)",
+                     plan_dtype_name(c->dtype));
+  if (cl && !(cl->peak_flops[c->dtype] > 0))
+    return error_set(err, ERR_CONFIG, "cluster %s gives no peak for %s (peak_tflops.%s in %s)", cl->name,
+                     plan_dtype_name(c->dtype), plan_dtype_name(c->dtype), cl->origin);
+  return ERR_OK;
+}
+
+int plan_attention_rank(const PlanParallel *p, int tp_i, int cp_i, int dp_i, int pp_i) {
+  return tp_i + p->tp * (cp_i + p->cp * (dp_i + p->dp * pp_i));
+}
+
+void plan_group_shape(const PlanConfig *c, PlanGroupKind kind, int *size, int *stride) {
+  const PlanParallel *p = &c->par;
+  switch (kind) {
+    case PLAN_GROUP_TP: *size = p->tp, *stride = 1; break;
+    case PLAN_GROUP_CP: *size = p->cp, *stride = p->tp; break;
+    case PLAN_GROUP_DP: *size = p->dp, *stride = p->tp * p->cp; break;
+    case PLAN_GROUP_DPCP: *size = p->dp * p->cp, *stride = p->tp; break;
+    case PLAN_GROUP_PP: *size = p->pp, *stride = p->tp * p->cp * p->dp; break;
+    case PLAN_GROUP_ETP: *size = p->etp, *stride = 1; break;
+    case PLAN_GROUP_EP: *size = p->ep, *stride = p->etp; break;
+    case PLAN_GROUP_EDP: *size = p->edp, *stride = p->etp * p->ep; break;
+    default: *size = 1, *stride = 1; break;
+  }
+}
+
+static int slower(PlanLink a, PlanLink b) {
+  return a.bandwidth < b.bandwidth || (a.bandwidth == b.bandwidth && a.latency > b.latency);
+}
+
+int plan_group_topology(const ClusterSpec *cl, const PlanConfig *c, PlanGroupKind kind, PlanGroupTopo *out) {
+  memset(out, 0, sizeof *out);
+  int n, st;
+  plan_group_shape(c, kind, &n, &st);
+  out->size = n;
+  out->stride = st;
+  out->nodes = 1;
+  out->per_node = n;
+  out->intra = cl->link[PLAN_LEVEL_INTRA];
+  out->inter = cl->link[PLAN_LEVEL_INTER];
+  int world = plan_config_world(c);
+  if (n <= 1) return ERR_OK;
+  int D = cl->devices_per_node;
+  int worst_nodes = 0, worst_per_node = INT_MAX;
+  int have_intra = 0, have_inter = 0;
+  /* Without a link matrix a group's shape depends only on its first
+   * device's position inside its node, so one group per position suffices. */
+  unsigned char *seen = cl->link_devices ? NULL : calloc((size_t)D, 1);
+  for (int base = 0; base < world; base++) {
+    if ((base / st) % n) continue; /* not the first member of its group */
+    if (seen) {
+      if (seen[base % D]) continue;
+      seen[base % D] = 1;
+    }
+    /* Members are base + i st; nodes appear in increasing order. */
+    int nodes = 0, per_node = INT_MAX, run = 0, prev_node = -1;
+    for (int i = 0; i < n; i++) {
+      int dev = base + i * st;
+      int node = dev / D;
+      if (node != prev_node) {
+        if (run) per_node = run < per_node ? run : per_node;
+        nodes++;
+        run = 0;
+        prev_node = node;
+      }
+      run++;
+      if (cl->link_devices) {
+        int next = base + ((i + 1) % n) * st;
+        PlanLink l = cluster_spec_device_link(cl, dev, next);
+        if (next / D == node) {
+          if (!have_intra || slower(l, out->intra)) out->intra = l;
+          have_intra = 1;
+        } else {
+          if (!have_inter || slower(l, out->inter)) out->inter = l;
+          have_inter = 1;
+        }
+      }
+    }
+    if (run) per_node = run < per_node ? run : per_node;
+    if (nodes > worst_nodes || (nodes == worst_nodes && per_node < worst_per_node)) {
+      worst_nodes = nodes;
+      worst_per_node = per_node;
+    }
+  }
+  free(seen);
+  out->nodes = worst_nodes;
+  out->per_node = worst_per_node;
+  return ERR_OK;
+}

@@ -1,0 +1,140 @@
+/* One training configuration as the planner sees it (parallel sizes,
+ * batch, recomputation, optimizer sharding, schedule, partition), the
+ * software assumptions it is priced under, and where each parallel group
+ * lands on the cluster.
+ *
+ * Ranks map to devices one to one (rank r runs on device r, node r /
+ * devices_per_node). Both grids cover the same ranks (DESIGN.md):
+ *   attention  tp-cp-dp-pp   rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i))
+ *   MoE        etp-ep-edp-pp rank = etp_i + etp (ep_i + ep (edp_i + edp pp_i))
+ * so TP and ETP are the fastest-varying (densest, inside a node first) and
+ * pipeline groups agree. Dense gradients reduce over DP x CP, expert
+ * gradients over EDP. */
+#ifndef FIVEFOLD_PLAN_PARALLEL_H
+#define FIVEFOLD_PLAN_PARALLEL_H
+
+#include "base/error.h"
+#include "model/config.h"
+#include "plan/cluster.h"
+#include "sched/program.h"
+
+typedef enum PlanRecompute {
+  PLAN_RECOMPUTE_NONE = 0,
+  PLAN_RECOMPUTE_SELECTIVE, /* the attention core (softmax(QK^T)V) is recomputed in backward */
+  PLAN_RECOMPUTE_FULL,      /* every block's forward is recomputed from its input */
+  PLAN_NUM_RECOMPUTE
+} PlanRecompute;
+
+const char *plan_recompute_name(PlanRecompute r); /* "none", "selective", "full" */
+int plan_recompute_from_name(const char *name, PlanRecompute *r);
+
+typedef struct PlanParallel {
+  int tp, cp, dp, pp, vpp; /* attention grid (+ virtual stages per pipeline rank) */
+  int ep, etp, edp;        /* MoE grid; edp = world / (etp ep pp) */
+} PlanParallel;
+
+#define PLAN_MAX_STAGES 1024
+
+typedef struct PlanConfig {
+  PlanParallel par;
+  int seq_len;
+  int micro_batch_size;  /* sequences per micro-batch per data-parallel replica */
+  int global_batch_size; /* sequences per iteration */
+  int microbatches;      /* derived: global / (dp x micro) */
+  PlanRecompute recompute;
+  int distributed_optimizer; /* ZeRO-1: optimizer state sharded over the data-parallel group */
+  PlanDtype dtype;           /* training precision: bf16 (mixed) or fp32 */
+  SchedScheduleKind schedule; /* derived by plan_config_finish unless set to gpipe */
+  int num_given_layers;       /* entries in layers_per_stage; 0 = the planner chooses */
+  int layers_per_stage[PLAN_MAX_STAGES];
+} PlanConfig;
+
+typedef enum PlanCollAlgo {
+  PLAN_ALGO_AUTO = 0, /* the fastest of the three, as a tuned library would pick */
+  PLAN_ALGO_RING,
+  PLAN_ALGO_TREE,
+  PLAN_ALGO_HIERARCHICAL,
+  PLAN_NUM_ALGOS
+} PlanCollAlgo;
+
+const char *plan_algo_name(PlanCollAlgo algo);
+
+/* Software assumptions (how the runtime overlaps and balances), separate
+ * from the hardware in ClusterSpec. Defaults: plan_options_default, each
+ * explained in docs/planner.md. Overlap fractions are in [0, 1]: the share
+ * of a communication that hides behind independent compute. */
+typedef struct PlanOptions {
+  double moe_imbalance;       /* busiest expert's load / mean load (dropless routing) */
+  const double *expert_load;  /* optional measured tokens-per-expert distribution */
+  int num_expert_load;        /* entries in expert_load (= num_experts when given) */
+  double tp_overlap;          /* TP all-gather / reduce-scatter behind GEMMs */
+  double cp_overlap;          /* CP ring K/V exchange behind the attention blocks */
+  double ep_overlap;          /* MoE all-to-all behind expert compute */
+  double dp_overlap;          /* gradient buckets reduced behind the backward pass */
+  double param_gather_overlap; /* distributed optimizer: parameter all-gather behind the next forward */
+  int grad_reduce_bytes;      /* bytes per gradient element in the reduction (4: fp32) */
+  double bucket_params;       /* gradient bucket size in parameters */
+  double dropless_sync;       /* s: host synchronisation per dropless MoE layer and pass */
+  double send_overhead;       /* s: compute-stream time to post one pipeline send */
+  PlanCollAlgo algo;          /* collective algorithm */
+} PlanOptions;
+
+void plan_options_default(PlanOptions *opt);
+
+/* Fills defaults into a config: dp, microbatches, edp, schedule (none for
+ * pp 1, interleaved for vpp > 1, else 1f1b unless gpipe was asked for),
+ * and checks it against the model, the GPU count and the cluster: every
+ * size divides what it must, the batch splits into micro-batches, the
+ * schedule can be built, TP divides the heads, EP the experts, ETP the
+ * expert FFN, CP the sequence into 2 CP chunks. The message says what to
+ * change. */
+int plan_config_finish(PlanConfig *cfg, const ModelConfig *model, const ClusterSpec *cluster, int gpus, Error *err);
+
+/* A config with all sizes 1 and the given batch; dtype bf16. */
+void plan_config_init(PlanConfig *cfg, int seq_len, int global_batch, int micro_batch);
+
+int plan_config_world(const PlanConfig *cfg);
+
+/* 1 when the MoE grid is not the one the attention grid implies (expert TP
+ * differs from TP, or EP is not a sub-group of DP): MoE parallel folding. */
+int plan_config_is_folded(const PlanConfig *cfg);
+
+/* "tp2 cp1 dp8 pp8 vpp7 | ep8 etp1 edp2 | mbs1 interleaved, recompute none, distopt". */
+const char *plan_config_describe(const PlanConfig *cfg, char *buf, size_t size);
+
+/* ---- groups on the cluster ---- */
+
+typedef enum PlanGroupKind {
+  PLAN_GROUP_TP = 0,
+  PLAN_GROUP_CP,
+  PLAN_GROUP_DP,
+  PLAN_GROUP_DPCP, /* dense gradient reduction */
+  PLAN_GROUP_PP,
+  PLAN_GROUP_ETP,
+  PLAN_GROUP_EP,
+  PLAN_GROUP_EDP,
+  PLAN_NUM_GROUP_KINDS
+} PlanGroupKind;
+
+const char *plan_group_name(PlanGroupKind kind);
+
+/* Where one kind of group lands. Groups of a kind are congruent on regular
+ * clusters; when they are not, the worst one is described (most nodes,
+ * fewest members on a node, slowest links). */
+typedef struct PlanGroupTopo {
+  int size;       /* ranks per group */
+  int stride;     /* rank distance between consecutive members */
+  int nodes;      /* nodes the worst group spans */
+  int per_node;   /* fewest members on one of its nodes */
+  PlanLink intra; /* slowest nominal link between ring neighbours on one node */
+  PlanLink inter; /* slowest nominal link between ring neighbours on different nodes */
+} PlanGroupTopo;
+
+/* Members of a group are base + i x stride, i < size. */
+void plan_group_shape(const PlanConfig *cfg, PlanGroupKind kind, int *size, int *stride);
+int plan_group_topology(const ClusterSpec *cluster, const PlanConfig *cfg, PlanGroupKind kind, PlanGroupTopo *out);
+
+/* Rank (= device) of attention-grid coordinates. */
+int plan_attention_rank(const PlanParallel *par, int tp_i, int cp_i, int dp_i, int pp_i);
+
+#endif

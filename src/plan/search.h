@@ -1,0 +1,86 @@
+/* The search: which parallel configuration to book.
+ *
+ * It enumerates TP, CP, PP, VPP (DP derived), EP and ETP (EDP derived;
+ * folding lets the MoE grid differ from the attention grid over the same
+ * ranks, PP shared), micro-batch size, recomputation and the distributed
+ * optimizer, keeps what divides (parallel.h's rules) and fits in memory, and
+ * ranks the rest by simulated step time (simulate.h). TP and ETP stay inside
+ * a node.
+ *
+ * Pruning, in order:
+ *  - memory lower bound: the model state of the average pipeline rank
+ *    (before any partition is chosen) must fit;
+ *  - memory: the chosen partition's peak over the schedule must fit;
+ *  - dominated: among variants of one layout that fit, more recomputation
+ *    and an unsharded optimizer are never faster under this cost model, so
+ *    only the one with the least recomputation and sharding (when allowed)
+ *    goes on;
+ *  - bound: candidates are simulated in order of a lower bound on their step
+ *    time (plan_stage_costs_lower_bound) and the rest are dropped once the
+ *    bound reaches the K-th best simulated time.
+ * The survivors' programs come from sched/ exactly as the executor would run
+ * them, so the ranking accounts for bubbles, exposed transfers and uneven
+ * stages, not just a formula. */
+#ifndef FIVEFOLD_PLAN_SEARCH_H
+#define FIVEFOLD_PLAN_SEARCH_H
+
+#include <stdio.h>
+
+#include "base/error.h"
+#include "plan/simulate.h"
+
+typedef struct PlanSearchSpace {
+  int gpus, seq_len, global_batch_size;
+  PlanDtype dtype;
+  int max_tp, max_cp, max_pp, max_vpp, max_ep, max_etp; /* 0: no limit beyond the rules */
+  int micro_batch_sizes[8];
+  int num_micro_batch_sizes; /* 0: 1, 2, 4, 8 */
+  int allow_folding;         /* 0: ETP = TP and EP a sub-group of DP (the coupled layout) */
+  int allow_recompute[PLAN_NUM_RECOMPUTE];
+  int allow_distributed_optimizer; /* 1: may shard; 0: never */
+  int require_distributed_optimizer;
+} PlanSearchSpace;
+
+void plan_search_space_default(PlanSearchSpace *space, int gpus, int seq_len, int global_batch_size);
+
+typedef struct PlanSearchStats {
+  long considered;       /* complete configurations that satisfy the divisibility rules */
+  long pruned_memory_lb; /* dropped by the model-state lower bound */
+  long pruned_memory;    /* dropped because the peak does not fit */
+  long pruned_dominated; /* more recomputation or an unsharded optimizer than a variant that fits */
+  long pruned_bound;     /* lower bound no better than the K-th best */
+  long simulated;
+} PlanSearchStats;
+
+typedef struct PlanSearchResult {
+  PlanResult *top; /* best first */
+  int num_top;
+  PlanSearchStats stats;
+} PlanSearchResult;
+
+int plan_search(const ModelConfig *model, const ClusterSpec *cluster, const PlanOptions *opt,
+                const PlanSearchSpace *space, int top_k, PlanSearchResult *out, Error *err);
+void plan_search_result_free(PlanSearchResult *r);
+
+/* ---- output (search_output.c) ---- */
+
+/* The ranked table: rank, layout, schedule, predicted MFU, step time,
+ * tokens/s, peak memory per GPU, bottleneck; then how many were considered
+ * and pruned. */
+void plan_search_print_table(const PlanSearchResult *r, const ClusterSpec *cluster, FILE *f);
+
+/* One-line header for a configuration table and a row (shared with simulate). */
+void plan_result_print_header(FILE *f);
+void plan_result_print_row(const PlanResult *r, int rank, FILE *f);
+
+/* The plan file `fivefold train --plan` reads:
+ * {"format": "fivefold.plan", "version": 1, "model", "cluster", "gpus", "seq_length",
+ *  "parallel": {tp, cp, dp, pp, vpp, ep, etp, edp, micro_batch_size, global_batch_size,
+ *               schedule, recompute, distributed_optimizer, layers_per_stage},
+ *  "prediction": {step_time_s, mfu, tokens_per_s, bubble_fraction, peak_memory_GiB,
+ *                 memory_GiB_per_stage, bottleneck, breakdown_s},
+ *  "search": {considered, pruned, simulated} (when a search produced it)} */
+int plan_write_json(const PlanResult *best, const PlanSearchStats *stats, const char *model_name,
+                    const char *cluster_name, const char *path, Error *err);
+
+#endif

@@ -1,0 +1,339 @@
+/* The simulator (simulate.h): stage costs from the cost model, the program
+ * from sched_build, prices per action, max-plus evaluation, and the
+ * critical rank's breakdown. */
+#include "plan/simulate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/flops.h"
+#include "plan/stages.h"
+#include "sched/builders.h"
+#include "sched/evaluate.h"
+#include "sched/trace_json.h"
+
+void plan_stage_costs_free(PlanStageCosts *sc) {
+  if (!sc) return;
+  sched_partition_free(&sc->part);
+  free(sc->stage);
+  free(sc->grad_reduce);
+  free(sc->grad_reduce_full);
+  free(sc->optim_compute);
+  free(sc->optim_comm);
+  free(sc->link_next);
+  free(sc->link_prev);
+  memset(sc, 0, sizeof *sc);
+}
+
+/* The chunk's gradient reduction before overlap, and how many buckets it
+ * splits into. */
+static double stage_reduction(const PlanCostModel *cm, PlanParams params, int *buckets) {
+  const PlanConfig *cfg = cm->cfg;
+  const PlanOptions *o = cm->opt;
+  PlanCollective kind = cfg->distributed_optimizer ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE;
+  double t = plan_collective_time(cm->cluster, &cm->group[PLAN_GROUP_DPCP], kind, params.dense * o->grad_reduce_bytes,
+                                  o->algo, NULL);
+  t += plan_collective_time(cm->cluster, &cm->group[PLAN_GROUP_EDP], kind, params.expert * o->grad_reduce_bytes,
+                            o->algo, NULL);
+  double b = ceil((params.dense + params.expert) / (o->bucket_params > 0 ? o->bucket_params : 1e300));
+  *buckets = b < 1 ? 1 : (int)fmin(b, 1e6);
+  return t;
+}
+
+int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *err) {
+  memset(sc, 0, sizeof *sc);
+  const PlanConfig *cfg = cm->cfg;
+  const ModelConfig *m = cm->model;
+  const PlanOptions *o = cm->opt;
+  int P = cfg->par.pp, V = cfg->par.vpp, S = P * V;
+  sc->pp = P;
+  sc->vpp = V;
+  sc->num_stages = S;
+  sc->send_overhead = o->send_overhead;
+  int rc = plan_stages_choose(cm, &sc->part, err);
+  if (rc) return rc;
+  sc->stage = calloc((size_t)S, sizeof *sc->stage);
+  sc->grad_reduce = calloc((size_t)S, sizeof *sc->grad_reduce);
+  sc->grad_reduce_full = calloc((size_t)S, sizeof *sc->grad_reduce_full);
+  sc->optim_compute = calloc((size_t)P, sizeof *sc->optim_compute);
+  sc->optim_comm = calloc((size_t)P, sizeof *sc->optim_comm);
+  sc->link_next = calloc((size_t)P, sizeof *sc->link_next);
+  sc->link_prev = calloc((size_t)P, sizeof *sc->link_prev);
+  if (!sc->stage || !sc->grad_reduce || !sc->grad_reduce_full || !sc->optim_compute || !sc->optim_comm ||
+      !sc->link_next || !sc->link_prev) {
+    plan_stage_costs_free(sc);
+    return error_set(err, ERR_NOMEM, "simulate: out of memory");
+  }
+  double d_dense = (double)cfg->par.dp * cfg->par.cp, d_expert = cfg->par.edp;
+  int mixed = cfg->dtype != PLAN_DTYPE_FP32 && cfg->dtype != PLAN_DTYPE_TF32;
+  /* Adam streams per local parameter: grad read, master, m and v read and
+   * written, and (mixed precision) the low-precision copy written. */
+  double update_bytes = mixed ? 4 + 3 * 8 + 2 : 4 + 3 * 8;
+  double elt = plan_dtype_bytes(cfg->dtype);
+  for (int s = 0; s < S; s++) {
+    PlanPassCost *pc = &sc->stage[s];
+    for (int l = sc->part.first_layer[s]; l < sc->part.first_layer[s] + sc->part.layers[s]; l++) {
+      const PlanPassCost *lc = plan_layer_cost(cm, l);
+      plan_breakdown_add(&pc->fwd, &lc->fwd, 1.0);
+      plan_breakdown_add(&pc->bwd, &lc->bwd, 1.0);
+    }
+    if (s == 0) {
+      plan_breakdown_add(&pc->fwd, &cm->embedding.fwd, 1.0);
+      plan_breakdown_add(&pc->bwd, &cm->embedding.bwd, 1.0);
+    }
+    if (s == S - 1) {
+      plan_breakdown_add(&pc->fwd, &cm->head.fwd, 1.0);
+      plan_breakdown_add(&pc->bwd, &cm->head.bwd, 1.0);
+    }
+    pc->fwd_total = plan_breakdown_total(&pc->fwd);
+    pc->bwd_total = plan_breakdown_total(&pc->bwd);
+
+    PlanParams params = plan_stage_params(m, cfg, &sc->part, s);
+    int buckets;
+    double full = stage_reduction(cm, params, &buckets);
+    /* Tied embeddings across stages: the first and last stage add their
+     * copies' gradients (two messages over the pipeline link). */
+    if (m->tie_word_embeddings && S > 1 && (s == 0 || s == S - 1))
+      full += 2 * plan_pp_transfer_time(cm, 0, P - 1, plan_embedding_params(m, cfg).dense * o->grad_reduce_bytes);
+    double hidden = o->dp_overlap * (1.0 - 1.0 / buckets) * pc->bwd_total;
+    sc->grad_reduce_full[s] = full;
+    sc->grad_reduce[s] = fmax(full - hidden, full / buckets);
+
+    int r = s % P;
+    double local = cfg->distributed_optimizer ? params.dense / d_dense + params.expert / d_expert
+                                              : params.dense + params.expert;
+    sc->optim_compute[r] += plan_memory_time(cm->cluster, local * update_bytes);
+    if (cfg->distributed_optimizer) {
+      double gather = plan_collective_time(cm->cluster, &cm->group[PLAN_GROUP_DPCP], PLAN_COLL_ALL_GATHER,
+                                           params.dense * elt, o->algo, NULL) +
+                      plan_collective_time(cm->cluster, &cm->group[PLAN_GROUP_EDP], PLAN_COLL_ALL_GATHER,
+                                           params.expert * elt, o->algo, NULL);
+      /* Buckets gather while the next step's forward runs; the first waits. */
+      sc->optim_comm[r] += gather * (1.0 - o->param_gather_overlap * (1.0 - 1.0 / buckets));
+    }
+  }
+  for (int r = 0; r < P; r++) {
+    sc->link_next[r] = plan_pp_transfer_time(cm, r, (r + 1) % P, cm->p2p_bytes);
+    sc->link_prev[r] = plan_pp_transfer_time(cm, r, (r + P - 1) % P, cm->p2p_bytes);
+  }
+  return ERR_OK;
+}
+
+double plan_stage_costs_lower_bound(const PlanStageCosts *sc, int m) {
+  int P = sc->pp, V = sc->vpp;
+  double best = 0, prefix = 0; /* prefix: forward + backward of chunk-0 stages before rank r */
+  for (int r = 0; r < P; r++) {
+    double busy = 0;
+    for (int c = 0; c < V; c++) busy += sc->stage[c * P + r].fwd_total + sc->stage[c * P + r].bwd_total;
+    double bound = prefix + m * busy + sc->optim_compute[0] + sc->optim_comm[0];
+    if (bound > best) best = bound;
+    prefix += sc->stage[r].fwd_total + sc->stage[r].bwd_total;
+  }
+  return best;
+}
+
+/* ---- pricing callbacks ---- */
+
+static int action_stage(const PlanStageCosts *sc, const SchedAction *a) {
+  if (a->stage >= 0) return a->stage;
+  int chunk = a->chunk >= 0 ? a->chunk : a->bucket;
+  return chunk >= 0 ? chunk * sc->pp + a->rank : -1;
+}
+
+static double action_cost(const SchedAction *a, void *ctx) {
+  const PlanStageCosts *sc = ctx;
+  int s = action_stage(sc, a);
+  switch (a->kind) {
+    case SCHED_FWD: return s >= 0 && s < sc->num_stages ? sc->stage[s].fwd_total : 0.0;
+    case SCHED_BWD: return s >= 0 && s < sc->num_stages ? sc->stage[s].bwd_total : 0.0;
+    case SCHED_SEND_ACT:
+    case SCHED_SEND_GRAD: return sc->send_overhead;
+    case SCHED_GRAD_REDUCE: return s >= 0 && s < sc->num_stages ? sc->grad_reduce[s] : 0.0;
+    case SCHED_OPTIM: return sc->optim_compute[a->rank] + sc->optim_comm[a->rank];
+    default: return 0.0;
+  }
+}
+
+static double transfer_cost(const SchedAction *send, const SchedAction *recv, void *ctx) {
+  const PlanStageCosts *sc = ctx;
+  if (recv->rank == (send->rank + 1) % sc->pp) return sc->link_next[send->rank];
+  return sc->link_prev[send->rank];
+}
+
+/* ---- results ---- */
+
+void plan_result_free(PlanResult *r) {
+  if (!r) return;
+  free(r->stage);
+  free(r->memory);
+  r->stage = NULL;
+  r->memory = NULL;
+}
+
+int plan_result_copy(PlanResult *dst, const PlanResult *src) {
+  *dst = *src;
+  dst->stage = malloc((size_t)src->num_stages * sizeof *dst->stage);
+  dst->memory = malloc((size_t)src->pp * sizeof *dst->memory);
+  if (!dst->stage || !dst->memory) {
+    plan_result_free(dst);
+    return ERR_NOMEM;
+  }
+  memcpy(dst->stage, src->stage, (size_t)src->num_stages * sizeof *dst->stage);
+  memcpy(dst->memory, src->memory, (size_t)src->pp * sizeof *dst->memory);
+  return ERR_OK;
+}
+
+static int is_useful(PlanComponent c) {
+  return c == PLAN_COMP_ATTN_GEMM || c == PLAN_COMP_ATTN_CORE || c == PLAN_COMP_MLP_GEMM ||
+         c == PLAN_COMP_EXPERT_GEMM || c == PLAN_COMP_LM_HEAD || c == PLAN_COMP_EMBEDDING;
+}
+
+const char *plan_result_bottleneck(const PlanResult *r, char *buf, size_t size) {
+  int worst = -1;
+  for (int c = 0; c < PLAN_NUM_COMPONENTS; c++)
+    if (!is_useful((PlanComponent)c) && (worst < 0 || r->breakdown.t[c] > r->breakdown.t[worst])) worst = c;
+  if (worst < 0 || !(r->step_time > 0) || r->breakdown.t[worst] < 0.05 * r->step_time)
+    snprintf(buf, size, "compute");
+  else
+    snprintf(buf, size, "%s", plan_component_name((PlanComponent)worst));
+  return buf;
+}
+
+/* The critical rank's step, component by component. */
+static void critical_breakdown(const SchedProgram *prog, const SchedEval *ev, const PlanStageCosts *sc, int rank,
+                               double exposed_p2p, PlanBreakdown *out) {
+  memset(out, 0, sizeof *out);
+  int n;
+  const SchedAction *list = sched_program_rank_actions(prog, rank, &n);
+  int prev_compute = -1;
+  for (int i = 0; i < n; i++) {
+    const SchedAction *a = &list[i];
+    int s = action_stage(sc, a);
+    switch (a->kind) {
+      case SCHED_FWD: plan_breakdown_add(out, &sc->stage[s].fwd, 1.0); break;
+      case SCHED_BWD: plan_breakdown_add(out, &sc->stage[s].bwd, 1.0); break;
+      case SCHED_SEND_ACT:
+      case SCHED_SEND_GRAD: out->t[PLAN_COMP_PP_COMM] += sc->send_overhead; break;
+      case SCHED_OPTIM:
+        out->t[PLAN_COMP_OPTIMIZER] += sc->optim_compute[rank];
+        out->t[PLAN_COMP_DP_COMM] += sc->optim_comm[rank];
+        /* OPTIM waits for the reductions: a gap after the last compute is
+         * reduction time that did not hide behind the backward. */
+        if (prev_compute >= 0) {
+          double gap = ev->start[a->id] - ev->finish[prev_compute];
+          if (gap > 0) out->t[PLAN_COMP_DP_COMM] += gap;
+        }
+        break;
+      default: break;
+    }
+    if (a->stream == SCHED_STREAM_COMPUTE) prev_compute = a->id;
+  }
+  out->t[PLAN_COMP_PP_COMM] += exposed_p2p;
+  double makespan = ev->rank_finish[rank];
+  double idle = makespan - plan_breakdown_total(out);
+  if (idle < 0) {
+    /* The exposed-transfer estimate came from another evaluation; never let
+     * it push the sum past the step. */
+    out->t[PLAN_COMP_PP_COMM] = fmax(0.0, out->t[PLAN_COMP_PP_COMM] + idle);
+    idle = makespan - plan_breakdown_total(out);
+  }
+  out->t[PLAN_COMP_BUBBLE] = idle > 0 ? idle : 0.0;
+}
+
+int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *opt, const PlanConfig *cfg_in,
+                  const PlanSimOptions *sim, PlanTopoCache *cache, PlanResult *out, Error *err) {
+  memset(out, 0, sizeof *out);
+  PlanSimOptions none;
+  memset(&none, 0, sizeof none);
+  if (!sim) sim = &none;
+  out->cfg = *cfg_in;
+  PlanConfig *cfg = &out->cfg;
+  PlanCostModel cm;
+  int rc = plan_cost_model_init(&cm, m, cl, opt, cfg, cache, err);
+  if (rc) return rc;
+  PlanStageCosts sc;
+  rc = plan_stage_costs_build(&cm, &sc, err);
+  if (rc) return rc;
+  int P = sc.pp, S = sc.num_stages;
+  cfg->num_given_layers = S;
+  for (int s = 0; s < S; s++) cfg->layers_per_stage[s] = sc.part.layers[s];
+
+  SchedConfig sched;
+  memset(&sched, 0, sizeof sched);
+  sched.schedule = cfg->schedule;
+  sched.pp = P;
+  sched.vpp = sc.vpp;
+  sched.microbatches = cfg->microbatches;
+  double fsum = 0, bsum = 0;
+  for (int s = 0; s < S; s++) fsum += sc.stage[s].fwd_total, bsum += sc.stage[s].bwd_total;
+  /* Sends are placed for the costs the program is priced with. */
+  if (fsum > 0 && bsum > 0) {
+    sched.order_fwd_cost = 1.0;
+    sched.order_bwd_cost = bsum / fsum;
+  }
+  SchedProgram *prog = NULL;
+  rc = sched_build(&sched, &prog, err);
+  if (rc) {
+    plan_stage_costs_free(&sc);
+    return rc;
+  }
+  SchedEvalOptions eo;
+  memset(&eo, 0, sizeof eo);
+  eo.cost = action_cost;
+  eo.cost_ctx = &sc;
+  eo.transfer = transfer_cost;
+  eo.transfer_ctx = &sc;
+  eo.send_mode = SCHED_SEND_EAGER;
+  SchedEval ev;
+  rc = sched_evaluate(prog, &eo, &ev, err);
+  double exposed_p2p = 0;
+  if (!rc && sim->exposed_p2p) {
+    SchedEvalOptions free_links = eo;
+    free_links.transfer = NULL;
+    SchedEval ev_free;
+    rc = sched_evaluate(prog, &free_links, &ev_free, err);
+    if (!rc) exposed_p2p = fmax(0.0, ev.makespan - ev_free.makespan);
+    sched_eval_free(&ev_free);
+  }
+  if (!rc && sim->trace_path) rc = sched_trace_write(prog, &ev, 1e6, sim->trace_path, err);
+  if (rc) goto done;
+
+  out->step_time = ev.makespan;
+  out->bubble_fraction = ev.bubble_fraction;
+  out->pp = P;
+  out->num_stages = S;
+  out->critical_rank = 0;
+  for (int r = 1; r < P; r++)
+    if (ev.rank_finish[r] > ev.rank_finish[out->critical_rank]) out->critical_rank = r;
+  critical_breakdown(prog, &ev, &sc, out->critical_rank, exposed_p2p, &out->breakdown);
+  int gpus = plan_config_world(cfg);
+  out->model_flops = model_flops_per_sequence(m, cfg->seq_len) * cfg->global_batch_size;
+  out->mfu = out->step_time > 0 ? out->model_flops / (out->step_time * gpus * plan_peak_flops(cl, cfg->dtype)) : 0;
+  out->tokens_per_s = out->step_time > 0 ? (double)cfg->global_batch_size * cfg->seq_len / out->step_time : 0;
+
+  out->stage = malloc((size_t)S * sizeof *out->stage);
+  out->memory = malloc((size_t)P * sizeof *out->memory);
+  if (!out->stage || !out->memory) {
+    rc = error_set(err, ERR_NOMEM, "simulate: out of memory");
+    goto done;
+  }
+  memcpy(out->stage, sc.stage, (size_t)S * sizeof *out->stage);
+  out->dense_layer = cm.dense_layer;
+  out->moe_layer = cm.moe_layer;
+  out->embedding = cm.embedding;
+  out->head = cm.head;
+  rc = plan_memory_estimate(m, cl, cfg, &sc.part, cm.expert_load, out->memory, err);
+  if (rc) goto done;
+  out->peak_memory = 0;
+  for (int r = 0; r < P; r++)
+    if (out->memory[r].total > out->peak_memory) out->peak_memory = out->memory[r].total;
+  out->fits = out->peak_memory <= plan_memory_capacity(cl);
+  plan_result_bottleneck(out, out->bottleneck, sizeof out->bottleneck);
+done:
+  sched_eval_free(&ev);
+  sched_program_free(prog);
+  plan_stage_costs_free(&sc);
+  if (rc) plan_result_free(out);
+  return rc;
+}
