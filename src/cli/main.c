@@ -1,21 +1,47 @@
-/* fivefold: one binary, subcommands. */
+/* fivefold: one binary, subcommands. The command table below is the one
+ * place a new subcommand is registered; `fivefold --help` lists it. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cli.h"
+#include "cli/cmd_plan.h"
+#include "cli/cmd_schedule.h"
+
+typedef struct Command {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv);
+} Command;
+
+static const Command COMMANDS[] = {
+    {"train", "train a model from a JSON run config (model, training, data sections)", cmd_train},
+    {"tokenize", "turn text files into token shards (train.bin, val.bin) for training", cmd_tokenize},
+    {"plan", "search the parallel configuration for a model on a cluster", cmd_plan},
+    {"simulate", "predict step time, bubbles and memory of one parallel configuration", cmd_simulate},
+    {"schedule", "build, check, print and price the per-rank program of one iteration", cmd_schedule},
+};
+#define NUM_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
+
 static void usage(FILE *f) {
+  fprintf(f, "usage: fivefold <command> [options]\n\ncommands:\n");
+  for (int i = 0; i < NUM_COMMANDS; i++) fprintf(f, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
   fprintf(f,
-          "usage: fivefold <command> [options]\n\n"
-          "commands:\n"
-          "  train     train a model from a JSON config\n\n"
-          "Run 'fivefold <command> --help' for the options of a command.\n");
+          "\nRun 'fivefold <command> --help' for the options of a command.\n"
+          "Quick start: make demo (prepares the KJV Bible corpus and trains a small MoE).\n");
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
   }
-  fprintf(stderr, "fivefold: unknown command '%s'\n", argv[1]);
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  for (int i = 0; i < NUM_COMMANDS; i++)
+    if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "fivefold: unknown command '%s'\n\n", argv[1]);
   usage(stderr);
   return 2;
 }

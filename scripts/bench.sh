@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# make bench: prints, in one run on this machine, the measured FMA peak and
+# sgemm speed, fivefold's training tokens/s and MFU for the reference MoE model
+# and its dense twin, and PyTorch's tokens/s on the same models with the same
+# thread count, with the ratio. Everything is run twice: with the environment
+# as it is, and with OPENBLAS_CORETYPE unset for both programs (OpenBLAS then
+# picks its kernels for the real CPU; PyTorch gets OMP_WAIT_POLICY=PASSIVE).
+# Figures only: nothing here passes or fails on time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+STEPS=${BENCH_STEPS:-6}
+TORCH_PY=/usr/bin/python3
+MODELS=(configs/models/ref-moe.json configs/models/ref-dense.json)
+THREADS_LIST=${BENCH_THREADS:-"1 2"}
+
+field() { # field NAME LINE -> value of NAME=value in LINE
+  sed -n "s/.*[ ^]$1=\([^ ]*\).*/\1/p" <<<"$2"
+}
+
+run_setting() {
+  local label=$1; shift
+  echo
+  echo "=== setting: $label ==="
+  for threads in $THREADS_LIST; do
+    "$@" env OMP_NUM_THREADS="$threads" "$BUILD/bench/bench_machine" "$threads"
+    for model in "${MODELS[@]}"; do
+      local ours theirs
+      ours=$("$@" env OMP_NUM_THREADS="$threads" "$BUILD/bench/bench_train" "$model" 8 256 "$STEPS" "$threads")
+      echo "$ours"
+      theirs=$("$@" env OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=PASSIVE \
+        "$TORCH_PY" bench/torch_bench.py "$model" 8 256 "$STEPS" "$threads")
+      echo "$theirs"
+      local a b
+      a=$(field tokens_per_s "$ours"); b=$(field tokens_per_s "$theirs")
+      printf 'ratio model=%s threads=%d fivefold_tokens_per_s=%s pytorch_tokens_per_s=%s fivefold_over_pytorch=%s mfu_pct=%s\n' \
+        "$model" "$threads" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2fx", a/b}')" "$(field mfu_pct "$ours")"
+    done
+  done
+}
+
+echo "fivefold benchmarks on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}"
+run_setting "environment as is (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>})" env
+run_setting "OPENBLAS_CORETYPE unset" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
+
+if [ -x "$BUILD/bench/bench_attention" ]; then
+  echo
+  echo "=== attention kernel ==="
+  "$BUILD/bench/bench_attention"
+fi

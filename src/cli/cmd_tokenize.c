@@ -1,0 +1,191 @@
+/* `fivefold tokenize`: text files -> token shards DIR/train.bin and
+ * DIR/val.bin. The validation split is the last --val-fraction of the
+ * concatenated text (moved back to the start of a line). Tokenizers plug in
+ * as a TextEncoder; today there is the byte-level one (vocab 256, token =
+ * byte value). A BPE mode (--vocab-size N) adds another encoder. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "train/metrics.h"
+#include "train/token_shard.h"
+
+typedef struct TextEncoder {
+  const char *name;
+  uint32_t vocab_size;
+  /* Appends the tokens of text[0, n) to the shard. */
+  int (*encode)(const struct TextEncoder *enc, const unsigned char *text, size_t n, TokenShardWriter *w, Error *err);
+} TextEncoder;
+
+static int encode_bytes(const TextEncoder *enc, const unsigned char *text, size_t n, TokenShardWriter *w,
+                        Error *err) {
+  (void)enc;
+  uint32_t buf[16384];
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < 16384 ? n - done : 16384;
+    for (size_t i = 0; i < k; i++) buf[i] = text[done + i];
+    int rc = token_shard_writer_append(w, buf, k, err);
+    if (rc) return rc;
+    done += k;
+  }
+  return 0;
+}
+
+static void tokenize_help(FILE *f) {
+  fprintf(f,
+          "usage: fivefold tokenize --byte-level --input FILE... --out DIR [--val-fraction X]\n\n"
+          "Concatenates the input text files, splits off the last fraction as validation text\n"
+          "(at a line start), and writes DIR/train.bin and DIR/val.bin token shards.\n\n"
+          "options:\n"
+          "  --byte-level             one token per byte (vocab 256); the only tokenizer so far\n"
+          "  --input FILE...          text files, read in the order given (one or more)\n"
+          "  --out DIR                output directory (created if missing)\n"
+          "  --val-fraction X         fraction of the text for validation, 0 <= X < 1 (default 0.05;\n"
+          "                           0 writes no val.bin)\n"
+          "  -h, --help               show this help\n");
+}
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "fivefold tokenize: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return code;
+}
+
+static int mkdir_p(const char *path) {
+  char buf[4096];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return ENAMETOOLONG;
+  for (char *p = buf + 1;; p++) {
+    if (*p == '/' || !*p) {
+      char saved = *p;
+      *p = '\0';
+      if (mkdir(buf, 0777) != 0 && errno != EEXIST) return errno;
+      *p = saved;
+      if (!saved) break;
+    }
+  }
+  struct stat st;
+  if (stat(path, &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+static int write_shard(const TextEncoder *enc, const char *path, const unsigned char *text, size_t n,
+                       uint64_t *count, Error *err) {
+  TokenShardWriter w;
+  int rc = token_shard_writer_open(&w, path, enc->vocab_size, err);
+  if (rc) return rc;
+  if ((rc = enc->encode(enc, text, n, &w, err))) {
+    token_shard_writer_abort(&w);
+    return rc;
+  }
+  *count = w.count;
+  if ((rc = token_shard_writer_commit(&w, err))) token_shard_writer_abort(&w);
+  return rc;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+  int byte_level = 0;
+  const char *out = NULL;
+  double val_fraction = 0.05;
+  const char **inputs = calloc((size_t)argc, sizeof *inputs);
+  int n_inputs = 0, code = 0;
+  unsigned char *text = NULL;
+  if (!inputs) return fail(1, "out of memory");
+  for (int i = 1; i < argc && !code; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      tokenize_help(stdout);
+      free(inputs);
+      return 0;
+    } else if (!strcmp(a, "--byte-level")) {
+      byte_level = 1;
+    } else if (!strcmp(a, "--input")) {
+      while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) inputs[n_inputs++] = argv[++i];
+      if (n_inputs == 0) code = fail(2, "--input needs one or more files");
+    } else if (!strcmp(a, "--out")) {
+      if (i + 1 >= argc) code = fail(2, "--out needs a directory");
+      else out = argv[++i];
+    } else if (!strcmp(a, "--val-fraction")) {
+      char *end;
+      const char *v = i + 1 < argc ? argv[++i] : "";
+      val_fraction = strtod(v, &end);
+      if (!*v || *end || !(val_fraction >= 0 && val_fraction < 1))
+        code = fail(2, "--val-fraction must be a number with 0 <= X < 1, got '%s'", v);
+    } else if (!strcmp(a, "--vocab-size")) {
+      code = fail(2, "--vocab-size (BPE tokenization) is not available yet; use --byte-level");
+    } else {
+      code = fail(2, "unknown option '%s' (see 'fivefold tokenize --help')", a);
+    }
+  }
+  if (!code && !byte_level) code = fail(2, "choose a tokenizer: --byte-level (see --help)");
+  if (!code && !n_inputs) code = fail(2, "no input files (--input FILE...)");
+  if (!code && !out) code = fail(2, "no output directory (--out DIR)");
+
+  /* Check every input before reading any, so a typo in the last of many
+   * files fails at once. */
+  size_t total = 0;
+  for (int i = 0; i < n_inputs && !code; i++) {
+    struct stat st;
+    if (stat(inputs[i], &st) != 0) code = fail(1, "cannot read input %s: %s", inputs[i], strerror(errno));
+    else if (!S_ISREG(st.st_mode)) code = fail(1, "input %s is not a regular file", inputs[i]);
+    else total += (size_t)st.st_size;
+  }
+  if (!code && total == 0) code = fail(1, "the input files are empty (expected text)");
+  if (!code) {
+    int e = mkdir_p(out);
+    if (e) code = fail(1, "cannot create output directory %s: %s", out, strerror(e));
+  }
+  if (!code && !(text = malloc(total))) code = fail(1, "out of memory for %zu bytes of text", total);
+  size_t len = 0;
+  for (int i = 0; i < n_inputs && !code; i++) {
+    FILE *f = fopen(inputs[i], "rb");
+    if (!f) {
+      code = fail(1, "cannot open %s: %s", inputs[i], strerror(errno));
+      break;
+    }
+    size_t got;
+    while (len < total && (got = fread(text + len, 1, total - len, f)) > 0) len += got;
+    if (ferror(f)) code = fail(1, "cannot read %s: %s", inputs[i], strerror(errno));
+    fclose(f);
+  }
+
+  if (!code) {
+    TextEncoder enc = {"byte-level", 256, encode_bytes};
+    size_t split = len - (size_t)((double)len * val_fraction);
+    /* Validation starts at a line start when there is one nearby. */
+    if (split < len) {
+      size_t s = split;
+      while (s > 0 && text[s - 1] != '\n' && split - s < 4096) s--;
+      if (s > 0 && text[s - 1] == '\n') split = s;
+    }
+    char path[4200];
+    uint64_t n_train = 0, n_val = 0;
+    Error err = {0};
+    snprintf(path, sizeof path, "%s/train.bin", out);
+    int rc = write_shard(&enc, path, text, split, &n_train, &err);
+    if (!rc && val_fraction > 0) {
+      snprintf(path, sizeof path, "%s/val.bin", out);
+      rc = write_shard(&enc, path, text + split, len - split, &n_val, &err);
+    }
+    if (rc) {
+      code = fail(1, "%s", err.msg);
+    } else {
+      char a[32], b[32], c[32];
+      printf("tokenize: %d file(s), %s bytes -> %s/train.bin %s tokens", n_inputs,
+             fmt_thousands(a, sizeof a, (double)len), out, fmt_thousands(b, sizeof b, (double)n_train));
+      if (val_fraction > 0) printf(", %s/val.bin %s tokens", out, fmt_thousands(c, sizeof c, (double)n_val));
+      printf(" (%s, vocab %u)\n", enc.name, enc.vocab_size);
+    }
+  }
+  free(text);
+  free(inputs);
+  return code;
+}

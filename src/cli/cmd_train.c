@@ -1,0 +1,144 @@
+/* `fivefold train --config FILE [overrides]`: loads and checks the run
+ * config, applies command-line overrides, opens the data and builds the
+ * model (so every input is validated before training starts), then runs the
+ * trainer. Ctrl-C stops after the current step with a final evaluation. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_interrupt(int sig) {
+  (void)sig;
+  if (g_stop) _exit(130); /* second Ctrl-C: leave now */
+  g_stop = 1;
+}
+
+static void train_help(FILE *f) {
+  fprintf(f,
+          "usage: fivefold train --config FILE [options]\n\n"
+          "Trains the model of a run config on its token shards. Prints a startup banner, a\n"
+          "log line every log_interval steps, the validation loss every eval_interval steps\n"
+          "and at the end, and writes config.json and metrics.jsonl to the output directory.\n"
+          "Ctrl-C stops after the current step (with a final evaluation); twice quits.\n\n"
+          "options:\n"
+          "  --config FILE          run configuration (JSON: model, training, data, out)\n"
+          "  --no-progress          no in-place progress line (default: drawn on a terminal)\n"
+          "  -h, --help             show this help\n\n"
+          "overrides (each replaces the config field in brackets; also --flag=value):\n");
+  train_config_print_flags(f);
+  fprintf(f,
+          "\nPaths in the config file are relative to the file; paths given here are relative to\n"
+          "the current directory. See README.md for every config field and the log line.\n");
+}
+
+static int fail(int code, const char *msg) {
+  fprintf(stderr, "fivefold train: %s\n", msg);
+  return code;
+}
+
+typedef struct Override {
+  const char *flag, *value;
+  char flag_buf[64];
+} Override;
+
+int cmd_train(int argc, char **argv) {
+  const char *config = NULL;
+  int no_progress = 0;
+  Override *ov = calloc((size_t)argc, sizeof *ov);
+  int n_ov = 0, code = 0;
+  char msg[1200];
+  if (!ov) return fail(1, "out of memory");
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      train_help(stdout);
+      free(ov);
+      return 0;
+    }
+    if (!strcmp(a, "--no-progress")) {
+      no_progress = 1;
+      continue;
+    }
+    const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+    char name[64];
+    const char *value;
+    if (eq) {
+      snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
+      value = eq + 1;
+    } else {
+      snprintf(name, sizeof name, "%s", a);
+      value = i + 1 < argc ? argv[i + 1] : NULL;
+      if (value && !strncmp(name, "--", 2)) i++;
+    }
+    if (!strcmp(name, "--config")) {
+      if (!value) {
+        free(ov);
+        return fail(2, "--config needs a file (usage: fivefold train --config FILE)");
+      }
+      config = value;
+      continue;
+    }
+    if (strncmp(name, "--", 2) != 0) {
+      snprintf(msg, sizeof msg, "unexpected argument '%s' (options start with --; see 'fivefold train --help')", a);
+      free(ov);
+      return fail(2, msg);
+    }
+    Error err = {0};
+    if (!train_config_is_flag(name)) {
+      TrainConfig probe;
+      train_config_defaults(&probe);
+      train_config_override(&probe, name, "", &err); /* builds the "did you mean" message */
+      free(ov);
+      return fail(2, err.msg);
+    }
+    if (!value) {
+      snprintf(msg, sizeof msg, "%s needs a value (see 'fivefold train --help')", name);
+      free(ov);
+      return fail(2, msg);
+    }
+    snprintf(ov[n_ov].flag_buf, sizeof ov[n_ov].flag_buf, "%s", name);
+    ov[n_ov].flag = ov[n_ov].flag_buf;
+    ov[n_ov].value = value;
+    n_ov++;
+  }
+  if (!config) {
+    free(ov);
+    return fail(2, "no config given (usage: fivefold train --config FILE [options]; see --help)");
+  }
+
+  Error err = {0};
+  TrainConfig cfg;
+  Trainer tr;
+  int have_trainer = 0;
+  if (train_config_load(&cfg, config, &err)) {
+    free(ov);
+    return fail(1, err.msg);
+  }
+  for (int i = 0; i < n_ov && !code; i++)
+    if (train_config_override(&cfg, ov[i].flag, ov[i].value, &err)) code = 2;
+  free(ov);
+  if (!code && train_config_finalize(&cfg, &err)) code = 1;
+  if (!code && trainer_create(&tr, &cfg, &err)) code = 1;
+  have_trainer = !code;
+  if (!code) {
+    TrainerOptions opts;
+    trainer_options_default(&opts);
+    if (no_progress) opts.progress = 0;
+    opts.stop = &g_stop;
+    signal(SIGINT, on_interrupt);
+    TrainSummary summary;
+    if (trainer_run(&tr, &opts, &summary, &err)) code = 1;
+    signal(SIGINT, SIG_DFL);
+  }
+  if (code) fail(code, err.msg);
+  if (have_trainer) trainer_free(&tr);
+  train_config_free(&cfg);
+  return code;
+}

@@ -1,0 +1,154 @@
+/* Log-line formatting, MoE imbalance, number formatting and the terminal
+ * progress line. */
+#include "train/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/timer.h"
+
+void interval_to_log_line(const IntervalStats *s, int step, int total_steps, double peak_gflops, int is_moe,
+                          LogLine *out) {
+  memset(out, 0, sizeof *out);
+  double n = s->steps > 0 ? s->steps : 1;
+  out->step = step;
+  out->total_steps = total_steps;
+  out->loss = s->loss / n;
+  out->lm = s->lm / n;
+  out->aux = s->aux / n;
+  out->z = s->z / n;
+  out->lr = s->last_lr;
+  out->grad_norm = s->grad_norm / n;
+  out->ms_per_step = 1e3 * s->seconds / n;
+  out->tokens_per_s = s->seconds > 0 ? s->tokens / s->seconds : 0;
+  out->gflops = s->seconds > 0 ? s->flops / s->seconds / 1e9 : 0;
+  out->peak_gflops = peak_gflops;
+  out->mfu_pct = peak_gflops > 0 ? 100.0 * out->gflops / peak_gflops : 0;
+  out->is_moe = is_moe;
+  out->imbalance = s->imbalance / n;
+}
+
+void format_log_line(char *buf, size_t cap, const LogLine *l) {
+  char tok[32], ms[32];
+  fmt_thousands(tok, sizeof tok, l->tokens_per_s);
+  if (l->ms_per_step < 10) snprintf(ms, sizeof ms, "%.1f", l->ms_per_step);
+  else snprintf(ms, sizeof ms, "%.0f", l->ms_per_step);
+  int n;
+  if (l->is_moe)
+    n = snprintf(buf, cap, "step %d/%d | loss %.3f (lm %.3f aux %.4f z %.4f)", l->step, l->total_steps, l->loss, l->lm,
+                 l->aux, l->z);
+  else
+    n = snprintf(buf, cap, "step %d/%d | loss %.3f", l->step, l->total_steps, l->loss);
+  if (n < 0 || (size_t)n >= cap) return;
+  int m = snprintf(buf + n, cap - (size_t)n,
+                   " | lr %.2e | gnorm %.2f | %s ms/it | %s tok/s | %.1f GFLOP/s | MFU %.1f%% of %.0f GFLOP/s",
+                   (double)l->lr, l->grad_norm, ms, tok, l->gflops, l->mfu_pct, l->peak_gflops);
+  if (m < 0 || (size_t)(n + m) >= cap) return;
+  n += m;
+  if (l->is_moe) snprintf(buf + n, cap - (size_t)n, " | moe imbalance %.2f (max/mean tokens per expert)", l->imbalance);
+}
+
+void format_log_json(char *buf, size_t cap, const LogLine *l) {
+  int n = snprintf(buf, cap,
+                   "{\"type\":\"train\",\"step\":%d,\"steps\":%d,\"loss\":%.6g,\"lm\":%.6g,\"aux\":%.6g,\"z\":%.6g,"
+                   "\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,"
+                   "\"mfu_pct\":%.6g,\"peak_gflops\":%.6g",
+                   l->step, l->total_steps, l->loss, l->lm, l->aux, l->z, (double)l->lr, l->grad_norm,
+                   l->ms_per_step, l->tokens_per_s, l->gflops, l->mfu_pct, l->peak_gflops);
+  if (n < 0 || (size_t)n >= cap) return;
+  if (l->is_moe) snprintf(buf + n, cap - (size_t)n, ",\"moe_imbalance\":%.6g}", l->imbalance);
+  else snprintf(buf + n, cap - (size_t)n, "}");
+}
+
+double moe_imbalance(const long *counts, const ModelConfig *cfg) {
+  int E = cfg->num_experts;
+  if (E <= 0) return 0;
+  double sum = 0;
+  int layers = 0;
+  for (int l = 0; l < cfg->num_layers; l++) {
+    if (!cfg->is_moe_layer[l]) continue;
+    const long *c = counts + (size_t)l * E;
+    long total = 0, max = 0;
+    for (int e = 0; e < E; e++) {
+      total += c[e];
+      if (c[e] > max) max = c[e];
+    }
+    if (total == 0) continue;
+    sum += (double)max / ((double)total / E);
+    layers++;
+  }
+  return layers ? sum / layers : 0;
+}
+
+char *fmt_thousands(char *buf, size_t cap, double x) {
+  char digits[32];
+  int neg = x < 0;
+  snprintf(digits, sizeof digits, "%.0f", fabs(x));
+  size_t len = strlen(digits), o = 0;
+  char tmp[48];
+  if (neg) tmp[o++] = '-';
+  for (size_t i = 0; i < len && o < sizeof tmp - 2; i++) {
+    tmp[o++] = digits[i];
+    size_t left = len - 1 - i;
+    if (left && left % 3 == 0) tmp[o++] = ',';
+  }
+  tmp[o] = '\0';
+  snprintf(buf, cap, "%s", tmp);
+  return buf;
+}
+
+char *fmt_si(char *buf, size_t cap, double x) {
+  static const char *units[] = {"", " K", " M", " G", " T"};
+  int u = 0;
+  while (fabs(x) >= 999.95 && u < 4) x /= 1000, u++;
+  if (u == 0) snprintf(buf, cap, "%.0f", x);
+  else snprintf(buf, cap, "%.*f%s", fabs(x) < 99.95 ? 1 : 0, x, units[u]);
+  return buf;
+}
+
+char *fmt_duration(char *buf, size_t cap, double seconds) {
+  if (!(seconds >= 0) || seconds > 1e8) {
+    snprintf(buf, cap, "?");
+    return buf;
+  }
+  long s = (long)(seconds + 0.5);
+  if (s < 60) snprintf(buf, cap, "%lds", s);
+  else if (s < 3600) snprintf(buf, cap, "%ldm%02lds", s / 60, s % 60);
+  else snprintf(buf, cap, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+  return buf;
+}
+
+void progress_init(ProgressLine *p, FILE *f, int enabled) {
+  p->f = f;
+  p->enabled = enabled;
+  p->shown = 0;
+  p->last_draw = -1e9;
+}
+
+/* Seconds between redraws: fast steps would otherwise flood the terminal. */
+#define PROGRESS_MIN_INTERVAL 0.25
+
+void progress_draw(ProgressLine *p, int step, int total_steps, double ms_per_step, double eta_seconds) {
+  if (!p->enabled) return;
+  double now = timer_now();
+  if (now - p->last_draw < PROGRESS_MIN_INTERVAL) return;
+  p->last_draw = now;
+  enum { WIDTH = 24 };
+  char bar[WIDTH + 1], eta[32];
+  int filled = total_steps > 0 ? (int)((double)WIDTH * step / total_steps) : 0;
+  for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
+  bar[WIDTH] = '\0';
+  fmt_duration(eta, sizeof eta, eta_seconds);
+  fprintf(p->f, "\r  step %d/%d [%s] %.1f%% | %.0f ms/it | ETA %s\033[K", step, total_steps, bar,
+          total_steps > 0 ? 100.0 * step / total_steps : 0.0, ms_per_step, eta);
+  fflush(p->f);
+  p->shown = 1;
+}
+
+void progress_clear(ProgressLine *p) {
+  if (!p->enabled || !p->shown) return;
+  fputs("\r\033[K", p->f);
+  fflush(p->f);
+  p->shown = 0;
+}

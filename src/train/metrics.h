@@ -1,0 +1,65 @@
+/* What a training run reports: the per-interval statistics, the log line
+ * built from them, the in-place progress line for terminals, the MoE load
+ * imbalance, and number formatting with units ("9,950 tok/s", "12.3 M"). */
+#ifndef FIVEFOLD_TRAIN_METRICS_H
+#define FIVEFOLD_TRAIN_METRICS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "model/config.h"
+
+/* Statistics of the steps since the last log line. */
+typedef struct IntervalStats {
+  int steps;
+  double loss, lm, aux, z; /* sums over steps of the step means */
+  double grad_norm;        /* sum over steps */
+  double imbalance;        /* sum over steps (MoE models) */
+  double seconds;          /* training time (evaluation excluded) */
+  double tokens, flops;
+  float last_lr;
+} IntervalStats;
+
+/* One log line's numbers (means over the interval). */
+typedef struct LogLine {
+  int step, total_steps;
+  double loss, lm, aux, z;
+  float lr;
+  double grad_norm;
+  double ms_per_step, tokens_per_s, gflops, mfu_pct, peak_gflops;
+  int is_moe;
+  double imbalance;
+} LogLine;
+
+void interval_to_log_line(const IntervalStats *s, int step, int total_steps, double peak_gflops, int is_moe,
+                          LogLine *out);
+/* `step 120/2000 | loss 2.314 (lm ...) | lr ... | ... | moe imbalance 1.23 (...)`, no newline. */
+void format_log_line(char *buf, size_t cap, const LogLine *l);
+/* The same numbers as one JSON object (a metrics.jsonl record), no newline. */
+void format_log_json(char *buf, size_t cap, const LogLine *l);
+
+/* max_e count_e / mean_e count_e averaged over the MoE layers of counts
+ * [num_layers * num_experts]; 0 when no MoE layer routed anything. */
+double moe_imbalance(const long *counts, const ModelConfig *cfg);
+
+/* 9950 -> "9,950". */
+char *fmt_thousands(char *buf, size_t cap, double x);
+/* 12345678 -> "12.3 M"; below 1000 plain. */
+char *fmt_si(char *buf, size_t cap, double x);
+/* 773 s -> "12m53s"; 4000 s -> "1h06m"; 42.1 s -> "42s". */
+char *fmt_duration(char *buf, size_t cap, double seconds);
+
+/* Progress line for terminals: redrawn in place with \r; cleared before a
+ * regular line is printed over it. */
+typedef struct ProgressLine {
+  FILE *f;
+  int enabled;
+  int shown;
+  double last_draw; /* redraws are throttled to a few per second */
+} ProgressLine;
+
+void progress_init(ProgressLine *p, FILE *f, int enabled);
+void progress_draw(ProgressLine *p, int step, int total_steps, double ms_per_step, double eta_seconds);
+void progress_clear(ProgressLine *p);
+
+#endif

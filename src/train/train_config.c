@@ -1,0 +1,651 @@
+/* Run configuration: the field table (shared by the JSON parser, the flag
+ * overrides and `fivefold train --help`), parsing with precise errors, path
+ * resolution against the config file, and the final cross-field checks. */
+#include "train/train_config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef enum {
+  FIELD_INT,    /* int, with [min, max] */
+  FIELD_FLOAT,  /* float, with [min, max] (exclusive ends when flagged) */
+  FIELD_DOUBLE, /* double */
+  FIELD_SEED,   /* uint64_t, any non-negative integer */
+  FIELD_DECAY,  /* "cosine" | "linear" | "constant" */
+  FIELD_PATHS,  /* string or list of strings: shard paths (data section) */
+  FIELD_PATH,   /* one string path */
+} FieldKind;
+
+typedef struct FieldSpec {
+  const char *section; /* "training", "data" or "" for top level */
+  const char *name;
+  const char *flag; /* NULL: config file only */
+  const char *arg;  /* metavariable in --help */
+  FieldKind kind;
+  size_t offset; /* into TrainConfig; for FIELD_PATHS the char ** member */
+  double min, max;
+  int min_open, max_open; /* exclusive bounds */
+  const char *help;
+} FieldSpec;
+
+#define OFF(m) offsetof(TrainConfig, m)
+#define BIG 1e18
+
+static const FieldSpec FIELDS[] = {
+    {"training", "micro_batch_size", "--micro-batch-size", "N", FIELD_INT, OFF(micro_batch_size), 1, 1 << 20, 0, 0,
+     "sequences per micro-batch (B)"},
+    {"training", "seq_len", "--seq-len", "T", FIELD_INT, OFF(seq_len), 1, 1 << 24, 0, 0,
+     "tokens per sequence (T)"},
+    {"training", "grad_accum_steps", "--grad-accum", "N", FIELD_INT, OFF(grad_accum_steps), 1, 1 << 20, 0, 0,
+     "micro-batches accumulated per optimizer step"},
+    {"training", "global_batch_size", NULL, "N", FIELD_INT, OFF(global_batch_size), 1, 1 << 30, 0, 0,
+     "sequences per optimizer step; sets grad_accum_steps = N / micro_batch_size"},
+    {"training", "steps", "--steps", "N", FIELD_INT, OFF(steps), 1, 1 << 30, 0, 0, "optimizer steps to run"},
+    {"training", "lr", "--lr", "X", FIELD_FLOAT, OFF(lr), 0, 10, 1, 0, "peak learning rate (after warm-up)"},
+    {"training", "min_lr", NULL, "X", FIELD_FLOAT, OFF(min_lr), 0, 10, 0, 0,
+     "learning rate at the end of the decay (default lr / 10)"},
+    {"training", "warmup_steps", NULL, "N", FIELD_INT, OFF(warmup_steps), 0, 1 << 30, 0, 0,
+     "linear warm-up steps from 0 to lr"},
+    {"training", "decay", NULL, "NAME", FIELD_DECAY, OFF(decay), 0, 0, 0, 0,
+     "learning-rate decay after warm-up: cosine | linear | constant"},
+    {"training", "weight_decay", NULL, "X", FIELD_FLOAT, OFF(weight_decay), 0, 10, 0, 0,
+     "AdamW decoupled weight decay (not applied to norm weights)"},
+    {"training", "beta1", NULL, "X", FIELD_FLOAT, OFF(beta1), 0, 1, 0, 1, "AdamW first-moment decay, in [0, 1)"},
+    {"training", "beta2", NULL, "X", FIELD_FLOAT, OFF(beta2), 0, 1, 0, 1, "AdamW second-moment decay, in [0, 1)"},
+    {"training", "eps", NULL, "X", FIELD_FLOAT, OFF(eps), 0, 1, 1, 0, "AdamW epsilon"},
+    {"training", "grad_clip", NULL, "X", FIELD_FLOAT, OFF(grad_clip), 0, BIG, 0, 0,
+     "clip the global gradient norm to X (0: no clipping)"},
+    {"training", "seed", "--seed", "N", FIELD_SEED, OFF(seed), 0, 0, 0, 0,
+     "seed of weight init and data order"},
+    {"training", "log_interval", "--log-interval", "N", FIELD_INT, OFF(log_interval), 1, 1 << 30, 0, 0,
+     "a log line every N steps"},
+    {"training", "eval_interval", "--eval-interval", "N", FIELD_INT, OFF(eval_interval), 0, 1 << 30, 0, 0,
+     "validation every N steps (0: at the end only)"},
+    {"training", "eval_batches", NULL, "N", FIELD_INT, OFF(eval_batches), 1, 1 << 20, 0, 0,
+     "micro-batches of fixed validation windows per evaluation"},
+    {"training", "threads", "--threads", "N", FIELD_INT, OFF(threads), 0, 4096, 0, 0,
+     "OpenMP and OpenBLAS threads (0: all cores)"},
+    {"training", "peak_gflops", "--peak-gflops", "X", FIELD_DOUBLE, OFF(peak_gflops), 0, BIG, 1, 0,
+     "peak MFU is stated against (default: measured)"},
+    {"data", "train", "--train-data", "PATHS", FIELD_PATHS, OFF(train_paths), 0, 0, 0, 0,
+     "training shard(s), comma-separated"},
+    {"data", "val", "--val-data", "PATHS", FIELD_PATHS, OFF(val_paths), 0, 0, 0, 0,
+     "validation shard(s), comma-separated"},
+    {"", "out", "--out", "DIR", FIELD_PATH, OFF(out_dir), 0, 0, 0, 0,
+     "run directory (default runs/<config name>)"},
+};
+#define NUM_FIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+
+static const char *const SECTIONS[] = {"model", "training", "data", "out", "description"};
+#define NUM_SECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
+
+const char *lr_decay_name(LrDecay decay) {
+  switch (decay) {
+    case LR_DECAY_COSINE: return "cosine";
+    case LR_DECAY_LINEAR: return "linear";
+    case LR_DECAY_CONSTANT: return "constant";
+  }
+  return "?";
+}
+
+void train_config_defaults(TrainConfig *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  model_config_defaults(&cfg->model);
+  cfg->micro_batch_size = 8;
+  cfg->seq_len = 256;
+  cfg->steps = 1000;
+  cfg->lr = 3e-4f;
+  cfg->min_lr = -1.0f;
+  cfg->warmup_steps = 100;
+  cfg->decay = LR_DECAY_COSINE;
+  cfg->weight_decay = 0.1f;
+  cfg->beta1 = 0.9f;
+  cfg->beta2 = 0.95f;
+  cfg->eps = 1e-8f;
+  cfg->grad_clip = 1.0f;
+  cfg->seed = 1337;
+  cfg->log_interval = 10;
+  cfg->eval_interval = 100;
+  cfg->eval_batches = 20;
+  cfg->world_size = 1;
+}
+
+static void free_paths(char ***paths, int *n) {
+  for (int i = 0; i < *n; i++) free((*paths)[i]);
+  free(*paths);
+  *paths = NULL;
+  *n = 0;
+}
+
+void train_config_free(TrainConfig *cfg) {
+  free_paths(&cfg->train_paths, &cfg->num_train);
+  free_paths(&cfg->val_paths, &cfg->num_val);
+}
+
+/* ---- helpers ---- */
+
+static int edit_distance(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n > 63 || m > 63) return 99;
+  int row[64];
+  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int up = row[j];
+      int sub = diag + (a[i - 1] != b[j - 1]);
+      int best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+      row[j] = sub < best ? sub : best;
+      diag = up;
+    }
+  }
+  return row[m];
+}
+
+/* " (did you mean 'x'?)" for the closest candidate within a few edits. */
+static void suggest(char *out, size_t cap, const char *name, const char *const *candidates, int n) {
+  const char *best = NULL;
+  int best_d = 99;
+  for (int i = 0; i < n; i++) {
+    int d = edit_distance(name, candidates[i]);
+    if (d < best_d) best_d = d, best = candidates[i];
+  }
+  int limit = (int)strlen(name) / 3 + 1;
+  if (limit < 2) limit = 2;
+  if (best && best_d <= limit) snprintf(out, cap, " (did you mean '%s'?)", best);
+  else out[0] = '\0';
+}
+
+static const char *json_type_name(const cJSON *v) {
+  if (cJSON_IsNumber(v)) return "a number";
+  if (cJSON_IsString(v)) return "a string";
+  if (cJSON_IsBool(v)) return "a boolean";
+  if (cJSON_IsNull(v)) return "null";
+  if (cJSON_IsArray(v)) return "a list";
+  if (cJSON_IsObject(v)) return "an object";
+  return "an unknown value";
+}
+
+/* `dir_of` + path unless path is absolute or dir_of has no directory part. */
+static char *resolve_path(const char *path, const char *dir_of) {
+  const char *slash = dir_of ? strrchr(dir_of, '/') : NULL;
+  if (path[0] == '/' || !slash) return strdup(path);
+  size_t dir_len = (size_t)(slash - dir_of);
+  size_t len = dir_len + 1 + strlen(path) + 1;
+  char *out = malloc(len);
+  if (out) snprintf(out, len, "%.*s/%s", (int)dir_len, dir_of, path);
+  return out;
+}
+
+static void range_text(char *out, size_t cap, const FieldSpec *f) {
+  char lo[64] = "", hi[64] = "";
+  if (f->kind == FIELD_INT) {
+    snprintf(lo, sizeof lo, "%s %.0f", f->min_open ? ">" : ">=", f->min);
+    snprintf(hi, sizeof hi, "%s %.0f", f->max_open ? "<" : "<=", f->max);
+  } else {
+    snprintf(lo, sizeof lo, "%s %g", f->min_open ? ">" : ">=", f->min);
+    snprintf(hi, sizeof hi, "%s %g", f->max_open ? "<" : "<=", f->max);
+  }
+  if (f->max >= BIG) snprintf(out, cap, "%s", lo);
+  else snprintf(out, cap, "%s and %s", lo, hi);
+}
+
+static int in_range(const FieldSpec *f, double x) {
+  if (!isfinite(x)) return 0;
+  if (f->min_open ? !(x > f->min) : !(x >= f->min)) return 0;
+  if (f->max_open ? !(x < f->max) : !(x <= f->max)) return 0;
+  return 1;
+}
+
+/* Stores a numeric value after checking integrality and range. `where` is
+ * the name used in messages ("cfg.json: training.steps" or "--steps"). */
+static int store_number(TrainConfig *cfg, const FieldSpec *f, double x, const char *where, const char *shown,
+                        Error *err) {
+  char range[160];
+  char *base = (char *)cfg + f->offset;
+  switch (f->kind) {
+    case FIELD_INT:
+      range_text(range, sizeof range, f);
+      if (x != floor(x) || !in_range(f, x))
+        return error_set(err, ERR_CONFIG, "%s must be an integer %s, got %s", where, range, shown);
+      *(int *)base = (int)x;
+      return 0;
+    case FIELD_SEED:
+      if (x != floor(x) || x < 0 || x > 18446744073709549568.0)
+        return error_set(err, ERR_CONFIG, "%s must be a non-negative integer, got %s", where, shown);
+      *(uint64_t *)base = (uint64_t)x;
+      return 0;
+    case FIELD_FLOAT:
+    case FIELD_DOUBLE:
+      range_text(range, sizeof range, f);
+      if (!in_range(f, x)) return error_set(err, ERR_CONFIG, "%s must be a number %s, got %s", where, range, shown);
+      if (f->kind == FIELD_FLOAT) *(float *)base = (float)x;
+      else *(double *)base = x;
+      return 0;
+    default: return error_set(err, ERR_INTERNAL, "%s: not a numeric field", where);
+  }
+}
+
+static int store_decay(TrainConfig *cfg, const FieldSpec *f, const char *name, const char *where, Error *err) {
+  int d = lr_decay_parse(name);
+  if (d < 0) return error_set(err, ERR_CONFIG, "%s must be \"cosine\", \"linear\" or \"constant\", got \"%s\"", where, name);
+  *(LrDecay *)((char *)cfg + f->offset) = (LrDecay)d;
+  return 0;
+}
+
+static int store_path(TrainConfig *cfg, const FieldSpec *f, const char *path, const char *dir_of, const char *where,
+                      Error *err) {
+  if (!path[0]) return error_set(err, ERR_CONFIG, "%s must be a non-empty path", where);
+  char *full = resolve_path(path, dir_of);
+  if (!full) return error_set(err, ERR_NOMEM, "%s: out of memory", where);
+  int ok = strlen(full) < TRAIN_PATH_MAX;
+  if (ok) snprintf((char *)cfg + f->offset, TRAIN_PATH_MAX, "%s", full);
+  free(full);
+  if (!ok) return error_set(err, ERR_CONFIG, "%s: path longer than %d characters", where, TRAIN_PATH_MAX - 1);
+  return 0;
+}
+
+static char ***paths_member(TrainConfig *cfg, const FieldSpec *f) { return (char ***)((char *)cfg + f->offset); }
+static int *paths_count(TrainConfig *cfg, const FieldSpec *f) {
+  return f->offset == OFF(train_paths) ? &cfg->num_train : &cfg->num_val;
+}
+
+static int append_path(TrainConfig *cfg, const FieldSpec *f, const char *path, const char *dir_of,
+                       const char *where, Error *err) {
+  if (!path[0]) return error_set(err, ERR_CONFIG, "%s: empty path (expected a token shard file)", where);
+  char ***list = paths_member(cfg, f);
+  int *n = paths_count(cfg, f);
+  char **grown = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
+  if (!grown) return error_set(err, ERR_NOMEM, "%s: out of memory", where);
+  *list = grown;
+  if (!(grown[*n] = resolve_path(path, dir_of))) return error_set(err, ERR_NOMEM, "%s: out of memory", where);
+  (*n)++;
+  return 0;
+}
+
+/* ---- the JSON file ---- */
+
+static const FieldSpec *find_field(const char *section, const char *name) {
+  for (int i = 0; i < NUM_FIELDS; i++)
+    if (!strcmp(FIELDS[i].section, section) && !strcmp(FIELDS[i].name, name)) return &FIELDS[i];
+  return NULL;
+}
+
+static int parse_field(TrainConfig *cfg, const FieldSpec *f, const cJSON *v, const char *origin, Error *err) {
+  char where[TRAIN_PATH_MAX + 64];
+  if (f->section[0]) snprintf(where, sizeof where, "%s: %s.%s", origin, f->section, f->name);
+  else snprintf(where, sizeof where, "%s: %s", origin, f->name);
+  switch (f->kind) {
+    case FIELD_INT:
+    case FIELD_FLOAT:
+    case FIELD_DOUBLE:
+    case FIELD_SEED: {
+      if (!cJSON_IsNumber(v)) {
+        const char *expect = f->kind == FIELD_INT || f->kind == FIELD_SEED ? "an integer" : "a number";
+        if (cJSON_IsString(v))
+          return error_set(err, ERR_CONFIG, "%s must be %s, got a string (\"%s\"; write it without quotes)", where,
+                           expect, v->valuestring);
+        return error_set(err, ERR_CONFIG, "%s must be %s, got %s", where, expect, json_type_name(v));
+      }
+      char shown[64];
+      snprintf(shown, sizeof shown, "%.17g", v->valuedouble);
+      return store_number(cfg, f, v->valuedouble, where, shown, err);
+    }
+    case FIELD_DECAY:
+      if (!cJSON_IsString(v))
+        return error_set(err, ERR_CONFIG, "%s must be a string (\"cosine\", \"linear\" or \"constant\"), got %s",
+                         where, json_type_name(v));
+      return store_decay(cfg, f, v->valuestring, where, err);
+    case FIELD_PATH:
+      if (!cJSON_IsString(v))
+        return error_set(err, ERR_CONFIG, "%s must be a string (a directory path), got %s", where, json_type_name(v));
+      return store_path(cfg, f, v->valuestring, origin, where, err);
+    case FIELD_PATHS: {
+      free_paths(paths_member(cfg, f), paths_count(cfg, f));
+      if (cJSON_IsString(v)) return append_path(cfg, f, v->valuestring, origin, where, err);
+      if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
+        return error_set(err, ERR_CONFIG, "%s must be a path or a non-empty list of paths to token shards, got %s",
+                         where, json_type_name(v));
+      int i = 0;
+      for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e))
+          return error_set(err, ERR_CONFIG, "%s[%d] must be a string (a token shard path), got %s", where, i,
+                           json_type_name(e));
+        int rc = append_path(cfg, f, e->valuestring, origin, where, err);
+        if (rc) return rc;
+      }
+      return 0;
+    }
+  }
+  return error_set(err, ERR_INTERNAL, "%s: unhandled field kind", where);
+}
+
+/* Parses the members of one section object against the field table. */
+static int parse_section(TrainConfig *cfg, const cJSON *obj, const char *section, const char *origin, Error *err) {
+  if (!cJSON_IsObject(obj))
+    return error_set(err, ERR_CONFIG, "%s: \"%s\" must be an object, got %s", origin, section, json_type_name(obj));
+  const char *names[NUM_FIELDS];
+  int n = 0;
+  for (int i = 0; i < NUM_FIELDS; i++)
+    if (!strcmp(FIELDS[i].section, section)) names[n++] = FIELDS[i].name;
+  for (const cJSON *v = obj->child; v; v = v->next) {
+    const FieldSpec *f = find_field(section, v->string);
+    if (!f) {
+      char hint[128];
+      suggest(hint, sizeof hint, v->string, names, n);
+      return error_set(err, ERR_CONFIG, "%s: unknown field %s.%s%s", origin, section, v->string, hint);
+    }
+    int rc = parse_field(cfg, f, v, origin, err);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int parse_model(TrainConfig *cfg, const cJSON *v, const char *origin, Error *err) {
+  if (cJSON_IsString(v)) {
+    if (!v->valuestring[0]) return error_set(err, ERR_CONFIG, "%s: model must be a non-empty path", origin);
+    char *path = resolve_path(v->valuestring, origin);
+    if (!path) return error_set(err, ERR_NOMEM, "out of memory");
+    snprintf(cfg->model_source, sizeof cfg->model_source, "%s", path);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+      error_set(err, ERR_CONFIG,
+                "%s: model: model config %s not found (%s; relative paths are resolved against the config "
+                "file's directory)",
+                origin, path, strerror(errno));
+      free(path);
+      return ERR_CONFIG;
+    }
+    int rc = model_config_load(&cfg->model, path, err);
+    free(path);
+    if (rc) return error_wrap(err, "%s: model", origin);
+  } else if (cJSON_IsObject(v)) {
+    cfg->model_source[0] = '\0';
+    /* The model parser prefixes its messages with this origin. */
+    char where[TRAIN_PATH_MAX + 16];
+    snprintf(where, sizeof where, "%s: model", origin);
+    int rc = model_config_from_json(&cfg->model, v, where, err);
+    if (rc) return rc;
+  } else {
+    return error_set(err, ERR_CONFIG,
+                     "%s: model must be an object (a model config) or a string (path to a config.json), got %s",
+                     origin, json_type_name(v));
+  }
+  cfg->has_model = 1;
+  return 0;
+}
+
+int train_config_parse(TrainConfig *cfg, const char *json_text, const char *origin, Error *err) {
+  train_config_defaults(cfg);
+  snprintf(cfg->config_path, sizeof cfg->config_path, "%s", origin);
+  cJSON *root = cJSON_Parse(json_text);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    int line = 1;
+    if (at)
+      for (const char *p = json_text; p < at && *p; p++) line += *p == '\n';
+    return error_set(err, ERR_CONFIG, "%s: invalid JSON near line %d (expected an object of sections)", origin, line);
+  }
+  int rc = 0;
+  if (!cJSON_IsObject(root)) {
+    rc = error_set(err, ERR_CONFIG, "%s: the top level must be an object, got %s", origin, json_type_name(root));
+    goto done;
+  }
+  for (const cJSON *v = root->child; v && !rc; v = v->next) {
+    if (!strcmp(v->string, "model")) rc = parse_model(cfg, v, origin, err);
+    else if (!strcmp(v->string, "training") || !strcmp(v->string, "data"))
+      rc = parse_section(cfg, v, v->string, origin, err);
+    else if (!strcmp(v->string, "out")) rc = parse_field(cfg, find_field("", "out"), v, origin, err);
+    else if (!strcmp(v->string, "description")) {
+      if (!cJSON_IsString(v))
+        rc = error_set(err, ERR_CONFIG, "%s: description must be a string, got %s", origin, json_type_name(v));
+    } else {
+      char hint[128];
+      suggest(hint, sizeof hint, v->string, SECTIONS, NUM_SECTIONS);
+      rc = error_set(err, ERR_CONFIG, "%s: unknown section \"%s\"%s (expected model, training, data, out)", origin,
+                     v->string, hint);
+    }
+  }
+  if (!rc && !cfg->has_model)
+    rc = error_set(err, ERR_CONFIG,
+                   "%s: no \"model\" section (expected a model config object or a path to a config.json)", origin);
+done:
+  cJSON_Delete(root);
+  if (rc) train_config_free(cfg);
+  return rc;
+}
+
+int train_config_load(TrainConfig *cfg, const char *path, Error *err) {
+  train_config_defaults(cfg);
+  FILE *f = fopen(path, "rb");
+  if (!f) return error_set(err, ERR_IO, "cannot open config %s: %s", path, strerror(errno));
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? cap * 2 : 16384;
+      char *grown = realloc(text, cap);
+      if (!grown) {
+        free(text);
+        fclose(f);
+        return error_set(err, ERR_NOMEM, "%s: out of memory reading the config", path);
+      }
+      text = grown;
+    }
+    size_t got = fread(text + len, 1, 4096, f);
+    len += got;
+    if (got < 4096) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(text);
+    return error_set(err, ERR_IO, "cannot read config %s", path);
+  }
+  text[len] = '\0';
+  int rc = train_config_parse(cfg, text, path, err);
+  free(text);
+  return rc;
+}
+
+/* ---- flags ---- */
+
+static const FieldSpec *find_flag(const char *flag) {
+  for (int i = 0; i < NUM_FIELDS; i++)
+    if (FIELDS[i].flag && !strcmp(FIELDS[i].flag, flag)) return &FIELDS[i];
+  return NULL;
+}
+
+int train_config_is_flag(const char *flag) { return find_flag(flag) != NULL; }
+
+int train_config_override(TrainConfig *cfg, const char *flag, const char *value, Error *err) {
+  const FieldSpec *f = find_flag(flag);
+  if (!f) {
+    const char *flags[NUM_FIELDS];
+    int n = 0;
+    for (int i = 0; i < NUM_FIELDS; i++)
+      if (FIELDS[i].flag) flags[n++] = FIELDS[i].flag;
+    char hint[128];
+    suggest(hint, sizeof hint, flag, flags, n);
+    return error_set(err, ERR_ARG, "unknown option %s%s (see 'fivefold train --help')", flag, hint);
+  }
+  if (!value) return error_set(err, ERR_ARG, "%s needs a value (%s)", flag, f->arg);
+  char shown[256];
+  snprintf(shown, sizeof shown, "'%s'", value);
+  int rc;
+  switch (f->kind) {
+    case FIELD_INT:
+    case FIELD_FLOAT:
+    case FIELD_DOUBLE:
+    case FIELD_SEED: {
+      char *end;
+      errno = 0;
+      double x = strtod(value, &end);
+      if (end == value || *end || errno == ERANGE) {
+        const char *expect = f->kind == FIELD_INT || f->kind == FIELD_SEED ? "an integer" : "a number";
+        return error_set(err, ERR_ARG, "%s must be %s, got %s", flag, expect, shown);
+      }
+      rc = store_number(cfg, f, x, flag, shown, err);
+      break;
+    }
+    case FIELD_DECAY: rc = store_decay(cfg, f, value, flag, err); break;
+    case FIELD_PATH: rc = store_path(cfg, f, value, NULL, flag, err); break;
+    case FIELD_PATHS: {
+      free_paths(paths_member(cfg, f), paths_count(cfg, f));
+      rc = 0;
+      const char *p = value;
+      for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char one[TRAIN_PATH_MAX];
+        if (len >= sizeof one) return error_set(err, ERR_ARG, "%s: path too long", flag);
+        memcpy(one, p, len);
+        one[len] = '\0';
+        if ((rc = append_path(cfg, f, one, NULL, flag, err))) break;
+        if (!comma) break;
+        p = comma + 1;
+      }
+      break;
+    }
+    default: rc = error_set(err, ERR_INTERNAL, "%s: unhandled field kind", flag);
+  }
+  if (rc == ERR_CONFIG) {
+    if (err) err->code = ERR_ARG; /* a bad flag is a usage error */
+    return ERR_ARG;
+  }
+  if (rc) return rc;
+  /* A flag picking the accumulation replaces a global batch size from the
+   * file (they would otherwise contradict each other). */
+  if (f->offset == OFF(grad_accum_steps)) cfg->global_batch_size = 0;
+  return 0;
+}
+
+void train_config_print_flags(FILE *f) {
+  for (int i = 0; i < NUM_FIELDS; i++) {
+    const FieldSpec *s = &FIELDS[i];
+    if (!s->flag) continue;
+    char left[64];
+    snprintf(left, sizeof left, "%s %s", s->flag, s->arg);
+    char field[64];
+    if (s->section[0]) snprintf(field, sizeof field, "%s.%s", s->section, s->name);
+    else snprintf(field, sizeof field, "%s", s->name);
+    fprintf(f, "  %-22s %-46s [%s]\n", left, s->help, field);
+  }
+}
+
+/* ---- final checks ---- */
+
+static int check_files(char **paths, int n, const char *field, const char *origin, Error *err) {
+  for (int i = 0; i < n; i++) {
+    struct stat st;
+    if (stat(paths[i], &st) != 0)
+      return error_set(err, ERR_CONFIG,
+                       "%s: %s: token shard %s not found (%s; relative paths in a config file are resolved against "
+                       "its directory, on the command line against the current directory)",
+                       origin, field, paths[i], strerror(errno));
+    if (!S_ISREG(st.st_mode))
+      return error_set(err, ERR_CONFIG, "%s: %s: %s is not a regular file (expected a token shard)", origin, field,
+                       paths[i]);
+  }
+  return 0;
+}
+
+int train_config_finalize(TrainConfig *cfg, Error *err) {
+  const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
+  if (!cfg->has_model) return error_set(err, ERR_CONFIG, "%s: no model configured", origin);
+  int rc = model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
+  if (rc) return rc;
+  int per_step = cfg->micro_batch_size * cfg->world_size;
+  if (cfg->global_batch_size > 0) {
+    if (cfg->global_batch_size % per_step)
+      return error_set(err, ERR_CONFIG,
+                       "%s: training.global_batch_size %d is not a multiple of micro_batch_size %d x %d rank(s) "
+                       "(expected a multiple of %d)",
+                       origin, cfg->global_batch_size, cfg->micro_batch_size, cfg->world_size, per_step);
+    int accum = cfg->global_batch_size / per_step;
+    if (cfg->grad_accum_steps > 0 && cfg->grad_accum_steps != accum)
+      return error_set(err, ERR_CONFIG,
+                       "%s: training.grad_accum_steps %d contradicts global_batch_size %d = micro_batch_size %d x "
+                       "%d (give one of the two)",
+                       origin, cfg->grad_accum_steps, cfg->global_batch_size, cfg->micro_batch_size, accum);
+    cfg->grad_accum_steps = accum;
+  }
+  if (cfg->grad_accum_steps <= 0) cfg->grad_accum_steps = 1;
+  cfg->global_batch_size = per_step * cfg->grad_accum_steps;
+  if (cfg->min_lr < 0) cfg->min_lr = cfg->lr * 0.1f;
+  if (cfg->min_lr > cfg->lr)
+    return error_set(err, ERR_CONFIG, "%s: training.min_lr %g is above lr %g (expected min_lr <= lr)", origin,
+                     (double)cfg->min_lr, (double)cfg->lr);
+  if (cfg->model.max_position_embeddings > 0 && cfg->seq_len > cfg->model.max_position_embeddings)
+    return error_set(err, ERR_CONFIG,
+                     "%s: training.seq_len %d exceeds the model's max_position_embeddings %d (expected seq_len <= "
+                     "%d)",
+                     origin, cfg->seq_len, cfg->model.max_position_embeddings, cfg->model.max_position_embeddings);
+  if (cfg->num_train == 0)
+    return error_set(err, ERR_CONFIG,
+                     "%s: no training data (expected data.train in the config or --train-data on the command line)",
+                     origin);
+  if ((rc = check_files(cfg->train_paths, cfg->num_train, "data.train", origin, err))) return rc;
+  if ((rc = check_files(cfg->val_paths, cfg->num_val, "data.val", origin, err))) return rc;
+  if (!cfg->out_dir[0]) {
+    const char *base = strrchr(origin, '/');
+    base = base ? base + 1 : origin;
+    size_t len = strlen(base);
+    if (len > 5 && !strcmp(base + len - 5, ".json")) len -= 5;
+    snprintf(cfg->out_dir, sizeof cfg->out_dir, "runs/%.*s", (int)len, base);
+  }
+  return 0;
+}
+
+long train_config_tokens_per_step(const TrainConfig *cfg) {
+  return (long)cfg->micro_batch_size * cfg->seq_len * (cfg->grad_accum_steps > 0 ? cfg->grad_accum_steps : 1) *
+         cfg->world_size;
+}
+
+/* Absolute where possible, so the recorded config reads back from any
+ * directory. */
+static cJSON *path_json(const char *path) {
+  char *abs = realpath(path, NULL);
+  cJSON *s = cJSON_CreateString(abs ? abs : path);
+  free(abs);
+  return s;
+}
+
+static cJSON *paths_json(char **paths, int n) {
+  cJSON *arr = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, path_json(paths[i]));
+  return arr;
+}
+
+cJSON *train_config_to_json(const TrainConfig *cfg) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
+  cJSON_AddItemToObject(root, "model", model_config_to_json(&cfg->model));
+  cJSON *t = cJSON_AddObjectToObject(root, "training");
+  for (int i = 0; i < NUM_FIELDS; i++) {
+    const FieldSpec *f = &FIELDS[i];
+    if (strcmp(f->section, "training")) continue;
+    const char *base = (const char *)cfg + f->offset;
+    switch (f->kind) {
+      case FIELD_INT: cJSON_AddNumberToObject(t, f->name, *(const int *)base); break;
+      case FIELD_FLOAT: cJSON_AddNumberToObject(t, f->name, *(const float *)base); break;
+      case FIELD_DOUBLE:
+        if (*(const double *)base > 0) cJSON_AddNumberToObject(t, f->name, *(const double *)base);
+        break;
+      case FIELD_SEED: cJSON_AddNumberToObject(t, f->name, (double)*(const uint64_t *)base); break;
+      case FIELD_DECAY: cJSON_AddStringToObject(t, f->name, lr_decay_name(*(const LrDecay *)base)); break;
+      default: break;
+    }
+  }
+  cJSON *d = cJSON_AddObjectToObject(root, "data");
+  cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));
+  if (cfg->num_val) cJSON_AddItemToObject(d, "val", paths_json(cfg->val_paths, cfg->num_val));
+  cJSON_AddItemToObject(root, "out", path_json(cfg->out_dir));
+  return root;
+}

@@ -1,0 +1,429 @@
+/* The training loop: micro-batch accumulation, the optimizer step,
+ * validation, and the run's reporting (banner, log lines, progress, run
+ * files). See trainer.h. */
+#include "train/trainer.h"
+
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/timer.h"
+#include "kern/peak.h"
+#include "model/flops.h"
+
+/* Seconds the FMA loop runs when no peak is configured. */
+#define PEAK_MEASURE_SECONDS 0.3
+
+void trainer_param_counts(const Model *m, double *total, double *active) {
+  double expert = 0;
+  for (int i = 0; i < m->num_tensors; i++)
+    if (m->tensors[i].is_expert) expert += (double)m->tensors[i].numel;
+  *total = (double)m->num_params;
+  double frac = m->cfg.num_experts > 0 ? (double)m->cfg.top_k / m->cfg.num_experts : 1.0;
+  *active = *total - expert + expert * frac;
+}
+
+int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
+  memset(tr, 0, sizeof *tr);
+  tr->cfg = cfg;
+  /* One pool: our OpenMP loops and OpenBLAS (its OpenMP build) use the same
+   * thread count, so they never oversubscribe the cores. */
+  tr->threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
+  omp_set_num_threads(tr->threads);
+  openblas_set_num_threads(tr->threads);
+
+  int B = cfg->micro_batch_size, T = cfg->seq_len;
+  int rc = model_create(&tr->model, &cfg->model, B, T, err);
+  if (rc) {
+    error_wrap(err, "creating the model");
+    goto fail;
+  }
+  model_init_weights(&tr->model, cfg->seed);
+
+  rc = data_loader_open(&tr->train, (const char *const *)cfg->train_paths, cfg->num_train, B, T, 0, cfg->world_size,
+                        cfg->seed, (uint32_t)cfg->model.vocab_size, "data.train", err);
+  if (rc) goto fail;
+  if (cfg->num_val > 0) {
+    rc = val_loader_open(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, 0, cfg->world_size,
+                         cfg->eval_batches, (uint32_t)cfg->model.vocab_size, "data.val", err);
+    if (rc) goto fail;
+    tr->has_val = 1;
+  }
+
+  OptimizerConfig oc = {
+      .schedule = {cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps, cfg->decay},
+      .beta1 = cfg->beta1,
+      .beta2 = cfg->beta2,
+      .eps = cfg->eps,
+      .weight_decay = cfg->weight_decay,
+      .grad_clip = cfg->grad_clip,
+  };
+  if ((rc = optimizer_create(&tr->opt, &tr->model, &oc, err))) goto fail;
+
+  size_t n = (size_t)B * T;
+  size_t n_counts = (size_t)cfg->model.num_layers * (cfg->model.num_experts > 0 ? cfg->model.num_experts : 1);
+  tr->inputs = malloc(n * sizeof(int));
+  tr->targets = malloc(n * sizeof(int));
+  tr->step_counts = calloc(n_counts, sizeof(long));
+  if (!tr->inputs || !tr->targets || !tr->step_counts) {
+    rc = error_set(err, ERR_NOMEM, "trainer: out of memory for batch buffers");
+    goto fail;
+  }
+  tr->flops_per_token = model_flops_per_sequence(&cfg->model, T) / T;
+  return 0;
+fail:
+  trainer_free(tr);
+  return rc;
+}
+
+void trainer_free(Trainer *tr) {
+  optimizer_free(&tr->opt);
+  model_free(&tr->model);
+  data_loader_close(&tr->train);
+  val_loader_close(&tr->val);
+  free(tr->inputs);
+  free(tr->targets);
+  free(tr->step_counts);
+  memset(tr, 0, sizeof *tr);
+}
+
+int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  const ModelConfig *mc = &cfg->model;
+  int B = cfg->micro_batch_size, T = cfg->seq_len, accum = cfg->grad_accum_steps;
+  float grad_scale = 1.0f / (float)accum;
+  size_t n_counts = mc->num_experts > 0 ? (size_t)mc->num_layers * mc->num_experts : 0;
+  double t0 = timer_now();
+  memset(res, 0, sizeof *res);
+  if (n_counts) memset(tr->step_counts, 0, n_counts * sizeof(long));
+  model_zero_grad(&tr->model);
+  double lm_sum = 0, aux_sum = 0, z_sum = 0;
+  long tokens = 0;
+  for (int micro = 0; micro < accum; micro++) {
+    data_loader_next(&tr->train, tr->inputs, tr->targets, NULL);
+    ModelLoss loss = {0};
+    int rc = model_forward(&tr->model, tr->inputs, tr->targets, B, T, 1, grad_scale, &loss, err);
+    if (!rc) rc = model_backward(&tr->model, err);
+    if (rc) return error_wrap(err, "step %d, micro-batch %d", tr->step + 1, micro + 1);
+    if (!isfinite(loss.lm))
+      return error_set(err, ERR_INTERNAL,
+                       "step %d: the loss is not finite (diverged; try a lower training.lr or a grad_clip)",
+                       tr->step + 1);
+    lm_sum += loss.lm * (double)loss.tokens;
+    aux_sum += loss.aux;
+    z_sum += loss.z;
+    tokens += loss.tokens;
+    for (size_t i = 0; i < n_counts; i++) tr->step_counts[i] += tr->model.expert_counts[i];
+  }
+  OptimizerStepInfo info;
+  int rc = optimizer_step(&tr->opt, &tr->model, &info, err);
+  if (rc) return rc;
+  tr->step++;
+  res->step = tr->step;
+  res->lm = tokens > 0 ? lm_sum / (double)tokens : 0;
+  res->aux = aux_sum / accum;
+  res->z = z_sum / accum;
+  res->loss = res->lm + res->aux + res->z;
+  res->lr = info.lr;
+  res->grad_norm = info.grad_norm;
+  res->imbalance = n_counts ? moe_imbalance(tr->step_counts, mc) : 0;
+  res->tokens = (long)B * T * accum * cfg->world_size;
+  res->seconds = timer_now() - t0;
+  return 0;
+}
+
+int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
+  memset(res, 0, sizeof *res);
+  if (!tr->has_val) return error_set(err, ERR_CONFIG, "no validation data (set data.val or --val-data)");
+  double t0 = timer_now(), sum = 0;
+  int B = tr->cfg->micro_batch_size, T = tr->cfg->seq_len;
+  val_loader_reset(&tr->val);
+  while (val_loader_next(&tr->val, tr->inputs, tr->targets, NULL)) {
+    ModelLoss loss = {0};
+    int rc = model_forward(&tr->model, tr->inputs, tr->targets, B, T, 0, 1.0f, &loss, err);
+    if (rc) return error_wrap(err, "validation batch %d", res->batches + 1);
+    sum += loss.lm * (double)loss.tokens;
+    res->tokens += loss.tokens;
+    res->batches++;
+  }
+  res->loss = res->tokens > 0 ? sum / (double)res->tokens : NAN;
+  res->seconds = timer_now() - t0;
+  return 0;
+}
+
+/* ---- reporting ---- */
+
+void trainer_options_default(TrainerOptions *o) {
+  memset(o, 0, sizeof *o);
+  o->progress = -1;
+  o->write_run_files = 1;
+  o->eval_at_start = 1;
+}
+
+static int mkdir_p(const char *path, Error *err) {
+  char buf[TRAIN_PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char saved = *p;
+      *p = '\0';
+      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return error_set(err, ERR_IO, "cannot create output directory %s: %s", buf, strerror(errno));
+      *p = saved;
+      if (!saved) break;
+    }
+  }
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+    return error_set(err, ERR_IO, "output path %s exists and is not a directory", path);
+  return 0;
+}
+
+/* Writes text to path through a temporary file and a rename. */
+static int write_file_atomic(const char *path, const char *text, Error *err) {
+  char tmp[TRAIN_PATH_MAX + 64];
+  int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof tmp) return error_set(err, ERR_IO, "%s: path too long", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok &= fclose(f) == 0;
+  if (!ok || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return error_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
+  }
+  return 0;
+}
+
+static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_measured) {
+  const TrainConfig *cfg = tr->cfg;
+  const ModelConfig *mc = &cfg->model;
+  char a[32], b[32], c[32], d[32];
+  double total, active;
+  trainer_param_counts(&tr->model, &total, &active);
+  fprintf(out, "fivefold train: %s\n", cfg->config_path);
+  int moe_layers = model_config_num_moe_layers(mc);
+  fprintf(out, "  model    %s: %d layers, hidden %d, %d heads (%d kv, head_dim %d), vocab %d%s\n", mc->model_type,
+          mc->num_layers, mc->hidden_size, mc->num_heads, model_config_kv_heads(mc),
+          model_config_head_dim(mc), mc->vocab_size,
+          mc->tie_word_embeddings ? ", tied embeddings" : "");
+  if (moe_layers > 0) {
+    char cap[64];
+    if (mc->capacity_factor > 0) snprintf(cap, sizeof cap, "capacity factor %.2f", (double)mc->capacity_factor);
+    else snprintf(cap, sizeof cap, "dropless");
+    char shared[64] = "";
+    if (mc->shared_expert_intermediate_size > 0)
+      snprintf(shared, sizeof shared, ", shared expert ffn %d", mc->shared_expert_intermediate_size);
+    fprintf(out, "  moe      %d of %d layers: %d experts, top-%d, expert ffn %d%s, %s, aux %.3g, z %.3g", moe_layers,
+            mc->num_layers, mc->num_experts, mc->top_k, mc->moe_intermediate_size, shared, cap,
+            (double)mc->aux_loss_coeff, (double)mc->z_loss_coeff);
+    if (moe_layers < mc->num_layers) fprintf(out, "; dense ffn %d", mc->intermediate_size);
+    fputc('\n', out);
+  } else {
+    fprintf(out, "  mlp      dense SwiGLU, ffn %d\n", mc->intermediate_size);
+  }
+  fprintf(out, "  params   %s total, %s active per token\n", fmt_si(a, sizeof a, total), fmt_si(b, sizeof b, active));
+  const TokenWindows *tw = &tr->train.windows;
+  long per_step = train_config_tokens_per_step(cfg);
+  double epochs = (double)per_step * cfg->steps / ((double)tw->num_windows * cfg->seq_len);
+  fprintf(out, "  data     train %s tokens in %d shard(s), %s windows of %d (%.2f epochs over %d steps)\n",
+          fmt_thousands(a, sizeof a, (double)tw->num_tokens), tw->num_shards,
+          fmt_thousands(b, sizeof b, (double)tw->num_windows), cfg->seq_len + 1, epochs, cfg->steps);
+  if (tr->has_val)
+    fprintf(out, "           val %s tokens in %d shard(s); %d batches (%s windows) per evaluation\n",
+            fmt_thousands(a, sizeof a, (double)tr->val.windows.num_tokens), tr->val.windows.num_shards,
+            tr->val.num_batches, fmt_thousands(c, sizeof c, (double)tr->val.num_used));
+  else
+    fprintf(out, "           no validation data\n");
+  fprintf(out, "  batch    %d x %d tokens x %d accumulation = %s tokens per step\n", cfg->micro_batch_size,
+          cfg->seq_len, cfg->grad_accum_steps, fmt_thousands(a, sizeof a, (double)per_step));
+  fprintf(out, "  optim    AdamW lr %.2e -> %.2e %s, warmup %d, wd %g, betas (%g, %g), eps %g, clip %g\n",
+          (double)cfg->lr, (double)cfg->min_lr, lr_decay_name(cfg->decay), cfg->warmup_steps,
+          (double)cfg->weight_decay, (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
+          (double)cfg->grad_clip);
+  fprintf(out, "  compute  %s FLOP per token (fwd+bwd), %d thread%s, peak %.0f GFLOP/s (%s)\n",
+          fmt_si(d, sizeof d, tr->flops_per_token), tr->threads, tr->threads == 1 ? "" : "s", peak,
+          peak_measured ? "measured: FMA loop on every thread" : "stated: training.peak_gflops");
+  fflush(out);
+}
+
+static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev) {
+  char tok[32];
+  fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %d batches, %s tokens | %.1f s\n", step, total,
+          ev->loss, ev->loss / log(2.0), ev->batches, fmt_thousands(tok, sizeof tok, (double)ev->tokens),
+          ev->seconds);
+  fflush(out);
+  if (jsonl) {
+    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6g,\"tokens\":%ld,\"seconds\":%.6g}\n", step,
+            ev->loss, ev->tokens, ev->seconds);
+    fflush(jsonl);
+  }
+}
+
+static int open_run_files(const Trainer *tr, FILE **jsonl, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  int rc = mkdir_p(cfg->out_dir, err);
+  if (rc) return rc;
+  char path[TRAIN_PATH_MAX + 32]; /* out_dir + a file name */
+  cJSON *json = train_config_to_json(cfg);
+  char *text = json ? cJSON_Print(json) : NULL;
+  cJSON_Delete(json);
+  if (!text) return error_set(err, ERR_NOMEM, "cannot render the resolved config");
+  snprintf(path, sizeof path, "%s/config.json", cfg->out_dir);
+  size_t len = strlen(text);
+  char *with_nl = malloc(len + 2);
+  if (!with_nl) {
+    free(text);
+    return error_set(err, ERR_NOMEM, "out of memory");
+  }
+  memcpy(with_nl, text, len);
+  memcpy(with_nl + len, "\n", 2);
+  free(text);
+  rc = write_file_atomic(path, with_nl, err);
+  free(with_nl);
+  if (rc) return rc;
+  snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out_dir);
+  *jsonl = fopen(path, "w");
+  if (!*jsonl) return error_set(err, ERR_IO, "cannot create %s: %s", path, strerror(errno));
+  return 0;
+}
+
+int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, Error *err) {
+  TrainerOptions defaults;
+  if (!opts) {
+    trainer_options_default(&defaults);
+    opts = &defaults;
+  }
+  const TrainConfig *cfg = tr->cfg;
+  FILE *out = opts->out ? opts->out : stdout;
+  TrainSummary sum;
+  memset(&sum, 0, sizeof sum);
+  sum.first_val_loss = sum.final_val_loss = NAN;
+
+  double peak = cfg->peak_gflops;
+  int peak_measured = 0;
+  if (!(peak > 0)) {
+    peak = peak_fma_gflops(tr->threads, PEAK_MEASURE_SECONDS);
+    peak_measured = 1;
+  }
+  sum.peak_gflops = peak;
+
+  FILE *jsonl = NULL;
+  int rc = 0;
+  if (opts->write_run_files && (rc = open_run_files(tr, &jsonl, err))) return rc;
+  print_banner(tr, out, peak, peak_measured);
+  if (opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
+  fflush(out);
+
+  ProgressLine progress;
+  int tty = isatty(fileno(out));
+  progress_init(&progress, out, opts->progress < 0 ? tty : opts->progress);
+
+  EvalResult ev;
+  if (tr->has_val && opts->eval_at_start && tr->step == 0) {
+    if ((rc = trainer_evaluate(tr, &ev, err))) goto done;
+    print_eval(out, jsonl, 0, cfg->steps, &ev);
+    sum.first_val_loss = ev.loss;
+    sum.eval_seconds += ev.seconds;
+  }
+
+  int is_moe = model_config_num_moe_layers(&cfg->model) > 0;
+  IntervalStats iv;
+  memset(&iv, 0, sizeof iv);
+  double last_interval_loss = NAN;
+  char line[1024];
+  while (tr->step < cfg->steps) {
+    TrainStepResult r;
+    if ((rc = trainer_step(tr, &r, err))) goto done;
+    if (opts->on_step) opts->on_step(opts->ctx, &r);
+    if (r.step == 1) sum.first_loss = r.loss;
+    iv.steps++;
+    iv.loss += r.loss;
+    iv.lm += r.lm;
+    iv.aux += r.aux;
+    iv.z += r.z;
+    iv.grad_norm += r.grad_norm;
+    iv.imbalance += r.imbalance;
+    iv.seconds += r.seconds;
+    iv.tokens += (double)r.tokens;
+    iv.flops += tr->flops_per_token * (double)r.tokens;
+    iv.last_lr = r.lr;
+    sum.train_seconds += r.seconds;
+    sum.tokens += r.tokens;
+    sum.steps = r.step;
+
+    int stop = opts->stop && *opts->stop;
+    int last = r.step == cfg->steps || stop;
+    if (r.step % cfg->log_interval == 0 || r.step == 1 || last) {
+      LogLine l;
+      interval_to_log_line(&iv, r.step, cfg->steps, peak, is_moe, &l);
+      progress_clear(&progress);
+      format_log_line(line, sizeof line, &l);
+      fprintf(out, "%s\n", line);
+      fflush(out);
+      if (jsonl) {
+        format_log_json(line, sizeof line, &l);
+        fprintf(jsonl, "%s\n", line);
+        fflush(jsonl);
+      }
+      last_interval_loss = l.loss;
+      memset(&iv, 0, sizeof iv);
+    } else {
+      double per_step = sum.train_seconds / sum.steps;
+      progress_draw(&progress, r.step, cfg->steps, 1e3 * per_step, per_step * (cfg->steps - r.step));
+    }
+    int eval_now = cfg->eval_interval > 0 && r.step % cfg->eval_interval == 0;
+    if (tr->has_val && (eval_now || last)) {
+      progress_clear(&progress);
+      if ((rc = trainer_evaluate(tr, &ev, err))) goto done;
+      print_eval(out, jsonl, r.step, cfg->steps, &ev);
+      sum.final_val_loss = ev.loss;
+      sum.eval_seconds += ev.seconds;
+    }
+    if (stop) {
+      sum.stopped_early = 1;
+      fprintf(out, "stopped by request after step %d of %d\n", r.step, cfg->steps);
+      break;
+    }
+  }
+  progress_clear(&progress);
+  sum.final_loss = last_interval_loss;
+  sum.tokens_per_s = sum.train_seconds > 0 ? (double)sum.tokens / sum.train_seconds : 0;
+  sum.mfu_pct = peak > 0 && sum.train_seconds > 0
+                    ? 100.0 * tr->flops_per_token * (double)sum.tokens / sum.train_seconds / 1e9 / peak
+                    : 0;
+  {
+    char tok[32], dur[32], val[64] = "";
+    if (!isnan(sum.final_val_loss)) snprintf(val, sizeof val, " | val loss %.3f", sum.final_val_loss);
+    fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s tok/s | "
+                 "MFU %.1f%%%s%s\n",
+            sum.steps, fmt_duration(dur, sizeof dur, sum.train_seconds + sum.eval_seconds), sum.train_seconds,
+            sum.eval_seconds, sum.final_loss, val, fmt_thousands(tok, sizeof tok, sum.tokens_per_s), sum.mfu_pct,
+            opts->write_run_files ? " | output " : "", opts->write_run_files ? cfg->out_dir : "");
+    fflush(out);
+  }
+  if (jsonl) {
+    /* JSON has no NaN: runs without validation record null. */
+    char first_val[32] = "null", final_val[32] = "null";
+    if (!isnan(sum.first_val_loss)) snprintf(first_val, sizeof first_val, "%.6g", sum.first_val_loss);
+    if (!isnan(sum.final_val_loss)) snprintf(final_val, sizeof final_val, "%.6g", sum.final_val_loss);
+    fprintf(jsonl,
+            "{\"type\":\"summary\",\"steps\":%d,\"first_loss\":%.6g,\"final_loss\":%.6g,\"first_val_loss\":%s,"
+            "\"final_val_loss\":%s,\"tokens\":%ld,\"tokens_per_s\":%.6g,\"mfu_pct\":%.6g,\"peak_gflops\":%.6g,"
+            "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s}\n",
+            sum.steps, sum.first_loss, sum.final_loss, first_val, final_val, sum.tokens, sum.tokens_per_s, sum.mfu_pct,
+            sum.peak_gflops, sum.train_seconds, sum.eval_seconds, tr->threads, sum.stopped_early ? "true" : "false");
+    fflush(jsonl);
+  }
+done:
+  progress_clear(&progress);
+  if (jsonl) fclose(jsonl);
+  if (summary) *summary = sum;
+  return rc;
+}

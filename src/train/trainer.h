@@ -1,0 +1,102 @@
+/* The single-process trainer: model, AdamW, training and validation data,
+ * and the loop that ties them together.
+ *
+ * One optimizer step = grad_accum_steps micro-batches of [B, T] tokens, each
+ * forward + backward with grad_scale = 1 / grad_accum_steps (so the summed
+ * gradient is that of the mean loss), then one AdamW update at the scheduled
+ * learning rate. trainer_run adds the reporting: a startup banner, a log line
+ * every log_interval steps, validation every eval_interval steps and at the
+ * end, a progress line with ETA on terminals, and optional run files in the
+ * output directory (config.json, metrics.jsonl).
+ *
+ * The pieces (trainer_create / trainer_step / trainer_evaluate) are public so
+ * tests and later drivers (checkpoint/resume, multi-rank) can run the same
+ * steps without the reporting. */
+#ifndef FIVEFOLD_TRAIN_TRAINER_H
+#define FIVEFOLD_TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "base/error.h"
+#include "model/model.h"
+#include "train/data_loader.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+#include "train/train_config.h"
+
+typedef struct Trainer {
+  const TrainConfig *cfg; /* finalized; must outlive the trainer */
+  Model model;
+  Optimizer opt;
+  DataLoader train;
+  ValLoader val;
+  int has_val;
+  int *inputs, *targets; /* [B, T] */
+  long *step_counts;     /* expert counts summed over a step's micro-batches */
+  int step;              /* optimizer steps done */
+  int threads;
+  double flops_per_token; /* model FLOPs (forward + backward) per trained token */
+} Trainer;
+
+/* What one optimizer step did. Losses are means over its micro-batches. */
+typedef struct TrainStepResult {
+  int step; /* 1-based number of this step */
+  double loss, lm, aux, z;
+  float lr;
+  double grad_norm;
+  double imbalance; /* MoE layers; 0 for dense models */
+  long tokens;
+  double seconds;
+} TrainStepResult;
+
+typedef struct EvalResult {
+  double loss; /* mean LM loss per validation token */
+  long tokens;
+  int batches;
+  double seconds;
+} EvalResult;
+
+/* Builds everything from a finalized config: sets the OpenMP / OpenBLAS
+ * thread count, creates and initialises the model (seed = training.seed),
+ * opens the data (checking vocabulary fit) and allocates AdamW state. */
+int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err);
+void trainer_free(Trainer *tr);
+
+int trainer_step(Trainer *tr, TrainStepResult *res, Error *err);
+/* Validation LM loss over the fixed windows; ERR_CONFIG when no val data. */
+int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err);
+
+typedef struct TrainerOptions {
+  FILE *out;              /* banner, log lines, progress (NULL: stdout) */
+  int progress;           /* -1: when `out` is a terminal; 0 never; 1 always */
+  int write_run_files;    /* config.json and metrics.jsonl under cfg->out_dir */
+  int eval_at_start;      /* validation before the first step too */
+  volatile sig_atomic_t *stop; /* when it becomes non-zero: finish the step, evaluate, return */
+  /* Called after every step (tests use it to watch lr, losses). */
+  void (*on_step)(void *ctx, const TrainStepResult *res);
+  void *ctx;
+} TrainerOptions;
+
+typedef struct TrainSummary {
+  int steps;
+  double first_loss;     /* loss of step 1 */
+  double final_loss;     /* mean loss over the last log interval */
+  double first_val_loss; /* NAN without val data or start evaluation */
+  double final_val_loss; /* NAN without val data */
+  double tokens_per_s;   /* training tokens / training time (evaluation excluded) */
+  double mfu_pct, peak_gflops;
+  double train_seconds, eval_seconds;
+  long tokens;
+  int stopped_early;
+} TrainSummary;
+
+void trainer_options_default(TrainerOptions *o);
+/* The full run with reporting. */
+int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, Error *err);
+
+/* Total and per-token-active parameter counts (routed experts count top_k /
+ * num_experts). */
+void trainer_param_counts(const Model *m, double *total, double *active);
+
+#endif

@@ -1,0 +1,8 @@
+# Scripted train tests: the CLI checks (help texts, config errors, a tiny
+# tokenize + train round trip), and the learning test on real text, which is
+# slow (skipped by the sanitizer pass and `make test-fast`).
+add_test(NAME train.cli COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_test.sh $<TARGET_FILE:fivefold>)
+set_tests_properties(train.cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE" TIMEOUT 300)
+if(TEST train.learn_bible)
+  set_tests_properties(train.learn_bible PROPERTIES LABELS slow TIMEOUT 300)
+endif()
