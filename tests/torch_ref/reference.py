@@ -72,8 +72,12 @@ def config_from_dict(d):
     c.num_kv_heads = int(d.get("num_key_value_heads", c.num_heads))
     c.head_dim = int(d.get("head_dim", c.hidden_size // c.num_heads))
     c.intermediate_size = int(d.get("intermediate_size", 0))
-    c.rope_theta = _f32(d.get("rope_theta", 10000.0))
-    c.rms_norm_eps = _f32(d.get("rms_norm_eps", 1e-5))
+    # Absent rope_theta / rms_norm_eps take the Hugging Face class default of
+    # the model type (LlamaConfig, MixtralConfig, Qwen2MoeConfig).
+    hf_theta = 1e6 if c.model_type in ("mixtral", "qwen2_moe") else 10000.0
+    hf_eps = 1e-6 if c.model_type in ("llama", "qwen2", "qwen2_moe") else 1e-5
+    c.rope_theta = _f32(d.get("rope_theta", hf_theta))
+    c.rms_norm_eps = _f32(d.get("rms_norm_eps", hf_eps))
     c.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
     c.max_position_embeddings = int(d.get("max_position_embeddings", 2048))
     c.init_std = _f32(d.get("initializer_range", 0.02))
