@@ -1,7 +1,9 @@
-/* `fivefold train --config FILE [overrides]`: loads and checks the run
- * config, applies command-line overrides, opens the data and builds the
- * model (so every input is validated before training starts), then runs the
- * trainer. Ctrl-C stops after the current step with a final evaluation. */
+/* `fivefold train --config FILE [overrides] [--resume [PATH]]`: loads and
+ * checks the run config, applies command-line overrides, opens the data and
+ * builds the model (so every input is validated before training starts),
+ * restores a checkpoint when resuming, then runs the trainer, which saves
+ * checkpoints as it goes. Ctrl-C (or SIGTERM) stops after the current step
+ * with a final evaluation and checkpoint. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "train/checkpoint.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -26,9 +29,15 @@ static void train_help(FILE *f) {
           "Trains the model of a run config on its token shards. Prints a startup banner, a\n"
           "log line every log_interval steps, the validation loss every eval_interval steps\n"
           "and at the end, and writes config.json and metrics.jsonl to the output directory.\n"
-          "Ctrl-C stops after the current step (with a final evaluation); twice quits.\n\n"
+          "Checkpoints go to OUT/checkpoints/step-NNNNNNNN every checkpoint.interval steps\n"
+          "and at the end; the newest checkpoint.keep_last are kept. Ctrl-C (or SIGTERM)\n"
+          "stops after the current step with a final evaluation and checkpoint; twice quits.\n\n"
           "options:\n"
-          "  --config FILE          run configuration (JSON: model, training, data, out)\n"
+          "  --config FILE          run configuration (JSON: model, training, data, checkpoint, out)\n"
+          "  --resume [PATH]        continue from the newest valid checkpoint in the run's output\n"
+          "                         directory, or in PATH (a checkpoint step-NNNNNNNN, a run\n"
+          "                         directory or its checkpoints/); the model config must match,\n"
+          "                         and training goes on with the same lr schedule and data order\n"
           "  --no-progress          no in-place progress line (default: drawn on a terminal)\n"
           "  -h, --help             show this help\n\n"
           "overrides (each replaces the config field in brackets; also --flag=value):\n");
@@ -49,8 +58,8 @@ typedef struct Override {
 } Override;
 
 int cmd_train(int argc, char **argv) {
-  const char *config = NULL;
-  int no_progress = 0;
+  const char *config = NULL, *resume_path = NULL;
+  int no_progress = 0, resume = 0;
   Override *ov = calloc((size_t)argc, sizeof *ov);
   int n_ov = 0, code = 0;
   char msg[1200];
@@ -64,6 +73,17 @@ int cmd_train(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-progress")) {
       no_progress = 1;
+      continue;
+    }
+    /* --resume takes an optional PATH: the next argument when it is not an option. */
+    if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) {
+      resume = 1;
+      if (a[8] == '=') resume_path = a + 9;
+      else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) resume_path = argv[++i];
+      if (resume_path && !resume_path[0]) {
+        free(ov);
+        return fail(2, "--resume= needs a path (or give --resume alone for the run's output directory)");
+      }
       continue;
     }
     const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
@@ -127,15 +147,31 @@ int cmd_train(int argc, char **argv) {
   if (!code && train_config_finalize(&cfg, &err)) code = 1;
   if (!code && trainer_create(&tr, &cfg, &err)) code = 1;
   have_trainer = !code;
-  if (!code) {
+  int nothing_to_do = 0;
+  if (!code && resume) {
+    char dir[CHECKPOINT_PATH_MAX];
+    const char *where = resume_path ? resume_path : cfg.out_dir;
+    if (checkpoint_resolve(where, dir, sizeof dir, &err) || trainer_resume(&tr, dir, &err)) {
+      error_wrap(&err, "--resume");
+      code = 1;
+    } else if (tr.step >= cfg.steps) {
+      printf("fivefold train: %s is at step %d, training.steps is %d: nothing to train (raise --steps to go on)\n",
+             dir, tr.step, cfg.steps);
+      nothing_to_do = 1;
+    }
+  }
+  if (!code && !nothing_to_do) {
     TrainerOptions opts;
     trainer_options_default(&opts);
     if (no_progress) opts.progress = 0;
     opts.stop = &g_stop;
+    opts.save_checkpoints = 1;
     signal(SIGINT, on_interrupt);
+    signal(SIGTERM, on_interrupt);
     TrainSummary summary;
     if (trainer_run(&tr, &opts, &summary, &err)) code = 1;
     signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
   }
   if (code) fail(code, err.msg);
   if (have_trainer) trainer_free(&tr);

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tok/tokenizer.h"
+
 typedef enum {
   FIELD_INT,    /* int, with [min, max] */
   FIELD_FLOAT,  /* float, with [min, max] (exclusive ends when flagged) */
@@ -19,10 +21,11 @@ typedef enum {
   FIELD_DECAY,  /* "cosine" | "linear" | "constant" */
   FIELD_PATHS,  /* string or list of strings: shard paths (data section) */
   FIELD_PATH,   /* one string path */
+  FIELD_TOKENIZER, /* "byte-level" or a path to a tokenizer.json */
 } FieldKind;
 
 typedef struct FieldSpec {
-  const char *section; /* "training", "data" or "" for top level */
+  const char *section; /* "training", "data", "checkpoint" or "" for top level */
   const char *name;
   const char *flag; /* NULL: config file only */
   const char *arg;  /* metavariable in --help */
@@ -76,12 +79,18 @@ static const FieldSpec FIELDS[] = {
      "training shard(s), comma-separated"},
     {"data", "val", "--val-data", "PATHS", FIELD_PATHS, OFF(val_paths), 0, 0, 0, 0,
      "validation shard(s), comma-separated"},
+    {"data", "tokenizer", "--tokenizer", "PATH", FIELD_TOKENIZER, OFF(tokenizer), 0, 0, 0, 0,
+     "tokenizer.json, or byte-level (default)"},
+    {"checkpoint", "interval", "--save-interval", "N", FIELD_INT, OFF(checkpoint_interval), 0, 1 << 30, 0, 0,
+     "checkpoint every N steps (0: at the end only)"},
+    {"checkpoint", "keep_last", "--keep-last", "K", FIELD_INT, OFF(keep_last), 0, 1 << 30, 0, 0,
+     "checkpoints kept in the run directory (0: all)"},
     {"", "out", "--out", "DIR", FIELD_PATH, OFF(out_dir), 0, 0, 0, 0,
      "run directory (default runs/<config name>)"},
 };
 #define NUM_FIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
-static const char *const SECTIONS[] = {"model", "training", "data", "out", "description"};
+static const char *const SECTIONS[] = {"model", "training", "data", "checkpoint", "out", "description"};
 #define NUM_SECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 const char *lr_decay_name(LrDecay decay) {
@@ -113,6 +122,9 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->eval_interval = 100;
   cfg->eval_batches = 20;
   cfg->world_size = 1;
+  snprintf(cfg->tokenizer, sizeof cfg->tokenizer, "%s", TRAIN_TOKENIZER_BYTE_LEVEL);
+  cfg->checkpoint_interval = 0;
+  cfg->keep_last = 3;
 }
 
 static void free_paths(char ***paths, int *n) {
@@ -251,6 +263,19 @@ static int store_path(TrainConfig *cfg, const FieldSpec *f, const char *path, co
   return 0;
 }
 
+/* "byte-level" stays as it is; anything else is a path to a tokenizer.json. */
+static int store_tokenizer(TrainConfig *cfg, const FieldSpec *f, const char *value, const char *dir_of,
+                           const char *where, Error *err) {
+  if (!strcmp(value, TRAIN_TOKENIZER_BYTE_LEVEL)) {
+    snprintf(cfg->tokenizer, sizeof cfg->tokenizer, "%s", TRAIN_TOKENIZER_BYTE_LEVEL);
+    return 0;
+  }
+  if (!value[0])
+    return error_set(err, ERR_CONFIG, "%s must be \"%s\" or a path to a tokenizer.json, got an empty string", where,
+                     TRAIN_TOKENIZER_BYTE_LEVEL);
+  return store_path(cfg, f, value, dir_of, where, err);
+}
+
 static char ***paths_member(TrainConfig *cfg, const FieldSpec *f) { return (char ***)((char *)cfg + f->offset); }
 static int *paths_count(TrainConfig *cfg, const FieldSpec *f) {
   return f->offset == OFF(train_paths) ? &cfg->num_train : &cfg->num_val;
@@ -306,6 +331,11 @@ static int parse_field(TrainConfig *cfg, const FieldSpec *f, const cJSON *v, con
       if (!cJSON_IsString(v))
         return error_set(err, ERR_CONFIG, "%s must be a string (a directory path), got %s", where, json_type_name(v));
       return store_path(cfg, f, v->valuestring, origin, where, err);
+    case FIELD_TOKENIZER:
+      if (!cJSON_IsString(v))
+        return error_set(err, ERR_CONFIG, "%s must be a string (\"%s\" or a path to a tokenizer.json), got %s",
+                         where, TRAIN_TOKENIZER_BYTE_LEVEL, json_type_name(v));
+      return store_tokenizer(cfg, f, v->valuestring, origin, where, err);
     case FIELD_PATHS: {
       free_paths(paths_member(cfg, f), paths_count(cfg, f));
       if (cJSON_IsString(v)) return append_path(cfg, f, v->valuestring, origin, where, err);
@@ -399,7 +429,7 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
   }
   for (const cJSON *v = root->child; v && !rc; v = v->next) {
     if (!strcmp(v->string, "model")) rc = parse_model(cfg, v, origin, err);
-    else if (!strcmp(v->string, "training") || !strcmp(v->string, "data"))
+    else if (!strcmp(v->string, "training") || !strcmp(v->string, "data") || !strcmp(v->string, "checkpoint"))
       rc = parse_section(cfg, v, v->string, origin, err);
     else if (!strcmp(v->string, "out")) rc = parse_field(cfg, find_field("", "out"), v, origin, err);
     else if (!strcmp(v->string, "description")) {
@@ -408,8 +438,8 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
     } else {
       char hint[128];
       suggest(hint, sizeof hint, v->string, SECTIONS, NUM_SECTIONS);
-      rc = error_set(err, ERR_CONFIG, "%s: unknown section \"%s\"%s (expected model, training, data, out)", origin,
-                     v->string, hint);
+      rc = error_set(err, ERR_CONFIG, "%s: unknown section \"%s\"%s (expected model, training, data, checkpoint, out)",
+                     origin, v->string, hint);
     }
   }
   if (!rc && !cfg->has_model)
@@ -496,6 +526,7 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
     }
     case FIELD_DECAY: rc = store_decay(cfg, f, value, flag, err); break;
     case FIELD_PATH: rc = store_path(cfg, f, value, NULL, flag, err); break;
+    case FIELD_TOKENIZER: rc = store_tokenizer(cfg, f, value, NULL, flag, err); break;
     case FIELD_PATHS: {
       free_paths(paths_member(cfg, f), paths_count(cfg, f));
       rc = 0;
@@ -556,6 +587,28 @@ static int check_files(char **paths, int n, const char *field, const char *origi
   return 0;
 }
 
+/* A tokenizer.json must load and fit the model's vocabulary: a checkpoint
+ * records it, and sampling would otherwise fail only after training. */
+static int check_tokenizer(const TrainConfig *cfg, const char *origin, Error *err) {
+  if (!strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL)) return 0;
+  struct stat st;
+  if (stat(cfg->tokenizer, &st) != 0)
+    return error_set(err, ERR_CONFIG,
+                     "%s: data.tokenizer: %s not found (%s; expected a tokenizer.json, or \"%s\"; relative paths in "
+                     "a config file are resolved against its directory)",
+                     origin, cfg->tokenizer, strerror(errno), TRAIN_TOKENIZER_BYTE_LEVEL);
+  Tokenizer *tok = NULL;
+  if (tok_load_json(&tok, cfg->tokenizer, err)) return error_wrap(err, "%s: data.tokenizer", origin);
+  int vocab = tok_vocab_size(tok);
+  tok_free(tok);
+  if (vocab > cfg->model.vocab_size)
+    return error_set(err, ERR_CONFIG,
+                     "%s: data.tokenizer: %s has %d token ids but the model's vocab_size is %d (expected the "
+                     "tokenizer's vocabulary to fit the model)",
+                     origin, cfg->tokenizer, vocab, cfg->model.vocab_size);
+  return 0;
+}
+
 int train_config_finalize(TrainConfig *cfg, Error *err) {
   const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
   if (!cfg->has_model) return error_set(err, ERR_CONFIG, "%s: no model configured", origin);
@@ -593,6 +646,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
                      origin);
   if ((rc = check_files(cfg->train_paths, cfg->num_train, "data.train", origin, err))) return rc;
   if ((rc = check_files(cfg->val_paths, cfg->num_val, "data.val", origin, err))) return rc;
+  if ((rc = check_tokenizer(cfg, origin, err))) return rc;
   if (!cfg->out_dir[0]) {
     const char *base = strrchr(origin, '/');
     base = base ? base + 1 : origin;
@@ -623,14 +677,11 @@ static cJSON *paths_json(char **paths, int n) {
   return arr;
 }
 
-cJSON *train_config_to_json(const TrainConfig *cfg) {
-  cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
-  cJSON_AddItemToObject(root, "model", model_config_to_json(&cfg->model));
-  cJSON *t = cJSON_AddObjectToObject(root, "training");
+/* The numeric and named fields of one section. */
+static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *t) {
   for (int i = 0; i < NUM_FIELDS; i++) {
     const FieldSpec *f = &FIELDS[i];
-    if (strcmp(f->section, "training")) continue;
+    if (strcmp(f->section, section)) continue;
     const char *base = (const char *)cfg + f->offset;
     switch (f->kind) {
       case FIELD_INT: cJSON_AddNumberToObject(t, f->name, *(const int *)base); break;
@@ -643,9 +694,21 @@ cJSON *train_config_to_json(const TrainConfig *cfg) {
       default: break;
     }
   }
+}
+
+cJSON *train_config_to_json(const TrainConfig *cfg) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
+  cJSON_AddItemToObject(root, "model", model_config_to_json(&cfg->model));
+  section_to_json(cfg, "training", cJSON_AddObjectToObject(root, "training"));
   cJSON *d = cJSON_AddObjectToObject(root, "data");
   cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));
   if (cfg->num_val) cJSON_AddItemToObject(d, "val", paths_json(cfg->val_paths, cfg->num_val));
+  if (!strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL))
+    cJSON_AddStringToObject(d, "tokenizer", TRAIN_TOKENIZER_BYTE_LEVEL);
+  else
+    cJSON_AddItemToObject(d, "tokenizer", path_json(cfg->tokenizer));
+  section_to_json(cfg, "checkpoint", cJSON_AddObjectToObject(root, "checkpoint"));
   cJSON_AddItemToObject(root, "out", path_json(cfg->out_dir));
   return root;
 }

@@ -5,7 +5,9 @@
  *     "description": "free text, ignored",
  *     "model": "models/ref-moe.json",      // or an inline model config object
  *     "training": { "micro_batch_size": 8, "seq_len": 256, "steps": 2000, ... },
- *     "data": { "train": "data/train.bin", "val": ["a.bin", "b.bin"] },
+ *     "data": { "train": "data/train.bin", "val": ["a.bin", "b.bin"],
+ *               "tokenizer": "tok/tokenizer.json" },  // or "byte-level" (default)
+ *     "checkpoint": { "interval": 500, "keep_last": 3 },
  *     "out": "runs/my-run"
  *   }
  *
@@ -29,6 +31,7 @@
 #include "model/config.h"
 
 #define TRAIN_PATH_MAX 4096
+#define TRAIN_TOKENIZER_BYTE_LEVEL "byte-level"
 
 typedef struct TrainConfig {
   char config_path[TRAIN_PATH_MAX];  /* file it was read from */
@@ -58,6 +61,13 @@ typedef struct TrainConfig {
   int num_train;
   char **val_paths; /* may be empty: no validation */
   int num_val;
+  /* The tokenizer the shards were made with, recorded in checkpoints so that
+   * sampling decodes with it: a tokenizer.json path or "byte-level". */
+  char tokenizer[TRAIN_PATH_MAX];
+
+  /* checkpoint */
+  int checkpoint_interval; /* save every N steps; 0: only at the end (and when stopped) */
+  int keep_last;           /* checkpoints kept in the run directory; 0: all */
 
   char out_dir[TRAIN_PATH_MAX]; /* "" until finalize: runs/<config name> */
   int world_size;               /* data-parallel ranks; 1 today */

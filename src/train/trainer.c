@@ -1,6 +1,6 @@
 /* The training loop: micro-batch accumulation, the optimizer step,
- * validation, and the run's reporting (banner, log lines, progress, run
- * files). See trainer.h. */
+ * validation, saving and resuming checkpoints, and the run's reporting
+ * (banner, log lines, progress, run files). See trainer.h. */
 #include "train/trainer.h"
 
 #include <cblas.h>
@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/timer.h"
 #include "kern/peak.h"
 #include "model/flops.h"
@@ -157,6 +158,65 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   return 0;
 }
 
+/* ---- checkpoints ---- */
+
+int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
+  CheckpointSource src = {
+      .step = tr->step,
+      .model = &tr->model,
+      .opt = &tr->opt,
+      .data_loader = tr->train.state,
+      .data_windows = tr->train.windows.num_windows,
+      .train_config = tr->cfg,
+  };
+  return checkpoint_save(tr->cfg->out_dir, &src, tr->cfg->keep_last, info, err);
+}
+
+/* Warns about each field of `section` whose value differs between the
+ * checkpoint's run config and this run's. */
+static void warn_config_changes(const cJSON *saved, const cJSON *now, const char *section) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, section);
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, section);
+  if (!cJSON_IsObject(a) || !cJSON_IsObject(b)) return;
+  for (const cJSON *y = b->child; y; y = y->next) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, y->string);
+    if (x && cJSON_Compare(x, y, 1)) continue;
+    char *sx = x ? cJSON_PrintUnformatted(x) : NULL, *sy = cJSON_PrintUnformatted(y);
+    log_warn("resuming with %s.%s = %.200s (the checkpoint's run had %.200s)", section, y->string, sy ? sy : "?",
+             sx ? sx : "no such field");
+    free(sx);
+    free(sy);
+  }
+}
+
+int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
+  CheckpointTrainState st;
+  int rc = checkpoint_load_training(ckpt_dir, &tr->model, &tr->opt, &st, err);
+  if (rc) {
+    if (rc == ERR_CONFIG) error_wrap(err, "cannot resume with the model of %s", tr->cfg->config_path);
+    return rc;
+  }
+  cJSON *saved = NULL;
+  if (checkpoint_read_train_config(ckpt_dir, &saved, err) == 0) {
+    cJSON *now = train_config_to_json(tr->cfg);
+    warn_config_changes(saved, now, "training");
+    warn_config_changes(saved, now, "data");
+    cJSON_Delete(now);
+    cJSON_Delete(saved);
+  }
+  uint64_t windows = tr->train.windows.num_windows;
+  tr->train.state = st.data_loader;
+  if (st.data_windows != windows) {
+    log_warn("the training data has %llu windows but the checkpoint was saved on %llu: the data changed, so the "
+             "order from here on is not that of the original run",
+             (unsigned long long)windows, (unsigned long long)st.data_windows);
+    tr->train.state.position %= windows;
+  }
+  tr->step = tr->start_step = st.step;
+  snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", ckpt_dir);
+  return 0;
+}
+
 /* ---- reporting ---- */
 
 void trainer_options_default(TrainerOptions *o) {
@@ -266,6 +326,38 @@ static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalRe
   }
 }
 
+/* A resumed run continues the metrics of the run it resumes: records past
+ * its start step (steps whose state died with the old process, and that
+ * process's summary) are dropped, and so is a line torn by a kill, so the
+ * file reads as one run. */
+static int keep_metrics_up_to(const char *path, int step, Error *err) {
+  FILE *f = fopen(path, "r");
+  if (!f) return errno == ENOENT ? 0 : error_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
+  char *kept = NULL, *line = NULL;
+  size_t kept_len = 0, line_cap = 0;
+  FILE *out = open_memstream(&kept, &kept_len);
+  if (!out) {
+    fclose(f);
+    return error_set(err, ERR_NOMEM, "out of memory reading %s", path);
+  }
+  ssize_t n;
+  while ((n = getline(&line, &line_cap, f)) > 0) {
+    cJSON *rec = cJSON_Parse(line);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rec, "type");
+    const cJSON *at = cJSON_GetObjectItemCaseSensitive(rec, "step");
+    int keep = line[n - 1] == '\n' && cJSON_IsString(type) && strcmp(type->valuestring, "summary") &&
+               cJSON_IsNumber(at) && at->valuedouble <= step;
+    if (keep) fputs(line, out);
+    cJSON_Delete(rec);
+  }
+  free(line);
+  fclose(f);
+  int rc = fclose(out) == 0 ? 0 : error_set(err, ERR_NOMEM, "out of memory filtering %s", path);
+  if (!rc) rc = write_file_atomic(path, kept ? kept : "", err);
+  free(kept);
+  return rc;
+}
+
 static int open_run_files(const Trainer *tr, FILE **jsonl, Error *err) {
   const TrainConfig *cfg = tr->cfg;
   int rc = mkdir_p(cfg->out_dir, err);
@@ -289,8 +381,36 @@ static int open_run_files(const Trainer *tr, FILE **jsonl, Error *err) {
   free(with_nl);
   if (rc) return rc;
   snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out_dir);
-  *jsonl = fopen(path, "w");
+  if (tr->step > 0 && (rc = keep_metrics_up_to(path, tr->step, err))) return rc;
+  *jsonl = fopen(path, tr->step > 0 ? "a" : "w");
   if (!*jsonl) return error_set(err, ERR_IO, "cannot create %s: %s", path, strerror(errno));
+  return 0;
+}
+
+static int save_and_report(Trainer *tr, FILE *out, FILE *jsonl, Error *err) {
+  CheckpointSaveInfo info;
+  double t0 = timer_now();
+  int rc = trainer_save_checkpoint(tr, &info, err);
+  if (rc) return rc;
+  double seconds = timer_now() - t0;
+  char removed[64] = "";
+  if (info.removed > 0) snprintf(removed, sizeof removed, "; removed %d older", info.removed);
+  fprintf(out, "checkpoint step %d saved to %s (%.2f MB, %.2f s%s)\n", tr->step, info.dir, (double)info.bytes / 1e6,
+          seconds, removed);
+  fflush(out);
+  if (jsonl) {
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "type", "checkpoint");
+    cJSON_AddNumberToObject(rec, "step", tr->step);
+    cJSON_AddStringToObject(rec, "path", info.dir);
+    cJSON_AddNumberToObject(rec, "bytes", (double)info.bytes);
+    cJSON_AddNumberToObject(rec, "seconds", seconds);
+    char *text = cJSON_PrintUnformatted(rec);
+    cJSON_Delete(rec);
+    if (text) fprintf(jsonl, "%s\n", text);
+    free(text);
+    fflush(jsonl);
+  }
   return 0;
 }
 
@@ -316,9 +436,19 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
 
   FILE *jsonl = NULL;
   int rc = 0;
+  if (opts->save_checkpoints && (rc = checkpoint_check_run_dir(cfg->out_dir, tr->step, err))) return rc;
   if (opts->write_run_files && (rc = open_run_files(tr, &jsonl, err))) return rc;
   print_banner(tr, out, peak, peak_measured);
   if (opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
+  if (opts->save_checkpoints) {
+    char every[64] = "";
+    if (cfg->checkpoint_interval > 0) snprintf(every, sizeof every, "every %d steps and ", cfg->checkpoint_interval);
+    char keep[64] = ", keeping all";
+    if (cfg->keep_last > 0) snprintf(keep, sizeof keep, ", keeping the last %d", cfg->keep_last);
+    fprintf(out, "  ckpt     %sat the end%s, in %s/%s\n", every, keep, cfg->out_dir, CHECKPOINT_SUBDIR);
+  }
+  if (tr->resumed_from[0])
+    fprintf(out, "  resumed  from %s at step %d of %d\n", tr->resumed_from, tr->start_step, cfg->steps);
   fflush(out);
 
   ProgressLine progress;
@@ -385,6 +515,11 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
       print_eval(out, jsonl, r.step, cfg->steps, &ev);
       sum.final_val_loss = ev.loss;
       sum.eval_seconds += ev.seconds;
+    }
+    int save_now = cfg->checkpoint_interval > 0 && r.step % cfg->checkpoint_interval == 0;
+    if (opts->save_checkpoints && (save_now || last)) {
+      progress_clear(&progress);
+      if ((rc = save_and_report(tr, out, jsonl, err))) goto done;
     }
     if (stop) {
       sum.stopped_early = 1;

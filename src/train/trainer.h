@@ -10,8 +10,16 @@
  * output directory (config.json, metrics.jsonl).
  *
  * The pieces (trainer_create / trainer_step / trainer_evaluate) are public so
- * tests and later drivers (checkpoint/resume, multi-rank) can run the same
- * steps without the reporting. */
+ * tests and later drivers (multi-rank) can run the same steps without the
+ * reporting.
+ *
+ * Checkpoints (train/checkpoint.h): trainer_run saves one every
+ * checkpoint.interval steps, at the end and when stopped, when asked to
+ * (TrainerOptions.save_checkpoints). trainer_resume restores weights, AdamW
+ * state, step and data order from one, so that the steps that follow are
+ * bit for bit those of a run that never stopped (same config and thread
+ * count). Only the reporting differs: a resumed run's first log line
+ * averages the steps since the resume, not since the last log line. */
 #ifndef FIVEFOLD_TRAIN_TRAINER_H
 #define FIVEFOLD_TRAIN_TRAINER_H
 
@@ -20,6 +28,7 @@
 
 #include "base/error.h"
 #include "model/model.h"
+#include "train/checkpoint.h"
 #include "train/data_loader.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -35,6 +44,8 @@ typedef struct Trainer {
   int *inputs, *targets; /* [B, T] */
   long *step_counts;     /* expert counts summed over a step's micro-batches */
   int step;              /* optimizer steps done */
+  int start_step;        /* step this process started from (0, or the resumed checkpoint's) */
+  char resumed_from[CHECKPOINT_PATH_MAX]; /* checkpoint directory, "" for a fresh run */
   int threads;
   double flops_per_token; /* model FLOPs (forward + backward) per trained token */
 } Trainer;
@@ -64,13 +75,27 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err);
 void trainer_free(Trainer *tr);
 
 int trainer_step(Trainer *tr, TrainStepResult *res, Error *err);
+
+/* Continues from a checkpoint directory (resolve it first with
+ * checkpoint_resolve): its model config must equal the run's (ERR_CONFIG
+ * naming the field otherwise); weights, AdamW moments, step and data-loader
+ * state are restored. Differences between the checkpoint's run config and
+ * this one (say a larger training.steps) are reported as warnings. */
+int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err);
+
+/* Saves the current state to cfg->out_dir/checkpoints/step-<step>, keeping
+ * the newest cfg->keep_last. info may be NULL. */
+int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err);
 /* Validation LM loss over the fixed windows; ERR_CONFIG when no val data. */
 int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err);
 
 typedef struct TrainerOptions {
   FILE *out;              /* banner, log lines, progress (NULL: stdout) */
   int progress;           /* -1: when `out` is a terminal; 0 never; 1 always */
-  int write_run_files;    /* config.json and metrics.jsonl under cfg->out_dir */
+  int write_run_files;    /* config.json and metrics.jsonl under cfg->out_dir; a resumed run
+                             keeps the records up to its start step and appends */
+  int save_checkpoints;   /* every checkpoint.interval steps, at the end and when stopped
+                             (default 0; `fivefold train` turns it on) */
   int eval_at_start;      /* validation before the first step too */
   volatile sig_atomic_t *stop; /* when it becomes non-zero: finish the step, evaluate, return */
   /* Called after every step (tests use it to watch lr, losses). */

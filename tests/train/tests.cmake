@@ -6,3 +6,7 @@ set_tests_properties(train.cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAI
 if(TEST train.learn_bible)
   set_tests_properties(train.learn_bible PROPERTIES LABELS slow TIMEOUT 300)
 endif()
+# Checkpoint and resume end to end: a run killed with SIGKILL (or dying while
+# writing a checkpoint) and resumed matches an uninterrupted run bit for bit.
+add_test(NAME train.resume COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/resume_test.sh $<TARGET_FILE:fivefold>)
+set_tests_properties(train.resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE" TIMEOUT 300)
