@@ -12,6 +12,11 @@ PKGS=(
   openmpi-bin libopenmpi-dev    # the multi-rank runtime and its launcher
   python3 python3-numpy python3-torch   # PyTorch reference tests and benchmarks
   bible-kjv                     # default real-text corpus (public domain)
+  clang libclang-rt-dev         # libFuzzer harnesses of the file readers (tests/fuzz)
+  systemtap-sdt-dev             # <sys/sdt.h>: USDT probes of the tracer (src/trace/probes.h)
+  bpftrace                      # fivefold trace record --ebpf
+  graphviz                      # dot: renders the DAGs of fivefold trace analyze --dot
+  gnuplot-nox                   # plots of bench/upcycling/run.sh (PNG, no X)
 )
 
 missing=()

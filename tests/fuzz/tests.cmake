@@ -1,0 +1,156 @@
+# Fuzz tests (label "fuzz") of every reader of user files: libFuzzer
+# harnesses tests/fuzz/fuzz_<reader>.c, each run for a bounded time over its
+# seed corpus tests/fuzz/corpus/<reader>/ with tests/fuzz/<reader>.dict.
+#
+# The harnesses need clang (-fsanitize=fuzzer) while the project builds with
+# gcc, so they are compiled and linked by custom commands: the harness and
+# the reader sources it names are compiled by clang with coverage, ASan and
+# UBSan, and whatever else those sources call is taken from the gcc-built
+# fivefold_* archives (the linker pulls only the members it needs; a symbol
+# the instrumented objects define is never pulled twice). So a reader that
+# starts calling another module keeps linking, and only the code under test
+# pays for instrumentation.
+#
+# Registered only when clang can build and run a fuzzer, and only in the
+# non-sanitizer build: the harnesses carry their own sanitizers, so the
+# Debug+ASan pass of `make test` would run the same thing twice. Shared
+# libraries (cJSON, OpenBLAS, MPI, the OpenMP runtime) are linked as needed:
+# a harness whose code never reaches MPI does not load it.
+option(FIVEFOLD_FUZZ "Build and register the libFuzzer tests of tests/fuzz (needs clang with libFuzzer)" ON)
+set(FIVEFOLD_FUZZ_SECONDS 15 CACHE STRING "Seconds each fuzz test runs under ctest")
+set(FIVEFOLD_FUZZ_RUNS 2000000 CACHE STRING "Input limit of each fuzz test (a backstop to the time limit)")
+
+if(NOT FIVEFOLD_FUZZ)
+  message(STATUS "fuzz: tests/fuzz disabled (FIVEFOLD_FUZZ=OFF)")
+  return()
+endif()
+if(FIVEFOLD_SANITIZE)
+  message(STATUS "fuzz: tests/fuzz not registered in the sanitizer build (the harnesses have their own ASan/UBSan)")
+  return()
+endif()
+
+if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+  set(FIVEFOLD_FUZZ_CC_HINT ${CMAKE_C_COMPILER})
+endif()
+find_program(FIVEFOLD_FUZZ_CC NAMES ${FIVEFOLD_FUZZ_CC_HINT} clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14
+             DOC "clang used to build the libFuzzer harnesses of tests/fuzz")
+
+set(FUZZ_SRC_DIR ${CMAKE_CURRENT_LIST_DIR})
+set(FUZZ_BIN_DIR ${CMAKE_CURRENT_BINARY_DIR}/fuzz)
+set(FUZZ_SANITIZE -fsanitize=address,undefined -fno-sanitize-recover=undefined)
+set(FUZZ_CFLAGS -std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link ${FUZZ_SANITIZE}
+    -I${CMAKE_SOURCE_DIR}/src ${CJSON_CFLAGS})
+
+# Can this clang build and run a fuzzer? Checked once per compiler (cached).
+if(FIVEFOLD_FUZZ_CC AND NOT FIVEFOLD_FUZZ_CC_CHECKED STREQUAL FIVEFOLD_FUZZ_CC)
+  set(check_dir ${FUZZ_BIN_DIR}/check)
+  file(MAKE_DIRECTORY ${check_dir})
+  file(WRITE ${check_dir}/check.c
+       "#include <stddef.h>\n#include <stdint.h>\n"
+       "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\n"
+       "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n")
+  execute_process(COMMAND ${FIVEFOLD_FUZZ_CC} -fsanitize=fuzzer ${FUZZ_SANITIZE} check.c -o check
+                  WORKING_DIRECTORY ${check_dir} RESULT_VARIABLE build_rc OUTPUT_QUIET ERROR_QUIET)
+  set(run_rc 1)
+  if(build_rc EQUAL 0)
+    execute_process(COMMAND ${check_dir}/check -runs=100 -seed=1 WORKING_DIRECTORY ${check_dir}
+                    RESULT_VARIABLE run_rc OUTPUT_QUIET ERROR_QUIET)
+  endif()
+  if(run_rc EQUAL 0)
+    set(FIVEFOLD_FUZZ_CC_WORKS ON CACHE INTERNAL "")
+  else()
+    set(FIVEFOLD_FUZZ_CC_WORKS OFF CACHE INTERNAL "")
+  endif()
+  set(FIVEFOLD_FUZZ_CC_CHECKED ${FIVEFOLD_FUZZ_CC} CACHE INTERNAL "")
+endif()
+if(NOT FIVEFOLD_FUZZ_CC OR NOT FIVEFOLD_FUZZ_CC_WORKS)
+  message(STATUS "fuzz: no clang with libFuzzer (-fsanitize=fuzzer) found: the fuzz tests are not registered "
+                 "(install clang and libclang-rt-dev: scripts/install-deps.sh)")
+  return()
+endif()
+message(STATUS "fuzz: libFuzzer harnesses built with ${FIVEFOLD_FUZZ_CC}, ${FIVEFOLD_FUZZ_SECONDS} s per test")
+
+# The gcc-built archives the instrumented objects may call into: fivefold_train
+# and everything it links, in one group so their order does not matter.
+set(FUZZ_ARCHIVES "")
+set(FUZZ_EXTRA_LIBS "")
+set(queue fivefold_train)
+while(queue)
+  list(POP_FRONT queue lib)
+  if(lib IN_LIST FUZZ_ARCHIVES)
+    continue()
+  endif()
+  list(APPEND FUZZ_ARCHIVES ${lib})
+  string(REGEX REPLACE "^fivefold_" "" mod ${lib})
+  foreach(dep ${FIVEFOLD_DEPS_${mod}})
+    if(dep MATCHES "^fivefold_")
+      list(APPEND queue ${dep})
+    endif()
+  endforeach()
+endwhile()
+if(fivefold_comm IN_LIST FUZZ_ARCHIVES)
+  list(APPEND FUZZ_EXTRA_LIBS ${MPI_C_LIBRARIES})
+endif()
+foreach(lib ${OpenMP_C_LIB_NAMES})
+  list(APPEND FUZZ_EXTRA_LIBS ${OpenMP_${lib}_LIBRARY})
+endforeach()
+set(FUZZ_ARCHIVE_FILES "")
+foreach(lib ${FUZZ_ARCHIVES})
+  list(APPEND FUZZ_ARCHIVE_FILES $<TARGET_FILE:${lib}>)
+endforeach()
+
+# One instrumented object per source file and harness (a few small files are
+# compiled twice; sharing objects between targets would race in parallel
+# builds). Header dependencies come from clang's depfile. Project sources do
+# not get -Werror (gcc's build owns their warnings; a clang-only one must not
+# break the build), the harnesses do.
+function(fuzz_object reader src werror out_var)
+  file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${src})
+  set(obj ${FUZZ_BIN_DIR}/obj/${reader}/${rel}.o)
+  get_filename_component(obj_dir ${obj} DIRECTORY)
+  file(MAKE_DIRECTORY ${obj_dir})
+  set(warn -Wall -Wextra)
+  if(werror)
+    list(APPEND warn -Werror)
+  endif()
+  add_custom_command(OUTPUT ${obj}
+                     COMMAND ${FIVEFOLD_FUZZ_CC} ${FUZZ_CFLAGS} ${warn} -MD -MF ${obj}.d -c ${src} -o ${obj}
+                     DEPENDS ${src} DEPFILE ${obj}.d
+                     COMMENT "fuzz: compiling ${rel} for fuzz_${reader}" VERBATIM)
+  set(${out_var} ${obj} PARENT_SCOPE)
+endfunction()
+
+# fuzz_harness(reader SOURCES...): tests/fuzz/fuzz_<reader>.c plus the named
+# reader sources (paths under src/), instrumented; test fuzz.<reader>.
+function(fuzz_harness reader)
+  fuzz_object(${reader} ${FUZZ_SRC_DIR}/fuzz_${reader}.c ON harness_obj)
+  set(objs ${harness_obj})
+  foreach(src ${ARGN})
+    fuzz_object(${reader} ${CMAKE_SOURCE_DIR}/src/${src} OFF obj)
+    list(APPEND objs ${obj})
+  endforeach()
+  set(exe ${FUZZ_BIN_DIR}/fuzz_${reader})
+  add_custom_command(OUTPUT ${exe}
+                     COMMAND ${FIVEFOLD_FUZZ_CC} -fsanitize=fuzzer ${FUZZ_SANITIZE} ${objs}
+                             -Wl,--start-group ${FUZZ_ARCHIVE_FILES} -Wl,--end-group -Wl,--as-needed
+                             ${CJSON_LINK_LIBRARIES} ${OPENBLAS_LIB} ${FUZZ_EXTRA_LIBS} -lm -lpthread -o ${exe}
+                     DEPENDS ${objs} ${FUZZ_ARCHIVES}
+                     COMMENT "fuzz: linking fuzz_${reader}" VERBATIM)
+  add_custom_target(fuzz_${reader} ALL DEPENDS ${exe})
+  add_test(NAME fuzz.${reader}
+           COMMAND bash ${FUZZ_SRC_DIR}/run_fuzz.sh ${exe} ${FUZZ_SRC_DIR}/corpus/${reader}
+                   ${FUZZ_SRC_DIR}/${reader}.dict ${FIVEFOLD_FUZZ_SECONDS} ${FIVEFOLD_FUZZ_RUNS}
+                   ${FUZZ_BIN_DIR}/run/${reader})
+  math(EXPR timeout "${FIVEFOLD_FUZZ_SECONDS} + 120")
+  set_tests_properties(fuzz.${reader} PROPERTIES LABELS fuzz TIMEOUT ${timeout}
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endfunction()
+
+fuzz_harness(model_config model/config.c base/error.c)
+fuzz_harness(train_config train/train_config.c model/config.c base/error.c)
+fuzz_harness(tokenizer tok/tok_json.c tok/tokenizer.c tok/bpe_encode.c tok/pretok.c base/error.c)
+fuzz_harness(safetensors base/safetensors.c base/error.c)
+fuzz_harness(token_shard train/token_shard.c train/data_loader.c base/error.c)
+if(EXISTS ${CMAKE_SOURCE_DIR}/src/train/checkpoint_read.c)
+  fuzz_harness(checkpoint train/checkpoint_read.c model/config.c base/error.c)
+endif()
