@@ -1,0 +1,434 @@
+/* `fivefold trace` and its subcommands:
+ *   record --ebpf   run a command under bpftrace and write its trace file
+ *   analyze         the measured DAG: critical path, bubble, exposed
+ *                   communication, straggler, timing statistics, DOT
+ *   compare-ready   check that a trace holds everything needed to be laid
+ *                   side by side with a prediction, action by action
+ * Option parsing is hand-rolled so tests can call the command repeatedly in
+ * one process. */
+#include "cli/cmd_trace.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "trace/chrome_writer.h"
+#include "trace/critical_path.h"
+#include "trace/dag.h"
+#include "trace/ebpf.h"
+#include "trace/match.h"
+#include "trace/stats.h"
+
+static void trace_usage(FILE *f) {
+  fprintf(f,
+          "usage: fivefold trace <subcommand> [options]\n\n"
+          "subcommands:\n"
+          "  record --ebpf [options] -- COMMAND [ARGS...]\n"
+          "      run COMMAND with bpftrace attached to the fivefold USDT probes of its binary and to\n"
+          "      sched_switch of its threads; write the same trace format as the built-in recorder\n"
+          "      (fivefold train --trace-steps), with the on-CPU time of every action\n"
+          "        -o, --out FILE     trace file to write (default trace.json)\n"
+          "        --program FILE     schedule program JSON the run executed (fivefold schedule --json);\n"
+          "                           needed to analyze the trace\n"
+          "        --binary PATH      binary whose probes to attach (default: COMMAND itself; give it\n"
+          "                           when COMMAND is a launcher such as mpirun)\n"
+          "        --steps A:B        keep iterations A..B only\n"
+          "        --raw FILE         keep bpftrace's output there (default OUT.bpftrace.txt)\n"
+          "        --from-raw FILE    convert an existing bpftrace output; run nothing\n"
+          "        --no-sched         do not trace sched_switch (no on-CPU times)\n"
+          "        --bpftrace PATH    the bpftrace to run\n"
+          "  analyze FILE [options]\n"
+          "      rebuild the timing DAG of the measured run and report, per iteration, the critical\n"
+          "      path against the iteration time, the pipeline bubble, exposed communication by kind\n"
+          "      and the straggler; then best / mean / worst times per action and operation kind\n"
+          "        --iteration N      only iteration N (default: every recorded iteration)\n"
+          "        --dot FILE         write the DAG of the first analyzed iteration as Graphviz DOT\n"
+          "        --critical-only    with --dot: only the critical path\n"
+          "        --all-path         list every segment of the critical path (default: 40 lines)\n"
+          "  compare-ready FILE [--predicted PRED]\n"
+          "      check that the trace can be compared with a prediction action by action: it holds\n"
+          "      the program, every action of every recorded iteration on every rank, no dropped\n"
+          "      events, consistent clocks; with PRED (a predicted trace from fivefold schedule\n"
+          "      --trace or fivefold simulate --trace), that both are of the same program, and the\n"
+          "      measured and predicted times per kind side by side. Exit 0 when ready, 1 when not.\n");
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "fivefold trace: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(run 'fivefold trace --help' for the options)\n");
+  return 2;
+}
+
+static int report_failure(const Error *err) {
+  fprintf(stderr, "fivefold trace: %s\n", err->msg);
+  return 1;
+}
+
+static int parse_int(const char *s, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (*s == '\0' || *end || errno || v < 0 || v > 1000000000) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+/* ---- record ---- */
+
+typedef struct RecordOptions {
+  int ebpf, with_sched;
+  const char *out, *program, *binary, *raw, *from_raw, *bpftrace;
+  int first_step, last_step;
+  char **command;
+} RecordOptions;
+
+static int write_capture(const RecordOptions *o, const TraceEbpfCapture *cap, Error *err) {
+  SchedProgram *prog = NULL;
+  if (o->program && sched_program_read_json(o->program, &prog, err) != ERR_OK) return error_wrap(err, "--program");
+  if (prog)
+    for (int r = 0; r < cap->num_ranks; r++)
+      if (cap->ranks[r].info.pipeline_rank >= prog->num_ranks) {
+        int bad = cap->ranks[r].info.pipeline_rank;
+        sched_program_free(prog);
+        return error_set(err, ERR_CONFIG, "rank %d ran pipeline rank %d but %s has %d ranks: wrong --program?", r,
+                         bad, o->program, prog ? prog->num_ranks : 0);
+      }
+  TraceRunMeta meta = {.program = prog, .source = "ebpf", .clock = "monotonic"};
+  meta.grid.world = cap->num_ranks;
+  int rc = trace_chrome_write(o->out, &meta, cap->ranks, cap->num_ranks, err);
+  sched_program_free(prog);
+  return rc;
+}
+
+static int convert_raw(const RecordOptions *o, const char *raw_path, long lost) {
+  Error err = {0};
+  FILE *f = fopen(raw_path, "r");
+  if (!f) {
+    error_set(&err, ERR_IO, "cannot open %s: %s", raw_path, strerror(errno));
+    return report_failure(&err);
+  }
+  TraceEbpfOptions opt = {o->first_step, o->last_step};
+  TraceEbpfCapture cap;
+  int rc = trace_ebpf_convert(f, raw_path, &opt, &cap, &err);
+  fclose(f);
+  if (rc) return report_failure(&err);
+  rc = write_capture(o, &cap, &err);
+  size_t events = 0;
+  for (int r = 0; r < cap.num_ranks; r++) events += cap.ranks[r].count;
+  if (rc == ERR_OK) {
+    printf("trace: %zu events from %d rank%s written to %s", events, cap.num_ranks, cap.num_ranks == 1 ? "" : "s",
+           o->out);
+    printf(cap.have_sched ? " (with on-CPU times from %ld context switches)\n" : " (no on-CPU times)\n",
+           cap.sched_switches);
+    if (cap.unmatched) printf("warning: %ld probe begins or ends had no partner\n", cap.unmatched);
+    if (cap.unranked) printf("warning: %ld events came from threads that never announced a rank\n", cap.unranked);
+    if (lost) printf("warning: bpftrace lost %ld events (the trace has gaps)\n", lost);
+    if (!o->program) printf("note: no --program given: the trace cannot be analyzed until it has one\n");
+  }
+  trace_ebpf_capture_free(&cap);
+  return rc ? report_failure(&err) : 0;
+}
+
+static int cmd_record(int argc, char **argv) {
+  RecordOptions o = {.with_sched = 1, .out = "trace.json", .first_step = 0, .last_step = -1};
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--")) {
+      i++;
+      break;
+    }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      trace_usage(stdout);
+      return 0;
+    }
+    static const char *const VALUED[] = {"-o", "--out", "--program", "--binary", "--raw", "--from-raw", "--bpftrace",
+                                         "--steps"};
+    int valued = 0;
+    for (size_t k = 0; k < sizeof VALUED / sizeof *VALUED; k++) valued |= !strcmp(a, VALUED[k]);
+    if (valued && i + 1 >= argc) return usage_error("record: %s needs a value", a);
+    if (!strcmp(a, "--ebpf")) o.ebpf = 1;
+    else if (!strcmp(a, "--no-sched")) o.with_sched = 0;
+    else if (!strcmp(a, "-o") || !strcmp(a, "--out")) o.out = argv[++i];
+    else if (!strcmp(a, "--program")) o.program = argv[++i];
+    else if (!strcmp(a, "--binary")) o.binary = argv[++i];
+    else if (!strcmp(a, "--raw")) o.raw = argv[++i];
+    else if (!strcmp(a, "--from-raw")) o.from_raw = argv[++i];
+    else if (!strcmp(a, "--bpftrace")) o.bpftrace = argv[++i];
+    else if (!strcmp(a, "--steps")) {
+      Error err = {0};
+      if (trace_steps_parse(argv[++i], &o.first_step, &o.last_step, &err)) return usage_error("record: %s", err.msg);
+    } else
+      return usage_error("record: unknown option '%s'", a);
+  }
+  if (!o.ebpf)
+    return usage_error("%s",
+                       "record: only --ebpf recording is run from here; the built-in recorder is switched on in the "
+                       "run itself (fivefold train --trace-steps A:B)");
+  if (o.from_raw) return convert_raw(&o, o.from_raw, 0);
+  if (i >= argc) return usage_error("%s", "record: no command given (put it after --)");
+  o.command = &argv[i];
+  char raw_default[4200];
+  if (!o.raw) {
+    snprintf(raw_default, sizeof raw_default, "%s.bpftrace.txt", o.out);
+    o.raw = raw_default;
+  }
+  TraceEbpfRun run = {.bpftrace = o.bpftrace, .binary = o.binary ? o.binary : o.command[0], .raw_path = o.raw,
+                      .with_sched = o.with_sched};
+  Error err = {0};
+  int status;
+  long lost;
+  if (trace_ebpf_run(&run, o.command, &status, &lost, &err)) return report_failure(&err);
+  if (status != 0) fprintf(stderr, "fivefold trace: warning: %s exited with status %d\n", o.command[0], status);
+  int rc = convert_raw(&o, o.raw, lost);
+  return rc ? rc : status != 0;
+}
+
+/* ---- analyze ---- */
+
+static int cmd_analyze(int argc, char **argv) {
+  const char *file = NULL, *dot = NULL;
+  int critical_only = 0, iteration = -1, all_path = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      trace_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--critical-only")) critical_only = 1;
+    else if (!strcmp(a, "--all-path")) all_path = 1;
+    else if (!strcmp(a, "--dot") || !strcmp(a, "--iteration")) {
+      if (i + 1 >= argc) return usage_error("analyze: %s needs a value", a);
+      if (!strcmp(a, "--dot")) dot = argv[++i];
+      else if (parse_int(argv[++i], &iteration)) return usage_error("analyze: --iteration '%s': expected an iteration number", argv[i]);
+    } else if (a[0] == '-' && a[1])
+      return usage_error("analyze: unknown option '%s'", a);
+    else if (file)
+      return usage_error("analyze: one trace file at a time ('%s' is extra)", a);
+    else
+      file = a;
+  }
+  if (!file) return usage_error("%s", "analyze: no trace file given");
+  if (critical_only && !dot) return usage_error("%s", "analyze: --critical-only applies to --dot FILE");
+  Error err = {0};
+  TraceRun run;
+  if (trace_chrome_read(file, &run, &err)) return report_failure(&err);
+  TraceReport rep;
+  if (trace_analyze(&run, iteration, &rep, &err)) {
+    error_wrap(&err, "%s", file);
+    trace_run_free(&run);
+    return report_failure(&err);
+  }
+  trace_report_print(&rep, stdout, all_path ? 0 : 40);
+  int rc = 0;
+  if (dot && rep.num_iterations > 0) {
+    const TraceIterationReport *it = &rep.iters[0];
+    FILE *f = fopen(dot, "w");
+    if (!f) {
+      error_set(&err, ERR_IO, "cannot write %s: %s", dot, strerror(errno));
+      rc = report_failure(&err);
+    } else {
+      int wrc = trace_dag_write_dot(&it->dag, &it->path, critical_only, f, &err);
+      if (fclose(f) != 0 && !wrc) wrc = error_set(&err, ERR_IO, "cannot write %s", dot);
+      if (wrc) rc = report_failure(&err);
+      else
+        printf("wrote %s of iteration %d to %s (render: dot -Tsvg %s -o trace.svg)\n",
+               critical_only ? "the critical path" : "the DAG", it->iteration, dot, dot);
+    }
+  }
+  trace_report_free(&rep);
+  trace_run_free(&run);
+  return rc;
+}
+
+/* ---- compare-ready ---- */
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) != 0) {
+    fclose(f);
+    return NULL;
+  }
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
+  if (buf) buf[got] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* Compares a predicted trace (sched/trace_json.h: pid = pipeline rank,
+ * args.id = action id, cat = kind) with the program; prints the measured
+ * and predicted mean duration per kind. Returns the number of problems. */
+static int compare_predicted(const char *path, const TraceRun *run, const TraceReport *rep) {
+  char *text = read_text(path);
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  const cJSON *events = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+  if (!cJSON_IsArray(events)) {
+    printf("  problem: %s is not a Chrome trace JSON file\n", path);
+    cJSON_Delete(root);
+    return 1;
+  }
+  const SchedProgram *prog = run->program;
+  double sum[SCHED_NUM_ACTION_KINDS] = {0}, end = 0;
+  int count[SCHED_NUM_ACTION_KINDS] = {0}, seen = 0, mismatched = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, events) {
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph"), *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+    if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X")) continue;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(args, "id"), *cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(e, "pid");
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(e, "ts"), *dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
+    if (!cJSON_IsNumber(id) || !cJSON_IsNumber(ts) || !cJSON_IsNumber(dur)) continue;
+    const SchedAction *a = sched_program_action(prog, (int)id->valuedouble);
+    SchedActionKind kind;
+    if (!a || !cJSON_IsString(cat) || sched_action_kind_from_name(cat->valuestring, &kind) || kind != a->kind ||
+        !cJSON_IsNumber(pid) || (int)pid->valuedouble != a->rank) {
+      mismatched++;
+      continue;
+    }
+    seen++;
+    sum[kind] += dur->valuedouble;
+    count[kind]++;
+    if (ts->valuedouble + dur->valuedouble > end) end = ts->valuedouble + dur->valuedouble;
+  }
+  cJSON_Delete(root);
+  int problems = 0;
+  if (mismatched) {
+    printf("  problem: %d predicted actions do not match the trace's program (id, kind or rank differ): the "
+           "prediction is of another program\n",
+           mismatched);
+    problems++;
+  }
+  if (seen != prog->num_actions) {
+    printf("  problem: the prediction holds %d of the program's %d actions\n", seen, prog->num_actions);
+    problems++;
+  }
+  if (problems) return problems;
+  printf("  prediction %s: same program, %d actions\n", path, seen);
+  printf("  %-14s %14s %14s\n", "kind", "measured ms", "predicted ms");
+  printf("  %-14s %14.3f %14.3f\n", "iteration", rep->iteration_time.mean / 1e6, end / 1e3);
+  for (int k = 0; k < SCHED_NUM_ACTION_KINDS; k++)
+    if (count[k] && rep->action_kind[k].count)
+      printf("  %-14s %14.3f %14.3f\n", sched_action_kind_name((SchedActionKind)k), rep->action_kind[k].mean / 1e6,
+             sum[k] / count[k] / 1e3);
+  return 0;
+}
+
+/* Messages whose receive completed before the send began: only possible
+ * when the ranks' clocks disagree. */
+static int count_acausal_messages(const TraceReport *rep) {
+  int bad = 0;
+  for (int i = 0; i < rep->num_iterations; i++) {
+    const TraceDag *dag = &rep->iters[i].dag;
+    for (int k = 0; k < dag->num_edges; k++)
+      if (dag->edges[k].kind == TRACE_EDGE_MESSAGE &&
+          trace_edge_source_time(dag, &dag->edges[k]) > trace_edge_target_time(dag, &dag->edges[k]))
+        bad++;
+  }
+  return bad;
+}
+
+static int cmd_compare_ready(int argc, char **argv) {
+  const char *file = NULL, *predicted = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      trace_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--predicted")) {
+      if (i + 1 >= argc) return usage_error("compare-ready: %s needs a value", a);
+      predicted = argv[++i];
+    } else if (a[0] == '-' && a[1])
+      return usage_error("compare-ready: unknown option '%s'", a);
+    else if (file)
+      return usage_error("compare-ready: one trace file at a time ('%s' is extra)", a);
+    else
+      file = a;
+  }
+  if (!file) return usage_error("%s", "compare-ready: no trace file given");
+  Error err = {0};
+  TraceRun run;
+  if (trace_chrome_read(file, &run, &err)) return report_failure(&err);
+  printf("%s:\n", file);
+  int problems = 0;
+  if (!run.program) {
+    printf("  problem: no schedule program in the file (otherData.program); eBPF recordings need --program\n");
+    trace_run_free(&run);
+    printf("not ready: 1 problem\n");
+    return 1;
+  }
+  int *covered = calloc((size_t)run.program->num_ranks, sizeof *covered);
+  for (int r = 0; covered && r < run.num_ranks; r++) covered[run.ranks[r].info.pipeline_rank] = 1;
+  for (int p = 0; covered && p < run.program->num_ranks; p++)
+    if (!covered[p]) {
+      printf("  problem: no traced rank ran pipeline rank %d\n", p);
+      problems++;
+    }
+  free(covered);
+  TraceIndex ix;
+  uint64_t dropped = 0;
+  for (int r = 0; r < run.num_ranks; r++) dropped += run.ranks[r].dropped;
+  if (dropped) {
+    printf("  problem: %llu events were dropped (full buffers): raise the recorder's capacity\n",
+           (unsigned long long)dropped);
+    problems++;
+  }
+  if (trace_index_build(run.ranks, run.num_ranks, run.program, &ix, &err) == ERR_OK) {
+    if (ix.num_unknown) {
+      printf("  problem: %d events name actions outside the program or on another rank\n", ix.num_unknown);
+      problems++;
+    }
+    if (ix.num_duplicates) {
+      printf("  problem: %d actions were recorded twice in one iteration\n", ix.num_duplicates);
+      problems++;
+    }
+    trace_index_free(&ix);
+  }
+  TraceReport rep;
+  if (trace_analyze(&run, -1, &rep, &err)) {
+    printf("  problem: %s\n", err.msg);
+    problems++;
+  } else {
+    if (rep.missing_actions) {
+      printf("  problem: %d program actions have no recorded event\n", rep.missing_actions);
+      problems++;
+    }
+    int acausal = count_acausal_messages(&rep);
+    if (acausal) {
+      printf("  problem: %d messages complete before they were sent: the ranks' clock offsets are wrong\n", acausal);
+      problems++;
+    }
+    printf("  %d iteration%s, %d actions each, %d world rank%s\n", rep.num_iterations,
+           rep.num_iterations == 1 ? "" : "s", run.program->num_actions, run.num_ranks, run.num_ranks == 1 ? "" : "s");
+    if (predicted) problems += compare_predicted(predicted, &run, &rep);
+    trace_report_free(&rep);
+  }
+  trace_run_free(&run);
+  if (problems) {
+    printf("not ready: %d problem%s\n", problems, problems == 1 ? "" : "s");
+    return 1;
+  }
+  printf("ready: every action of the program is measured and can be compared by its id\n");
+  return 0;
+}
+
+int cmd_trace(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+    trace_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "record")) return cmd_record(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "analyze")) return cmd_analyze(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "compare-ready")) return cmd_compare_ready(argc - 1, argv + 1);
+  return usage_error("unknown subcommand '%s' (record, analyze or compare-ready)", argv[1]);
+}
