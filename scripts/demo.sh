@@ -1,41 +1,83 @@
 #!/usr/bin/env bash
-# make demo: prepares the King James Bible corpus (byte-level shards), trains
-# the small MoE of configs/demo-moe.json for about two minutes on two cores,
-# and ends with a short summary read from the run's metrics.jsonl.
+# make demo: prepares the King James Bible corpus (a BPE tokenizer trained
+# once and cached, scripts/prepare-corpus.sh), trains the small MoE of
+# configs/demo-moe.json for about two minutes on two cores with validation
+# along the way, saves a checkpoint, prints text the model generates from it
+# (`fivefold sample`), and ends with a short summary read from the run's
+# metrics.jsonl. Each demo starts a fresh run: a previous demo run in the
+# output directory is removed first.
 # Extra arguments go to `fivefold train` (e.g. --steps 100, --threads 1).
-# Env: BUILD (default build), DEMO_CONFIG, DEMO_OUT (default runs/demo-moe).
+# Env: BUILD (default build), DEMO_CONFIG, DEMO_OUT (default runs/demo-moe),
+#      DEMO_PROMPT, DEMO_SAMPLE_TOKENS (default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 CONFIG=${DEMO_CONFIG:-configs/demo-moe.json}
 OUT=${DEMO_OUT:-runs/demo-moe}
+PROMPT=${DEMO_PROMPT:-"And God said"}
+SAMPLE_TOKENS=${DEMO_SAMPLE_TOKENS:-200}
 
 if [ ! -x "$BUILD/fivefold" ]; then
   echo "demo: $BUILD/fivefold is missing; run 'make' first" >&2
   exit 1
 fi
-BUILD=$BUILD bash scripts/prepare-corpus.sh
+# The config's tokenizer decides which BPE cache prepare-corpus builds.
+vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$CONFIG" | head -n 1)
+BUILD=$BUILD BPE_VOCAB=${vocab:-4096} bash scripts/prepare-corpus.sh
 echo
 
+if [ -d "$OUT/checkpoints" ] || [ -f "$OUT/metrics.jsonl" ]; then
+  echo "demo: removing the previous demo run in $OUT"
+  rm -rf "$OUT"
+fi
 "$BUILD/fivefold" train --config "$CONFIG" --out "$OUT" "$@"
 
-# One field of the summary record: {"type":"summary",...,"NAME":VALUE,...}
 METRICS=$OUT/metrics.jsonl
 summary=$(grep '"type":"summary"' "$METRICS" | tail -n 1)
-field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" <<<"$summary"; }
 if [ -z "$summary" ]; then
   echo "demo: no summary in $METRICS (did the run stop early?)" >&2
   exit 1
 fi
+CKPT=$(ls -d "$OUT"/checkpoints/step-* 2>/dev/null | sort | tail -n 1)
+if [ -z "$CKPT" ]; then
+  echo "demo: the run saved no checkpoint in $OUT/checkpoints" >&2
+  exit 1
+fi
+
+echo
+echo "== a sample from $CKPT (temperature 0.8, top-p 0.95, seed 1) =="
+echo
+if ! "$BUILD/fivefold" sample --checkpoint "$CKPT" --prompt "$PROMPT" --max-tokens "$SAMPLE_TOKENS" \
+  --temperature 0.8 --top-p 0.95 --seed 1 2>"$OUT/sample.log"; then
+  cat "$OUT/sample.log" >&2
+  exit 1
+fi
+sample_stats=$(tail -n 1 "$OUT/sample.log" | sed 's/^sample: //; s/ |.*//')
+
+# Bytes of text per token over the whole corpus, to state the validation
+# loss per byte as well (comparable with byte-level models).
+data_dir=$(dirname "$(sed -n 's/.*"train": *"\([^"]*\)".*/\1/p' "$CONFIG" | head -n 1)")
+data_dir=$(cd "$(dirname "$CONFIG")" && cd "$data_dir" && pwd)
+shard_tokens() { echo $(( ($(wc -c <"$1") - 64) / 2 )); }
+tokens=$(( $(shard_tokens "$data_dir/train.bin") + $(shard_tokens "$data_dir/val.bin") ))
+text_bytes=$(wc -c <data/cache/kjv.txt)
+
+# One field of the summary record: {"type":"summary",...,"NAME":VALUE,...}
+field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" <<<"$summary"; }
 awk -v steps="$(field steps)" -v first_val="$(field first_val_loss)" -v val="$(field final_val_loss)" \
     -v train="$(field final_loss)" -v tps="$(field tokens_per_s)" -v mfu="$(field mfu_pct)" \
     -v peak="$(field peak_gflops)" -v ts="$(field train_seconds)" -v es="$(field eval_seconds)" \
-    -v threads="$(field threads)" -v out="$OUT" 'BEGIN {
+    -v threads="$(field threads)" -v out="$OUT" -v ckpt="$CKPT" -v vocab="${vocab:-4096}" \
+    -v bpt="$(awk -v b="$text_bytes" -v t="$tokens" 'BEGIN { printf "%.4f", b / t }')" \
+    -v sample="$sample_stats" 'BEGIN {
   printf "\n== demo summary ==\n"
   printf "  trained      %d steps in %.0f s (+ %.0f s of evaluation) on %d thread%s\n", steps, ts, es, threads, threads == 1 ? "" : "s"
   if (val != "null")
-    printf "  val loss     %.3f -> %.3f nats per byte (%.2f bits per byte; uniform guessing is 8)\n", first_val, val, val / log(2)
+    printf "  val loss     %.3f -> %.3f nats per token (%.2f nats = %.2f bits per byte of text at %.2f bytes per token; uniform guessing over %d tokens is %.2f)\n", first_val, val, val / bpt, val / log(2) / bpt, bpt, vocab, log(vocab)
   printf "  train loss   %.3f (mean of the last log interval)\n", train
   printf "  speed        %.0f tokens/s, MFU %.1f%% of %.0f GFLOP/s (model FLOPs over the peak)\n", tps, mfu, peak
+  printf "  checkpoint   %s\n", ckpt
   printf "  output       %s/config.json (resolved config), %s/metrics.jsonl (every log line)\n", out, out
+  printf "  sample       %s\n", sample
+  printf "  next         fivefold sample --checkpoint %s --prompt \"...\"; fivefold export --format hf --checkpoint %s --out DIR\n", out, out
 }'

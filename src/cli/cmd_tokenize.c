@@ -1,17 +1,25 @@
 /* `fivefold tokenize`: text files -> token shards DIR/train.bin and
- * DIR/val.bin. The validation split is the last --val-fraction of the
- * concatenated text (moved back to the start of a line). Tokenizers plug in
- * as a TextEncoder; today there is the byte-level one (vocab 256, token =
- * byte value). A BPE mode (--vocab-size N) adds another encoder. */
+ * DIR/val.bin, with one of three tokenizers:
+ *   --byte-level      one token per byte (vocab 256); the validation split
+ *                     is the last --val-fraction of the concatenated text,
+ *                     moved back to the start of a line;
+ *   --vocab-size N    trains a byte-level BPE tokenizer (src/tok) on the
+ *                     train parts, saves DIR/tokenizer.json and encodes;
+ *   --tokenizer FILE  encodes with an existing tokenizer.json.
+ * The BPE modes split every file on its own (its tail after a newline is
+ * validation) and mark each document start with <|endoftext|>, as
+ * tok_encode_files defines. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "train/metrics.h"
+#include "tok/tokenizer.h"
 #include "train/token_shard.h"
 
 typedef struct TextEncoder {
@@ -37,11 +45,20 @@ static int encode_bytes(const TextEncoder *enc, const unsigned char *text, size_
 
 static void tokenize_help(FILE *f) {
   fprintf(f,
-          "usage: fivefold tokenize --byte-level --input FILE... --out DIR [--val-fraction X]\n\n"
-          "Concatenates the input text files, splits off the last fraction as validation text\n"
-          "(at a line start), and writes DIR/train.bin and DIR/val.bin token shards.\n\n"
+          "usage: fivefold tokenize (--byte-level | --vocab-size N | --tokenizer FILE)\n"
+          "                         --input FILE... --out DIR [--val-fraction X]\n\n"
+          "Turns text files into DIR/train.bin and DIR/val.bin token shards.\n\n"
+          "tokenizers (choose one):\n"
+          "  --byte-level             one token per byte (vocab 256). The inputs are concatenated and the\n"
+          "                           last fraction (from a line start) is validation text\n"
+          "  --vocab-size N           train a byte-level BPE tokenizer of N ids (256 bytes, merges and\n"
+          "                           <|endoftext|>; N >= 257) on the training text, save it as\n"
+          "                           DIR/tokenizer.json, and encode with it\n"
+          "  --tokenizer FILE         encode with an existing tokenizer.json (byte-level BPE)\n"
+          "                           With a BPE tokenizer each file is split on its own: its tail after\n"
+          "                           the first newline past (1 - X) of its length is validation text,\n"
+          "                           and every part starts with <|endoftext|>\n\n"
           "options:\n"
-          "  --byte-level             one token per byte (vocab 256); the only tokenizer so far\n"
           "  --input FILE...          text files, read in the order given (one or more)\n"
           "  --out DIR                output directory (created if missing)\n"
           "  --val-fraction X         fraction of the text for validation, 0 <= X < 1 (default 0.05;\n"
@@ -91,9 +108,57 @@ static int write_shard(const TextEncoder *enc, const char *path, const unsigned 
   return rc;
 }
 
+/* Without validation text, a val.bin left by an earlier run would pair old
+ * tokens with the new train.bin. */
+static void remove_stale_val(const char *out) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/val.bin", out);
+  if (unlink(path) == 0) printf("tokenize: removed the old %s (no validation text this time)\n", path);
+}
+
+static int write_ids(const char *out, const char *name, const TokIds *ids, uint32_t vocab, Error *err) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", out, name);
+  /* Ids are non-negative int32, which share uint32's representation. */
+  return token_shard_write(path, (const uint32_t *)ids->ids, ids->n, vocab, err);
+}
+
+/* --vocab-size N (train) or --tokenizer FILE (load), then encode and write. */
+static int tokenize_bpe(const char **inputs, int n_inputs, size_t total_bytes, int vocab_size, const char *tok_path,
+                        const char *out, double val_fraction) {
+  Error err = {0};
+  Tokenizer *tok = NULL;
+  TokIds train = {0}, val = {0};
+  int rc;
+  if (tok_path) {
+    rc = tok_load_json(&tok, tok_path, &err);
+    if (!rc) rc = tok_encode_files(tok, inputs, n_inputs, val_fraction, &train, &val, &err);
+  } else {
+    rc = tok_train_and_encode_files(inputs, n_inputs, vocab_size, val_fraction, out, &tok, &train, &val, &err);
+  }
+  uint32_t vocab = tok ? (uint32_t)tok_vocab_size(tok) : 0;
+  if (!rc) rc = write_ids(out, "train.bin", &train, vocab, &err);
+  if (!rc && val.n) rc = write_ids(out, "val.bin", &val, vocab, &err);
+  if (!rc && !val.n) remove_stale_val(out);
+  if (!rc) {
+    char a[32], b[32], c[32];
+    printf("tokenize: %d file(s), %s bytes -> %s/train.bin %s tokens", n_inputs,
+           fmt_thousands(a, sizeof a, (double)total_bytes), out, fmt_thousands(b, sizeof b, (double)train.n));
+    if (val.n) printf(", %s/val.bin %s tokens", out, fmt_thousands(c, sizeof c, (double)val.n));
+    if (tok_path) printf(" (BPE %s, vocab %u)\n", tok_path, vocab);
+    else printf(" (BPE, vocab %u, %d merges; tokenizer %s/tokenizer.json)\n", vocab, tok_num_merges(tok), out);
+    if (vocab_size > 0 && (int)vocab < vocab_size)
+      printf("tokenize: the text ran out of pairs to merge: vocab %u instead of %d\n", vocab, vocab_size);
+  }
+  tok_ids_free(&train);
+  tok_ids_free(&val);
+  tok_free(tok);
+  return rc ? fail(1, "%s", err.msg) : 0;
+}
+
 int cmd_tokenize(int argc, char **argv) {
-  int byte_level = 0;
-  const char *out = NULL;
+  int byte_level = 0, vocab_size = 0;
+  const char *out = NULL, *tokenizer = NULL;
   double val_fraction = 0.05;
   const char **inputs = calloc((size_t)argc, sizeof *inputs);
   int n_inputs = 0, code = 0;
@@ -120,12 +185,23 @@ int cmd_tokenize(int argc, char **argv) {
       if (!*v || *end || !(val_fraction >= 0 && val_fraction < 1))
         code = fail(2, "--val-fraction must be a number with 0 <= X < 1, got '%s'", v);
     } else if (!strcmp(a, "--vocab-size")) {
-      code = fail(2, "--vocab-size (BPE tokenization) is not available yet; use --byte-level");
+      char *end;
+      const char *v = i + 1 < argc ? argv[++i] : "";
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 257 || n > TOK_MAX_ID)
+        code = fail(2, "--vocab-size must be an integer in 257..%d (256 bytes + merges + <|endoftext|>), got '%s'",
+                    TOK_MAX_ID, v);
+      vocab_size = (int)n;
+    } else if (!strcmp(a, "--tokenizer")) {
+      if (i + 1 >= argc) code = fail(2, "--tokenizer needs a tokenizer.json file");
+      else tokenizer = argv[++i];
     } else {
       code = fail(2, "unknown option '%s' (see 'fivefold tokenize --help')", a);
     }
   }
-  if (!code && !byte_level) code = fail(2, "choose a tokenizer: --byte-level (see --help)");
+  if (!code && byte_level + (vocab_size > 0) + (tokenizer != NULL) != 1)
+    code = fail(2, "choose exactly one tokenizer: --byte-level, --vocab-size N (train BPE) or --tokenizer FILE "
+                   "(see --help)");
   if (!code && !n_inputs) code = fail(2, "no input files (--input FILE...)");
   if (!code && !out) code = fail(2, "no output directory (--out DIR)");
 
@@ -142,6 +218,11 @@ int cmd_tokenize(int argc, char **argv) {
   if (!code) {
     int e = mkdir_p(out);
     if (e) code = fail(1, "cannot create output directory %s: %s", out, strerror(e));
+  }
+  if (!code && !byte_level) {
+    code = tokenize_bpe(inputs, n_inputs, total, vocab_size, tokenizer, out, val_fraction);
+    free(inputs);
+    return code;
   }
   if (!code && !(text = malloc(total))) code = fail(1, "out of memory for %zu bytes of text", total);
   size_t len = 0;
@@ -174,6 +255,8 @@ int cmd_tokenize(int argc, char **argv) {
     if (!rc && val_fraction > 0) {
       snprintf(path, sizeof path, "%s/val.bin", out);
       rc = write_shard(&enc, path, text + split, len - split, &n_val, &err);
+    } else if (!rc) {
+      remove_stale_val(out);
     }
     if (rc) {
       code = fail(1, "%s", err.msg);

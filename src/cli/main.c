@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_export.h"
 #include "cli/cmd_plan.h"
+#include "cli/cmd_sample.h"
 #include "cli/cmd_schedule.h"
 
 typedef struct Command {
@@ -16,6 +18,8 @@ typedef struct Command {
 static const Command COMMANDS[] = {
     {"train", "train a model from a JSON run config (model, training, data sections)", cmd_train},
     {"tokenize", "turn text files into token shards (train.bin, val.bin) for training", cmd_tokenize},
+    {"sample", "generate text from a trained checkpoint (temperature, top-k, top-p, seed)", cmd_sample},
+    {"export", "write a checkpoint as a Hugging Face model directory (Llama / Mixtral)", cmd_export},
     {"plan", "search the parallel configuration for a model on a cluster", cmd_plan},
     {"simulate", "predict step time, bubbles and memory of one parallel configuration", cmd_simulate},
     {"schedule", "build, check, print and price the per-rank program of one iteration", cmd_schedule},
