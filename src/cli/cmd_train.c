@@ -3,7 +3,13 @@
  * builds the model (so every input is validated before training starts),
  * restores a checkpoint when resuming, then runs the trainer, which saves
  * checkpoints as it goes. Ctrl-C (or SIGTERM) stops after the current step
- * with a final evaluation and checkpoint. */
+ * with a final evaluation and checkpoint.
+ *
+ * Under `mpirun -np N` it trains with N data-parallel ranks (comm_init); a
+ * plain start is one rank and does not start MPI (FIVEFOLD_MPI=1 makes it
+ * a singleton MPI world instead). After MPI is up, a failure on any rank
+ * ends the whole job with "fivefold: rank R failed: <message>"
+ * (comm/world.h) rather than leaving the other ranks waiting. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "comm/world.h"
 #include "train/checkpoint.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -39,17 +46,45 @@ static void train_help(FILE *f) {
           "                         directory or its checkpoints/); the model config must match,\n"
           "                         and training goes on with the same lr schedule and data order\n"
           "  --no-progress          no in-place progress line (default: drawn on a terminal)\n"
+          "  --distributed-optimizer  alone means --distributed-optimizer 1 (ZeRO-1 over the dp ranks)\n"
           "  -h, --help             show this help\n\n"
           "overrides (each replaces the config field in brackets; also --flag=value):\n");
   train_config_print_flags(f);
   fprintf(f,
           "\nPaths in the config file are relative to the file; paths given here are relative to\n"
-          "the current directory. See README.md for every config field and the log line.\n");
+          "the current directory. See README.md for every config field and the log line.\n\n"
+          "Data parallelism: mpirun -np N fivefold train --config FILE [--dp N] trains on N\n"
+          "ranks; each reads its slice of every global batch (N x micro_batch x accumulation\n"
+          "sequences), gradients are averaged in buckets while backward runs, and rank 0\n"
+          "alone prints and writes checkpoints (full tensors, loadable at any dp).\n");
 }
 
 static int fail(int code, const char *msg) {
   fprintf(stderr, "fivefold train: %s\n", msg);
   return code;
+}
+
+/* The end of a run that got as far as comm_init. With several ranks a
+ * failure ends the whole job (every rank reports, naming itself); a
+ * success shuts MPI down on every rank. */
+static int finish(int code, const char *msg, TrainConfig *cfg) {
+  if (cfg) train_config_free(cfg);
+  if (code && comm_initialized() && comm_world_size() > 1) comm_abort(code, "fivefold train: %s", msg);
+  if (code) fail(code, msg);
+  Error err = {0};
+  if (comm_finalize(&err) && !code) return fail(1, err.msg);
+  return code;
+}
+
+/* Environment variables that Open MPI, PMIx and MPICH/Hydra launchers set
+ * in every rank; FIVEFOLD_MPI=1 forces MPI on (a singleton start). */
+static int started_by_mpi_launcher(void) {
+  static const char *const VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+  const char *force = getenv("FIVEFOLD_MPI");
+  if (force && !strcmp(force, "1")) return 1;
+  for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++)
+    if (getenv(VARS[i])) return 1;
+  return 0;
 }
 
 typedef struct Override {
@@ -73,6 +108,15 @@ int cmd_train(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-progress")) {
       no_progress = 1;
+      continue;
+    }
+    /* A switch that may also take 0 or 1: alone (or before another option) it means 1. */
+    if (!strcmp(a, "--distributed-optimizer") &&
+        (i + 1 >= argc || (strcmp(argv[i + 1], "0") && strcmp(argv[i + 1], "1")))) {
+      snprintf(ov[n_ov].flag_buf, sizeof ov[n_ov].flag_buf, "%s", a);
+      ov[n_ov].flag = ov[n_ov].flag_buf;
+      ov[n_ov].value = "1";
+      n_ov++;
       continue;
     }
     /* --resume takes an optional PATH: the next argument when it is not an option. */
@@ -137,13 +181,25 @@ int cmd_train(int argc, char **argv) {
   TrainConfig cfg;
   Trainer tr;
   int have_trainer = 0;
-  if (train_config_load(&cfg, config, &err)) {
+  /* MPI starts only under a launcher: a plain start is one rank without
+   * MPI (no start-up cost, nothing of MPI's own left for leak checkers),
+   * and MPI starts once per process, so a second run inside one process
+   * (tests call cmd_train directly) after it was shut down trains as one
+   * rank too. */
+  int mpi_done = 0;
+  MPI_Finalized(&mpi_done);
+  if (!mpi_done && started_by_mpi_launcher() && comm_init(&argc, &argv, &err)) {
     free(ov);
     return fail(1, err.msg);
+  }
+  if (train_config_load(&cfg, config, &err)) {
+    free(ov);
+    return finish(1, err.msg, NULL);
   }
   for (int i = 0; i < n_ov && !code; i++)
     if (train_config_override(&cfg, ov[i].flag, ov[i].value, &err)) code = 2;
   free(ov);
+  if (!code && train_config_set_world(&cfg, comm_initialized() ? comm_world_size() : 1, &err)) code = 2;
   if (!code && train_config_finalize(&cfg, &err)) code = 1;
   if (!code && trainer_create(&tr, &cfg, &err)) code = 1;
   have_trainer = !code;
@@ -155,7 +211,8 @@ int cmd_train(int argc, char **argv) {
       error_wrap(&err, "--resume");
       code = 1;
     } else if (tr.step >= cfg.steps) {
-      printf("fivefold train: %s is at step %d, training.steps is %d: nothing to train (raise --steps to go on)\n",
+      if (comm_world_rank() == 0)
+        printf("fivefold train: %s is at step %d, training.steps is %d: nothing to train (raise --steps to go on)\n",
              dir, tr.step, cfg.steps);
       nothing_to_do = 1;
     }
@@ -173,8 +230,6 @@ int cmd_train(int argc, char **argv) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
   }
-  if (code) fail(code, err.msg);
   if (have_trainer) trainer_free(&tr);
-  train_config_free(&cfg);
-  return code;
+  return finish(code, err.msg, &cfg);
 }

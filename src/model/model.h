@@ -74,6 +74,14 @@ typedef struct Model {
    * and assignments dropped by the capacity rule in the whole pass. */
   long *expert_counts;
   long dropped_assignments;
+  /* Optional: called by model_backward each time a contiguous range of
+   * m->grads has received its last contribution of this backward (the
+   * final norm and LM head, then each block from the last to the first,
+   * then the embedding: ranges arrive in decreasing offset order and cover
+   * the buffer once). Data parallelism starts reducing a gradient bucket as
+   * soon as it is complete. NULL (the default) calls nothing. */
+  void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
+  void *on_grads_ready_ctx;
 } Model;
 
 int model_create(Model *m, const ModelConfig *cfg, int max_B, int max_T, Error *err);

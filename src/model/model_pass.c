@@ -155,6 +155,17 @@ int model_forward(Model *m, const int *tokens, const int *targets, int B, int T,
   return 0;
 }
 
+/* Reports [begin, end) of the gradient buffer as final (model.h). */
+static void grads_ready(Model *m, size_t begin, size_t end) {
+  if (m->on_grads_ready && end > begin) m->on_grads_ready(m->on_grads_ready_ctx, begin, end - begin);
+}
+
+/* First parameter offset of block l (its first tensor is attn_norm); the
+ * final norm for l = L. */
+static size_t block_begin(const Model *m, int l) {
+  return l < m->acts->L ? m->acts->lt[l].attn_norm : m->acts->final_norm;
+}
+
 int model_backward(Model *m, Error *err) {
   ModelActs *A = m->acts;
   if (!A->training_pending)
@@ -164,8 +175,13 @@ int model_backward(Model *m, Error *err) {
   const int N = A->N, C = A->C;
   vec_zero(A->dres, (size_t)N * C);
   rmsnorm_backward(A->dres, m->grads + A->final_norm, A->dlnf, A->final_in, m->params + A->final_norm, A->rstdf, N, C);
-  for (int l = A->L - 1; l >= 0; l--) block_backward(m, l);
+  grads_ready(m, A->final_norm, m->num_params);
+  for (int l = A->L - 1; l >= 0; l--) {
+    block_backward(m, l);
+    grads_ready(m, block_begin(m, l), block_begin(m, l + 1));
+  }
   embedding_backward(m->grads + A->embed, A->tokens, A->dres, N, C);
+  grads_ready(m, 0, block_begin(m, 0));
   A->training_pending = 0;
   return 0;
 }

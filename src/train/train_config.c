@@ -85,12 +85,18 @@ static const FieldSpec FIELDS[] = {
      "checkpoint every N steps (0: at the end only)"},
     {"checkpoint", "keep_last", "--keep-last", "K", FIELD_INT, OFF(keep_last), 0, 1 << 30, 0, 0,
      "checkpoints kept in the run directory (0: all)"},
+    {"parallel", "dp", "--dp", "N", FIELD_INT, OFF(dp), 0, 1 << 20, 0, 0,
+     "data-parallel ranks (0: the MPI world size; must equal it)"},
+    {"parallel", "bucket_mb", "--bucket-mb", "X", FIELD_DOUBLE, OFF(bucket_mb), 0, BIG, 1, 0,
+     "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
+    {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
+     1, 0, 0, "ZeRO-1: shard the AdamW state over the DP ranks (flag alone: 1)"},
     {"", "out", "--out", "DIR", FIELD_PATH, OFF(out_dir), 0, 0, 0, 0,
      "run directory (default runs/<config name>)"},
 };
 #define NUM_FIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
-static const char *const SECTIONS[] = {"model", "training", "data", "checkpoint", "out", "description"};
+static const char *const SECTIONS[] = {"model", "training", "data", "checkpoint", "parallel", "out", "description"};
 #define NUM_SECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 const char *lr_decay_name(LrDecay decay) {
@@ -429,7 +435,8 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
   }
   for (const cJSON *v = root->child; v && !rc; v = v->next) {
     if (!strcmp(v->string, "model")) rc = parse_model(cfg, v, origin, err);
-    else if (!strcmp(v->string, "training") || !strcmp(v->string, "data") || !strcmp(v->string, "checkpoint"))
+    else if (!strcmp(v->string, "training") || !strcmp(v->string, "data") || !strcmp(v->string, "checkpoint") ||
+             !strcmp(v->string, "parallel"))
       rc = parse_section(cfg, v, v->string, origin, err);
     else if (!strcmp(v->string, "out")) rc = parse_field(cfg, find_field("", "out"), v, origin, err);
     else if (!strcmp(v->string, "description")) {
@@ -438,7 +445,8 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
     } else {
       char hint[128];
       suggest(hint, sizeof hint, v->string, SECTIONS, NUM_SECTIONS);
-      rc = error_set(err, ERR_CONFIG, "%s: unknown section \"%s\"%s (expected model, training, data, checkpoint, out)",
+      rc = error_set(err, ERR_CONFIG,
+                     "%s: unknown section \"%s\"%s (expected model, training, data, checkpoint, parallel, out)",
                      origin, v->string, hint);
     }
   }
@@ -657,6 +665,20 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   return 0;
 }
 
+int train_config_set_world(TrainConfig *cfg, int world_ranks, Error *err) {
+  const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
+  if (world_ranks < 1) return error_set(err, ERR_ARG, "train_config_set_world: %d ranks", world_ranks);
+  int dp = cfg->dp > 0 ? cfg->dp : world_ranks;
+  if (dp != world_ranks)
+    return error_set(err, ERR_CONFIG,
+                     "%s: parallel.dp (--dp) is %d but the job has %d rank(s): data parallelism is the only "
+                     "parallel dimension so far, so dp must equal the number of ranks (launch with mpirun -np %d, "
+                     "or give --dp %d)",
+                     origin, dp, world_ranks, dp, world_ranks);
+  cfg->world_size = dp;
+  return 0;
+}
+
 long train_config_tokens_per_step(const TrainConfig *cfg) {
   return (long)cfg->micro_batch_size * cfg->seq_len * (cfg->grad_accum_steps > 0 ? cfg->grad_accum_steps : 1) *
          cfg->world_size;
@@ -709,6 +731,7 @@ cJSON *train_config_to_json(const TrainConfig *cfg) {
   else
     cJSON_AddItemToObject(d, "tokenizer", path_json(cfg->tokenizer));
   section_to_json(cfg, "checkpoint", cJSON_AddObjectToObject(root, "checkpoint"));
+  section_to_json(cfg, "parallel", cJSON_AddObjectToObject(root, "parallel"));
   cJSON_AddItemToObject(root, "out", path_json(cfg->out_dir));
   return root;
 }

@@ -8,6 +8,7 @@
  *     "data": { "train": "data/train.bin", "val": ["a.bin", "b.bin"],
  *               "tokenizer": "tok/tokenizer.json" },  // or "byte-level" (default)
  *     "checkpoint": { "interval": 500, "keep_last": 3 },
+ *     "parallel": { "dp": 4, "bucket_mb": 25, "distributed_optimizer": 1 },
  *     "out": "runs/my-run"
  *   }
  *
@@ -70,7 +71,13 @@ typedef struct TrainConfig {
   int keep_last;           /* checkpoints kept in the run directory; 0: all */
 
   char out_dir[TRAIN_PATH_MAX]; /* "" until finalize: runs/<config name> */
-  int world_size;               /* data-parallel ranks; 1 today */
+  int world_size;               /* data-parallel ranks: set from parallel.dp and the MPI world
+                                   before finalize (1 without MPI) */
+
+  /* parallel */
+  int dp;                    /* as configured; 0: the MPI world size */
+  double bucket_mb;          /* gradient bucket size; 0: default (trainer) */
+  int distributed_optimizer; /* 1: ZeRO-1 over the DP ranks */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);
@@ -84,6 +91,11 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
 int train_config_override(TrainConfig *cfg, const char *flag, const char *value, Error *err);
 /* 1 if `flag` is one train_config_override accepts. */
 int train_config_is_flag(const char *flag);
+/* Resolves parallel.dp against the number of ranks the job runs on (0 means
+ * all of them) and sets world_size; a dp that differs is an ERR_CONFIG that
+ * says how to launch. Call before train_config_finalize (which derives the
+ * accumulation from the global batch over world_size ranks). */
+int train_config_set_world(TrainConfig *cfg, int world_ranks, Error *err);
 /* Cross-field checks and derived defaults; data files must exist. */
 int train_config_finalize(TrainConfig *cfg, Error *err);
 void train_config_free(TrainConfig *cfg);

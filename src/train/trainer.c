@@ -17,6 +17,7 @@
 #include "base/timer.h"
 #include "kern/peak.h"
 #include "model/flops.h"
+#include "sched/builders.h"
 
 /* Seconds the FMA loop runs when no peak is configured. */
 #define PEAK_MEASURE_SECONDS 0.3
@@ -30,6 +31,91 @@ void trainer_param_counts(const Model *m, double *total, double *active) {
   *active = *total - expert + expert * frac;
 }
 
+/* ---- the step's actions (executor handlers) ---- */
+
+static int run_forward(void *ctx, const SchedAction *a, Error *err) {
+  Trainer *tr = ctx;
+  const TrainConfig *cfg = tr->cfg;
+  data_loader_next(&tr->train, tr->inputs, tr->targets, NULL);
+  ModelLoss loss = {0};
+  int rc = model_forward(&tr->model, tr->inputs, tr->targets, cfg->micro_batch_size, cfg->seq_len, 1, tr->grad_scale,
+                         &loss, err);
+  if (rc) return rc;
+  if (!isfinite(loss.lm))
+    return error_set(err, ERR_INTERNAL,
+                     "step %d: the loss is not finite (diverged; try a lower training.lr or a grad_clip)",
+                     tr->step + 1);
+  tr->acc.lm_sum += loss.lm * (double)loss.tokens;
+  tr->acc.aux_sum += loss.aux;
+  tr->acc.z_sum += loss.z;
+  tr->acc.tokens += loss.tokens;
+  size_t n_counts = cfg->model.num_experts > 0 ? (size_t)cfg->model.num_layers * cfg->model.num_experts : 0;
+  for (size_t i = 0; i < n_counts; i++) tr->step_counts[i] += tr->model.expert_counts[i];
+  (void)a;
+  return 0;
+}
+
+static int run_backward(void *ctx, const SchedAction *a, Error *err) {
+  Trainer *tr = ctx;
+  /* The backward that completes the gradient starts the bucket reductions
+   * as its layers finish. */
+  int hook = tr->dp > 1 && executor_is_last_backward(&tr->exec, a);
+  if (hook) {
+    tr->model.on_grads_ready = dp_grads_on_ready;
+    tr->model.on_grads_ready_ctx = &tr->dp_grads;
+  }
+  int rc = model_backward(&tr->model, err);
+  tr->model.on_grads_ready = NULL;
+  tr->model.on_grads_ready_ctx = NULL;
+  return rc;
+}
+
+/* The program has one GRAD_REDUCE per model chunk (one chunk here); the
+ * dp_grads buckets are finer: they start inside the chunk's last backward,
+ * and this action is where their completion is awaited. */
+static int run_grad_reduce(void *ctx, const SchedAction *a, Error *err) {
+  Trainer *tr = ctx;
+  (void)a;
+  return tr->dp > 1 ? dp_grads_finish(&tr->dp_grads, err) : 0;
+}
+
+static int run_optim(void *ctx, const SchedAction *a, Error *err) {
+  Trainer *tr = ctx;
+  (void)a;
+  if (tr->zero) return dist_optimizer_step(&tr->dist_opt, &tr->model, &tr->acc.info, err);
+  return optimizer_step(&tr->opt, &tr->model, &tr->acc.info, err);
+}
+
+/* Data parallelism: the dp group, the buckets, the sharded optimizer. */
+static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  if (!comm_initialized() || comm_world_size() != tr->dp)
+    return error_set(err, ERR_CONFIG,
+                     "parallel.dp is %d but this process runs in a world of %d rank(s) (start it with mpirun -np %d)",
+                     tr->dp, comm_initialized() ? comm_world_size() : 1, tr->dp);
+  tr->grid = calloc(1, sizeof *tr->grid);
+  if (!tr->grid) return error_set(err, ERR_NOMEM, "trainer: out of memory for the rank grid");
+  GridSizes sizes = {.world = tr->dp, .tp = 1, .cp = 1, .dp = tr->dp, .pp = 1, .etp = 1, .ep = 1, .edp = 0};
+  int rc = comm_grid_create(&sizes, tr->grid, err);
+  if (rc) {
+    free(tr->grid);
+    tr->grid = NULL;
+    return rc;
+  }
+  tr->dp_group = comm_grid_group(tr->grid, GRID_GROUP_DP_CP);
+  tr->dp_rank = tr->dp_group->rank;
+  tr->zero = cfg->distributed_optimizer != 0;
+  rc = dp_grads_create(&tr->dp_grads, tr->dp_group, tr->model.grads, tr->model.num_params, cfg->bucket_mb * 1e6,
+                       tr->zero, err);
+  if (!rc && tr->zero) {
+    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->model, oc, err);
+    tr->opt.cfg = *oc;
+    tr->opt.num_params = tr->model.num_params;
+  }
+  if (!rc) rc = dp_grads_calibrate(&tr->dp_grads, err);
+  return rc;
+}
+
 int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
@@ -40,18 +126,21 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   openblas_set_num_threads(tr->threads);
 
   int B = cfg->micro_batch_size, T = cfg->seq_len;
+  tr->dp = cfg->world_size > 0 ? cfg->world_size : 1;
+  tr->grad_scale = 1.0f / ((float)cfg->grad_accum_steps * (float)tr->dp);
   int rc = model_create(&tr->model, &cfg->model, B, T, err);
   if (rc) {
     error_wrap(err, "creating the model");
     goto fail;
   }
   model_init_weights(&tr->model, cfg->seed);
+  if (tr->dp > 1 && comm_initialized() && comm_world_size() == tr->dp) tr->dp_rank = comm_world_rank();
 
-  rc = data_loader_open(&tr->train, (const char *const *)cfg->train_paths, cfg->num_train, B, T, 0, cfg->world_size,
+  rc = data_loader_open(&tr->train, (const char *const *)cfg->train_paths, cfg->num_train, B, T, tr->dp_rank, tr->dp,
                         cfg->seed, (uint32_t)cfg->model.vocab_size, "data.train", err);
   if (rc) goto fail;
   if (cfg->num_val > 0) {
-    rc = val_loader_open(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, 0, cfg->world_size,
+    rc = val_loader_open(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, tr->dp_rank, tr->dp,
                          cfg->eval_batches, (uint32_t)cfg->model.vocab_size, "data.val", err);
     if (rc) goto fail;
     tr->has_val = 1;
@@ -65,7 +154,20 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
       .weight_decay = cfg->weight_decay,
       .grad_clip = cfg->grad_clip,
   };
-  if ((rc = optimizer_create(&tr->opt, &tr->model, &oc, err))) goto fail;
+  if (tr->dp > 1) {
+    if ((rc = setup_data_parallel(tr, &oc, err))) goto fail;
+  }
+  if (!tr->zero && (rc = optimizer_create(&tr->opt, &tr->model, &oc, err))) goto fail;
+
+  /* One step is the program of the "none" schedule: one pipeline stage,
+   * gradient accumulation over the micro-batches. */
+  SchedConfig sc = {.schedule = SCHED_SCHEDULE_NONE, .pp = 1, .vpp = 1, .microbatches = cfg->grad_accum_steps};
+  if ((rc = sched_build(&sc, &tr->prog, err))) goto fail;
+  if ((rc = executor_create(&tr->exec, tr->prog, 0, tr, err))) goto fail;
+  executor_set_handler(&tr->exec, SCHED_FWD, run_forward);
+  executor_set_handler(&tr->exec, SCHED_BWD, run_backward);
+  executor_set_handler(&tr->exec, SCHED_GRAD_REDUCE, run_grad_reduce);
+  executor_set_handler(&tr->exec, SCHED_OPTIM, run_optim);
 
   size_t n = (size_t)B * T;
   size_t n_counts = (size_t)cfg->model.num_layers * (cfg->model.num_experts > 0 ? cfg->model.num_experts : 1);
@@ -84,6 +186,14 @@ fail:
 }
 
 void trainer_free(Trainer *tr) {
+  executor_free(&tr->exec);
+  sched_program_free(tr->prog);
+  dist_optimizer_free(&tr->dist_opt);
+  dp_grads_free(&tr->dp_grads);
+  if (tr->grid) {
+    comm_grid_destroy(tr->grid);
+    free(tr->grid);
+  }
   optimizer_free(&tr->opt);
   model_free(&tr->model);
   data_loader_close(&tr->train);
@@ -98,44 +208,47 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
   const TrainConfig *cfg = tr->cfg;
   const ModelConfig *mc = &cfg->model;
   int B = cfg->micro_batch_size, T = cfg->seq_len, accum = cfg->grad_accum_steps;
-  float grad_scale = 1.0f / (float)accum;
   size_t n_counts = mc->num_experts > 0 ? (size_t)mc->num_layers * mc->num_experts : 0;
   double t0 = timer_now();
   memset(res, 0, sizeof *res);
+  memset(&tr->acc, 0, sizeof tr->acc);
   if (n_counts) memset(tr->step_counts, 0, n_counts * sizeof(long));
   model_zero_grad(&tr->model);
-  double lm_sum = 0, aux_sum = 0, z_sum = 0;
-  long tokens = 0;
-  for (int micro = 0; micro < accum; micro++) {
-    data_loader_next(&tr->train, tr->inputs, tr->targets, NULL);
-    ModelLoss loss = {0};
-    int rc = model_forward(&tr->model, tr->inputs, tr->targets, B, T, 1, grad_scale, &loss, err);
-    if (!rc) rc = model_backward(&tr->model, err);
-    if (rc) return error_wrap(err, "step %d, micro-batch %d", tr->step + 1, micro + 1);
-    if (!isfinite(loss.lm))
-      return error_set(err, ERR_INTERNAL,
-                       "step %d: the loss is not finite (diverged; try a lower training.lr or a grad_clip)",
-                       tr->step + 1);
-    lm_sum += loss.lm * (double)loss.tokens;
-    aux_sum += loss.aux;
-    z_sum += loss.z;
-    tokens += loss.tokens;
-    for (size_t i = 0; i < n_counts; i++) tr->step_counts[i] += tr->model.expert_counts[i];
+  if (tr->dp > 1) dp_grads_begin(&tr->dp_grads);
+  int rc = executor_run(&tr->exec, err);
+  if (rc) return error_wrap(err, "step %d", tr->step + 1);
+  /* Losses over every rank's tokens; aux and z are per-micro-batch means,
+   * so they average over ranks. */
+  double sums[4] = {tr->acc.lm_sum, (double)tr->acc.tokens, tr->acc.aux_sum, tr->acc.z_sum};
+  if (tr->dp > 1) {
+    rc = comm_allreduce_f64(tr->dp_group, sums, 4, COMM_SUM, NULL, err);
+    if (!rc && n_counts)
+      rc = comm_allreduce_i64(tr->dp_group, (int64_t *)tr->step_counts, n_counts, COMM_SUM, NULL, err);
+    if (rc) return error_wrap(err, "step %d: averaging the losses over the data-parallel ranks", tr->step + 1);
+    sums[2] /= tr->dp;
+    sums[3] /= tr->dp;
   }
-  OptimizerStepInfo info;
-  int rc = optimizer_step(&tr->opt, &tr->model, &info, err);
-  if (rc) return rc;
   tr->step++;
   res->step = tr->step;
-  res->lm = tokens > 0 ? lm_sum / (double)tokens : 0;
-  res->aux = aux_sum / accum;
-  res->z = z_sum / accum;
+  res->lm = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  res->aux = sums[2] / accum;
+  res->z = sums[3] / accum;
   res->loss = res->lm + res->aux + res->z;
-  res->lr = info.lr;
-  res->grad_norm = info.grad_norm;
+  res->lr = tr->acc.info.lr;
+  res->grad_norm = tr->acc.info.grad_norm;
   res->imbalance = n_counts ? moe_imbalance(tr->step_counts, mc) : 0;
-  res->tokens = (long)B * T * accum * cfg->world_size;
+  res->tokens = (long)B * T * accum * tr->dp;
   res->seconds = timer_now() - t0;
+  if (tr->dp > 1) {
+    /* A rank that finished its backward early waits in the reduction for
+     * the slowest one; the slowest rank's wait is the reduction's own
+     * exposed time, so the minimum over ranks is what is reported. */
+    double cal = tr->dp_grads.calibrated_seconds, exposed = tr->dp_grads.exposed_seconds;
+    rc = comm_allreduce_f64(tr->dp_group, &exposed, 1, COMM_MIN, NULL, err);
+    if (rc) return rc;
+    res->reduce_exposed_seconds = exposed;
+    res->reduce_hidden_fraction = cal > 0 ? fmax(0.0, fmin(1.0, 1.0 - exposed / cal)) : 0;
+  }
   return 0;
 }
 
@@ -153,6 +266,14 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
     res->tokens += loss.tokens;
     res->batches++;
   }
+  if (tr->dp > 1) {
+    double sums[3] = {sum, (double)res->tokens, (double)res->batches};
+    int rc = comm_allreduce_f64(tr->dp_group, sums, 3, COMM_SUM, NULL, err);
+    if (rc) return error_wrap(err, "validation: summing over the data-parallel ranks");
+    sum = sums[0];
+    res->tokens = (long)sums[1];
+    res->batches = (int)sums[2];
+  }
   res->loss = res->tokens > 0 ? sum / (double)res->tokens : NAN;
   res->seconds = timer_now() - t0;
   return 0;
@@ -160,16 +281,41 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
 
 /* ---- checkpoints ---- */
 
+/* Rank 0's result code, on every rank: what rank 0 alone did (write a
+ * checkpoint, check a directory) either succeeded everywhere or fails
+ * everywhere, instead of leaving the other ranks waiting in the next
+ * collective. */
+static int agree_with_root(Trainer *tr, int rc, const char *what, Error *err) {
+  if (tr->dp <= 1) return rc;
+  int code = rc;
+  int brc = comm_bcast_bytes(tr->dp_group, 0, &code, sizeof code, NULL, err);
+  if (brc) return brc;
+  if (code && tr->dp_rank != 0) return error_set(err, code, "rank 0 failed %s (see its message)", what);
+  return rc;
+}
+
 int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
-  CheckpointSource src = {
-      .step = tr->step,
-      .model = &tr->model,
-      .opt = &tr->opt,
-      .data_loader = tr->train.state,
-      .data_windows = tr->train.windows.num_windows,
-      .train_config = tr->cfg,
-  };
-  return checkpoint_save(tr->cfg->out_dir, &src, tr->cfg->keep_last, info, err);
+  /* Full logical tensors: the sharded AdamW state is gathered first (every
+   * rank takes part), then rank 0 writes. */
+  Optimizer full = tr->opt;
+  int rc = 0;
+  if (tr->zero) {
+    if ((rc = optimizer_create(&full, &tr->model, &tr->opt.cfg, err))) return rc;
+    rc = dist_optimizer_gather(&tr->dist_opt, &full, err);
+  }
+  if (!rc && tr->dp_rank == 0) {
+    CheckpointSource src = {
+        .step = tr->step,
+        .model = &tr->model,
+        .opt = &full,
+        .data_loader = tr->train.state,
+        .data_windows = tr->train.windows.num_windows,
+        .train_config = tr->cfg,
+    };
+    rc = checkpoint_save(tr->cfg->out_dir, &src, tr->cfg->keep_last, info, err);
+  }
+  if (tr->zero) optimizer_free(&full);
+  return agree_with_root(tr, rc, "to save the checkpoint", err);
 }
 
 /* Warns about each field of `section` whose value differs between the
@@ -191,13 +337,23 @@ static void warn_config_changes(const cJSON *saved, const cJSON *now, const char
 
 int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
   CheckpointTrainState st;
-  int rc = checkpoint_load_training(ckpt_dir, &tr->model, &tr->opt, &st, err);
+  /* Every rank reads the full tensors; a ZeRO-1 rank keeps its shard of
+   * the moments. */
+  Optimizer full = tr->opt;
+  int rc = tr->zero ? optimizer_create(&full, &tr->model, &tr->opt.cfg, err) : 0;
+  if (!rc) rc = checkpoint_load_training(ckpt_dir, &tr->model, &full, &st, err);
+  if (tr->zero) {
+    if (!rc) dist_optimizer_scatter(&tr->dist_opt, &full);
+    optimizer_free(&full);
+  } else {
+    tr->opt = full;
+  }
   if (rc) {
     if (rc == ERR_CONFIG) error_wrap(err, "cannot resume with the model of %s", tr->cfg->config_path);
     return rc;
   }
   cJSON *saved = NULL;
-  if (checkpoint_read_train_config(ckpt_dir, &saved, err) == 0) {
+  if (tr->dp_rank == 0 && checkpoint_read_train_config(ckpt_dir, &saved, err) == 0) {
     cJSON *now = train_config_to_json(tr->cfg);
     warn_config_changes(saved, now, "training");
     warn_config_changes(saved, now, "data");
@@ -421,14 +577,20 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     opts = &defaults;
   }
   const TrainConfig *cfg = tr->cfg;
-  FILE *out = opts->out ? opts->out : stdout;
+  /* Only rank 0 reports; the others run the same collective steps. */
+  int root = tr->dp_rank == 0;
+  FILE *devnull = root ? NULL : fopen("/dev/null", "w");
+  if (!root && !devnull) return error_set(err, ERR_IO, "cannot open /dev/null: %s", strerror(errno));
+  FILE *out = !root ? devnull : opts->out ? opts->out : stdout;
+  ProgressLine progress;
+  memset(&progress, 0, sizeof progress);
   TrainSummary sum;
   memset(&sum, 0, sizeof sum);
   sum.first_val_loss = sum.final_val_loss = NAN;
 
   double peak = cfg->peak_gflops;
   int peak_measured = 0;
-  if (!(peak > 0)) {
+  if (!(peak > 0) && root) {
     peak = peak_fma_gflops(tr->threads, PEAK_MEASURE_SECONDS);
     peak_measured = 1;
   }
@@ -436,9 +598,18 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
 
   FILE *jsonl = NULL;
   int rc = 0;
-  if (opts->save_checkpoints && (rc = checkpoint_check_run_dir(cfg->out_dir, tr->step, err))) return rc;
-  if (opts->write_run_files && (rc = open_run_files(tr, &jsonl, err))) return rc;
+  if (opts->save_checkpoints) {
+    rc = root ? checkpoint_check_run_dir(cfg->out_dir, tr->step, err) : 0;
+    if ((rc = agree_with_root(tr, rc, "to check the run directory", err))) goto done;
+  }
+  if (opts->write_run_files && root && (rc = open_run_files(tr, &jsonl, err))) goto done;
   print_banner(tr, out, peak, peak_measured);
+  if (tr->dp > 1) {
+    const DpGrads *g = &tr->dp_grads;
+    fprintf(out, "  parallel dp %d (mpi ranks), %d gradient bucket(s) of <= %.2f MB, %s; blocking reduction %.2f ms\n",
+            tr->dp, g->num_buckets, (double)(g->buckets[0].end - g->buckets[0].begin) * sizeof(float) / 1e6,
+            tr->zero ? "reduce-scatter + distributed optimizer (ZeRO-1)" : "all-reduce", 1e3 * g->calibrated_seconds);
+  }
   if (opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
   if (opts->save_checkpoints) {
     char every[64] = "";
@@ -451,7 +622,6 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     fprintf(out, "  resumed  from %s at step %d of %d\n", tr->resumed_from, tr->start_step, cfg->steps);
   fflush(out);
 
-  ProgressLine progress;
   int tty = isatty(fileno(out));
   progress_init(&progress, out, opts->progress < 0 ? tty : opts->progress);
 
@@ -466,6 +636,7 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   int is_moe = model_config_num_moe_layers(&cfg->model) > 0;
   IntervalStats iv;
   memset(&iv, 0, sizeof iv);
+  double exposed_sum = 0;
   double last_interval_loss = NAN;
   char line[1024];
   while (tr->step < cfg->steps) {
@@ -488,7 +659,13 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     sum.tokens += r.tokens;
     sum.steps = r.step;
 
+    exposed_sum += r.reduce_exposed_seconds;
     int stop = opts->stop && *opts->stop;
+    if (tr->dp > 1) { /* a signal may reach the ranks in different steps: stop together */
+      int64_t flag = stop;
+      if ((rc = comm_allreduce_i64(tr->dp_group, &flag, 1, COMM_MAX, NULL, err))) goto done;
+      stop = flag != 0;
+    }
     int last = r.step == cfg->steps || stop;
     if (r.step % cfg->log_interval == 0 || r.step == 1 || last) {
       LogLine l;
@@ -543,6 +720,17 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
             opts->write_run_files ? " | output " : "", opts->write_run_files ? cfg->out_dir : "");
     fflush(out);
   }
+  if (tr->dp > 1 && sum.steps > tr->start_step) {
+    int n = sum.steps - tr->start_step;
+    fprintf(out,
+            "dp: gradient reduction %.2f ms blocking, %.2f ms exposed per step on average: %.0f%% hidden behind "
+            "backward\n",
+            1e3 * tr->dp_grads.calibrated_seconds, 1e3 * exposed_sum / n,
+            tr->dp_grads.calibrated_seconds > 0
+                ? 100.0 * fmax(0.0, 1.0 - exposed_sum / n / tr->dp_grads.calibrated_seconds)
+                : 0.0);
+    fflush(out);
+  }
   if (jsonl) {
     /* JSON has no NaN: runs without validation record null. */
     char first_val[32] = "null", final_val[32] = "null";
@@ -557,8 +745,9 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     fflush(jsonl);
   }
 done:
-  progress_clear(&progress);
+  if (progress.f) progress_clear(&progress);
   if (jsonl) fclose(jsonl);
+  if (devnull) fclose(devnull);
   if (summary) *summary = sum;
   return rc;
 }

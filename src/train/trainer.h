@@ -13,6 +13,21 @@
  * tests and later drivers (multi-rank) can run the same steps without the
  * reporting.
  *
+ * Data parallelism (cfg->world_size = parallel.dp ranks > 1, started under
+ * mpirun with comm_init done by the caller): one step runs this rank's
+ * program of the sched module (schedule "none": FWD/BWD per micro-batch,
+ * GRAD_REDUCE, OPTIM) through the executor. Each rank reads its slice of
+ * every global batch (dp x micro_batch x accum sequences), scales its loss
+ * by 1 / (accum dp), and gradient buckets are summed over the dp group as
+ * the last backward produces them (train/dp_grads.h); with
+ * parallel.distributed_optimizer the buckets are reduce-scattered and AdamW
+ * state is sharded (train/dist_optimizer.h). Every rank ends a step with the
+ * same parameters. Step results are global (losses averaged over all ranks'
+ * tokens, tokens counted over all ranks); validation is split over the ranks
+ * (each reads its share of eval_batches x B x dp fixed windows) and summed.
+ * Only rank 0 prints, writes run files and checkpoints (after gathering the
+ * sharded optimizer state); every trainer_* call is collective.
+ *
  * Checkpoints (train/checkpoint.h): trainer_run saves one every
  * checkpoint.interval steps, at the end and when stopped, when asked to
  * (TrainerOptions.save_checkpoints). trainer_resume restores weights, AdamW
@@ -30,6 +45,9 @@
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
+#include "train/dist_optimizer.h"
+#include "train/dp_grads.h"
+#include "train/executor.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
@@ -48,6 +66,23 @@ typedef struct Trainer {
   char resumed_from[CHECKPOINT_PATH_MAX]; /* checkpoint directory, "" for a fresh run */
   int threads;
   double flops_per_token; /* model FLOPs (forward + backward) per trained token */
+  /* the program of one step and its executor */
+  struct SchedProgram *prog;
+  Executor exec;
+  float grad_scale; /* 1 / (accum x dp) */
+  /* data parallelism: dp = cfg->world_size; the rest is set when dp > 1 */
+  int dp, dp_rank;
+  CommGrid *grid;
+  const CommGroup *dp_group; /* dp-cp group (cp = 1 so far) */
+  DpGrads dp_grads;
+  int zero; /* distributed optimizer in use (dp > 1); then opt holds no moments */
+  DistOptimizer dist_opt;
+  /* what the running step has accumulated (executor handlers) */
+  struct {
+    double lm_sum, aux_sum, z_sum;
+    long tokens;
+    OptimizerStepInfo info;
+  } acc;
 } Trainer;
 
 /* What one optimizer step did. Losses are means over its micro-batches. */
@@ -59,6 +94,12 @@ typedef struct TrainStepResult {
   double imbalance; /* MoE layers; 0 for dense models */
   long tokens;
   double seconds;
+  /* data parallel (0 when dp = 1): seconds the host spent in the
+   * gradient reduction (MPI calls during backward and the wait after it;
+   * the minimum over ranks: the others also wait
+   * for the slowest rank's backward), and the fraction of the reduction's
+   * blocking time (measured at start-up) that the overlap hid */
+  double reduce_exposed_seconds, reduce_hidden_fraction;
 } TrainStepResult;
 
 typedef struct EvalResult {

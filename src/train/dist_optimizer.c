@@ -1,0 +1,147 @@
+/* ZeRO-1 AdamW: the sharded moments, the step with the global norm and the
+ * parameter all-gather, and the gather/scatter of full moments for
+ * checkpoints. See dist_optimizer.h. */
+#include "train/dist_optimizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "kern/vecops.h"
+
+int dist_optimizer_create(DistOptimizer *opt, DpGrads *grads, const Model *model, const OptimizerConfig *cfg,
+                          Error *err) {
+  memset(opt, 0, sizeof *opt);
+  if (!grads->scatter || grads->num_params != model->num_params)
+    return error_set(err, ERR_ARG, "dist_optimizer: needs reduce-scatter buckets over the model's %zu parameters",
+                     model->num_params);
+  opt->cfg = *cfg;
+  opt->grads = grads;
+  size_t bytes = grads->shard_len * sizeof(float);
+  opt->m = alloc_big(bytes);
+  opt->v = alloc_big(bytes);
+  if (!opt->m || !opt->v) {
+    dist_optimizer_free(opt);
+    return error_set(err, ERR_NOMEM, "dist_optimizer: cannot allocate 2 x %.1f MB of AdamW state", bytes / 1e6);
+  }
+  return 0;
+}
+
+void dist_optimizer_free(DistOptimizer *opt) {
+  alloc_big_free(opt->m);
+  alloc_big_free(opt->v);
+  opt->m = opt->v = NULL;
+}
+
+/* The tensor holding flat offset `at` (tensors are sorted by offset). */
+static int tensor_at(const Model *model, size_t at) {
+  int lo = 0, hi = model->num_tensors - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (model->tensors[mid].offset <= at) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *info, Error *err) {
+  DpGrads *g = opt->grads;
+  const float *shard = g->shard;
+  double sumsq = 0;
+  for (int b = 0; b < g->num_buckets; b++) {
+    size_t lo, hi;
+    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    sumsq += vec_sumsq(shard + g->buckets[b].shard_offset, hi - lo);
+  }
+  int rc = comm_allreduce_f64(g->group, &sumsq, 1, COMM_SUM, NULL, err);
+  if (rc) return error_wrap(err, "distributed optimizer: gradient norm");
+  if (!isfinite(sumsq))
+    return error_set(err, ERR_INTERNAL,
+                     "optimizer: the gradient is not finite at step %d (loss diverged; try a lower lr or "
+                     "grad_clip)",
+                     opt->step + 1);
+  float clip = clip_grad_scale(sumsq, opt->cfg.grad_clip);
+  float lr = lr_schedule_at(&opt->cfg.schedule, opt->step);
+  int t = ++opt->step;
+  AdamWHyper decayed = {lr, opt->cfg.beta1, opt->cfg.beta2, opt->cfg.eps, opt->cfg.weight_decay};
+  AdamWHyper plain = decayed;
+  plain.weight_decay = 0.0f;
+  for (int b = 0; b < g->num_buckets; b++) {
+    size_t lo, hi;
+    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    size_t base = g->buckets[b].shard_offset;
+    /* A block may straddle tensors with different weight decay. */
+    for (size_t at = lo; at < hi;) {
+      const ParamTensor *p = &model->tensors[tensor_at(model, at)];
+      size_t stop = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+      size_t k = base + (at - lo);
+      adamw_update(model->params + at, shard + k, opt->m + k, opt->v + k, stop - at, t,
+                   p->no_weight_decay ? &plain : &decayed, clip);
+      at = stop;
+    }
+  }
+  /* Every rank gets every rank's updated block back. Buckets whose length
+   * is a multiple of the group size gather in place; the staged one goes
+   * through the stage. */
+  for (int b = 0; b < g->num_buckets && !rc; b++) {
+    DpBucket *k = &g->buckets[b];
+    if (!k->staged) {
+      rc = comm_allgather_f32(g->group, NULL, model->params + k->begin, k->block, NULL, err);
+      continue;
+    }
+    size_t lo, hi;
+    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    memset(g->stage + (size_t)g->rank * k->block, 0, k->block * sizeof(float));
+    memcpy(g->stage + (size_t)g->rank * k->block, model->params + lo, (hi - lo) * sizeof(float));
+    rc = comm_allgather_f32(g->group, NULL, g->stage, k->block, NULL, err);
+    if (!rc) memcpy(model->params + k->begin, g->stage, (k->end - k->begin) * sizeof(float));
+  }
+  if (rc) return error_wrap(err, "distributed optimizer: parameter all-gather");
+  if (info) {
+    info->lr = lr;
+    info->grad_norm = sqrt(sumsq);
+    info->clip_scale = clip;
+  }
+  return 0;
+}
+
+/* Gathers one shard-layout buffer into a full flat one (collective). */
+static int gather_state(const DpGrads *g, const float *shard, float *full, Error *err) {
+  int rc = 0;
+  for (int b = 0; b < g->num_buckets && !rc; b++) {
+    const DpBucket *k = &g->buckets[b];
+    size_t len = k->end - k->begin;
+    if (!k->staged) {
+      rc = comm_allgather_f32(g->group, shard + k->shard_offset, full + k->begin, k->block, NULL, err);
+      continue;
+    }
+    rc = comm_allgather_f32(g->group, shard + k->shard_offset, g->stage, k->block, NULL, err);
+    if (!rc) memcpy(full + k->begin, g->stage, len * sizeof(float));
+  }
+  return rc;
+}
+
+int dist_optimizer_gather(const DistOptimizer *opt, Optimizer *full, Error *err) {
+  const DpGrads *g = opt->grads;
+  if (full->num_params != g->num_params || !full->m || !full->v)
+    return error_set(err, ERR_ARG, "dist_optimizer_gather: needs full moments of %zu parameters", g->num_params);
+  int rc = gather_state(g, opt->m, full->m, err);
+  if (!rc) rc = gather_state(g, opt->v, full->v, err);
+  if (rc) return error_wrap(err, "gathering the distributed optimizer state");
+  full->step = opt->step;
+  full->cfg = opt->cfg;
+  return 0;
+}
+
+void dist_optimizer_scatter(DistOptimizer *opt, const Optimizer *full) {
+  const DpGrads *g = opt->grads;
+  for (int b = 0; b < g->num_buckets; b++) {
+    size_t lo, hi;
+    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    size_t k = g->buckets[b].shard_offset;
+    memcpy(opt->m + k, full->m + lo, (hi - lo) * sizeof(float));
+    memcpy(opt->v + k, full->v + lo, (hi - lo) * sizeof(float));
+  }
+  opt->step = full->step;
+}

@@ -1,0 +1,49 @@
+/* The distributed optimizer (ZeRO-1): AdamW whose fp32 moments are sharded
+ * over the data-parallel ranks.
+ *
+ * The shard of rank r is block r of every gradient bucket (dp_grads.h, in
+ * reduce-scatter mode), so the reduce-scatter that ends the backward leaves
+ * each rank exactly the reduced gradient of the parameters it updates. A
+ * step then
+ *   1. sums the squares of its shard and all-reduces them: the global
+ *      gradient norm, hence the same clipping factor on every rank;
+ *   2. runs AdamW on its shard (weight decay per tensor as in optimizer.h:
+ *      a block may straddle tensors, so it is cut at tensor boundaries);
+ *   3. all-gathers the updated parameters bucket by bucket, so every rank
+ *      holds the full model again for the next forward.
+ * The arithmetic per element is that of optimizer_step, so a ZeRO-1 run
+ * trains the same model as a plain data-parallel one.
+ *
+ * Checkpoints hold full logical tensors: dist_optimizer_gather assembles the
+ * full moments (collective), dist_optimizer_scatter takes this rank's shard
+ * out of full ones, so a checkpoint moves freely between ZeRO-1 and plain
+ * runs of any data-parallel size. */
+#ifndef FIVEFOLD_TRAIN_DIST_OPTIMIZER_H
+#define FIVEFOLD_TRAIN_DIST_OPTIMIZER_H
+
+#include "base/error.h"
+#include "model/model.h"
+#include "train/dp_grads.h"
+#include "train/optimizer.h"
+
+typedef struct DistOptimizer {
+  OptimizerConfig cfg;
+  DpGrads *grads; /* reduce-scatter mode; owned by the caller */
+  float *m, *v;   /* [grads->shard_len], same layout as grads->shard */
+  int step;
+} DistOptimizer;
+
+int dist_optimizer_create(DistOptimizer *opt, DpGrads *grads, const Model *model, const OptimizerConfig *cfg,
+                          Error *err);
+void dist_optimizer_free(DistOptimizer *opt);
+
+/* Collective over the group. Uses grads->shard (after dp_grads_finish). */
+int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *info, Error *err);
+
+/* Collective: full->m and full->v (num_params floats each) receive every
+ * rank's moments and full->step the step count. */
+int dist_optimizer_gather(const DistOptimizer *opt, Optimizer *full, Error *err);
+/* Local: this rank's shard from full moments (and the step). */
+void dist_optimizer_scatter(DistOptimizer *opt, const Optimizer *full);
+
+#endif

@@ -1,0 +1,47 @@
+/* The executor: runs one rank's action list of a sched program (program.h)
+ * in order, handing each action to the handler registered for its kind.
+ *
+ * The executor decides nothing about order: the program does. What each
+ * kind means is up to the caller's handlers (the trainer registers FWD, BWD,
+ * GRAD_REDUCE and OPTIM; pipeline sends and receives, all-to-alls and ring
+ * steps slot in as more handlers). An action whose kind has no handler is an
+ * error naming the action, never silently skipped.
+ *
+ * It also stamps every action with its start and end time (seconds on the
+ * timer_now clock), indexed by position in the rank's list, which the tracer
+ * can lay beside the simulator's prediction. */
+#ifndef FIVEFOLD_TRAIN_EXECUTOR_H
+#define FIVEFOLD_TRAIN_EXECUTOR_H
+
+#include "base/error.h"
+#include "sched/program.h"
+
+typedef int (*ExecutorHandler)(void *ctx, const SchedAction *action, Error *err);
+
+typedef struct Executor {
+  const SchedProgram *prog;
+  int rank; /* pipeline rank whose list runs */
+  const SchedAction *actions;
+  int num_actions;
+  ExecutorHandler handlers[SCHED_NUM_ACTION_KINDS];
+  void *ctx;
+  /* For BWD actions: 1 at list positions holding the last backward of
+   * their chunk (the one that completes the chunk's gradient). */
+  unsigned char *last_backward;
+  double *start, *end; /* [num_actions] times of the last run */
+} Executor;
+
+/* prog must outlive the executor. */
+int executor_create(Executor *ex, const SchedProgram *prog, int rank, void *ctx, Error *err);
+void executor_free(Executor *ex);
+void executor_set_handler(Executor *ex, SchedActionKind kind, ExecutorHandler handler);
+
+/* 1 if the action (of this executor's rank) is its chunk's last backward in
+ * list order. */
+int executor_is_last_backward(const Executor *ex, const SchedAction *action);
+
+/* Runs the whole list once; stops at the first failing action, with its
+ * description in the error. */
+int executor_run(Executor *ex, Error *err);
+
+#endif

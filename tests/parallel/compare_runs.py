@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""Compares two fivefold runs for the data-parallel golden-rule tests.
+
+usage: compare_runs.py losses RUN_A RUN_B RTOL
+         the per-step train records of RUN_A/metrics.jsonl and RUN_B's:
+         every step of RUN_A is in RUN_B (a resumed run logs only its own); loss, lm, aux, z and grad_norm within RTOL (relative,
+         with an absolute floor of RTOL for values near zero); lr equal
+       compare_runs.py tensors FILE_A FILE_B RTOL ATOL
+         two safetensors files: the same tensor names and shapes, and every
+         element within ATOL + RTOL * |b|
+Prints the largest differences found; exits 1 on a mismatch."""
+import json
+import struct
+import sys
+
+import numpy as np
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = info["data_offsets"]
+        raw = data[8 + n + lo : 8 + n + hi]
+        out[name] = np.frombuffer(raw, dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def train_records(run):
+    recs = {}
+    with open(run + "/metrics.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("type") == "train":
+                recs[r["step"]] = r
+    return recs
+
+
+def compare_losses(a, b, rtol):
+    ra, rb = train_records(a), train_records(b)
+    if not ra or not set(ra) <= set(rb):
+        print(f"steps differ: {sorted(ra)} vs {sorted(rb)}")
+        return 1
+    worst = (0.0, None)
+    bad = 0
+    for step in sorted(ra):
+        for key in ("loss", "lm", "aux", "z", "grad_norm", "lr"):
+            x, y = float(ra[step][key]), float(rb[step][key])
+            rel = abs(x - y) / max(abs(y), 1.0)
+            if rel > worst[0]:
+                worst = (rel, f"step {step} {key}: {x!r} vs {y!r}")
+            if rel > rtol:
+                print(f"MISMATCH step {step} {key}: {x!r} vs {y!r} (relative {rel:.3g} > {rtol})")
+                bad += 1
+    print(f"losses: {len(ra)} steps, largest relative difference {worst[0]:.3g} ({worst[1]})")
+    return 1 if bad else 0
+
+
+def compare_tensors(fa, fb, rtol, atol):
+    ta, tb = read_safetensors(fa), read_safetensors(fb)
+    if sorted(ta) != sorted(tb):
+        print(f"tensor names differ: {sorted(set(ta) ^ set(tb))}")
+        return 1
+    bad = 0
+    worst = (0.0, None)
+    for name in sorted(ta):
+        x, y = ta[name].astype(np.float64), tb[name].astype(np.float64)
+        if x.shape != y.shape:
+            print(f"MISMATCH {name}: shape {x.shape} vs {y.shape}")
+            bad += 1
+            continue
+        excess = np.abs(x - y) - (atol + rtol * np.abs(y))
+        i = int(np.argmax(excess)) if excess.size else 0
+        if excess.size and np.abs(x - y).max() > worst[0]:
+            worst = (float(np.abs(x - y).max()), name)
+        if excess.size and excess.flat[i] > 0:
+            print(f"MISMATCH {name}[{i}]: {x.flat[i]!r} vs {y.flat[i]!r}")
+            bad += 1
+    print(f"tensors: {len(ta)} compared, largest absolute difference {worst[0]:.3g} ({worst[1]})")
+    return 1 if bad else 0
+
+
+def main():
+    if len(sys.argv) >= 5 and sys.argv[1] == "losses":
+        return compare_losses(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    if len(sys.argv) >= 6 and sys.argv[1] == "tensors":
+        return compare_tensors(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
