@@ -622,7 +622,13 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   if (!cfg->has_model) return error_set(err, ERR_CONFIG, "%s: no model configured", origin);
   int rc = model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
   if (rc) return rc;
-  int per_step = cfg->micro_batch_size * cfg->world_size;
+  /* Products in 64 bits: each factor is range-checked, their product is not. */
+  long long per_step_ll = (long long)cfg->micro_batch_size * cfg->world_size;
+  if (per_step_ll > (1LL << 30))
+    return error_set(err, ERR_CONFIG,
+                     "%s: training.micro_batch_size %d x %d rank(s) = %lld sequences per step (expected at most %d)",
+                     origin, cfg->micro_batch_size, cfg->world_size, per_step_ll, 1 << 30);
+  int per_step = (int)per_step_ll;
   if (cfg->global_batch_size > 0) {
     if (cfg->global_batch_size % per_step)
       return error_set(err, ERR_CONFIG,
@@ -638,7 +644,13 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
     cfg->grad_accum_steps = accum;
   }
   if (cfg->grad_accum_steps <= 0) cfg->grad_accum_steps = 1;
-  cfg->global_batch_size = per_step * cfg->grad_accum_steps;
+  long long global_ll = per_step_ll * cfg->grad_accum_steps;
+  if (global_ll > (1LL << 30))
+    return error_set(err, ERR_CONFIG,
+                     "%s: training.micro_batch_size %d x grad_accum_steps %d x %d rank(s) = %lld sequences per step "
+                     "(expected at most %d)",
+                     origin, cfg->micro_batch_size, cfg->grad_accum_steps, cfg->world_size, global_ll, 1 << 30);
+  cfg->global_batch_size = (int)global_ll;
   if (cfg->min_lr < 0) cfg->min_lr = cfg->lr * 0.1f;
   if (cfg->min_lr > cfg->lr)
     return error_set(err, ERR_CONFIG, "%s: training.min_lr %g is above lr %g (expected min_lr <= lr)", origin,

@@ -56,17 +56,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (model_config_validate(&cfg.model, "fuzz", &err) != 0)
     fuzz_fail("train_config_load", "accepted a model config that does not validate");
 
-  /* KNOWN BUG, skipped until fixed (then delete this block): without a
-   * global_batch_size, train_config_finalize computes micro_batch_size x
-   * world_size x grad_accum_steps in int, which overflows for accepted
-   * values (each may be up to 2^20). Reproducer:
-   * tests/fuzz/crashes/train_config-global-batch-overflow.json. */
-  long accum = cfg.grad_accum_steps > 0 ? cfg.grad_accum_steps : 1;
-  if (cfg.global_batch_size <= 0 && (long)cfg.micro_batch_size * cfg.world_size * accum > 0x7fffffffL) {
-    train_config_free(&cfg);
-    return 0;
-  }
-
   fuzz_error_reset(&err);
   rc = train_config_finalize(&cfg, &err);
   fuzz_check_result(rc, &err, "train_config_finalize");
