@@ -8,6 +8,8 @@
 #include "cli/cmd_plan.h"
 #include "cli/cmd_sample.h"
 #include "cli/cmd_schedule.h"
+#include "cli/cmd_trace.h"
+#include "cli/cmd_upcycle.h"
 
 typedef struct Command {
   const char *name;
@@ -23,6 +25,8 @@ static const Command COMMANDS[] = {
     {"plan", "search the parallel configuration for a model on a cluster", cmd_plan},
     {"simulate", "predict step time, bubbles and memory of one parallel configuration", cmd_simulate},
     {"schedule", "build, check, print and price the per-rank program of one iteration", cmd_schedule},
+    {"trace", "record a run with eBPF, analyze a trace as a timing DAG (critical path, stragglers)", cmd_trace},
+    {"upcycle", "turn a trained dense checkpoint into an MoE checkpoint that training continues", cmd_upcycle},
 };
 #define NUM_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 
