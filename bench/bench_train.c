@@ -2,10 +2,20 @@
  * forward, backward and the AdamW update, exactly the work of a training step
  * without data loading. Prints tokens/s, model GFLOP/s, MFU against the FMA
  * peak measured in the same process, and peak resident memory.
- * Usage: bench_train MODEL.json [batch seq steps threads] */
+ * Usage: bench_train MODEL.json [batch seq steps threads]
+ *
+ * The machine is shared, so next to wall time it prints the process CPU time
+ * per step (cpu_ms_per_step): at one thread that is what the step costs when
+ * the core is ours alone, and mfu_cpu_pct is the MFU it implies.
+ * Profiling only the timed steps: with FIVEFOLD_PERF_CTL=FIFO (and
+ * optionally FIVEFOLD_PERF_ACK=FIFO) the bench writes "enable" / "disable"
+ * to perf record's control FIFO around them, e.g.
+ *   mkfifo ctl ack; FIVEFOLD_PERF_CTL=ctl FIVEFOLD_PERF_ACK=ack \
+ *     perf record -D -1 --control=fifo:ctl,ack -- bench_train ... */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/rng.h"
@@ -15,6 +25,35 @@
 #include "kern/vecops.h"
 #include "model/flops.h"
 #include "model/model.h"
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Sends one command to perf record's control FIFO (if one was given) and
+ * waits for its acknowledgement so the events are on before work starts. */
+static void perf_control(const char *command) {
+  const char *ctl_path = getenv("FIVEFOLD_PERF_CTL");
+  if (!ctl_path || !*ctl_path) return;
+  FILE *ctl = fopen(ctl_path, "w");
+  if (!ctl) {
+    fprintf(stderr, "bench_train: cannot open perf control FIFO %s\n", ctl_path);
+    return;
+  }
+  fprintf(ctl, "%s\n", command);
+  fclose(ctl);
+  const char *ack_path = getenv("FIVEFOLD_PERF_ACK");
+  if (ack_path && *ack_path) {
+    FILE *ack = fopen(ack_path, "r");
+    char line[16];
+    if (ack) {
+      if (!fgets(line, sizeof line, ack)) line[0] = 0;
+      fclose(ack);
+    }
+  }
+}
 
 static int fail(const Error *err) {
   fprintf(stderr, "bench_train: %s\n", err->msg);
@@ -37,7 +76,9 @@ int main(int argc, char **argv) {
   if (model_config_load(&cfg, argv[1], &err)) return fail(&err);
   Model m;
   if (model_create(&m, &cfg, B, T, &err)) return fail(&err);
+  double init0 = timer_now();
   model_init_weights(&m, 1234);
+  double init_s = timer_now() - init0;
 
   int *tokens = malloc(sizeof(int) * (size_t)B * (T + 1));
   Rng rng = rng_make(42, 7);
@@ -55,9 +96,13 @@ int main(int argc, char **argv) {
   double peak = peak_fma_gflops(threads, 0.5);
   double flops_step = model_flops_per_sequence(&cfg, T) * B;
   int warmup = 2;
-  double t0 = 0, loss_sum = 0;
+  double t0 = 0, cpu0 = 0, loss_sum = 0;
   for (int s = 0; s < warmup + steps; s++) {
-    if (s == warmup) t0 = timer_now();
+    if (s == warmup) {
+      perf_control("enable");
+      t0 = timer_now();
+      cpu0 = cpu_seconds();
+    }
     ModelLoss loss;
     model_zero_grad(&m);
     if (model_forward(&m, inp, tgt, B, T, 1, 1.0f, &loss, &err)) return fail(&err);
@@ -73,12 +118,16 @@ int main(int argc, char **argv) {
     loss_sum += loss.lm;
   }
   double dt = (timer_now() - t0) / steps;
+  double cpu_dt = (cpu_seconds() - cpu0) / steps;
+  perf_control("disable");
   double tok_s = (double)B * T / dt;
   double gflops = flops_step / dt * 1e-9;
   printf("train model=%s threads=%d batch=%d seq=%d params=%zu ms_per_step=%.1f tokens_per_s=%.0f "
-         "model_gflops=%.1f fma_peak_gflops=%.1f mfu_pct=%.1f peak_rss_mb=%.0f mean_loss=%.3f\n",
-         argv[1], threads, B, T, m.num_params, dt * 1e3, tok_s, gflops, peak, 100.0 * gflops / peak,
-         (double)alloc_peak_rss_bytes() / 1048576.0, loss_sum / (warmup + steps));
+         "model_gflops=%.1f fma_peak_gflops=%.1f mfu_pct=%.1f cpu_ms_per_step=%.1f mfu_cpu_pct=%.1f peak_rss_mb=%.0f "
+         "mean_loss=%.3f init_ms=%.0f\n",
+         argv[1], threads, B, T, m.num_params, dt * 1e3, tok_s, gflops, peak, 100.0 * gflops / peak, cpu_dt * 1e3,
+         100.0 * flops_step / cpu_dt * 1e-9 / (peak / threads),
+         (double)alloc_peak_rss_bytes() / 1048576.0, loss_sum / (warmup + steps), init_s * 1e3);
   model_free(&m);
   free(tokens);
   free(inp);

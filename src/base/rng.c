@@ -27,10 +27,18 @@ double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return (double)(rng_u64(seed, stream, index) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* rng_uniform with the (seed, stream) part of rng_u64 already hashed. */
+static inline double uniform_keyed(uint64_t key, uint64_t index) {
+  return (double)(rng_hash64(key ^ index) >> 11) * (1.0 / 9007199254740992.0);
+}
+
 double rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
-  /* Box-Muller on two independent uniforms derived from the same index. */
-  double u1 = rng_uniform(seed, stream, 2 * index);
-  double u2 = rng_uniform(seed, stream, 2 * index + 1);
+  /* Box-Muller on two independent uniforms derived from the same index:
+   * exactly rng_uniform(seed, stream, 2 * index) and (..., 2 * index + 1),
+   * with their shared key hashed once (weight init draws one per element). */
+  const uint64_t key = rng_hash64(rng_hash64(seed) ^ stream);
+  double u1 = uniform_keyed(key, 2 * index);
+  double u2 = uniform_keyed(key, 2 * index + 1);
   if (u1 < 1e-300) u1 = 1e-300;
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
