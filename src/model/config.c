@@ -16,6 +16,8 @@
  * refused), router jitter noise. */
 #include "model/config.h"
 
+#include "base/file_text.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <float.h>
@@ -24,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* Fields read by the parser. */
 static const char *const PARSED_FIELDS[] = {
@@ -505,49 +506,10 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *origi
 #define MODEL_CONFIG_MAX_BYTES (16 << 20)
 
 int model_config_load(ModelConfig *cfg, const char *path, Error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open model config %s: %s", path, strerror(errno));
-  /* A config is a small regular file: refuse devices, FIFOs and huge files
-   * rather than reading forever. */
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return error_set(err, ERR_IO, "model config %s: expected a regular file", path);
-  }
-  if (st.st_size > MODEL_CONFIG_MAX_BYTES) {
-    fclose(f);
-    return error_set(err, ERR_FORMAT, "model config %s: %lld bytes, expected at most %d", path,
-                     (long long)st.st_size, MODEL_CONFIG_MAX_BYTES);
-  }
   char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len > (size_t)MODEL_CONFIG_MAX_BYTES) {
-      free(text);
-      fclose(f);
-      return error_set(err, ERR_FORMAT, "model config %s: larger than %d bytes", path, MODEL_CONFIG_MAX_BYTES);
-    }
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? cap * 2 : 16384;
-      char *grown = realloc(text, cap);
-      if (!grown) {
-        free(text);
-        fclose(f);
-        return error_set(err, ERR_NOMEM, "out of memory reading %s", path);
-      }
-      text = grown;
-    }
-    size_t got = fread(text + len, 1, cap - len - 1, f);
-    len += got;
-    if (got == 0) break;
-  }
-  int read_error = ferror(f);
-  fclose(f);
-  if (read_error) {
-    free(text);
-    return error_set(err, ERR_IO, "cannot read model config %s", path);
-  }
-  text[len] = '\0';
+  size_t len = 0;
+  int read_rc = file_read_text(path, "model config", MODEL_CONFIG_MAX_BYTES, &text, &len, err);
+  if (read_rc) return read_rc;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
   if (!root) {

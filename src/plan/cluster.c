@@ -3,6 +3,8 @@
  * collective alpha-beta, device-to-device links). */
 #include "plan/cluster.h"
 
+#include "base/file_text.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -407,32 +409,10 @@ int cluster_spec_validate(const ClusterSpec *s, Error *err) {
 
 int cluster_spec_load(ClusterSpec *s, const char *path, Error *err) {
   memset(s, 0, sizeof *s);
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open cluster spec %s: %s", path, strerror(errno));
   char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4097 > cap) {
-      cap = cap ? cap * 2 : 16384;
-      char *grown = realloc(text, cap);
-      if (!grown) {
-        free(text);
-        fclose(f);
-        return error_set(err, ERR_NOMEM, "out of memory reading %s", path);
-      }
-      text = grown;
-    }
-    size_t got = fread(text + len, 1, cap - len - 1, f);
-    len += got;
-    if (got == 0) break;
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(text);
-    return error_set(err, ERR_IO, "cannot read cluster spec %s", path);
-  }
-  text[len] = '\0';
+  size_t len = 0;
+  int read_rc = file_read_text(path, "cluster spec", (size_t)16 << 20, &text, &len, err);
+  if (read_rc) return read_rc;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
   if (!root) {

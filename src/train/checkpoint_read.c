@@ -17,6 +17,8 @@
 #include "base/safetensors.h"
 #include "train/checkpoint_internal.h"
 
+#include "base/file_text.h"
+
 const char *const CKPT_FILES[CKPT_NUM_FILES] = {CHECKPOINT_MODEL_FILE, CHECKPOINT_OPTIMIZER_FILE};
 
 /* ---- names and paths ---- */
@@ -153,28 +155,13 @@ static const cJSON *need_object(const cJSON *root, const char *key, const char *
 }
 
 static char *read_text_file(const char *path, size_t max, Error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    error_set(err, ERR_IO, "%s: %s", path, errno == ENOENT ? "missing (not a complete checkpoint)" : strerror(errno));
+  char *text = NULL;
+  if (file_read_text(path, "checkpoint state", max, &text, NULL, err)) {
+    if (err && err->code == ERR_IO && errno == ENOENT)
+      error_set(err, ERR_IO, "%s: missing (not a complete checkpoint)", path);
     return NULL;
   }
-  char *buf = malloc(max + 1);
-  if (!buf) {
-    fclose(f);
-    error_set(err, ERR_NOMEM, "%s: out of memory", path);
-    return NULL;
-  }
-  size_t got = fread(buf, 1, max + 1, f);
-  int bad = ferror(f);
-  fclose(f);
-  if (bad || got > max) {
-    free(buf);
-    error_set(err, bad ? ERR_IO : ERR_FORMAT, "%s: %s", path,
-              bad ? "read error" : "larger than any state.json (corrupt)");
-    return NULL;
-  }
-  buf[got] = '\0';
-  return buf;
+  return text;
 }
 
 static int parse_files(const cJSON *files, const char *file, CkptState *st, Error *err) {
