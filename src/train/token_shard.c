@@ -54,7 +54,9 @@ int token_shard_writer_open(TokenShardWriter *w, const char *path, uint32_t voca
   if (!w->f) return error_set(err, ERR_IO, "cannot create %s: %s", w->tmp_path, strerror(errno));
   w->vocab_size = vocab_size;
   w->dtype = token_shard_dtype_for_vocab(vocab_size);
-  /* Placeholder header; the real one (with the count) is written at commit. */
+  /* The count is not known while streaming: write the header with count 0
+   * now and rewrite it in token_shard_writer_commit, before the rename that
+   * publishes the file, so a reader never sees a count that is wrong. */
   unsigned char h[TOKEN_SHARD_HEADER_BYTES];
   encode_header(h, w->dtype, 0, vocab_size);
   if (fwrite(h, 1, sizeof h, w->f) != sizeof h) {
