@@ -2,6 +2,8 @@
  *   record --ebpf   run a command under bpftrace and write its trace file
  *   analyze         the measured DAG: critical path, bubble, exposed
  *                   communication, straggler, timing statistics, DOT
+ *   compare         simulate the traced configuration and print predicted
+ *                   against measured time per action kind
  *   compare-ready   check that a trace holds everything needed to be laid
  *                   side by side with a prediction, action by action
  * Option parsing is hand-rolled so tests can call the command repeatedly in
@@ -13,9 +15,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "model/config.h"
+#include "plan/cluster.h"
+#include "plan/config_paths.h"
+#include "plan/simulate.h"
+#include "sched/evaluate.h"
 #include "trace/chrome_writer.h"
 #include "trace/critical_path.h"
 #include "trace/dag.h"
@@ -49,6 +57,12 @@ static void trace_usage(FILE *f) {
           "        --dot FILE         write the DAG of the first analyzed iteration as Graphviz DOT\n"
           "        --critical-only    with --dot: only the critical path\n"
           "        --all-path         list every segment of the critical path (default: 40 lines)\n"
+          "  compare FILE [--cluster NAME|FILE] [--iteration N]\n"
+          "      simulate the configuration the trace recorded and print, per action kind, the\n"
+          "      measured and predicted mean time and the error. With a model in the trace\n"
+          "      (otherData.model) the planner's simulator prices it on the cluster spec named by\n"
+          "      --cluster or otherData.config.cluster; without one, sched's unit costs (FWD 1,\n"
+          "      BWD 2) scaled to the measured FWD, and the output says so\n"
           "  compare-ready FILE [--predicted PRED]\n"
           "      check that the trace can be compared with a prediction action by action: it holds\n"
           "      the program, every action of every recorded iteration on every rank, no dropped\n"
@@ -422,6 +436,202 @@ static int cmd_compare_ready(int argc, char **argv) {
   return 0;
 }
 
+/* ---- compare ---- */
+
+/* Predicted duration of every action of the program (ms, by id) and the
+ * predicted iteration (ms), with a line saying how they were priced. */
+typedef struct Prediction {
+  double *ms;
+  double iteration_ms;
+  char how[512];
+} Prediction;
+
+/* Without a model: sched's unit costs (FWD 1, BWD 2, the rest free, free
+ * transfers) evaluated on the trace's own program; one unit is set to the
+ * measured mean FWD, the only number taken from the measurement. */
+static int predict_unit(const TraceRun *run, const TraceReport *rep, Prediction *p, Error *err) {
+  const TraceTimeStats *fwd = &rep->action_kind[SCHED_FWD];
+  if (!fwd->count || fwd->mean <= 0)
+    return error_set(err, ERR_FORMAT, "the trace has no measured FWD to scale unit costs by");
+  SchedUnitCosts costs = sched_unit_costs_default();
+  SchedEvalOptions eo = sched_unit_eval_options(&costs, SCHED_SEND_EAGER);
+  SchedEval ev;
+  int rc = sched_evaluate(run->program, &eo, &ev, err);
+  double unit_ms = fwd->mean / 1e6;
+  if (rc == ERR_OK) {
+    for (int i = 0; i < run->program->num_actions; i++) p->ms[i] = (ev.finish[i] - ev.start[i]) * unit_ms;
+    p->iteration_ms = ev.makespan * unit_ms;
+  }
+  sched_eval_free(&ev);
+  snprintf(p->how, sizeof p->how,
+           "the trace carries no model, so the prediction prices with unit costs (FWD 1, BWD 2, everything else and "
+           "every transfer free) on the trace's program; 1 unit = the measured mean FWD (%.3f ms), so FWD agrees by "
+           "construction and only the other kinds and the iteration are predictions",
+           unit_ms);
+  return rc;
+}
+
+static int json_int(const cJSON *obj, const char *key, int fallback) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return cJSON_IsNumber(v) ? (int)v->valuedouble : fallback;
+}
+
+/* With a model: the planner's simulator (plan/simulate.h) on the same
+ * configuration, its predicted timeline read back action by action. */
+static int predict_plan(const TraceRun *run, const cJSON *model_json, const char *cluster_name, Prediction *p,
+                        Error *err) {
+  const cJSON *config = cJSON_GetObjectItemCaseSensitive(run->other_data, "config");
+  const cJSON *training = cJSON_GetObjectItemCaseSensitive(config, "training");
+  if (!cluster_name) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(config, "cluster");
+    cluster_name = cJSON_IsString(c) ? c->valuestring : NULL;
+  }
+  if (!cluster_name)
+    return error_set(err, ERR_ARG,
+                     "the trace has a model but names no cluster spec (otherData.config.cluster): pass --cluster NAME "
+                     "or FILE (configs/clusters/)");
+  ModelConfig model;
+  model_config_defaults(&model);
+  if (model_config_from_json(&model, model_json, "otherData.model", err)) return err->code;
+  ClusterSpec cluster;
+  memset(&cluster, 0, sizeof cluster);
+  char path[4096];
+  if (plan_find_config("clusters", cluster_name, path, sizeof path, err) || cluster_spec_load(&cluster, path, err))
+    return err->code;
+  const SchedConfig *sc = &run->program->config;
+  int seq = json_int(training, "seq_len", json_int(config, "seq_len", 0));
+  int mbs = json_int(training, "micro_batch_size", json_int(config, "micro_batch_size", 1));
+  int rc = ERR_OK;
+  if (seq < 1) rc = error_set(err, ERR_FORMAT, "otherData.config.training.seq_len is missing: the simulator needs it");
+  PlanConfig cfg;
+  int dp = run->grid.dp > 0 ? run->grid.dp : 1;
+  plan_config_init(&cfg, seq, mbs * dp * sc->microbatches, mbs);
+  PlanParallel *par = &cfg.par;
+  par->tp = run->grid.tp > 0 ? run->grid.tp : 1;
+  par->cp = run->grid.cp > 0 ? run->grid.cp : 1;
+  par->dp = dp;
+  par->pp = sc->pp;
+  par->vpp = sc->vpp > 0 ? sc->vpp : 1;
+  par->ep = run->grid.ep > 0 ? run->grid.ep : 1;
+  par->etp = run->grid.etp > 0 ? run->grid.etp : 1;
+  if (sc->schedule == SCHED_SCHEDULE_GPIPE) cfg.schedule = SCHED_SCHEDULE_GPIPE;
+  PlanOptions opt;
+  plan_options_default(&opt);
+  char pred_path[64];
+  snprintf(pred_path, sizeof pred_path, "/tmp/fivefold-compare-%d.json", (int)getpid());
+  PlanResult res;
+  memset(&res, 0, sizeof res);
+  PlanSimOptions sim = {0, pred_path};
+  if (!rc) rc = plan_config_finish(&cfg, &model, &cluster, plan_config_world(&cfg), err);
+  if (!rc) rc = plan_simulate(&model, &cluster, &opt, &cfg, &sim, NULL, &res, err);
+  if (!rc) {
+    TraceRun pred;
+    /* The predicted trace has the shape of a measured one without otherData:
+     * pid = pipeline rank, args.id = action id, ts/dur in µs. */
+    rc = trace_chrome_read(pred_path, &pred, err);
+    if (!rc) {
+      int seen = 0;
+      for (int r = 0; r < pred.num_ranks; r++)
+        for (size_t i = 0; i < pred.ranks[r].count; i++) {
+          const TraceEvent *e = &pred.ranks[r].events[i];
+          const SchedAction *a = e->type == TRACE_EVENT_ACTION ? sched_program_action(run->program, e->id) : NULL;
+          if (!a || a->rank != r) continue;
+          p->ms[e->id] = (double)(e->end - e->begin) / 1e6;
+          seen++;
+        }
+      if (seen != run->program->num_actions)
+        rc = error_set(err, ERR_CONFIG,
+                       "the simulated program has %d actions matching the trace's %d: the trace's configuration "
+                       "(grid, schedule, micro-batches) is not what the planner builds",
+                       seen, run->program->num_actions);
+      trace_run_free(&pred);
+    }
+    p->iteration_ms = res.step_time * 1e3;
+    char desc[160];
+    snprintf(p->how, sizeof p->how,
+             "the planner's simulator on the trace's configuration (%s) with model otherData.model and cluster %s, "
+             "default planner options",
+             plan_config_describe(&cfg, desc, sizeof desc), cluster.name);
+  }
+  remove(pred_path);
+  plan_result_free(&res);
+  cluster_spec_free(&cluster);
+  return rc;
+}
+
+static int cmd_compare(int argc, char **argv) {
+  const char *file = NULL, *cluster = NULL;
+  int iteration = -1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      trace_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--cluster") || !strcmp(a, "--iteration")) {
+      if (i + 1 >= argc) return usage_error("compare: %s needs a value", a);
+      if (!strcmp(a, "--cluster")) cluster = argv[++i];
+      else if (parse_int(argv[++i], &iteration)) return usage_error("compare: --iteration '%s': expected an iteration number", argv[i]);
+    } else if (a[0] == '-' && a[1])
+      return usage_error("compare: unknown option '%s'", a);
+    else if (file)
+      return usage_error("compare: one trace file at a time ('%s' is extra)", a);
+    else
+      file = a;
+  }
+  if (!file) return usage_error("%s", "compare: no trace file given");
+  Error err = {0, ""};
+  TraceRun run;
+  if (trace_chrome_read(file, &run, &err)) return report_failure(&err);
+  TraceReport rep;
+  if (trace_analyze(&run, iteration, &rep, &err)) {
+    error_wrap(&err, "%s", file);
+    trace_run_free(&run);
+    return report_failure(&err);
+  }
+  Prediction p = {.ms = calloc((size_t)run.program->num_actions + 1, sizeof(double))};
+  int rc = p.ms ? ERR_OK : error_set(&err, ERR_NOMEM, "out of memory");
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(run.other_data, "model");
+  if (!rc) rc = cJSON_IsObject(model) ? predict_plan(&run, model, cluster, &p, &err) : predict_unit(&run, &rep, &p, &err);
+  if (rc) {
+    error_wrap(&err, "%s: predicting", file);
+  } else {
+    printf("%s: %d iteration%s measured on %d rank%s, %s program\n", file, rep.num_iterations,
+           rep.num_iterations == 1 ? "" : "s", run.num_ranks, run.num_ranks == 1 ? "" : "s",
+           sched_schedule_name(run.program->config.schedule));
+    printf("prediction: %s.\n", p.how);
+    printf("measured: mean duration of each kind's actions over every rank and iteration (a posted receive or "
+           "reduction lasts from its post to its completion, waiting included); predicted: the mean of the same "
+           "actions' durations in the prediction.\n");
+    printf("  %-14s %7s %13s %13s %9s\n", "kind", "count", "measured ms", "predicted ms", "error");
+    double meas_it = rep.iteration_time.mean / 1e6;
+    printf("  %-14s %7d %13.3f %13.3f %8.1f%%\n", "iteration", rep.iteration_time.count, meas_it, p.iteration_ms,
+           meas_it > 0 ? 100.0 * (p.iteration_ms - meas_it) / meas_it : 0);
+    for (int k = 0; k < SCHED_NUM_ACTION_KINDS; k++) {
+      const TraceTimeStats *st = &rep.action_kind[k];
+      double sum = 0;
+      int n = 0;
+      for (int i = 0; i < run.program->num_actions; i++)
+        if (run.program->actions[i].kind == (SchedActionKind)k) {
+          sum += p.ms[i];
+          n++;
+        }
+      if (!st->count || !n) continue;
+      double meas = st->mean / 1e6, pred = sum / n;
+      printf("  %-14s %7d %13.3f %13.3f", sched_action_kind_name((SchedActionKind)k), st->count, meas, pred);
+      if (meas > 0)
+        printf(" %8.1f%%\n", 100.0 * (pred - meas) / meas);
+      else
+        printf(" %9s\n", "-");
+    }
+    printf("error = (predicted - measured) / measured\n");
+  }
+  free(p.ms);
+  trace_report_free(&rep);
+  trace_run_free(&run);
+  return rc ? report_failure(&err) : 0;
+}
+
 int cmd_trace(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
     trace_usage(argc < 2 ? stderr : stdout);
@@ -430,5 +640,6 @@ int cmd_trace(int argc, char **argv) {
   if (!strcmp(argv[1], "record")) return cmd_record(argc - 1, argv + 1);
   if (!strcmp(argv[1], "analyze")) return cmd_analyze(argc - 1, argv + 1);
   if (!strcmp(argv[1], "compare-ready")) return cmd_compare_ready(argc - 1, argv + 1);
-  return usage_error("unknown subcommand '%s' (record, analyze or compare-ready)", argv[1]);
+  if (!strcmp(argv[1], "compare")) return cmd_compare(argc - 1, argv + 1);
+  return usage_error("unknown subcommand '%s' (record, analyze, compare or compare-ready)", argv[1]);
 }

@@ -15,7 +15,7 @@
  *   "otherData": {"format": "fivefold.trace", "version": 1, "source", "clock",
  *                 "origin_ns", "grid": {...}, "ranks": [{"world_rank", "pipeline_rank",
  *                 "tp", "cp", "dp", "pp", "etp", "ep", "edp", "host", "clock_offset_ns",
- *                 "events", "dropped"}], "config": {...}, "model": {...},
+ *                 "events", "dropped"}], "config": {...}, "model": {...}, "session": {...},
  *                 "program": <sched program JSON, program.h>}}
  *
  * Times are µs since the earliest stamp of the run (origin_ns, on rank 0's

@@ -50,6 +50,7 @@ typedef struct TraceRunMeta {
   const SchedProgram *program; /* required to analyze the file */
   const cJSON *config;         /* run configuration (any JSON), may be NULL */
   const cJSON *model;          /* model configuration, may be NULL */
+  const cJSON *session;        /* how the recording went (clock sync, window), may be NULL */
   TraceGridSizes grid;
   const char *source;          /* "recorder" or "ebpf"; NULL = "recorder" */
   const char *clock;           /* clock the stamps came from; NULL = this process's */

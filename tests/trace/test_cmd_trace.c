@@ -3,7 +3,9 @@
  * bpftrace sample into a trace file, `analyze` reports on it and writes
  * DOT, and `compare-ready` accepts a complete trace, checks a predicted
  * trace of the same program side by side, and refuses a prediction of
- * another program and a trace without a program. */
+ * another program and a trace without a program; `compare` prices a trace
+ * without a model with unit costs (and says so) and one with a model with
+ * the planner on the cluster named. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,6 +96,7 @@ static void test_usage(void **state) {
   expect("analyze --critical-only x.json", 2, "--critical-only applies to --dot");
   expect("analyze /nonexistent/trace.json", 1, "cannot open trace");
   expect("compare-ready", 2, "no trace file");
+  expect("--help", 0, "compare FILE [--cluster");
 }
 
 static void test_record_from_raw_then_analyze(void **state) {
@@ -161,11 +164,77 @@ static void test_compare_ready(void **state) {
   remove(json);
 }
 
+/* Adds otherData.model (a tiny Llama) and a training section to the trace
+ * at path, so `trace compare` takes the planner's path. */
+static void add_model(const char *path) {
+  char here[4096], model_path[4200];
+  snprintf(here, sizeof here, "%s", __FILE__);
+  snprintf(model_path, sizeof model_path, "%s/../../configs/models/tiny/llama.json", dirname(here));
+  Error err = {0};
+  ModelConfig model;
+  assert_int_equal(model_config_load(&model, model_path, &err), ERR_OK);
+  char *text = read_text(path);
+  assert_non_null(text);
+  cJSON *root = cJSON_Parse(text);
+  free(text);
+  cJSON *other = cJSON_GetObjectItem(root, "otherData");
+  cJSON_AddItemToObject(other, "model", model_config_to_json(&model));
+  cJSON *config = cJSON_AddObjectToObject(other, "config");
+  cJSON *training = cJSON_AddObjectToObject(config, "training");
+  cJSON_AddNumberToObject(training, "seq_len", 64);
+  cJSON_AddNumberToObject(training, "micro_batch_size", 1);
+  char *out = cJSON_Print(root);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(out, f);
+  fclose(f);
+  cJSON_free(out);
+  cJSON_Delete(root);
+}
+
+static void test_compare(void **state) {
+  (void)state;
+  expect("compare", 2, "no trace file");
+  expect("compare a b", 2, "one trace file");
+  expect("compare --frob x.json", 2, "unknown option");
+  char line[8400];
+  snprintf(line, sizeof line, "record --ebpf --from-raw %s --program %s -o %%s.json", sample_path, program_path);
+  expect(line, 0, NULL);
+  /* No model: unit costs scaled to the measured FWD, which therefore
+   * agrees exactly, and the output says so. */
+  char *out;
+  assert_int_equal(run("compare %s.json", &out), 0);
+  assert_non_null(strstr(out, "unit costs"));
+  assert_non_null(strstr(out, "FWD agrees by construction"));
+  const char *fwd = strstr(out, "\n  FWD ");
+  assert_non_null(fwd);
+  assert_non_null(strstr(fwd, " 0.0%"));
+  assert_non_null(strstr(out, "\n  iteration "));
+  assert_non_null(strstr(out, "\n  BWD "));
+  free(out);
+  /* A model: the planner prices it, on the cluster the user names. */
+  char json[128];
+  snprintf(json, sizeof json, "%s.json", tmp);
+  add_model(json);
+  expect("compare %s.json", 1, "names no cluster spec");
+  expect("compare %s.json --cluster no-such-cluster", 1, "no-such-cluster");
+  char here[4096], cluster[4200];
+  snprintf(here, sizeof here, "%s", __FILE__);
+  snprintf(cluster, sizeof cluster, "compare %%s.json --cluster %s/../../configs/clusters/dgx-h100.json", dirname(here));
+  assert_int_equal(run(cluster, &out), 0);
+  assert_non_null(strstr(out, "planner's simulator"));
+  assert_non_null(strstr(out, "\n  FWD "));
+  assert_non_null(strstr(out, "\n  RECV_ACT "));
+  free(out);
+  remove(json);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_usage),
       cmocka_unit_test(test_record_from_raw_then_analyze),
       cmocka_unit_test(test_compare_ready),
+      cmocka_unit_test(test_compare),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -21,3 +21,24 @@ add_test(NAME trace.ebpf
          COMMAND bash -c "bash \"$0\" \"$1\" \"$2\"; rc=$?; if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then echo 'trace.ebpf: retrying once'; bash \"$0\" \"$1\" \"$2\"; rc=$?; fi; exit $rc"
                  ${TRACE_TEST_DIR}/ebpf_test.sh $<TARGET_FILE:trace_cli> $<TARGET_FILE:trace_pipeline>)
 set_tests_properties(trace.ebpf PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 PROCESSORS 2)
+
+# `trace compare` prices the traced configuration with the planner: the
+# command's test (which compiles cmd_trace.c in) and trace_cli link it.
+target_link_libraries(trace_cli PRIVATE fivefold_plan)
+target_link_libraries(test_trace_cmd_trace PRIVATE fivefold_plan)
+
+# The tracer on real MPI ranks (label "mpi"): tests/tools/trace_mpi_pipeline.c
+# runs a 1F1B program on 4 ranks under mpirun, traced by
+# train/trace_session.h; mpi_trace_test.sh checks the gathered trace.
+# Environment as in tests/parallel/tests.cmake: mpirun refuses root without
+# the OMPI_ALLOW variables, one OpenMP thread per rank (4 ranks share 2
+# cores), and Open MPI's own allocations are not our leaks (lsan.supp, with
+# the slow unwinder so the suppressions can see Open MPI's frames).
+set(TRACE_MPI_ENV
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${TRACE_TEST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+foreach(mode dag delay)
+  add_test(NAME trace.mpi_${mode}
+           COMMAND bash ${TRACE_TEST_DIR}/mpi_trace_test.sh ${mode} $<TARGET_FILE:trace_mpi_pipeline>
+                   $<TARGET_FILE:trace_cli> ${MPIEXEC_EXECUTABLE})
+  set_tests_properties(trace.mpi_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${TRACE_MPI_ENV}")
+endforeach()
