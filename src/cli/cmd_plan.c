@@ -54,6 +54,9 @@ static void common_help(FILE *f) {
           "  --ep-overlap F           share of the MoE all-to-all hidden behind compute (default 0)\n"
           "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1)\n"
           "  --algo A                 collective algorithm: auto, ring, tree, hierarchical (default auto)\n"
+          "  --bucket-params N        gradient bucket size in parameters (default 40000000)\n"
+          "  --dropless-sync-us X     host synchronisation per dropless MoE layer forward, us (default 50;\n"
+          "                           0 for a CPU runtime, which has no device to wait for)\n"
           "  -h, --help               show this help\n");
 }
 
@@ -210,7 +213,14 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
     else if (!strcmp(name, "--cp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
     else if (!strcmp(name, "--ep-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.ep_overlap);
     else if (!strcmp(name, "--dp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);
-    else if (!strcmp(name, "--algo")) {
+    else if (!strcmp(name, "--bucket-params")) {
+      int b = 0;
+      rc = parse_int(c, name, value, 1, &b);
+      c->opt.bucket_params = b;
+    } else if (!strcmp(name, "--dropless-sync-us")) {
+      rc = parse_fraction(c, name, value, 0, 1e6, &c->opt.dropless_sync);
+      c->opt.dropless_sync *= 1e-6;
+    } else if (!strcmp(name, "--algo")) {
       int found = -1;
       for (int a = 0; a < PLAN_NUM_ALGOS; a++)
         if (!strcmp(value, plan_algo_name((PlanCollAlgo)a))) found = a;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_calibrate.h"
 #include "cli/cmd_export.h"
 #include "cli/cmd_plan.h"
 #include "cli/cmd_sample.h"
@@ -24,6 +25,7 @@ static const Command COMMANDS[] = {
     {"export", "write a checkpoint as a Hugging Face model directory (Llama / Mixtral)", cmd_export},
     {"plan", "search the parallel configuration for a model on a cluster", cmd_plan},
     {"simulate", "predict step time, bubbles and memory of one parallel configuration", cmd_simulate},
+    {"calibrate", "measure this machine (or refit from a trace) and write a cluster spec for the planner", cmd_calibrate},
     {"schedule", "build, check, print and price the per-rank program of one iteration", cmd_schedule},
     {"trace", "record a run with eBPF, analyze a trace as a timing DAG (critical path, stragglers)", cmd_trace},
     {"upcycle", "turn a trained dense checkpoint into an MoE checkpoint that training continues", cmd_upcycle},

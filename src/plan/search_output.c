@@ -141,6 +141,8 @@ int plan_write_json(const PlanResult *r, const PlanSearchStats *stats, const cha
     cJSON_AddNumberToObject(par, "edp", p->edp);
     cJSON_AddNumberToObject(par, "micro_batch_size", c->micro_batch_size);
     cJSON_AddNumberToObject(par, "global_batch_size", c->global_batch_size);
+    /* Per optimizer step and replica: the trainer's gradient accumulation. */
+    cJSON_AddNumberToObject(par, "microbatches", c->microbatches);
     cJSON_AddStringToObject(par, "schedule", sched_schedule_name(c->schedule));
     cJSON_AddStringToObject(par, "recompute", plan_recompute_name(c->recompute));
     cJSON_AddBoolToObject(par, "distributed_optimizer", c->distributed_optimizer != 0);

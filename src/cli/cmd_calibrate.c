@@ -1,0 +1,593 @@
+/* `fivefold calibrate`: measures this machine and writes a cluster spec the
+ * planner reads (src/plan/cluster.h), or refits one from a measured trace.
+ *
+ *   fivefold calibrate [--out FILE] [--quick] [--spec BASE] [--devices N]
+ *   mpirun -np N fivefold calibrate ...      (also measures the collectives)
+ *   fivefold calibrate --from-trace TRACE.json [--spec IN] --out OUT
+ *
+ * Every rank measures at once with its own OpenMP threads, and every figure
+ * is the fastest of several repetitions (other processes only add time).
+ * A device of the spec is one rank as the runs will place it: when the
+ * ranks of a node ask for more threads than it has cores (the union of their
+ * affinity masks), each rank gets a share of them, and the spec's peak and
+ * memory bandwidth are the dedicated-core rates times that share, while the
+ * efficiencies stay those of a dedicated core.
+ * Measured: FMA peak (kern/peak.h), SGEMM over shapes of model layers
+ * (forward NT, data gradient NN, weight gradient TN) fitted to the cost
+ * model's efficiency curve, flash attention forward/backward at two lengths,
+ * streaming bandwidth (triad) and the share of it a real bandwidth-bound
+ * kernel (RMSNorm) reaches, the shortest GEMM (kernel floor), and under MPI
+ * all-reduce, reduce-scatter, all-gather, all-to-all and send/recv over
+ * message sizes, fitted to the cost model's alpha-beta (calibrate_fit.h).
+ * One rank without MPI keeps the links of BASE or of the stated default. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/timer.h"
+#include "cli/cmd_calibrate.h"
+#include "comm/world.h"
+#include "kern/attention.h"
+#include "kern/gemm.h"
+#include "kern/peak.h"
+#include "kern/rmsnorm.h"
+#include "plan/calibrate_fit.h"
+#include "plan/config_paths.h"
+
+#define MAX_SAMPLES 256
+
+typedef struct CalibCli {
+  const char *out, *spec, *trace, *name;
+  int quick, devices;
+} CalibCli;
+
+typedef struct Machine {
+  int world, rank, ranks_on_node, nodes, threads, cores;
+  double share; /* of the node's cores one rank gets */
+} Machine;
+
+static void calibrate_usage(FILE *f) {
+  fprintf(f,
+          "usage: fivefold calibrate [--out FILE] [--quick] [--spec BASE] [--devices N] [--name NAME]\n"
+          "       mpirun -np N fivefold calibrate [options]\n"
+          "       fivefold calibrate --from-trace TRACE.json [--spec IN] --out OUT\n\n"
+          "Measures this machine and writes a cluster spec for `fivefold plan` / `simulate`:\n"
+          "FMA peak, the GEMM efficiency curve over layer shapes, attention efficiency, memory\n"
+          "bandwidth, and under mpirun the alpha-beta of all-reduce, reduce-scatter, all-gather,\n"
+          "all-to-all and send/recv between the ranks. One device of the spec is one rank with\n"
+          "its OMP_NUM_THREADS threads; calibrate with the layout the runs will use.\n\n"
+          "options:\n"
+          "  --out FILE          spec to write (default: calibrated.json)\n"
+          "  --quick             a few seconds (fewer shapes, sizes and repetitions)\n"
+          "  --spec FILE         start from this spec: what is not measured is kept from it\n"
+          "                      (default: one node, shared-memory links 5 GB/s 2 us, 10 Gb/s Ethernet)\n"
+          "  --devices N         devices per node in the spec (default: ranks on this node, at least\n"
+          "                      cores / threads per rank)\n"
+          "  --name NAME         spec name (default: local-<ranks>x<threads>t)\n"
+          "  --from-trace FILE   refit GEMM efficiency and collectives from a fivefold Chrome trace\n"
+          "  -h, --help          show this help\n");
+}
+
+/* ------------------------------------------------------------ measurement */
+
+static double now_s(void) {
+  return timer_now();
+}
+
+static void fill(float *p, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) p[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f * scale;
+}
+
+/* Fastest time of fn over repetitions for about `budget` seconds (at least
+ * `min_reps`, at most 64) after one warm-up call. The fastest, because on a
+ * shared machine other processes only ever add time: it is the rate of the
+ * hardware, which the core share then divides (see the top of the file). */
+typedef void (*TimedFn)(void *ctx);
+static double fastest_time(TimedFn fn, void *ctx, double budget, int min_reps) {
+  double t[64];
+  fn(ctx);
+  int n = 0;
+  double start = now_s();
+  while (n < 64 && (n < min_reps || now_s() - start < budget)) {
+    double t0 = now_s();
+    fn(ctx);
+    t[n++] = now_s() - t0;
+  }
+  double best = t[0];
+  for (int i = 1; i < n; i++) best = fmin(best, t[i]);
+  return best;
+}
+
+typedef struct GemmCtx {
+  int ta, tb, m, n, k;
+  const float *a, *b;
+  float *c;
+} GemmCtx;
+
+static void run_gemm(void *p) {
+  GemmCtx *g = p;
+  gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->ta ? g->m : g->k, g->b, g->tb ? g->k : g->n, 0.0f, g->c, g->n);
+}
+
+/* Shapes of transformer layers at small scale: tokens x {hidden, head
+ * projections, FFN, vocabulary, router}; each in one of the three layouts a
+ * layer runs (forward NT, data gradient NN, weight gradient TN). */
+static int measure_gemms(int quick, CalibGemmSample *out, double *floor_s) {
+  static const int Mf[] = {64, 256, 1024, 2048}, Mq[] = {128, 512};
+  static const int NKf[][2] = {{8, 256}, {256, 256}, {768, 256}, {1024, 256}, {256, 1024}, {512, 512},
+                               {1536, 512}, {2048, 512}, {512, 2048}, {4096, 512}, {64, 64}};
+  static const int NKq[][2] = {{8, 256}, {256, 256}, {1024, 256}, {512, 512}, {2048, 512}};
+  const int *Ms = quick ? Mq : Mf;
+  int nm = quick ? 2 : 4, nnk = quick ? 5 : 11;
+  const int (*NK)[2] = quick ? NKq : NKf;
+  double max_flops = quick ? 1.2e9 : 5e9, budget = quick ? 0.004 : 0.03;
+  size_t cap = (size_t)2048 * 4096;
+  float *a = malloc(cap * sizeof *a), *b = malloc(cap * sizeof *b), *c = malloc(cap * sizeof *c);
+  int count = 0;
+  if (!a || !b || !c) goto done;
+  fill(a, cap, 1.0f);
+  fill(b, cap, 1.0f);
+  GemmCtx tiny = {0, 1, 1, 1, 1, a, b, c};
+  *floor_s = fastest_time(run_gemm, &tiny, quick ? 0.001 : 0.005, 20);
+  for (int i = 0; i < nm; i++)
+    for (int j = 0; j < nnk; j++) {
+      int m = Ms[i], n = NK[j][0], k = NK[j][1];
+      if (2.0 * m * n * k > max_flops || count >= MAX_SAMPLES) continue;
+      int layout = (i + j) % 3;
+      GemmCtx g = {layout == 2, layout == 0, m, n, k, a, b, c};
+      out[count].m = m, out[count].n = n, out[count].k = k;
+      out[count].seconds = fastest_time(run_gemm, &g, budget, 3);
+      count++;
+    }
+done:
+  free(a);
+  free(b);
+  free(c);
+  return count;
+}
+
+typedef struct AttnCtx {
+  int T, H, D, backward;
+  float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
+} AttnCtx;
+
+static void run_attention(void *p) {
+  AttnCtx *a = p;
+  if (a->backward)
+    attention_backward(a->dq, a->dk, a->dv, a->dout, a->o, a->lse, a->q, a->k, a->v, 1, a->T, a->H, a->H, a->D);
+  else
+    attention_forward(a->o, a->lse, a->q, a->k, a->v, 1, a->T, a->H, a->H, a->D);
+}
+
+/* Efficiency of the causal attention kernels (the cost model's FLOPs: 2 H T^2 D
+ * forward, 2.5x that backward) at tokens T. */
+static int measure_attention(int T, int quick, double peak, double *fwd_eff, double *bwd_eff) {
+  AttnCtx a = {T, 4, 64, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  size_t n = (size_t)T * a.H * a.D;
+  float **bufs[] = {&a.q, &a.k, &a.v, &a.o, &a.dout, &a.dq, &a.dk, &a.dv};
+  int ok = 1;
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    *bufs[i] = malloc(n * sizeof(float));
+    ok &= *bufs[i] != NULL;
+    if (*bufs[i]) fill(*bufs[i], n, 0.5f);
+  }
+  a.lse = malloc((size_t)T * a.H * sizeof(float));
+  if (ok && a.lse) {
+    double flops = 2.0 * a.H * (double)T * T * a.D;
+    double budget = quick ? 0.01 : 0.05;
+    a.backward = 0;
+    *fwd_eff = flops / (peak * fastest_time(run_attention, &a, budget, 3));
+    a.backward = 1;
+    *bwd_eff = 2.5 * flops / (peak * fastest_time(run_attention, &a, budget, 3));
+  }
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
+  free(a.lse);
+  return ok && a.lse ? 0 : -1;
+}
+
+typedef struct StreamCtx {
+  float *x, *y, *z, *w, *rstd;
+  size_t n;
+  int norm;
+} StreamCtx;
+
+static void run_stream(void *p) {
+  StreamCtx *s = p;
+  if (s->norm) {
+    rmsnorm_forward(s->x, s->rstd, s->y, s->w, (int)(s->n / 1024), 1024, 1e-5f);
+    return;
+  }
+  float *x = s->x;
+  const float *y = s->y, *z = s->z;
+  long n = (long)s->n;
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; i++) x[i] = y[i] + 0.5f * z[i];
+}
+
+/* Triad bandwidth (bytes/s; write-allocate traffic not counted, as STREAM)
+ * and the share of it RMSNorm forward reaches. */
+static int measure_memory(int quick, double *bandwidth, double *efficiency) {
+  StreamCtx s = {0};
+  s.n = quick ? ((size_t)4 << 20) : ((size_t)16 << 20);
+  s.x = malloc(s.n * sizeof(float));
+  s.y = malloc(s.n * sizeof(float));
+  s.z = malloc(s.n * sizeof(float));
+  s.w = malloc(1024 * sizeof(float));
+  s.rstd = malloc(s.n / 1024 * sizeof(float));
+  int rc = -1;
+  if (s.x && s.y && s.z && s.w && s.rstd) {
+    fill(s.y, s.n, 1.0f);
+    fill(s.z, s.n, 1.0f);
+    fill(s.w, 1024, 1.0f);
+    double budget = quick ? 0.02 : 0.15;
+    double t = fastest_time(run_stream, &s, budget, 3);
+    *bandwidth = 3.0 * s.n * sizeof(float) / t;
+    s.norm = 1;
+    double tn = fastest_time(run_stream, &s, budget, 3);
+    *efficiency = fmin(1.0, fmax(0.05, 2.0 * s.n * sizeof(float) / tn / *bandwidth));
+    rc = 0;
+  }
+  free(s.x);
+  free(s.y);
+  free(s.z);
+  free(s.w);
+  free(s.rstd);
+  return rc;
+}
+
+/* ------------------------------------------------------------ collectives */
+
+/* One collective of `bytes` (cost.h's meaning per kind) on all ranks. */
+static void run_collective(PlanCollective kind, float *send, float *recv, size_t bytes, int n, int rank) {
+  int count = (int)(bytes / sizeof(float));
+  int part = count / n > 0 ? count / n : 1;
+  switch (kind) {
+    case PLAN_COLL_ALL_REDUCE: MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
+    case PLAN_COLL_REDUCE_SCATTER:
+      MPI_Reduce_scatter_block(send, recv, part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
+    case PLAN_COLL_ALL_GATHER: MPI_Allgather(send, part, MPI_FLOAT, recv, part, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case PLAN_COLL_ALL_TO_ALL: MPI_Alltoall(send, part, MPI_FLOAT, recv, part, MPI_FLOAT, MPI_COMM_WORLD); break;
+    default: {
+      /* Ping-pong between even and odd neighbours; half the round trip. */
+      int peer = rank ^ 1;
+      if (peer >= n) break;
+      if (rank % 2 == 0) {
+        MPI_Send(send, count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD);
+        MPI_Recv(recv, count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else {
+        MPI_Recv(recv, count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(send, count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD);
+      }
+      break;
+    }
+  }
+}
+
+/* Times every kind over message sizes (the slowest rank's time of each
+ * repetition, the fastest repetition) and fits alpha-beta. A kind whose
+ * timings do not fit (noise) keeps the link model and is reported. */
+static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, FILE *log, Error *err) {
+  static const double sizes_full[] = {4096, 32768, 262144, 1048576, 4194304, 16777216};
+  static const double sizes_quick[] = {4096, 65536, 1048576};
+  const double *sizes = quick ? sizes_quick : sizes_full;
+  int ns = quick ? 3 : 6, reps = quick ? 3 : 9, n = mc->world;
+  size_t max_bytes = (size_t)sizes[ns - 1];
+  float *send = malloc(max_bytes), *recv = malloc(max_bytes);
+  if (!send || !recv) {
+    free(send);
+    free(recv);
+    return error_set(err, ERR_NOMEM, "calibrate: out of memory for %zu-byte message buffers", max_bytes);
+  }
+  fill(send, max_bytes / sizeof(float), 1.0f);
+  int level = mc->nodes > 1 ? PLAN_LEVEL_INTER : PLAN_LEVEL_INTRA;
+  int rc = 0;
+  for (int kind = 0; kind < PLAN_NUM_COLLECTIVES && !rc; kind++) {
+    double bytes[8], secs[8];
+    for (int s = 0; s < ns; s++) {
+      double t[16];
+      run_collective((PlanCollective)kind, send, recv, (size_t)sizes[s], n, mc->rank);
+      for (int r = 0; r < reps; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now_s();
+        run_collective((PlanCollective)kind, send, recv, (size_t)sizes[s], n, mc->rank);
+        double dt = now_s() - t0;
+        if (kind == PLAN_COLL_P2P) dt *= 0.5;
+        MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        t[r] = dt;
+      }
+      bytes[s] = sizes[s];
+      secs[s] = t[0];
+      for (int r = 1; r < reps; r++) secs[s] = fmin(secs[s], t[r]);
+    }
+    PlanLink l;
+    Error ferr = {0, ""};
+    if (calib_fit_collective((PlanCollective)kind, n, bytes, secs, ns, &l, &ferr)) {
+      if (log) fprintf(log, "  %-15s not fitted, keeps the link model: %s\n", plan_collective_name((PlanCollective)kind),
+                       ferr.msg);
+      continue;
+    }
+    spec->collective[kind][level] = l;
+    spec->has_collective[kind][level] = 1;
+    if (log)
+      fprintf(log, "  %-15s %8.2f us latency, %8.2f GB/s   (%s..%s: %.1f..%.1f us)\n",
+              plan_collective_name((PlanCollective)kind), l.latency * 1e6, l.bandwidth / 1e9, "4 KB",
+              quick ? "1 MB" : "16 MB", secs[0] * 1e6, secs[ns - 1] * 1e6);
+  }
+  if (!rc && spec->has_collective[PLAN_COLL_P2P][level]) {
+    /* The nominal link is what send/recv reaches; collectives have their own. */
+    spec->link[level] = spec->collective[PLAN_COLL_P2P][level];
+    spec->link_efficiency[level] = 1.0;
+  }
+  free(send);
+  free(recv);
+  return rc;
+}
+
+/* ------------------------------------------------------------ the command */
+
+/* Cores this process may run on. */
+static cpu_set_t my_cores(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long i = 0; i < n && i < CPU_SETSIZE; i++) CPU_SET(i, &set);
+  }
+  return set;
+}
+
+static void describe_machine(Machine *mc, int mpi) {
+  memset(mc, 0, sizeof *mc);
+  mc->world = 1;
+  mc->ranks_on_node = 1;
+  mc->nodes = 1;
+  mc->threads = omp_get_max_threads();
+  cpu_set_t cores = my_cores();
+  if (mpi) {
+    MPI_Comm_size(MPI_COMM_WORLD, &mc->world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &mc->rank);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mc->rank, MPI_INFO_NULL, &node);
+    int node_rank;
+    MPI_Comm_size(node, &mc->ranks_on_node);
+    MPI_Comm_rank(node, &node_rank);
+    /* The node's cores are the union of its ranks' affinity masks: a
+     * launcher that binds each rank to one core has not oversubscribed. */
+    MPI_Allreduce(MPI_IN_PLACE, &cores, (int)sizeof cores, MPI_BYTE, MPI_BOR, node);
+    int leader = node_rank == 0;
+    MPI_Allreduce(&leader, &mc->nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Comm_free(&node);
+  }
+  mc->cores = CPU_COUNT(&cores) > 0 ? CPU_COUNT(&cores) : 1;
+  double want = (double)mc->ranks_on_node * mc->threads;
+  mc->share = want > mc->cores ? mc->cores / want : 1.0;
+}
+
+/* Averages v over the ranks (every rank measured at the same time). */
+static void average_over_ranks(const Machine *mc, double *v, int n, int mpi) {
+  if (!mpi || mc->world == 1 || n <= 0) return;
+  MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < n; i++) v[i] /= mc->world;
+}
+
+static int load_base(const CalibCli *c, ClusterSpec *spec, int devices, Error *err) {
+  if (!c->spec) {
+    calib_spec_local_default(spec, devices);
+    return 0;
+  }
+  char path[4096];
+  int rc = plan_find_config("clusters", c->spec, path, sizeof path, err);
+  if (!rc) rc = cluster_spec_load(spec, path, err);
+  return rc;
+}
+
+
+static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
+  Machine mc;
+  describe_machine(&mc, mpi);
+  FILE *out = mc.rank == 0 ? stdout : NULL;
+  int devices = c->devices > 0 ? c->devices : mc.ranks_on_node;
+  if (c->devices <= 0 && mc.threads > 0 && mc.cores / mc.threads > devices) devices = mc.cores / mc.threads;
+  ClusterSpec spec;
+  memset(&spec, 0, sizeof spec);
+  int rc = load_base(c, &spec, devices, err);
+  if (rc) return rc;
+  spec.nodes = mc.nodes;
+  spec.devices_per_node = devices;
+  cluster_spec_free(&spec); /* a base's device matrix would not fit the new device count */
+  snprintf(spec.name, sizeof spec.name, "%s", c->name ? c->name : "");
+  if (!c->name) snprintf(spec.name, sizeof spec.name, "local-%dx%dt", mc.world, mc.threads);
+  if (out)
+    fprintf(out, "calibrating %d rank(s) on %d node(s), %d thread(s) per rank, %d core(s) per node%s\n", mc.world,
+            mc.nodes, mc.threads, mc.cores,
+            mc.share < 1 ? " (oversubscribed: each rank gets its share of the cores)" : "");
+  double t_start = now_s();
+
+  /* Compute: every rank at once, averaged over ranks. */
+  CalibGemmSample samples[MAX_SAMPLES];
+  double fl = 0, v[2 * MAX_SAMPLES + 16];
+  double fma = peak_fma_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
+  double sgemm = peak_sgemm_gflops(c->quick ? 256 : 768, c->quick ? 0.03 : 0.2) * 1e9;
+  int ns = measure_gemms(c->quick, samples, &fl);
+  int T1 = c->quick ? 128 : 512, T0 = T1 / 4;
+  double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0;
+  double peak = fma; /* efficiencies are of the dedicated core rate; the share scales the spec's peak below */
+  if (ns < 2 || measure_attention(T1, c->quick, peak, &af1, &ab1) || measure_attention(T0, c->quick, peak, &af0, &ab0) ||
+      measure_memory(c->quick, &bw, &beff))
+    return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
+  int nv = 0;
+  v[nv++] = peak, v[nv++] = sgemm, v[nv++] = fl, v[nv++] = af1, v[nv++] = ab1, v[nv++] = af0;
+  v[nv++] = ab0, v[nv++] = bw, v[nv++] = beff;
+  for (int i = 0; i < ns; i++) v[nv++] = samples[i].seconds;
+  average_over_ranks(&mc, v, nv, mpi);
+  peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8];
+  for (int i = 0; i < ns; i++) samples[i].seconds = v[9 + i];
+
+  for (int d = 0; d < PLAN_NUM_DTYPES; d++) spec.peak_flops[d] = 0;
+  /* The CPU trains in fp32; bf16 (the field every spec needs) gets the same
+   * figure, so plan and simulate price either dtype at the measured rate. */
+  spec.peak_flops[PLAN_DTYPE_FP32] = spec.peak_flops[PLAN_DTYPE_BF16] = peak * mc.share;
+  rc = calib_fit_gemm_curve(samples, ns, peak, 0.5, &spec.gemm_efficiency, err);
+  if (rc) return rc;
+  spec.attention_fwd_efficiency = fmin(1.0, af1);
+  spec.attention_bwd_efficiency = fmin(1.0, ab1);
+  spec.attention_ref_tokens = T1;
+  /* Exponent of efficiency in tokens below the reference, from the two lengths. */
+  double ex = af0 > 0 && af1 > 0 ? log(af1 / af0) / log((double)T1 / T0) : 0;
+  spec.attention_length_exponent = fmin(4.0, fmax(0.0, ex));
+  spec.kernel_floor = fl;
+  spec.memory_bandwidth = bw * mc.share;
+  spec.memory_efficiency = beff;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) {
+    spec.memory_capacity = (double)pages * page / devices;
+    spec.memory_reserved = fmin(0.5 * 1073741824.0, 0.25 * spec.memory_capacity);
+  }
+  if (out) {
+    fprintf(out, "  peak            %8.1f GFLOP/s per rank (FMA loop x core share %.2f), SGEMM %.1f GFLOP/s\n",
+            peak * mc.share / 1e9, mc.share, sgemm / 1e9);
+    fprintf(out, "  GEMM efficiency ");
+    for (int i = 0; i < spec.gemm_efficiency.n; i++)
+      fprintf(out, "%s%.2g: %.2f", i ? ", " : "", spec.gemm_efficiency.x[i], spec.gemm_efficiency.y[i]);
+    fprintf(out, "  (%d shapes)\n", ns);
+    fprintf(out, "  attention       %.2f forward, %.2f backward at %d tokens; length exponent %.2f\n", af1, ab1, T1,
+            spec.attention_length_exponent);
+    fprintf(out, "  memory          %8.2f GB/s triad per rank, RMSNorm reaches %.0f%%; kernel floor %.2f us\n",
+            bw * mc.share / 1e9, 100 * beff, fl * 1e6);
+  }
+  if (mpi && mc.world > 1) {
+    rc = measure_collectives(&mc, c->quick, &spec, out, err);
+    if (rc) return rc;
+  } else if (out) {
+    fprintf(out, "  links           not measured (one rank): intra_node %.2f GB/s %.1f us, inter_node %.2f GB/s "
+            "%.1f us kept from %s\n", spec.link[0].bandwidth / 1e9, spec.link[0].latency * 1e6,
+            spec.link[1].bandwidth / 1e9, spec.link[1].latency * 1e6, c->spec ? c->spec : "the default");
+  }
+  rc = cluster_spec_validate(&spec, err);
+  if (rc || mc.rank != 0) return rc;
+  char desc[512];
+  snprintf(desc, sizeof desc,
+           "Calibrated by fivefold calibrate%s: %d rank(s) x %d thread(s) on %d node(s) of %d core(s); one device "
+           "= one rank with core share %.2f (peak and bandwidth scaled by it). fp32 FMA peak %.1f GFLOP/s per core, "
+           "SGEMM %.1f GFLOP/s.%s",
+           c->quick ? " --quick" : "", mc.world, mc.threads, mc.nodes, mc.cores, mc.share, peak / 1e9, sgemm / 1e9,
+           mpi && mc.world > 1 ? "" : " Links not measured (one rank).");
+  rc = calib_spec_write(&spec, desc, c->out, err);
+  if (!rc && out) fprintf(out, "spec written to %s (%.1f s)\n", c->out, now_s() - t_start);
+  return rc;
+}
+
+static int parse_args(int argc, char **argv, CalibCli *c) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+    if (!strcmp(a, "--quick")) {
+      c->quick = 1;
+      continue;
+    }
+    const char **target = !strcmp(a, "--out") ? &c->out : !strcmp(a, "--spec") ? &c->spec
+                        : !strcmp(a, "--from-trace") ? &c->trace : !strcmp(a, "--name") ? &c->name : NULL;
+    int is_devices = !strcmp(a, "--devices");
+    if (!target && !is_devices) {
+      fprintf(stderr, "fivefold calibrate: unknown option '%s' (see --help)\n", a);
+      return -1;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "fivefold calibrate: %s needs a value (see --help)\n", a);
+      return -1;
+    }
+    const char *value = argv[++i];
+    if (target) {
+      *target = value;
+      continue;
+    }
+    char *end;
+    errno = 0;
+    long d = strtol(value, &end, 10);
+    if (end == value || *end || errno || d < 1 || d > 1000000) {
+      fprintf(stderr, "fivefold calibrate: --devices expects an integer >= 1, got '%s'\n", value);
+      return -1;
+    }
+    c->devices = (int)d;
+  }
+  return 0;
+}
+
+/* MPI starts only under a launcher (as for train): a plain start measures
+ * one rank without MPI. */
+static int under_mpi_launcher(void) {
+  static const char *const VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++)
+    if (getenv(VARS[i])) return 1;
+  return 0;
+}
+
+int cmd_calibrate(int argc, char **argv) {
+  CalibCli c;
+  memset(&c, 0, sizeof c);
+  c.out = "calibrated.json";
+  int prc = parse_args(argc, argv, &c);
+  if (prc) {
+    if (prc > 0) calibrate_usage(stdout);
+    return prc > 0 ? 0 : 2;
+  }
+  Error err = {0, ""};
+  if (c.trace) {
+    ClusterSpec base, out;
+    memset(&base, 0, sizeof base);
+    int rc = 0;
+    if (c.spec) {
+      char path[4096];
+      rc = plan_find_config("clusters", c.spec, path, sizeof path, &err);
+      if (!rc) rc = cluster_spec_load(&base, path, &err);
+    } else {
+      calib_spec_local_default(&base, 1);
+      double peak = peak_fma_gflops(0, 0.1) * 1e9;
+      base.peak_flops[PLAN_DTYPE_FP32] = base.peak_flops[PLAN_DTYPE_BF16] = peak;
+      printf("no --spec: starting from the default local spec with the measured peak %.1f GFLOP/s\n", peak / 1e9);
+    }
+    if (!rc) rc = calibrate_from_trace(c.trace, &base, &out, stdout, &err);
+    if (!rc) {
+      char desc[512];
+      snprintf(desc, sizeof desc, "Refitted by fivefold calibrate --from-trace %s from %s.", c.trace,
+               c.spec ? c.spec : "the default local spec");
+      rc = calib_spec_write(&out, desc, c.out, &err);
+      if (!rc) printf("spec written to %s\n", c.out);
+      cluster_spec_free(&out);
+    }
+    cluster_spec_free(&base);
+    if (rc) fprintf(stderr, "fivefold calibrate: %s\n", err.msg);
+    return rc ? 1 : 0;
+  }
+  int mpi_done = 0, mpi = 0;
+  MPI_Finalized(&mpi_done);
+  if (!mpi_done && under_mpi_launcher()) {
+    if (comm_init(&argc, &argv, &err)) {
+      fprintf(stderr, "fivefold calibrate: %s\n", err.msg);
+      return 1;
+    }
+    mpi = 1;
+  }
+  int rc = measure_and_write(&c, mpi, &err);
+  if (rc) {
+    if (mpi && comm_world_size() > 1) comm_abort(1, "fivefold calibrate: %s", err.msg);
+    fprintf(stderr, "fivefold calibrate: %s\n", err.msg);
+  }
+  if (mpi) {
+    Error ferr = {0, ""};
+    if (comm_finalize(&ferr) && !rc) {
+      fprintf(stderr, "fivefold calibrate: %s\n", ferr.msg);
+      rc = 1;
+    }
+  }
+  return rc ? 1 : 0;
+}

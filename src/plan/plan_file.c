@@ -1,0 +1,204 @@
+/* The plan-file reader (plan_file.h): field by field, with messages that
+ * name the file and the field, then the cross-field checks a trainer needs
+ * before it lays out its ranks. */
+#include "plan/plan_file.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file_text.h"
+
+typedef struct Ctx {
+  const char *origin;
+  Error *err;
+} Ctx;
+
+/* An integer field >= lo; absent is an error unless optional (then *out keeps its value). */
+static int get_int(const Ctx *c, const cJSON *obj, const char *section, const char *key, int lo, int optional,
+                   int *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  const char *dot = *section ? "." : "";
+  if (!v) {
+    if (optional) return 0;
+    return error_set(c->err, ERR_FORMAT, "%s: missing field \"%s%s%s\" (an integer >= %d)", c->origin, section, dot,
+                     key, lo);
+  }
+  double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (!cJSON_IsNumber(v) || d != floor(d) || d < lo || d > 1e8)
+    return error_set(c->err, ERR_FORMAT, "%s: field \"%s%s%s\": expected an integer >= %d", c->origin, section, dot,
+                     key, lo);
+  *out = (int)d;
+  return 0;
+}
+
+static int get_string(const Ctx *c, const cJSON *obj, const char *section, const char *key, int optional,
+                      const char **out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  const char *dot = *section ? "." : "";
+  *out = NULL;
+  if (!v) {
+    if (optional) return 0;
+    return error_set(c->err, ERR_FORMAT, "%s: missing field \"%s%s%s\" (a string)", c->origin, section, dot, key);
+  }
+  if (!cJSON_IsString(v))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"%s%s%s\": expected a string", c->origin, section, dot, key);
+  *out = v->valuestring;
+  return 0;
+}
+
+#define TRY(x)                                   \
+  do {                                           \
+    if ((x) != 0) return c->err->code;           \
+  } while (0)
+
+static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
+  static const char *const S = "parallel";
+  TRY(get_int(c, par, S, "tp", 1, 0, &p->tp));
+  TRY(get_int(c, par, S, "cp", 1, 0, &p->cp));
+  TRY(get_int(c, par, S, "dp", 1, 0, &p->dp));
+  TRY(get_int(c, par, S, "pp", 1, 0, &p->pp));
+  TRY(get_int(c, par, S, "vpp", 1, 0, &p->vpp));
+  p->ep = p->etp = 1;
+  p->edp = 0;
+  TRY(get_int(c, par, S, "ep", 1, 1, &p->ep));
+  TRY(get_int(c, par, S, "etp", 1, 1, &p->etp));
+  TRY(get_int(c, par, S, "edp", 1, 1, &p->edp));
+  TRY(get_int(c, par, S, "micro_batch_size", 1, 0, &p->micro_batch_size));
+  TRY(get_int(c, par, S, "global_batch_size", 1, 0, &p->global_batch_size));
+  TRY(get_int(c, par, S, "microbatches", 1, 1, &p->microbatches));
+  const char *name;
+  TRY(get_string(c, par, S, "schedule", 0, &name));
+  if (sched_schedule_from_name(name, &p->schedule) || p->schedule == SCHED_SCHEDULE_CUSTOM)
+    return error_set(c->err, ERR_FORMAT,
+                     "%s: field \"parallel.schedule\": \"%s\" is not a schedule; expected none, gpipe, 1f1b or "
+                     "interleaved", c->origin, name);
+  snprintf(p->schedule_name, sizeof p->schedule_name, "%s", name);
+  TRY(get_string(c, par, S, "recompute", 1, &name));
+  if (name && plan_recompute_from_name(name, &p->recompute))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.recompute\": \"%s\" is not one of none, selective, full",
+                     c->origin, name);
+  const cJSON *dist = cJSON_GetObjectItemCaseSensitive(par, "distributed_optimizer");
+  if (dist && !cJSON_IsBool(dist))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.distributed_optimizer\": expected true or false",
+                     c->origin);
+  p->distributed_optimizer = dist && cJSON_IsTrue(dist);
+  const cJSON *lps = cJSON_GetObjectItemCaseSensitive(par, "layers_per_stage");
+  if (!lps || !cJSON_IsArray(lps))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.layers_per_stage\": expected an array of blocks per "
+                     "virtual stage", c->origin);
+  int n = cJSON_GetArraySize(lps);
+  if (n > PLAN_MAX_STAGES)
+    return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.layers_per_stage\": %d entries, at most %d", c->origin, n,
+                     PLAN_MAX_STAGES);
+  int i = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, lps) {
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 1 || e->valuedouble > 1e6)
+      return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.layers_per_stage\": entry %d must be an integer >= 1",
+                       c->origin, i);
+    p->layers_per_stage[i++] = (int)e->valuedouble;
+  }
+  p->num_stages = n;
+  return 0;
+}
+
+/* What must hold between the fields for a trainer to lay out its ranks. */
+static int check_consistent(const Ctx *c, PlanChoice *p) {
+  long world = (long)p->tp * p->cp * p->dp * p->pp;
+  if (p->gpus && world != p->gpus)
+    return error_set(c->err, ERR_FORMAT, "%s: parallel.tp x cp x dp x pp = %ld but \"gpus\" is %d", c->origin, world,
+                     p->gpus);
+  if (!p->gpus) p->gpus = (int)world;
+  long moe = (long)p->etp * p->ep * p->pp;
+  if (world % moe)
+    return error_set(c->err, ERR_FORMAT, "%s: parallel.etp x ep x pp = %ld does not divide the %ld ranks", c->origin, moe,
+                     world);
+  if (!p->edp) p->edp = (int)(world / moe);
+  if ((long)p->edp * moe != world)
+    return error_set(c->err, ERR_FORMAT, "%s: parallel.etp x ep x edp x pp = %ld but tp x cp x dp x pp = %ld",
+                     c->origin, (long)p->edp * moe, world);
+  long per_step = (long)p->dp * p->micro_batch_size;
+  if (p->global_batch_size % per_step)
+    return error_set(c->err, ERR_FORMAT,
+                     "%s: parallel.global_batch_size %d is not a multiple of dp x micro_batch_size = %ld", c->origin,
+                     p->global_batch_size, per_step);
+  int m = (int)(p->global_batch_size / per_step);
+  if (p->microbatches && p->microbatches != m)
+    return error_set(c->err, ERR_FORMAT, "%s: parallel.microbatches is %d but global / (dp x micro) = %d", c->origin,
+                     p->microbatches, m);
+  p->microbatches = m;
+  if (p->num_stages != p->pp * p->vpp)
+    return error_set(c->err, ERR_FORMAT, "%s: parallel.layers_per_stage has %d entries, expected pp x vpp = %d",
+                     c->origin, p->num_stages, p->pp * p->vpp);
+  int ok = 1;
+  switch (p->schedule) {
+    case SCHED_SCHEDULE_NONE: ok = p->pp == 1 && p->vpp == 1; break;
+    case SCHED_SCHEDULE_INTERLEAVED: ok = p->pp > 1 && p->vpp > 1; break;
+    default: ok = p->pp > 1 && p->vpp == 1; break;
+  }
+  if (!ok)
+    return error_set(c->err, ERR_FORMAT, "%s: parallel.schedule \"%s\" does not fit pp %d, vpp %d (none: pp 1; gpipe "
+                     "and 1f1b: pp > 1, vpp 1; interleaved: pp > 1, vpp > 1)", c->origin, p->schedule_name, p->pp,
+                     p->vpp);
+  return 0;
+}
+
+int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Error *err) {
+  Error local;
+  Ctx cc = {origin ? origin : "<plan>", err ? err : &local};
+  const Ctx *c = &cc;
+  memset(p, 0, sizeof *p);
+  p->dtype = PLAN_DTYPE_BF16;
+  if (!cJSON_IsObject(root)) return error_set(c->err, ERR_FORMAT, "%s: expected a JSON object (a plan file)", c->origin);
+  const char *s;
+  TRY(get_string(c, root, "", "format", 0, &s));
+  if (strcmp(s, "fivefold.plan"))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"format\" is \"%s\", expected \"fivefold.plan\" (written by "
+                     "fivefold plan --out)", c->origin, s);
+  int version = 0;
+  TRY(get_int(c, root, "", "version", 1, 0, &version));
+  if (version != 1)
+    return error_set(c->err, ERR_FORMAT, "%s: field \"version\" is %d; this build reads version 1", c->origin, version);
+  TRY(get_string(c, root, "", "model", 1, &s));
+  if (s) snprintf(p->model, sizeof p->model, "%s", s);
+  TRY(get_string(c, root, "", "cluster", 1, &s));
+  if (s) snprintf(p->cluster, sizeof p->cluster, "%s", s);
+  TRY(get_int(c, root, "", "gpus", 1, 1, &p->gpus));
+  TRY(get_int(c, root, "", "seq_length", 1, 0, &p->seq_len));
+  TRY(get_string(c, root, "", "dtype", 1, &s));
+  if (s && plan_dtype_from_name(s, &p->dtype))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"dtype\": \"%s\" is not one of bf16, fp16, tf32, fp32, fp8",
+                     c->origin, s);
+  const cJSON *par = cJSON_GetObjectItemCaseSensitive(root, "parallel");
+  if (!cJSON_IsObject(par))
+    return error_set(c->err, ERR_FORMAT, "%s: missing field \"parallel\" (an object with the chosen configuration)",
+                     c->origin);
+  TRY(read_parallel(c, par, p));
+  const cJSON *pred = cJSON_GetObjectItemCaseSensitive(root, "prediction");
+  const cJSON *st = cJSON_IsObject(pred) ? cJSON_GetObjectItemCaseSensitive(pred, "step_time_s") : NULL;
+  if (cJSON_IsNumber(st) && st->valuedouble > 0) p->predicted_step_time = st->valuedouble;
+  return check_consistent(c, p);
+}
+
+int plan_file_read(const char *path, PlanChoice *out, Error *err) {
+  memset(out, 0, sizeof *out);
+  char *text = NULL;
+  size_t len = 0;
+  int rc = file_read_text(path, "plan file", (size_t)16 << 20, &text, &len, err);
+  if (rc) return rc;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (!root) {
+    int line = 1;
+    for (const char *q = text; end && q < end && *q; q++) line += *q == '\n';
+    free(text);
+    return error_set(err, ERR_FORMAT, "%s: invalid JSON near line %d", path, line);
+  }
+  free(text);
+  rc = plan_file_from_json(root, path, out, err);
+  cJSON_Delete(root);
+  return rc;
+}

@@ -1,0 +1,186 @@
+/* Plan files (src/plan/plan_file.c): what `fivefold plan --out` writes
+ * (search_output.c) reads back as the configuration that was simulated,
+ * and every bad or inconsistent field is refused with the file and the
+ * field named. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plan/plan_file.h"
+#include "plan/search.h"
+#include "plan_test_util.h"
+
+static char g_path[64];
+
+/* Simulates Mixtral-8x7B on 64 H100s (TP2 PP4 VPP2 EP8, distributed
+ * optimizer, selective recomputation) and writes its plan file. */
+static PlanConfig write_plan(void) {
+  ModelConfig m;
+  ClusterSpec cl;
+  assert_int_equal(plan_test_load_model(&m, "mixtral-8x7b"), 0);
+  assert_int_equal(plan_test_load_cluster(&cl, "dgx-h100"), 0);
+  PlanConfig cfg;
+  plan_config_init(&cfg, 4096, 256, 2);
+  cfg.par.tp = 2, cfg.par.pp = 4, cfg.par.vpp = 2, cfg.par.ep = 8, cfg.par.dp = 0;
+  cfg.distributed_optimizer = 1;
+  cfg.recompute = PLAN_RECOMPUTE_SELECTIVE;
+  Error err = {0, ""};
+  assert_int_equal(plan_config_finish(&cfg, &m, &cl, 64, &err), 0);
+  PlanOptions opt;
+  plan_options_default(&opt);
+  PlanResult r;
+  assert_int_equal(plan_simulate(&m, &cl, &opt, &cfg, NULL, NULL, &r, &err), 0);
+  assert_int_equal(plan_write_json(&r, NULL, "mixtral-8x7b", cl.name, g_path, &err), 0);
+  PlanConfig simulated = r.cfg;
+  plan_result_free(&r);
+  cluster_spec_free(&cl);
+  return simulated;
+}
+
+static void test_reads_what_the_planner_writes(void **state) {
+  (void)state;
+  PlanConfig c = write_plan();
+  PlanChoice p;
+  Error err = {0, ""};
+  int rc = plan_file_read(g_path, &p, &err);
+  if (rc) fprintf(stderr, "%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_string_equal(p.model, "mixtral-8x7b");
+  assert_int_equal(p.gpus, 64);
+  assert_int_equal(p.seq_len, 4096);
+  assert_int_equal(p.dtype, PLAN_DTYPE_BF16);
+  assert_int_equal(p.tp, 2);
+  assert_int_equal(p.cp, 1);
+  assert_int_equal(p.dp, c.par.dp);
+  assert_int_equal(p.dp, 8);
+  assert_int_equal(p.pp, 4);
+  assert_int_equal(p.vpp, 2);
+  assert_int_equal(p.ep, 8);
+  assert_int_equal(p.etp, c.par.etp);
+  assert_int_equal(p.edp, c.par.edp);
+  assert_int_equal(p.micro_batch_size, 2);
+  assert_int_equal(p.global_batch_size, 256);
+  assert_int_equal(p.microbatches, 16);
+  assert_int_equal(p.schedule, SCHED_SCHEDULE_INTERLEAVED);
+  assert_string_equal(p.schedule_name, "interleaved");
+  assert_int_equal(p.recompute, PLAN_RECOMPUTE_SELECTIVE);
+  assert_int_equal(p.distributed_optimizer, 1);
+  assert_int_equal(p.num_stages, 8);
+  int total = 0;
+  for (int s = 0; s < 8; s++) {
+    assert_int_equal(p.layers_per_stage[s], c.layers_per_stage[s]);
+    total += p.layers_per_stage[s];
+  }
+  assert_int_equal(total, 32);
+  assert_true(p.predicted_step_time > 0);
+  unlink(g_path);
+}
+
+/* Reads the written plan, applies edit to its JSON, and expects an error
+ * whose message holds the file name and `field`. */
+static void expect_error(void (*edit)(cJSON *), const char *field) {
+  char *text = NULL;
+  FILE *f = fopen(g_path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  text = calloc((size_t)n + 1, 1);
+  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  cJSON *root = cJSON_Parse(text);
+  free(text);
+  assert_non_null(root);
+  edit(root);
+  PlanChoice p;
+  Error err = {0, ""};
+  assert_int_not_equal(plan_file_from_json(root, "bad-plan.json", &p, &err), 0);
+  cJSON_Delete(root);
+  if (!strstr(err.msg, "bad-plan.json") || !strstr(err.msg, field)) fprintf(stderr, "message: %s\n", err.msg);
+  assert_non_null(strstr(err.msg, "bad-plan.json"));
+  assert_non_null(strstr(err.msg, field));
+}
+
+static cJSON *par(cJSON *root) {
+  return cJSON_GetObjectItemCaseSensitive(root, "parallel");
+}
+static void set_num(cJSON *o, const char *key, double v) {
+  cJSON_ReplaceItemInObjectCaseSensitive(o, key, cJSON_CreateNumber(v));
+}
+static void set_str(cJSON *o, const char *key, const char *v) {
+  cJSON_ReplaceItemInObjectCaseSensitive(o, key, cJSON_CreateString(v));
+}
+static void bad_format(cJSON *r) { set_str(r, "format", "fivefold.trace"); }
+static void bad_version(cJSON *r) { set_num(r, "version", 2); }
+static void no_parallel(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(r, "parallel"); }
+static void tp_string(cJSON *r) { set_str(par(r), "tp", "2"); }
+static void tp_zero(cJSON *r) { set_num(par(r), "tp", 0); }
+static void pp_fraction(cJSON *r) { set_num(par(r), "pp", 2.5); }
+static void no_mbs(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(par(r), "micro_batch_size"); }
+static void bad_schedule(cJSON *r) { set_str(par(r), "schedule", "zigzag"); }
+static void schedule_misfit(cJSON *r) { set_str(par(r), "schedule", "none"); }
+static void bad_recompute(cJSON *r) { set_str(par(r), "recompute", "some"); }
+static void distopt_number(cJSON *r) { set_num(par(r), "distributed_optimizer", 1); }
+static void short_stages(cJSON *r) { cJSON_DeleteItemFromArray(cJSON_GetObjectItemCaseSensitive(par(r), "layers_per_stage"), 0); }
+static void zero_stage(cJSON *r) {
+  cJSON_ReplaceItemInArray(cJSON_GetObjectItemCaseSensitive(par(r), "layers_per_stage"), 1, cJSON_CreateNumber(0));
+}
+static void batch_misfit(cJSON *r) { set_num(par(r), "global_batch_size", 100); }
+static void microbatch_misfit(cJSON *r) { set_num(par(r), "microbatches", 3); }
+static void gpus_misfit(cJSON *r) { set_num(r, "gpus", 32); }
+static void moe_misfit(cJSON *r) { set_num(par(r), "edp", 4); }
+static void bad_dtype(cJSON *r) { set_str(r, "dtype", "int4"); }
+static void no_seq(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(r, "seq_length"); }
+
+static void test_bad_fields(void **state) {
+  (void)state;
+  write_plan();
+  expect_error(bad_format, "\"format\"");
+  expect_error(bad_version, "\"version\"");
+  expect_error(no_parallel, "\"parallel\"");
+  expect_error(tp_string, "parallel.tp");
+  expect_error(tp_zero, "parallel.tp");
+  expect_error(pp_fraction, "parallel.pp");
+  expect_error(no_mbs, "parallel.micro_batch_size");
+  expect_error(bad_schedule, "parallel.schedule");
+  expect_error(schedule_misfit, "parallel.schedule");
+  expect_error(bad_recompute, "parallel.recompute");
+  expect_error(distopt_number, "parallel.distributed_optimizer");
+  expect_error(short_stages, "parallel.layers_per_stage");
+  expect_error(zero_stage, "parallel.layers_per_stage");
+  expect_error(batch_misfit, "parallel.global_batch_size");
+  expect_error(microbatch_misfit, "parallel.microbatches");
+  expect_error(gpus_misfit, "\"gpus\"");
+  expect_error(moe_misfit, "parallel.etp x ep x edp x pp");
+  expect_error(bad_dtype, "\"dtype\"");
+  expect_error(no_seq, "\"seq_length\"");
+
+  /* Not JSON, and no file at all. */
+  FILE *f = fopen(g_path, "w");
+  assert_non_null(f);
+  fputs("{\"format\": \"fivefold.plan\",\n \"version\": 1,\n oops}\n", f);
+  fclose(f);
+  PlanChoice p;
+  Error err = {0, ""};
+  assert_int_not_equal(plan_file_read(g_path, &p, &err), 0);
+  assert_non_null(strstr(err.msg, "invalid JSON near line 3"));
+  unlink(g_path);
+  assert_int_not_equal(plan_file_read(g_path, &p, &err), 0);
+  assert_non_null(strstr(err.msg, g_path));
+}
+
+int main(void) {
+  snprintf(g_path, sizeof g_path, "/tmp/fivefold-plan-file-%d.json", (int)getpid());
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reads_what_the_planner_writes),
+      cmocka_unit_test(test_bad_fields),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
