@@ -1,6 +1,8 @@
-/* Model construction: the parameter table (names and layouts of model.h),
- * the flat parameter and gradient buffers, weight initialisation from the
- * counter RNG, and the activation arena sized once for (max_B, max_T). */
+/* Model construction: the flat parameter and gradient buffers of a shard
+ * (table in model_table.c), weight initialisation from the counter RNG by
+ * global element index, and the activation arenas: one per (chunk, slot),
+ * sized once for (max_B, max_T) and that chunk's layers, plus one scratch
+ * arena every chunk shares. */
 #include "model/model.h"
 
 #include <math.h>
@@ -13,82 +15,7 @@
 #include "kern/rope.h"
 #include "kern/vecops.h"
 #include "model/model_internal.h"
-
-/* ------------------------------------------------------- parameter table */
-
-typedef struct TableBuilder {
-  ParamTensor *t; /* NULL: only count */
-  int n;
-  size_t total;
-} TableBuilder;
-
-static size_t add_tensor(TableBuilder *b, const char *name, int ndim, int d0, int d1, int d2, int flags) {
-  size_t numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1) * (ndim > 2 ? (size_t)d2 : 1);
-  size_t offset = b->total;
-  if (b->t) {
-    ParamTensor *t = &b->t[b->n];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = ndim;
-    t->shape[0] = d0;
-    t->shape[1] = ndim > 1 ? d1 : 0;
-    t->shape[2] = ndim > 2 ? d2 : 0;
-    t->offset = offset;
-    t->numel = numel;
-    t->no_weight_decay = (flags & 1) != 0;
-    t->is_expert = (flags & 2) != 0;
-  }
-  b->n++;
-  b->total += numel;
-  return offset;
-}
-
-enum { NORM = 1, EXPERT = 2 };
-
-/* Lays out every tensor; with lt != NULL also records each block's offsets. */
-static void build_table(const ModelConfig *c, TableBuilder *b, LayerTensors *lt, size_t *embed, size_t *final_norm,
-                        size_t *lm_head) {
-  const int C = c->hidden_size, V = c->vocab_size, D = model_config_head_dim(c);
-  const int QD = c->num_heads * D, KVD = model_config_kv_heads(c) * D;
-  char name[96];
-  size_t off_embed = add_tensor(b, "embed.weight", 2, V, C, 0, 0);
-  for (int l = 0; l < c->num_layers; l++) {
-    LayerTensors t;
-    for (size_t *p = (size_t *)&t; p < (size_t *)(&t + 1); p++) *p = NO_TENSOR;
-#define ADD(field, suffix, ...)                             \
-  do {                                                      \
-    snprintf(name, sizeof name, "layers.%d.%s", l, suffix); \
-    t.field = add_tensor(b, name, __VA_ARGS__);             \
-  } while (0)
-    ADD(attn_norm, "attn_norm.weight", 1, C, 0, 0, NORM);
-    ADD(wq, "attn.wq", 2, QD, C, 0, 0);
-    ADD(wk, "attn.wk", 2, KVD, C, 0, 0);
-    ADD(wv, "attn.wv", 2, KVD, C, 0, 0);
-    ADD(wo, "attn.wo", 2, C, QD, 0, 0);
-    ADD(mlp_norm, "mlp_norm.weight", 1, C, 0, 0, NORM);
-    if (c->num_experts > 0 && c->is_moe_layer[l]) {
-      const int E = c->num_experts, Fe = c->moe_intermediate_size, Fs = c->shared_expert_intermediate_size;
-      ADD(router, "moe.router", 2, E, C, 0, 0);
-      ADD(experts_gate_up, "moe.experts.w_gate_up", 3, E, 2 * Fe, C, EXPERT);
-      ADD(experts_down, "moe.experts.w_down", 3, E, C, Fe, EXPERT);
-      if (Fs > 0) {
-        ADD(shared_gate_up, "moe.shared.w_gate_up", 2, 2 * Fs, C, 0, 0);
-        ADD(shared_down, "moe.shared.w_down", 2, C, Fs, 0, 0);
-      }
-    } else {
-      ADD(mlp_gate_up, "mlp.w_gate_up", 2, 2 * c->intermediate_size, C, 0, 0);
-      ADD(mlp_down, "mlp.w_down", 2, C, c->intermediate_size, 0, 0);
-    }
-#undef ADD
-    if (lt) lt[l] = t;
-  }
-  size_t off_final = add_tensor(b, "final_norm.weight", 1, C, 0, 0, NORM);
-  size_t off_head = off_embed;
-  if (!c->tie_word_embeddings) off_head = add_tensor(b, "lm_head.weight", 2, V, C, 0, 0);
-  if (embed) *embed = off_embed;
-  if (final_norm) *final_norm = off_final;
-  if (lm_head) *lm_head = off_head;
-}
+#include "model/model_table.h"
 
 /* ------------------------------------------------------ activation arena */
 
@@ -111,30 +38,35 @@ static size_t max3(size_t a, size_t b, size_t c) {
   return m > c ? m : c;
 }
 
-static void layout_acts(ModelActs *A, const ModelConfig *c, int max_B, int max_T, Carver *cv) {
-  const size_t N = (size_t)max_B * max_T, C = A->C;
+static int layer_is_moe(const ModelActs *A, const ModelConfig *c, int l) { return A->moe.E > 0 && c->is_moe_layer[l]; }
+
+/* One (chunk, slot): the residual stream of its layers ([Nl, C] rows),
+ * what each layer keeps for backward, the head's buffers, and the running
+ * gradient. */
+static void layout_acts(ModelActs *A, const ModelConfig *c, Carver *cv) {
+  const size_t N = (size_t)A->max_N, Nl = N / (size_t)A->tp, C = A->C;
   const int E = A->moe.E, K = A->moe.K;
   const size_t rows = A->max_rows;
+  const int nl = A->layer_end - A->layer_begin;
   A->tokens = CARVE_I(cv, N);
   A->pos = CARVE_I(cv, N);
-  A->rope_cos = CARVE_F(cv, (size_t)max_T * A->D / 2);
-  A->rope_sin = CARVE_F(cv, (size_t)max_T * A->D / 2);
-  float *residual = CARVE_F(cv, (2 * (size_t)A->L + 1) * N * C);
-  for (int l = 0; l < A->L; l++) {
+  float *residual = CARVE_F(cv, (2 * (size_t)nl + 1) * Nl * C);
+  for (int l = A->layer_begin; l < A->layer_end; l++) {
     LayerActs *la = &A->layers[l];
+    const size_t i = (size_t)(l - A->layer_begin);
     memset(la, 0, sizeof *la);
-    la->res_attn = residual ? residual + (2 * (size_t)l) * N * C : NULL;
-    la->res_mlp = residual ? residual + (2 * (size_t)l + 1) * N * C : NULL;
+    la->res_attn = residual ? residual + (2 * i) * Nl * C : NULL;
+    la->res_mlp = residual ? residual + (2 * i + 1) * Nl * C : NULL;
     la->ln1 = CARVE_F(cv, N * C);
-    la->rstd1 = CARVE_F(cv, N);
+    la->rstd1 = CARVE_F(cv, Nl);
     la->q = CARVE_F(cv, N * A->QD);
     la->k = CARVE_F(cv, N * A->KVD);
     la->v = CARVE_F(cv, N * A->KVD);
     la->att = CARVE_F(cv, N * A->QD);
     la->lse = CARVE_F(cv, N * A->Hq);
     la->ln2 = CARVE_F(cv, N * C);
-    la->rstd2 = CARVE_F(cv, N);
-    if (E > 0 && c->is_moe_layer[l]) {
+    la->rstd2 = CARVE_F(cv, Nl);
+    if (layer_is_moe(A, c, l)) {
       MoeLayerActs *ma = &la->moe;
       ma->routing.logits = CARVE_F(cv, N * E);
       ma->routing.scores = CARVE_F(cv, N * E);
@@ -156,20 +88,32 @@ static void layout_acts(ModelActs *A, const ModelConfig *c, int max_B, int max_T
       la->mlp_h = CARVE_F(cv, N * 2 * A->F);
     }
   }
-  A->final_in = residual ? residual + 2 * (size_t)A->L * N * C : NULL;
-  A->lnf = CARVE_F(cv, N * C);
-  A->rstdf = CARVE_F(cv, N);
-  A->dlnf = CARVE_F(cv, N * C);
-  A->xent_scratch = CARVE_F(cv, (size_t)A->xent_chunk * A->V);
-  A->dres = CARVE_F(cv, N * C);
-  A->dln = CARVE_F(cv, N * C);
-  A->dq = CARVE_F(cv, N * A->QD);
-  A->dk = CARVE_F(cv, N * A->KVD);
-  A->dv = CARVE_F(cv, N * A->KVD);
-  A->datt = CARVE_F(cv, N * A->QD);
+  A->final_in = residual ? residual + 2 * (size_t)nl * Nl * C : NULL;
+  if (A->has_head) {
+    A->lnf = CARVE_F(cv, N * C);
+    A->rstdf = CARVE_F(cv, Nl);
+    A->dlnf = CARVE_F(cv, Nl * C);
+  }
+  A->dres = CARVE_F(cv, Nl * C);
+}
+
+/* What all chunks share; A supplies the (local) shapes. */
+static void layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int any_head, int kv_dw_floats,
+                           Carver *cv) {
+  const size_t N = (size_t)A->max_N, Nl = N / (size_t)A->tp, C = A->C;
+  const int E = A->moe.E, K = A->moe.K;
+  const size_t rows = A->max_rows;
+  S->rope_cos = CARVE_F(cv, (size_t)max_T * A->D / 2);
+  S->rope_sin = CARVE_F(cv, (size_t)max_T * A->D / 2);
+  S->dropped = carve(cv, (size_t)A->L * sizeof(long));
+  S->dln = CARVE_F(cv, N * C);
+  S->dq = CARVE_F(cv, N * A->QD);
+  S->dk = CARVE_F(cv, N * A->KVD);
+  S->dv = CARVE_F(cv, N * A->KVD);
+  S->datt = CARVE_F(cv, N * A->QD);
   /* MLP scratch serves dense layers, routed experts and the shared expert. */
   size_t ffn = max3(N * (size_t)A->F, rows * (size_t)A->moe.Fe, N * (size_t)A->moe.Fs);
-  MoeScratch *s = &A->scratch;
+  MoeScratch *s = &S->moe;
   s->a = CARVE_F(cv, ffn);
   s->da = CARVE_F(cv, ffn);
   s->dh = CARVE_F(cv, 2 * ffn);
@@ -181,89 +125,175 @@ static void layout_acts(ModelActs *A, const ModelConfig *c, int max_B, int max_T
     s->dscore = CARVE_F(cv, N * E);
     s->plan = carve(cv, moe_plan_scratch_bytes(&A->moe, (int)N));
   }
+  if (A->tp > 1) {
+    S->dln_local = CARVE_F(cv, Nl * C);
+    S->full = CARVE_F(cv, N * C);
+    S->ln_local = CARVE_F(cv, Nl * C);
+    S->norm_dw = CARVE_F(cv, C);
+    if (kv_dw_floats > 0) S->kv_dw = CARVE_F(cv, kv_dw_floats);
+  }
+  if (any_head) S->xent_scratch = CARVE_F(cv, (size_t)S->xent_chunk * A->V + (A->tp > 1 ? 3 * (size_t)S->xent_chunk : 0));
 }
 
 /* ------------------------------------------------------------- lifecycle */
 
 int model_create(Model *m, const ModelConfig *cfg, int max_B, int max_T, Error *err) {
+  ModelShard shard;
+  model_shard_default(cfg, &shard);
+  return model_create_shard(m, cfg, &shard, NULL, max_B, max_T, err);
+}
+
+static void fill_dims(ModelActs *A, const ModelConfig *c, const ShardDims *d, int max_N) {
+  A->C = c->hidden_size;
+  A->V = d->V;
+  A->L = c->num_layers;
+  A->Hq = d->Hq;
+  A->Hkv = d->Hkv;
+  A->D = c->head_dim;
+  A->QD = A->Hq * A->D;
+  A->KVD = A->Hkv * A->D;
+  A->F = d->F;
+  A->kv_head0 = d->kv_head0;
+  A->kv_shared = d->kv_ranks > 1;
+  A->vocab0 = d->vocab0;
+  A->tp = d->t;
+  A->tp_rank = d->r;
+  A->max_N = max_N;
+  moe_spec_from_config(&A->moe, c);
+  if (model_config_num_moe_layers(c) == 0) A->moe.E = 0;
+  A->max_rows = A->moe.E > 0 ? moe_max_rows(&A->moe, max_N) : 0;
+}
+
+int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard, const ModelParallelOps *ops,
+                       int max_B, int max_T, Error *err) {
   memset(m, 0, sizeof *m);
   if (model_config_validate(cfg, "model_create", err)) return err ? err->code : ERR_CONFIG;
   if (max_B < 1 || max_T < 1 || (long long)max_B * max_T > (1LL << 30))
     return error_set(err, ERR_ARG, "model_create: batch %d x sequence %d is out of range", max_B, max_T);
+  ShardDims d;
+  if (model_shard_dims(cfg, shard, &d, err)) return err ? err->code : ERR_CONFIG;
+  if (d.t > 1 && (!ops || !ops->allreduce_sum || !ops->allreduce_max || !ops->allgather || !ops->reduce_scatter))
+    return error_set(err, ERR_ARG, "model_create: tp_size %d needs ModelParallelOps with all four collectives", d.t);
   m->cfg = *cfg;
   m->cfg.head_dim = model_config_head_dim(cfg);
   m->cfg.num_kv_heads = model_config_kv_heads(cfg);
   for (int l = cfg->num_layers; l < MODEL_MAX_LAYERS; l++) m->cfg.is_moe_layer[l] = 0;
   const ModelConfig *c = &m->cfg;
+  m->shard = *shard;
+  m->ops = d.t > 1 ? ops : NULL;
   m->max_B = max_B;
   m->max_T = max_T;
+  const int num_acts = shard->num_chunks * shard->num_slots, L = c->num_layers;
 
-  ModelActs *A = calloc(1, sizeof *A);
-  if (!A) return error_set(err, ERR_NOMEM, "model_create: out of memory");
-  m->acts = A;
-  A->C = c->hidden_size;
-  A->V = c->vocab_size;
-  A->L = c->num_layers;
-  A->Hq = c->num_heads;
-  A->Hkv = c->num_kv_heads;
-  A->D = c->head_dim;
-  A->QD = A->Hq * A->D;
-  A->KVD = A->Hkv * A->D;
-  A->F = c->intermediate_size;
-  A->max_N = max_B * max_T;
-  moe_spec_from_config(&A->moe, c);
-  if (model_config_num_moe_layers(c) == 0) A->moe.E = 0;
-  A->max_rows = A->moe.E > 0 ? moe_max_rows(&A->moe, A->max_N) : 0;
-  {
-    /* Logit chunk: about 16 MiB of scratch, at least 32 rows. */
-    long chunk = (4L << 20) / A->V;
-    if (chunk < 32) chunk = 32;
-    if (chunk > A->max_N) chunk = A->max_N;
-    A->xent_chunk = (int)chunk;
-  }
-
-  TableBuilder count = {0};
-  build_table(c, &count, NULL, NULL, NULL, NULL);
+  TableBuilder count = {NULL, 0, 0, &d};
+  model_build_table(c, shard, &count, NULL, NULL);
   m->num_tensors = count.n;
   m->num_params = count.total;
-  m->tensors = calloc((size_t)count.n, sizeof *m->tensors);
-  A->lt = calloc((size_t)A->L, sizeof *A->lt);
-  A->layers = calloc((size_t)A->L, sizeof *A->layers);
-  m->expert_counts = calloc((size_t)A->L * (A->moe.E > 0 ? A->moe.E : 1), sizeof *m->expert_counts);
-  if (!m->tensors || !A->lt || !A->layers || !m->expert_counts) {
+  m->tensors = calloc((size_t)count.n > 0 ? (size_t)count.n : 1, sizeof *m->tensors);
+  m->acts = calloc((size_t)num_acts, sizeof *m->acts);
+  LayerTensors *lt = calloc((size_t)L, sizeof *lt);
+  ModelScratch *S = calloc(1, sizeof *S);
+  if (m->acts) {
+    m->acts[0].lt = lt; /* owned through acts[0] from here on */
+    m->acts[0].s = S;
+  }
+  for (int i = 0; m->acts && i < num_acts; i++) m->acts[i].layers = calloc((size_t)L, sizeof(LayerActs));
+  m->expert_counts = calloc((size_t)L * (cfg->num_experts > 0 ? cfg->num_experts : 1), sizeof *m->expert_counts);
+  int missing = !m->tensors || !m->acts || !lt || !S || !m->expert_counts;
+  for (int i = 0; !missing && i < num_acts; i++) missing = !m->acts[i].layers;
+  if (missing) {
+    if (!m->acts) {
+      free(lt);
+      free(S);
+    }
     model_free(m);
     return error_set(err, ERR_NOMEM, "model_create: out of memory");
   }
-  TableBuilder fill = {m->tensors, 0, 0};
-  build_table(c, &fill, A->lt, &A->embed, &A->final_norm, &A->lm_head);
+  for (int l = 0; l < L; l++)
+    for (size_t *p = (size_t *)&lt[l]; p < (size_t *)(&lt[l] + 1); p++) *p = NO_TENSOR;
+  TableChunk chunks[MODEL_MAX_CHUNKS];
+  TableBuilder fill = {m->tensors, 0, 0, &d};
+  model_build_table(c, shard, &fill, lt, chunks);
 
-  m->params = alloc_big(m->num_params * sizeof(float));
-  m->grads = alloc_big(m->num_params * sizeof(float));
+  const int max_N = max_B * max_T;
+  int any_head = 0;
+  for (int i = 0; i < shard->num_chunks; i++) any_head |= shard->has_head[i] != 0;
+  for (int i = 0; i < num_acts; i++) {
+    ModelActs *A = &m->acts[i];
+    const int ch = i / shard->num_slots;
+    fill_dims(A, c, &d, max_N);
+    A->chunk = ch;
+    A->slot = i % shard->num_slots;
+    A->layer_begin = shard->layer_begin[ch];
+    A->layer_end = shard->layer_end[ch];
+    A->has_embedding = shard->has_embedding[ch] != 0;
+    A->has_head = shard->has_head[ch] != 0;
+    A->embed = chunks[ch].embed;
+    A->final_norm = chunks[ch].final_norm;
+    A->lm_head = chunks[ch].lm_head;
+    A->param_begin = chunks[ch].param_begin;
+    A->param_end = chunks[ch].param_end;
+    A->lt = lt;
+    A->s = S;
+  }
+  {
+    /* Logit chunk: about 16 MiB of scratch, at least 32 rows. */
+    long chunk = (4L << 20) / d.V;
+    if (chunk < 32) chunk = 32;
+    if (chunk > max_N) chunk = max_N;
+    S->xent_chunk = (int)chunk;
+  }
+  const int kv_dw_floats = d.kv_ranks > 1 ? 2 * c->num_kv_heads * c->head_dim * c->hidden_size : 0;
+
+  m->params = alloc_big(m->num_params * sizeof(float) + 64);
+  m->grads = alloc_big(m->num_params * sizeof(float) + 64);
+  size_t act_bytes = 0;
+  int ok = m->params && m->grads;
+  for (int i = 0; ok && i < num_acts; i++) {
+    Carver measure = {NULL, 0};
+    layout_acts(&m->acts[i], c, &measure);
+    m->acts[i].arena = alloc_big(measure.used);
+    act_bytes += measure.used;
+    if (!m->acts[i].arena) ok = 0;
+  }
   Carver measure = {NULL, 0};
-  layout_acts(A, c, max_B, max_T, &measure);
-  A->arena_bytes = measure.used;
-  A->arena = alloc_big(A->arena_bytes);
-  if (!m->params || !m->grads || !A->arena) {
+  layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, &measure);
+  act_bytes += measure.used;
+  if (ok) S->arena = alloc_big(measure.used);
+  if (!ok || !S->arena) {
     size_t pb = m->num_params * sizeof(float);
-    size_t ab = A->arena_bytes;
     model_free(m);
     return error_set(err, ERR_NOMEM,
                      "model_create: cannot allocate %.2f GB of parameters+gradients and %.2f GB of activations "
                      "(reduce the batch or sequence length)",
-                     2.0 * pb / 1e9, ab / 1e9);
+                     2.0 * pb / 1e9, act_bytes / 1e9);
   }
-  Carver place = {A->arena, 0};
-  layout_acts(A, c, max_B, max_T, &place);
-  rope_table_init(A->rope_cos, A->rope_sin, max_T, A->D, c->rope_theta);
+  for (int i = 0; i < num_acts; i++) {
+    Carver place = {m->acts[i].arena, 0};
+    layout_acts(&m->acts[i], c, &place);
+  }
+  Carver place = {S->arena, 0};
+  layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, &place);
+  for (int i = 0; i < num_acts; i++) {
+    m->acts[i].rope_cos = S->rope_cos;
+    m->acts[i].rope_sin = S->rope_sin;
+    m->acts[i].dropped = S->dropped;
+  }
+  rope_table_init(S->rope_cos, S->rope_sin, max_T, c->head_dim, c->rope_theta);
   return 0;
 }
 
 void model_free(Model *m) {
   if (!m) return;
   if (m->acts) {
-    alloc_big_free(m->acts->arena);
-    free(m->acts->lt);
-    free(m->acts->layers);
+    const int num_acts = m->shard.num_chunks * m->shard.num_slots;
+    for (int i = 0; i < num_acts; i++) {
+      alloc_big_free(m->acts[i].arena);
+      free(m->acts[i].layers);
+    }
+    if (m->acts[0].s) alloc_big_free(m->acts[0].s->arena);
+    free(m->acts[0].s);
+    free((void *)m->acts[0].lt);
     free(m->acts);
   }
   alloc_big_free(m->params);
@@ -276,6 +306,20 @@ void model_free(Model *m) {
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Local element o * inner + i of t is logical element base(o) + i: the
+ * view's last dimension is contiguous in both. */
+static uint64_t view_row_base(const ParamTensor *t, size_t o) {
+  uint64_t g = 0, stride = (uint64_t)t->view_shape[t->view_ndim - 1];
+  g = (uint64_t)t->view_start[t->view_ndim - 1];
+  for (int k = t->view_ndim - 2; k >= 0; k--) {
+    const size_t idx = o % (size_t)t->view_count[k];
+    o /= (size_t)t->view_count[k];
+    g += (uint64_t)(idx + (size_t)t->view_start[k]) * stride;
+    stride *= (uint64_t)t->view_shape[k];
+  }
+  return g;
 }
 
 void model_init_weights(Model *m, uint64_t seed) {
@@ -294,8 +338,14 @@ void model_init_weights(Model *m, uint64_t seed) {
     double std = m->cfg.init_std;
     if (ends_with(t->name, "attn.wo") || ends_with(t->name, "w_down")) std *= out_scale;
     const uint64_t stream = rng_stream_id(t->name);
+    const long inner = t->view_count[t->view_ndim - 1];
+    const long outer = inner > 0 ? n / inner : 0;
 #pragma omp parallel for schedule(static) if ((size_t)n > PARALLEL_MIN_WORK / 64)
-    for (long j = 0; j < n; j++) p[j] = (float)(std * rng_normal(seed, stream, (uint64_t)j));
+    for (long o = 0; o < outer; o++) {
+      const uint64_t g = view_row_base(t, (size_t)o);
+      float *row = p + o * inner;
+      for (long j = 0; j < inner; j++) row[j] = (float)(std * rng_normal(seed, stream, g + (uint64_t)j));
+    }
   }
 }
 
@@ -307,11 +357,24 @@ const ParamTensor *model_find_tensor(const Model *m, const char *name) {
 
 void model_zero_grad(Model *m) { vec_zero(m->grads, m->num_params); }
 
+void model_chunk_params(const Model *m, int chunk, size_t *offset, size_t *count) {
+  if (chunk < 0 || chunk >= m->shard.num_chunks) {
+    *offset = 0;
+    *count = 0;
+    return;
+  }
+  const ModelActs *A = model_acts(m, chunk, 0);
+  *offset = A->param_begin;
+  *count = A->param_end - A->param_begin;
+}
+
+int model_chunk_rows(const Model *m, int B, int T) { return B * T / (m->shard.tp_size > 0 ? m->shard.tp_size : 1); }
+
 uint64_t model_routing_fingerprint(const Model *m) {
   const ModelActs *A = m->acts;
   uint64_t h = 0x6a09e667f3bcc908ULL;
-  for (int l = 0; l < A->L; l++) {
-    if (!(A->moe.E > 0 && m->cfg.is_moe_layer[l])) continue;
+  for (int l = A->layer_begin; l < A->layer_end; l++) {
+    if (!layer_is_moe(A, &m->cfg, l)) continue;
     const MoeLayerActs *ma = &A->layers[l].moe;
     for (long a = 0; a < (long)A->N * A->moe.K; a++) {
       h = rng_hash64(h ^ (uint64_t)(uint32_t)ma->routing.topk_idx[a]);
@@ -319,4 +382,12 @@ uint64_t model_routing_fingerprint(const Model *m) {
     }
   }
   return h;
+}
+
+long model_chunk_dropped(const Model *m, int chunk) {
+  if (chunk < 0 || chunk >= m->shard.num_chunks) return 0;
+  const ModelActs *A = model_acts(m, chunk, 0);
+  long dropped = 0;
+  for (int l = A->layer_begin; l < A->layer_end; l++) dropped += A->dropped[l];
+  return dropped;
 }

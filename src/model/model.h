@@ -30,8 +30,10 @@
  * The objective is lm + aux + z. The MoE layer is defined exactly in
  * docs/moe-semantics.md (implementation: model/moe.h and moe*.c). RoPE
  * positions restart at 0 in every sequence of the batch.
- * Implementation files: model.c (table, init, buffers), model_pass.c
- * (forward/backward), mlp_layer.c, moe*.c, model_internal.h (private). */
+ * Implementation files: model.c (init, buffers), model_table.c (the
+ * parameter table of a shard), model_pass.c (forward/backward of blocks and
+ * chunks), model_tp.c (tensor-parallel exchanges), mlp_layer.c, moe*.c,
+ * model_internal.h and model_table.h (private). */
 #ifndef FIVEFOLD_MODEL_MODEL_H
 #define FIVEFOLD_MODEL_MODEL_H
 
@@ -49,6 +51,25 @@ typedef struct ParamTensor {
   size_t numel;
   int no_weight_decay; /* norms */
   int is_expert;       /* routed-expert weights (reduced over EDP later) */
+  /* Where this (local) tensor sits in the full logical tensor of the same
+   * name, which has shape global_shape (ndim dims). Seen as the row-major
+   * array view_shape[0..view_ndim) (a reshape of global_shape), the logical
+   * tensor holds this tensor's data, row-major, as the sub-array starting at
+   * view_start with extent view_count. An unsharded tensor has view_ndim =
+   * ndim, view_shape = view_count = shape, view_start = 0. Example: the
+   * column-parallel mlp.w_gate_up [2F, C] of TP rank r of t is the view
+   * [2, F, C] with start [0, r*F/t, 0] and count [2, F/t, C] (its gate rows
+   * then its up rows). Checkpoints write and read slices through this. */
+  int global_shape[4];
+  int view_ndim;
+  int view_shape[4], view_start[4], view_count[4];
+  int tp_replicated; /* identical on every TP rank (norms, the router; all tensors when tp = 1) */
+  int tied_copy;     /* the LM head's copy of embed.weight on a rank without the embedding
+                        (tied embeddings, pipeline): its gradient is summed with the
+                        embedding's by the runtime, and checkpoints skip it */
+  int tp_ranks;      /* how many TP ranks hold this same data: tp_size when tp_replicated, 1 for
+                        a split tensor, in between for KV heads shared by some ranks (count it
+                        1/tp_ranks times when summing over the TP group, e.g. a gradient norm) */
 } ParamTensor;
 
 typedef struct ModelLoss {
@@ -57,6 +78,63 @@ typedef struct ModelLoss {
   double z;   /* router z-loss (coefficient applied) */
   long tokens; /* tokens with a target */
 } ModelLoss;
+
+/* ---- sharding: the part of the model one rank of a parallel run holds ----
+ *
+ * Tensor parallelism (tp_size > 1) always comes with sequence parallelism:
+ * between blocks a TP rank holds the rows [r*N/t, (r+1)*N/t) of the
+ * flattened [N = B*T, C] activation (N must be divisible by t). Attention:
+ * all-gather the normed rows, q/k/v column-parallel over heads (Hq/t query
+ * heads per rank; KV heads split when Hkv % t == 0, otherwise each rank
+ * keeps the KV heads its query heads use), wo row-parallel, reduce-scatter
+ * into the residual. Dense MLP likewise (w_gate_up column-, w_down
+ * row-parallel). MoE layers under TP compute on the all-gathered sequence
+ * with replicated experts and keep their own rows (the MoE grid, with
+ * EP/ETP, comes later): exact, layout-independent aux/z losses, redundant
+ * expert work. Embedding and LM head are vocab-parallel (rows [r*V/t,
+ * (r+1)*V/t) of embed.weight / lm_head.weight; V must be divisible by t);
+ * the cross-entropy is the vocab-parallel one (global max and sum of
+ * exponentials over the TP group). Gradients of TP-replicated tensors that
+ * see only local rows (norms) are summed over TP inside the backward, so
+ * after model_chunk_backward every TP rank holds the full gradient of its
+ * tensors.
+ *
+ * Pipeline parallelism: a rank holds num_chunks model chunks (virtual
+ * stages, sched/program.h); chunk c runs blocks [layer_begin[c],
+ * layer_end[c]). The chunk that is the first virtual stage also holds the
+ * embedding, the last one the final norm, LM head and loss. With tied
+ * embeddings and the two on different ranks, the last stage holds a copy of
+ * embed.weight (ParamTensor.tied_copy) as its head. The flat parameter
+ * buffer lays the chunks out in order (chunk c's tensors are contiguous:
+ * model_chunk_params).
+ *
+ * Activations: each chunk has num_slots slots, one per micro-batch whose
+ * forward awaits its backward; the caller picks the slot (a micro-batch uses
+ * the same slot for its forward and backward of a chunk). */
+#define MODEL_MAX_CHUNKS 16
+
+typedef struct ModelShard {
+  int tp_size, tp_rank;
+  int num_chunks;
+  int layer_begin[MODEL_MAX_CHUNKS], layer_end[MODEL_MAX_CHUNKS];
+  int has_embedding[MODEL_MAX_CHUNKS]; /* 1 on the chunk that is virtual stage 0 */
+  int has_head[MODEL_MAX_CHUNKS];      /* 1 on the chunk that is the last virtual stage */
+  int num_slots;                       /* activation slots per chunk (>= 1) */
+} ModelShard;
+
+/* The tensor-parallel collectives the model calls (the runtime binds them to
+ * the TP group; the model itself never links MPI). All are blocking, in
+ * place where in == out is allowed, and called in the same order on every
+ * TP rank. Unused (may be NULL) when tp_size = 1. */
+typedef struct ModelParallelOps {
+  void *ctx;
+  void (*allreduce_sum)(void *ctx, float *buf, size_t n);
+  void (*allreduce_max)(void *ctx, float *buf, size_t n);
+  /* out [t * count] = the `count` floats of every rank, in rank order */
+  void (*allgather)(void *ctx, float *out, const float *in, size_t count);
+  /* out [count] = this rank's block of the element-wise sum of every rank's in [t * count] */
+  void (*reduce_scatter)(void *ctx, float *out, const float *in, size_t count);
+} ModelParallelOps;
 
 typedef struct ModelActs ModelActs; /* private: activations and scratch */
 
@@ -68,35 +146,110 @@ typedef struct Model {
   float *grads;
   ParamTensor *tensors;
   int num_tensors;
-  ModelActs *acts;
-  /* MoE statistics of the last forward: tokens routed to each expert
-   * (before dropping) [num_layers * num_experts] (zeros on dense layers),
-   * and assignments dropped by the capacity rule in the whole pass. */
+  ModelShard shard;
+  const ModelParallelOps *ops;
+  ModelActs *acts; /* chunk 0, slot 0 (model_forward's); the others are private */
+  /* MoE statistics: tokens routed to each expert (before dropping)
+   * [num_layers * num_experts] (zeros on dense layers and on layers this
+   * rank does not hold), and assignments dropped by the capacity rule.
+   * A forward of chunk c rewrites only the rows of c's layers (with the
+   * counts of that micro-batch; under TP, of the whole sequence, identical
+   * on every TP rank); dropped_assignments is then the sum over this rank's
+   * layers of their latest forward. For per-step totals the runtime adds,
+   * after each forward of chunk c, the rows [layer_begin[c], layer_end[c])
+   * and model_chunk_dropped(m, c). With the default shard this is exactly
+   * the last model_forward's statistics. */
   long *expert_counts;
   long dropped_assignments;
-  /* Optional: called by model_backward each time a contiguous range of
-   * m->grads has received its last contribution of this backward (the
-   * final norm and LM head, then each block from the last to the first,
-   * then the embedding: ranges arrive in decreasing offset order and cover
-   * the buffer once). Data parallelism starts reducing a gradient bucket as
-   * soon as it is complete. NULL (the default) calls nothing. */
+  /* Optional: called by model_backward / model_chunk_backward each time a
+   * contiguous range of m->grads has received its last contribution of
+   * this backward (the final norm and LM head, then each block from the
+   * last to the first, then the embedding: ranges arrive in decreasing
+   * offset order and cover the chunk's range, model_chunk_params, once).
+   * Data parallelism starts reducing a gradient bucket as soon as it is
+   * complete. Under TP the norm gradients are already summed over the group
+   * when their range is reported. One exception: with tied embeddings and
+   * the embedding and head in different chunks of the same rank, the head
+   * chunk's forward adds the LM-head gradient into embed.weight (in the
+   * embedding chunk's range); the embedding chunk's backward of the last
+   * micro-batch still comes after every head forward of the step in any
+   * pipeline schedule, so its report is final. NULL calls nothing. */
   void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
   void *on_grads_ready_ctx;
 } Model;
 
+/* The whole model on one rank: tp 1, one chunk with every block, the
+ * embedding and the head, one slot. */
+void model_shard_default(const ModelConfig *cfg, ModelShard *shard);
+
+/* Creates the shard of the model described by `shard`; ops must outlive the
+ * model (NULL when tp_size = 1). Errors (ERR_CONFIG) name what does not
+ * divide or fit: heads, vocabulary, FFN sizes by tp, query heads that do
+ * not map onto whole KV heads, layer ranges outside [0, L) or overlapping,
+ * the embedding on a chunk not starting at layer 0 or the head on one not
+ * ending at L, num_chunks, num_slots. The tied copy of the head (see
+ * ParamTensor.tied_copy) is named "embed.weight" like the tensor it copies
+ * (lm_head.weight does not exist with tied embeddings). */
+int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard, const ModelParallelOps *ops,
+                       int max_B, int max_T, Error *err);
+
+/* The tensors of the full, unsharded model in the canonical order (what a
+ * one-rank model_create lays out, and what checkpoints hold). *out is
+ * malloc'd. */
+int model_global_tensors(const ModelConfig *cfg, ParamTensor **out, int *n, Error *err);
+
+/* [*offset, *offset + *count) of m->params holds the tensors of chunk c. */
+void model_chunk_params(const Model *m, int chunk, size_t *offset, size_t *count);
+
+/* Rows of the activation passed between chunks on this TP rank: B*T/tp
+ * (B*T must be divisible by tp: forwards refuse it otherwise, ERR_ARG). RoPE
+ * positions are n % T of the global flattened row n. */
+int model_chunk_rows(const Model *m, int B, int T);
+
+/* Assignments dropped by the capacity rule in the latest forward of chunk
+ * `chunk` (over its layers; 0 when dropless). */
+long model_chunk_dropped(const Model *m, int chunk);
+
+/* Forward of one micro-batch [B, T] through chunk `chunk`, keeping what
+ * backward needs in `slot` when training. The chunk with the embedding reads
+ * tokens [B, T] (x_in unused); any other reads x_in [rows, C] (rows =
+ * model_chunk_rows). The chunk with the head reads targets [B, T]
+ * (negative = ignore; may be NULL: no loss) and, when training, already
+ * produces its LM-head gradient scaled by grad_scale. Every TP rank passes
+ * the same tokens and targets. loss (may be NULL): lm and tokens from the
+ * head chunk (identical on all TP ranks), aux and z of this chunk's MoE
+ * layers; zero otherwise. */
+int model_chunk_forward(Model *m, int chunk, int slot, const int *tokens, const int *targets, const float *x_in,
+                        int B, int T, int training, float grad_scale, ModelLoss *loss, Error *err);
+/* The output activation [rows, C] of the last forward of (chunk, slot): what
+ * SEND_ACT sends (not valid for the head chunk). */
+const float *model_chunk_output(const Model *m, int chunk, int slot);
+/* Backward of (chunk, slot); dy [rows, C] is the gradient of the chunk's
+ * output (ignored, may be NULL, for the head chunk). Accumulates into
+ * m->grads, calling on_grads_ready for this chunk's ranges. */
+int model_chunk_backward(Model *m, int chunk, int slot, const float *dy, Error *err);
+/* The gradient [rows, C] of the chunk's input from the last backward of
+ * (chunk, slot): what SEND_GRAD sends (not valid for the embedding chunk). */
+const float *model_chunk_input_grad(const Model *m, int chunk, int slot);
+
+/* model_create_shard with model_shard_default and no ops: the model as one
+ * rank trains it. */
 int model_create(Model *m, const ModelConfig *cfg, int max_B, int max_T, Error *err);
 void model_free(Model *m);
 
 /* Every element is a pure function of (seed, tensor name, index) so a rank
  * holding a slice can initialise just that slice: element j of tensor `name`
- * is std * rng_normal(seed, rng_stream_id(name), j) (base/rng.h), with
+ * (j: the flat index in the full logical tensor, whatever slice this rank
+ * holds) is std * rng_normal(seed, rng_stream_id(name), j) (base/rng.h), with
  * std = init_std, times 1/sqrt(2 * num_layers) for the output projections
  * (attn.wo and every w_down); norm weights = 1. */
 void model_init_weights(Model *m, uint64_t seed);
 
 const ParamTensor *model_find_tensor(const Model *m, const char *name);
 
-/* Forward over tokens [B, T] (B <= max_B, T <= max_T).
+/* Forward over tokens [B, T] (B <= max_B, T <= max_T): chunk 0, slot 0 of a
+ * shard whose chunk 0 holds embedding and head (ERR_ARG otherwise); under TP
+ * B*T must be divisible by tp_size.
  * targets [B, T] (negative = ignore) or NULL for no loss.
  * training != 0 keeps what backward needs and, since the loss is the last op,
  * already computes the LM head's gradient scaled by grad_scale (typically
@@ -112,7 +265,8 @@ int model_backward(Model *m, Error *err);
 void model_zero_grad(Model *m);
 
 /* Logits [B*T, V] of the last position-wise forward (inference helper for
- * sampling and reference tests): runs a forward without targets. */
+ * sampling and reference tests): runs a forward without targets. Needs
+ * tp_size 1 and chunk 0 holding embedding and head (ERR_ARG otherwise). */
 int model_logits(Model *m, const int *tokens, int B, int T, float *logits, Error *err);
 
 #endif

@@ -1,7 +1,8 @@
-/* Private to src/model: the layout of ModelActs (activations kept for
- * backward, and scratch shared by all layers), where each layer's
- * parameters live in the flat buffer, and the per-block passes. Tests may
- * include it to inspect routing decisions. */
+/* Private to src/model: the layout of ModelActs (the activations one
+ * (chunk, slot) keeps for backward), the scratch every chunk shares, where
+ * each layer's parameters live in the flat buffer, the local (TP-sharded)
+ * sizes, and the per-block passes. Tests may include it to inspect routing
+ * decisions. */
 #ifndef FIVEFOLD_MODEL_MODEL_INTERNAL_H
 #define FIVEFOLD_MODEL_MODEL_INTERNAL_H
 
@@ -13,7 +14,8 @@
 
 #define NO_TENSOR ((size_t)-1)
 
-/* Offsets (in floats) of one block's parameters; NO_TENSOR when absent. */
+/* Offsets (in floats) of one block's parameters; NO_TENSOR when absent
+ * (also for every tensor of a block another rank holds). */
 typedef struct LayerTensors {
   size_t attn_norm, wq, wk, wv, wo, mlp_norm;
   size_t mlp_gate_up, mlp_down;                 /* dense */
@@ -21,51 +23,92 @@ typedef struct LayerTensors {
   size_t shared_gate_up, shared_down;
 } LayerTensors;
 
+/* Row counts: N = B*T tokens of the micro-batch; a TP rank holds Nl = N/t
+ * rows of the residual stream. Buffers marked [N, .] hold the gathered
+ * sequence (the same as [Nl, .] when t = 1). */
 typedef struct LayerActs {
-  float *res_attn; /* [N, C] block input (residual stream) */
-  float *res_mlp;  /* [N, C] residual after attention */
-  float *ln1, *rstd1;
-  float *q, *k, *v; /* after RoPE */
+  float *res_attn; /* [Nl, C] block input (residual stream) */
+  float *res_mlp;  /* [Nl, C] residual after attention */
+  float *ln1, *rstd1; /* [N, C] normed input (gathered), [Nl] */
+  float *q, *k, *v;   /* [N, local heads * D] after RoPE */
   float *att, *lse;
-  float *ln2, *rstd2;
-  float *mlp_h; /* [N, 2F] dense layers */
-  MoeLayerActs moe;
+  float *ln2, *rstd2; /* [N, C], [Nl] */
+  float *mlp_h;       /* [N, 2F/t] dense layers */
+  MoeLayerActs moe;   /* over all N rows */
 } LayerActs;
 
+/* What every (chunk, slot) of one model shares: backward scratch and the
+ * buffers of the tensor-parallel exchanges. */
+typedef struct ModelScratch {
+  float *rope_cos, *rope_sin; /* [max_T, D/2] */
+  long *dropped;              /* [L] */
+  float *dln;                /* [N, C] gradient of a norm's output (gathered rows under TP) */
+  float *dln_local;          /* [Nl, C] (TP) */
+  float *dq, *dk, *dv, *datt;
+  MoeScratch moe;            /* a/da/dh also serve the dense MLPs */
+  float *full;               /* [N, C] (TP): partial sums before reduce-scatter, gathered gradients */
+  float *ln_local;           /* [Nl, C] (TP): a norm's output before the all-gather */
+  float *norm_dw;            /* [C] (TP): one micro-batch's norm-weight gradient */
+  float *kv_dw;              /* [2, Hkv*D, C] (TP, shared KV heads): wk/wv gradients to sum */
+  float *xent_scratch;
+  int xent_chunk;
+  void *arena;
+} ModelScratch;
+
 struct ModelActs {
-  /* shapes */
+  /* shapes (local to this TP rank: Hq, Hkv, QD, KVD, F, V are this rank's) */
   int C, V, L, Hq, Hkv, D, QD, KVD, F;
+  int kv_head0;  /* first KV head this rank holds */
+  int kv_shared; /* 1: KV heads are held by several TP ranks (wk/wv gradients summed over TP) */
+  int vocab0;    /* first vocabulary row this rank holds */
+  int tp, tp_rank;
   int max_N;
   MoeSpec moe;
   size_t max_rows; /* MoE expert-major rows */
+  /* which chunk and slot this is */
+  int chunk, slot;
+  int layer_begin, layer_end, has_embedding, has_head;
   /* parameters */
-  size_t embed, final_norm, lm_head; /* lm_head == embed when tied */
-  LayerTensors *lt;                  /* [L] */
+  size_t embed, final_norm, lm_head; /* NO_TENSOR when absent; lm_head == embed when tied on this rank */
+  size_t param_begin, param_end;     /* the chunk's range of the flat buffer */
+  const LayerTensors *lt;            /* [L], shared by the chunks */
   /* the last forward */
-  int B, T, N;
+  int B, T, N, Nl;
   int training_pending; /* a training forward awaits its backward */
   float grad_scale;
-  int *tokens, *pos;
+  int *tokens, *pos; /* [N] */
   float *rope_cos, *rope_sin; /* [max_T, D/2] */
-  LayerActs *layers;          /* [L] */
-  float *final_in;            /* [N, C] = residual after the last block */
-  float *lnf, *rstdf, *dlnf;
-  float *xent_scratch;
-  int xent_chunk;
-  /* backward scratch */
-  float *dres, *dln, *dq, *dk, *dv, *datt;
-  MoeScratch scratch; /* a/da/dh also serve the dense MLPs */
-  /* one allocation holds everything above */
+  LayerActs *layers;          /* [L]; only this chunk's are set */
+  long *dropped;              /* [L] assignments dropped by the last forward, per layer (shared) */
+  float *final_in;            /* [Nl, C] = residual after the last block: the chunk's output */
+  float *lnf, *rstdf, *dlnf;  /* lnf [N, C] (gathered), rstdf [Nl], dlnf [Nl, C] */
+  float *dres;                /* [Nl, C] running gradient; after backward, the input's */
+  ModelScratch *s;            /* shared */
   void *arena;
-  size_t arena_bytes;
 };
 
-void block_forward(Model *m, int l, double *aux, double *z);
-void block_backward(Model *m, int l);
+/* The (chunk, slot) activation set; m->acts is (0, 0). */
+static inline ModelActs *model_acts(const Model *m, int chunk, int slot) {
+  return m->acts + (size_t)chunk * m->shard.num_slots + slot;
+}
 
-/* Hash of every routing decision of the last forward (top-k choices and
- * kept/dropped rows), so a finite-difference test can tell whether a
- * perturbation changed the routing. */
+void block_forward(Model *m, ModelActs *A, int l, double *aux, double *z);
+void block_backward(Model *m, ModelActs *A, int l);
+
+/* Tensor-parallel pieces (model_tp.c). */
+void tp_allgather_rows(const Model *m, float *out, const float *in, int Nl, int C);
+void tp_reduce_scatter_rows(const Model *m, float *out, const float *in, int Nl, int C);
+/* dw += allreduce_sum(d) where d is this micro-batch's gradient in scratch. */
+void tp_add_reduced(const Model *m, float *dw, float *scratch, size_t n);
+void tp_embedding_forward(Model *m, ModelActs *A, float *out_local);
+void tp_embedding_backward(Model *m, ModelActs *A, const float *dout_local);
+/* Vocab-parallel LM head + cross-entropy over the gathered lnf. */
+void tp_lmhead_xent(Model *m, ModelActs *A, const int *targets, float grad_scale, double *loss_sum, long *count,
+                    int training);
+
+/* Hash of every routing decision of the last forward of chunk 0 slot 0
+ * (top-k choices and kept/dropped rows), so a finite-difference test can
+ * tell whether a perturbation changed the routing. */
 uint64_t model_routing_fingerprint(const Model *m);
 
 #endif

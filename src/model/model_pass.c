@@ -1,8 +1,13 @@
-/* Forward and backward passes of the whole model and of one block:
+/* Forward and backward passes of one block and of one model chunk:
  *   x += wo . attn(rope(q, k), v) of rmsnorm(x)
  *   x += mlp(rmsnorm(x))  or  moe(rmsnorm(x))
- * then the final norm and the fused LM head + cross-entropy, whose gradient
- * is produced during a training forward. Nothing here allocates. */
+ * then, on the head chunk, the final norm and the fused LM head +
+ * cross-entropy, whose gradient is produced during a training forward.
+ * Under tensor parallelism (tp > 1) the residual stream holds this rank's
+ * Nl = N/t rows; norms run on them, an all-gather feeds the column-parallel
+ * GEMMs, and the row-parallel ones are reduce-scattered back (model_tp.c
+ * holds the exchanges). With tp = 1 every step is the single-rank one, in
+ * the same order. Nothing here allocates. */
 #include <string.h>
 
 #include "kern/attention.h"
@@ -15,7 +20,7 @@
 #include "model/model.h"
 #include "model/model_internal.h"
 
-static int is_moe(const Model *m, int l) { return m->acts->moe.E > 0 && m->cfg.is_moe_layer[l]; }
+static int is_moe(const ModelActs *A, const Model *m, int l) { return A->moe.E > 0 && m->cfg.is_moe_layer[l]; }
 
 static MoeLayerParams moe_params(const Model *m, const LayerTensors *t) {
   MoeLayerParams p = {m->params + t->router, m->params + t->experts_gate_up, m->params + t->experts_down, NULL, NULL};
@@ -35,115 +40,230 @@ static MoeLayerGrads moe_grads(const Model *m, const LayerTensors *t) {
   return g;
 }
 
-void block_forward(Model *m, int l, double *aux, double *z) {
-  ModelActs *A = m->acts;
+/* rmsnorm of this rank's rows into `gathered` [N, C] (all ranks' rows
+ * under TP). */
+static void norm_forward_gathered(const Model *m, const ModelActs *A, float *gathered, float *rstd, const float *x,
+                                  const float *w) {
+  float *out = A->tp > 1 ? A->s->ln_local : gathered;
+  rmsnorm_forward(out, rstd, x, w, A->Nl, A->C, m->cfg.rms_norm_eps);
+  if (A->tp > 1) tp_allgather_rows(m, gathered, out, A->Nl, A->C);
+}
+
+/* dx += d/dx and dw += d/dw of a norm over this rank's rows; under TP the
+ * weight's gradient is summed over the group first (each rank saw only its
+ * rows) so every rank holds the full one. */
+static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *dw, const float *dout,
+                          const float *x, const float *w, const float *rstd) {
+  if (A->tp == 1) {
+    rmsnorm_backward(dx, dw, dout, x, w, rstd, A->Nl, A->C);
+    return;
+  }
+  vec_zero(A->s->norm_dw, (size_t)A->C);
+  rmsnorm_backward(dx, A->s->norm_dw, dout, x, w, rstd, A->Nl, A->C);
+  tp_add_reduced(m, dw, A->s->norm_dw, (size_t)A->C);
+}
+
+/* out = residual + (the sum over TP ranks of) partial [N, C]: a row-parallel
+ * GEMM's result lands on the rows this rank holds. */
+static void add_reduce_scattered(const Model *m, const ModelActs *A, float *out, const float *residual,
+                                 const float *partial) {
+  tp_reduce_scatter_rows(m, A->s->dln_local, partial, A->Nl, A->C);
+  vec_add(out, residual, A->s->dln_local, (size_t)A->Nl * A->C);
+}
+
+/* The gradient rows [Nl, C] of this rank, all-gathered to [N, C] under TP. */
+static const float *gathered_grad(const Model *m, const ModelActs *A, const float *d) {
+  if (A->tp == 1) return d;
+  tp_allgather_rows(m, A->s->full, d, A->Nl, A->C);
+  return A->s->full;
+}
+
+/* dln [N, C] (partial sums under TP) -> this rank's rows, summed. */
+static const float *scattered_grad(const Model *m, const ModelActs *A, const float *dln) {
+  if (A->tp == 1) return dln;
+  tp_reduce_scatter_rows(m, A->s->dln_local, dln, A->Nl, A->C);
+  return A->s->dln_local;
+}
+
+void block_forward(Model *m, ModelActs *A, int l, double *aux, double *z) {
   LayerActs *la = &A->layers[l];
   const LayerTensors *t = &A->lt[l];
+  ModelScratch *S = A->s;
   const float *P = m->params;
   const int N = A->N, C = A->C;
-  const size_t NC = (size_t)N * C;
-  const float eps = m->cfg.rms_norm_eps;
+  const size_t NC = (size_t)N * C, NlC = (size_t)A->Nl * C;
 
-  rmsnorm_forward(la->ln1, la->rstd1, la->res_attn, P + t->attn_norm, N, C, eps);
+  norm_forward_gathered(m, A, la->ln1, la->rstd1, la->res_attn, P + t->attn_norm);
   linear_forward(la->q, la->ln1, P + t->wq, N, C, A->QD, 0);
   linear_forward(la->k, la->ln1, P + t->wk, N, C, A->KVD, 0);
   linear_forward(la->v, la->ln1, P + t->wv, N, C, A->KVD, 0);
   rope_forward(la->q, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin);
   rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin);
   attention_forward(la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq, A->Hkv, A->D);
-  vec_copy(la->res_mlp, la->res_attn, NC);
-  linear_forward(la->res_mlp, la->att, P + t->wo, N, A->QD, C, 1);
+  if (A->tp == 1) {
+    vec_copy(la->res_mlp, la->res_attn, NC);
+    linear_forward(la->res_mlp, la->att, P + t->wo, N, A->QD, C, 1);
+  } else {
+    linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0);
+    add_reduce_scattered(m, A, la->res_mlp, la->res_attn, S->full);
+  }
 
-  rmsnorm_forward(la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, N, C, eps);
-  float *out = l + 1 < A->L ? A->layers[l + 1].res_attn : A->final_in;
-  vec_copy(out, la->res_mlp, NC);
-  if (is_moe(m, l)) {
+  norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm);
+  float *out = l + 1 < A->layer_end ? A->layers[l + 1].res_attn : A->final_in;
+  if (is_moe(A, m, l)) {
     MoeLayerParams p = moe_params(m, t);
     double layer_aux = 0, layer_z = 0;
-    moe_layer_forward(out, &la->moe, &A->scratch, la->ln2, &p, N, &A->moe, &layer_aux, &layer_z);
+    if (A->tp == 1) {
+      vec_copy(out, la->res_mlp, NC);
+      moe_layer_forward(out, &la->moe, &S->moe, la->ln2, &p, N, &A->moe, &layer_aux, &layer_z);
+    } else {
+      /* Replicated experts over the whole sequence; this rank keeps its rows. */
+      vec_zero(S->full, NC);
+      moe_layer_forward(S->full, &la->moe, &S->moe, la->ln2, &p, N, &A->moe, &layer_aux, &layer_z);
+      vec_add(out, la->res_mlp, S->full + (size_t)A->tp_rank * NlC, NlC);
+    }
     *aux += layer_aux;
     *z += layer_z;
     for (int e = 0; e < A->moe.E; e++) m->expert_counts[(size_t)l * A->moe.E + e] = la->moe.routing.counts[e];
-    m->dropped_assignments += la->moe.perm.dropped;
+    A->dropped[l] = la->moe.perm.dropped;
+  } else if (A->tp == 1) {
+    vec_copy(out, la->res_mlp, NC);
+    swiglu_mlp_forward(out, 1, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
   } else {
-    swiglu_mlp_forward(out, 1, la->mlp_h, A->scratch.a, la->ln2, P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
+    swiglu_mlp_forward(S->full, 0, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
+    add_reduce_scattered(m, A, out, la->res_mlp, S->full);
   }
 }
 
 /* On entry A->dres is the gradient of the block's output; on exit, of its
  * input. */
-void block_backward(Model *m, int l) {
-  ModelActs *A = m->acts;
+void block_backward(Model *m, ModelActs *A, int l) {
   LayerActs *la = &A->layers[l];
   const LayerTensors *t = &A->lt[l];
+  ModelScratch *S = A->s;
   const float *P = m->params;
   float *G = m->grads;
   const int N = A->N, C = A->C;
-  MoeScratch *s = &A->scratch;
+  const size_t NlC = (size_t)A->Nl * C;
+  MoeScratch *s = &S->moe;
 
-  if (is_moe(m, l)) {
+  const float *dln;
+  if (is_moe(A, m, l)) {
     MoeLayerParams p = moe_params(m, t);
     MoeLayerGrads g = moe_grads(m, t);
-    moe_layer_backward(A->dln, &g, s, A->dres, &la->moe, la->ln2, &p, N, &A->moe, A->grad_scale);
+    const float *dout = gathered_grad(m, A, A->dres);
+    moe_layer_backward(S->dln, &g, s, dout, &la->moe, la->ln2, &p, N, &A->moe, A->grad_scale);
+    dln = S->dln + (size_t)A->tp_rank * NlC; /* every rank computed all rows: no sum */
   } else {
-    swiglu_mlp_backward(A->dln, 0, G + t->mlp_gate_up, G + t->mlp_down, A->dres, la->ln2, la->mlp_h, s->a, s->da, s->dh,
+    const float *dout = gathered_grad(m, A, A->dres);
+    swiglu_mlp_backward(S->dln, 0, G + t->mlp_gate_up, G + t->mlp_down, dout, la->ln2, la->mlp_h, s->a, s->da, s->dh,
                         P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
+    dln = scattered_grad(m, A, S->dln);
   }
-  rmsnorm_backward(A->dres, G + t->mlp_norm, A->dln, la->res_mlp, P + t->mlp_norm, la->rstd2, N, C);
+  norm_backward(m, A, A->dres, G + t->mlp_norm, dln, la->res_mlp, P + t->mlp_norm, la->rstd2);
 
-  linear_backward(A->datt, G + t->wo, A->dres, la->att, P + t->wo, N, A->QD, C, 0);
-  attention_backward(A->dq, A->dk, A->dv, A->datt, la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq, A->Hkv,
+  const float *datt_out = gathered_grad(m, A, A->dres);
+  linear_backward(S->datt, G + t->wo, datt_out, la->att, P + t->wo, N, A->QD, C, 0);
+  attention_backward(S->dq, S->dk, S->dv, S->datt, la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq, A->Hkv,
                      A->D);
-  rope_backward(A->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin);
-  rope_backward(A->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin);
-  linear_backward(A->dln, G + t->wq, A->dq, la->ln1, P + t->wq, N, C, A->QD, 0);
-  linear_backward(A->dln, G + t->wk, A->dk, la->ln1, P + t->wk, N, C, A->KVD, 1);
-  linear_backward(A->dln, G + t->wv, A->dv, la->ln1, P + t->wv, N, C, A->KVD, 1);
-  rmsnorm_backward(A->dres, G + t->attn_norm, A->dln, la->res_attn, P + t->attn_norm, la->rstd1, N, C);
+  rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin);
+  rope_backward(S->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin);
+  linear_backward(S->dln, G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0);
+  float *gk = G + t->wk, *gv = G + t->wv;
+  const size_t kv_floats = (size_t)m->cfg.num_kv_heads * A->D * C;
+  if (A->kv_shared) {
+    /* KV heads several ranks hold: each rank's queries add to their
+     * gradient, so it is summed over TP (laid out as the full [Hkv*D, C]). */
+    vec_zero(S->kv_dw, 2 * kv_floats);
+    gk = S->kv_dw + (size_t)A->kv_head0 * A->D * C;
+    gv = S->kv_dw + kv_floats + (size_t)A->kv_head0 * A->D * C;
+  }
+  linear_backward(S->dln, gk, S->dk, la->ln1, P + t->wk, N, C, A->KVD, 1);
+  linear_backward(S->dln, gv, S->dv, la->ln1, P + t->wv, N, C, A->KVD, 1);
+  if (A->kv_shared) {
+    m->ops->allreduce_sum(m->ops->ctx, S->kv_dw, 2 * kv_floats);
+    vec_acc(G + t->wk, gk, (size_t)A->KVD * C);
+    vec_acc(G + t->wv, gv, (size_t)A->KVD * C);
+  }
+  dln = scattered_grad(m, A, S->dln);
+  norm_backward(m, A, A->dres, G + t->attn_norm, dln, la->res_attn, P + t->attn_norm, la->rstd1);
 }
 
-int model_forward(Model *m, const int *tokens, const int *targets, int B, int T, int training, float grad_scale,
-                  ModelLoss *loss, Error *err) {
-  ModelActs *A = m->acts;
+/* ---------------------------------------------------------------- chunks */
+
+static int check_chunk(const Model *m, int chunk, int slot, const char *who, Error *err) {
+  if (chunk < 0 || chunk >= m->shard.num_chunks || slot < 0 || slot >= m->shard.num_slots)
+    return error_set(err, ERR_ARG, "%s: chunk %d slot %d is out of range (%d chunks, %d slots)", who, chunk, slot,
+                     m->shard.num_chunks, m->shard.num_slots);
+  return 0;
+}
+
+static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const int *targets, const float *x_in,
+                         int B, int T, int training, float grad_scale, ModelLoss *loss, const char *who, Error *err) {
+  if (check_chunk(m, chunk, slot, who, err)) return ERR_ARG;
+  ModelActs *A = model_acts(m, chunk, slot);
   if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
-    return error_set(err, ERR_ARG, "model_forward: batch %d x sequence %d exceeds the model's buffers (%d x %d)", B, T,
+    return error_set(err, ERR_ARG, "%s: batch %d x sequence %d exceeds the model's buffers (%d x %d)", who, B, T,
                      m->max_B, m->max_T);
-  const int N = B * T, V = A->V, C = A->C;
+  const int N = B * T, V = m->cfg.vocab_size, C = A->C;
+  if (N % A->tp)
+    return error_set(err, ERR_ARG, "%s: %d tokens (batch %d x sequence %d) are not divisible by tp_size %d", who, N,
+                     B, T, A->tp);
+  if (A->has_embedding && !tokens) return error_set(err, ERR_ARG, "%s: chunk %d needs the tokens", who, chunk);
+  if (!A->has_embedding && !x_in) return error_set(err, ERR_ARG, "%s: chunk %d needs its input rows x_in", who, chunk);
   for (int n = 0; n < N; n++) {
-    if (tokens[n] < 0 || tokens[n] >= V)
-      return error_set(err, ERR_ARG, "model_forward: token %d at position %d is outside the vocabulary (0..%d)",
-                       tokens[n], n, V - 1);
-    if (targets && targets[n] >= V)
-      return error_set(err, ERR_ARG, "model_forward: target %d at position %d is outside the vocabulary (0..%d)",
+    if (A->has_embedding && (tokens[n] < 0 || tokens[n] >= V))
+      return error_set(err, ERR_ARG, "%s: token %d at position %d is outside the vocabulary (0..%d)", who, tokens[n],
+                       n, V - 1);
+    if (A->has_head && targets && targets[n] >= V)
+      return error_set(err, ERR_ARG, "%s: target %d at position %d is outside the vocabulary (0..%d)", who,
                        targets[n], n, V - 1);
   }
   A->B = B;
   A->T = T;
   A->N = N;
+  A->Nl = N / A->tp;
   A->training_pending = 0;
   A->grad_scale = grad_scale;
-  memcpy(A->tokens, tokens, (size_t)N * sizeof *tokens);
+  const size_t NlC = (size_t)A->Nl * C;
+  if (A->has_embedding) memcpy(A->tokens, tokens, (size_t)N * sizeof *tokens);
   for (int n = 0; n < N; n++) A->pos[n] = n % T;
-  if (A->moe.E > 0) memset(m->expert_counts, 0, (size_t)A->L * A->moe.E * sizeof *m->expert_counts);
-  m->dropped_assignments = 0;
+  for (int l = A->layer_begin; l < A->layer_end; l++) {
+    A->dropped[l] = 0;
+    if (A->moe.E > 0) memset(m->expert_counts + (size_t)l * A->moe.E, 0, (size_t)A->moe.E * sizeof *m->expert_counts);
+  }
 
-  embedding_forward(A->layers[0].res_attn, A->tokens, m->params + A->embed, N, C);
+  float *input = A->layer_end > A->layer_begin ? A->layers[A->layer_begin].res_attn : A->final_in;
+  if (!A->has_embedding)
+    vec_copy(input, x_in, NlC);
+  else if (A->tp == 1)
+    embedding_forward(input, A->tokens, m->params + A->embed, N, C);
+  else
+    tp_embedding_forward(m, A, input);
   double aux = 0, z = 0;
-  for (int l = 0; l < A->L; l++) block_forward(m, l, &aux, &z);
-  rmsnorm_forward(A->lnf, A->rstdf, A->final_in, m->params + A->final_norm, N, C, m->cfg.rms_norm_eps);
+  for (int l = A->layer_begin; l < A->layer_end; l++) block_forward(m, A, l, &aux, &z);
+  m->dropped_assignments = 0;
+  for (int l = 0; l < A->L; l++) m->dropped_assignments += A->dropped[l];
 
   double loss_sum = 0;
   long count = 0;
-  if (targets)
-    for (int n = 0; n < N; n++) count += targets[n] >= 0;
-  if (count > 0) {
-    float *dh = training ? A->dlnf : NULL;
-    float *dw = training ? m->grads + A->lm_head : NULL;
-    long counted = 0;
-    lmhead_xent(A->lnf, m->params + A->lm_head, targets, N, C, V, grad_scale / (float)count, &loss_sum, &counted, NULL,
-                dh, dw, A->xent_scratch, A->xent_chunk);
-  } else if (training) {
-    vec_zero(A->dlnf, (size_t)N * C);
+  if (A->has_head) {
+    norm_forward_gathered(m, A, A->lnf, A->rstdf, A->final_in, m->params + A->final_norm);
+    if (targets)
+      for (int n = 0; n < N; n++) count += targets[n] >= 0;
+    if (count > 0) {
+      long counted = 0;
+      if (A->tp == 1) {
+        float *dh = training ? A->dlnf : NULL;
+        float *dw = training ? m->grads + A->lm_head : NULL;
+        lmhead_xent(A->lnf, m->params + A->lm_head, targets, N, C, A->V, grad_scale / (float)count, &loss_sum,
+                    &counted, NULL, dh, dw, A->s->xent_scratch, A->s->xent_chunk);
+      } else {
+        tp_lmhead_xent(m, A, targets, grad_scale / (float)count, &loss_sum, &counted, training);
+      }
+    } else if (training) {
+      vec_zero(A->dlnf, NlC);
+    }
   }
   if (loss) {
     loss->lm = count > 0 ? loss_sum / (double)count : 0.0;
@@ -155,38 +275,97 @@ int model_forward(Model *m, const int *tokens, const int *targets, int B, int T,
   return 0;
 }
 
+int model_chunk_forward(Model *m, int chunk, int slot, const int *tokens, const int *targets, const float *x_in,
+                        int B, int T, int training, float grad_scale, ModelLoss *loss, Error *err) {
+  return chunk_forward(m, chunk, slot, tokens, targets, x_in, B, T, training, grad_scale, loss, "model_chunk_forward",
+                       err);
+}
+
 /* Reports [begin, end) of the gradient buffer as final (model.h). */
 static void grads_ready(Model *m, size_t begin, size_t end) {
   if (m->on_grads_ready && end > begin) m->on_grads_ready(m->on_grads_ready_ctx, begin, end - begin);
 }
 
-/* First parameter offset of block l (its first tensor is attn_norm); the
- * final norm for l = L. */
-static size_t block_begin(const Model *m, int l) {
-  return l < m->acts->L ? m->acts->lt[l].attn_norm : m->acts->final_norm;
+/* First parameter offset of block l of A's chunk; past its last block, the
+ * final norm (head chunk) or the chunk's end. */
+static size_t block_begin(const ModelActs *A, int l) {
+  if (l < A->layer_end) return A->lt[l].attn_norm;
+  return A->has_head ? A->final_norm : A->param_end;
 }
 
-int model_backward(Model *m, Error *err) {
-  ModelActs *A = m->acts;
+static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const char *who, Error *err) {
+  if (check_chunk(m, chunk, slot, who, err)) return ERR_ARG;
+  ModelActs *A = model_acts(m, chunk, slot);
   if (!A->training_pending)
     return error_set(err, ERR_ARG,
-                     "model_backward: no training forward to differentiate (call model_forward with "
-                     "training = 1 first)");
-  const int N = A->N, C = A->C;
-  vec_zero(A->dres, (size_t)N * C);
-  rmsnorm_backward(A->dres, m->grads + A->final_norm, A->dlnf, A->final_in, m->params + A->final_norm, A->rstdf, N, C);
-  grads_ready(m, A->final_norm, m->num_params);
-  for (int l = A->L - 1; l >= 0; l--) {
-    block_backward(m, l);
-    grads_ready(m, block_begin(m, l), block_begin(m, l + 1));
+                     "%s: no training forward of chunk %d slot %d to differentiate (run its forward with training = "
+                     "1 first)",
+                     who, chunk, slot);
+  if (!A->has_head && !dy)
+    return error_set(err, ERR_ARG, "%s: chunk %d needs the gradient of its output (dy)", who, chunk);
+  const int C = A->C;
+  const size_t NlC = (size_t)A->Nl * C;
+  if (A->has_head) {
+    vec_zero(A->dres, NlC);
+    norm_backward(m, A, A->dres, m->grads + A->final_norm, A->dlnf, A->final_in, m->params + A->final_norm, A->rstdf);
+    grads_ready(m, A->final_norm, A->param_end);
+  } else {
+    vec_copy(A->dres, dy, NlC);
   }
-  embedding_backward(m->grads + A->embed, A->tokens, A->dres, N, C);
-  grads_ready(m, 0, block_begin(m, 0));
+  for (int l = A->layer_end - 1; l >= A->layer_begin; l--) {
+    block_backward(m, A, l);
+    grads_ready(m, block_begin(A, l), block_begin(A, l + 1));
+  }
+  if (A->has_embedding) {
+    if (A->tp == 1)
+      embedding_backward(m->grads + A->embed, A->tokens, A->dres, A->N, C);
+    else
+      tp_embedding_backward(m, A, A->dres);
+    grads_ready(m, A->param_begin, block_begin(A, A->layer_begin));
+  }
   A->training_pending = 0;
   return 0;
 }
 
+int model_chunk_backward(Model *m, int chunk, int slot, const float *dy, Error *err) {
+  return chunk_backward(m, chunk, slot, dy, "model_chunk_backward", err);
+}
+
+const float *model_chunk_output(const Model *m, int chunk, int slot) {
+  if (chunk < 0 || chunk >= m->shard.num_chunks || slot < 0 || slot >= m->shard.num_slots) return NULL;
+  return model_acts(m, chunk, slot)->final_in;
+}
+
+const float *model_chunk_input_grad(const Model *m, int chunk, int slot) {
+  if (chunk < 0 || chunk >= m->shard.num_chunks || slot < 0 || slot >= m->shard.num_slots) return NULL;
+  return model_acts(m, chunk, slot)->dres;
+}
+
+/* ------------------------------------------------- the whole model at once */
+
+static int check_whole(const Model *m, const char *who, Error *err) {
+  if (!m->shard.has_embedding[0] || !m->shard.has_head[0])
+    return error_set(err, ERR_ARG,
+                     "%s: needs a shard whose chunk 0 holds both the embedding and the head (use model_chunk_forward "
+                     "/ model_chunk_backward for pipeline chunks)",
+                     who);
+  return 0;
+}
+
+int model_forward(Model *m, const int *tokens, const int *targets, int B, int T, int training, float grad_scale,
+                  ModelLoss *loss, Error *err) {
+  if (check_whole(m, "model_forward", err)) return ERR_ARG;
+  return chunk_forward(m, 0, 0, tokens, targets, NULL, B, T, training, grad_scale, loss, "model_forward", err);
+}
+
+int model_backward(Model *m, Error *err) {
+  if (check_whole(m, "model_backward", err)) return ERR_ARG;
+  return chunk_backward(m, 0, 0, NULL, "model_backward", err);
+}
+
 int model_logits(Model *m, const int *tokens, int B, int T, float *logits, Error *err) {
+  if (m->shard.tp_size > 1)
+    return error_set(err, ERR_ARG, "model_logits: needs tp_size 1 (this shard has %d)", m->shard.tp_size);
   if (model_forward(m, tokens, NULL, B, T, 0, 1.0f, NULL, err)) return err ? err->code : ERR_ARG;
   ModelActs *A = m->acts;
   linear_forward(logits, A->lnf, m->params + A->lm_head, A->N, A->C, A->V, 0);
