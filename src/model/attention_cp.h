@@ -59,6 +59,10 @@ typedef struct CpCommOps {
   void (*ring_shift)(void *ctx, const float *send, float *recv, size_t count);
   void (*ring_shift_start)(void *ctx, const float *send, float *recv, size_t count);
   void (*ring_shift_wait)(void *ctx);
+  /* In place sum of n doubles over the CP group (blocking). Not used by the
+   * attention here; the model sums the LM loss and its token count with it
+   * (model.h). May be NULL when only the attention functions are called. */
+  void (*allreduce_sum_f64)(void *ctx, double *buf, size_t n);
 } CpCommOps;
 
 /* 0 when a CP group of cp_size ranks can split sequences of T tokens

@@ -66,7 +66,16 @@ static void layout_acts(ModelActs *A, const ModelConfig *c, Carver *cv) {
     la->lse = CARVE_F(cv, N * A->Hq);
     la->ln2 = CARVE_F(cv, N * C);
     la->rstd2 = CARVE_F(cv, Nl);
-    if (layer_is_moe(A, c, l)) {
+    if (layer_is_moe(A, c, l) && A->moe_folded) {
+      const int max_tokens = (int)Nl;
+      if (A->dispatcher == MODEL_MOE_ALLTOALL) {
+        void *mem = carve(cv, moe_a2a_sizes(&A->moe, &A->ep, max_tokens).acts_bytes);
+        if (mem) moe_a2a_bind_acts(&la->a2a, mem, &A->moe, &A->ep, max_tokens);
+      } else {
+        void *mem = carve(cv, moe_ag_sizes(&A->moe, &A->ep, max_tokens).acts_bytes);
+        if (mem) moe_ag_bind_acts(&la->ag, mem, &A->moe, &A->ep, max_tokens);
+      }
+    } else if (layer_is_moe(A, c, l)) {
       MoeLayerActs *ma = &la->moe;
       ma->routing.logits = CARVE_F(cv, N * E);
       ma->routing.scores = CARVE_F(cv, N * E);
@@ -132,6 +141,22 @@ static void layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int a
     S->norm_dw = CARVE_F(cv, C);
     if (kv_dw_floats > 0) S->kv_dw = CARVE_F(cv, kv_dw_floats);
   }
+  if (E > 0 && A->moe_folded) {
+    const int max_tokens = (int)Nl;
+    if (A->dispatcher == MODEL_MOE_ALLTOALL) {
+      void *mem = carve(cv, moe_a2a_sizes(&A->moe, &A->ep, max_tokens).scratch_bytes);
+      if (mem) moe_a2a_bind_scratch(&S->a2a, mem, &A->moe, &A->ep, max_tokens);
+    } else {
+      void *mem = carve(cv, moe_ag_sizes(&A->moe, &A->ep, max_tokens).scratch_bytes);
+      if (mem) moe_ag_bind_scratch(&S->ag, mem, &A->moe, &A->ep, max_tokens);
+    }
+    if (A->tp > 1) S->moe_dw = CARVE_F(cv, ((size_t)E + 3 * (size_t)A->moe.Fs) * C);
+  }
+  if (A->cp > 1) {
+    S->cp_work = carve(cv, cp_attention_workspace_bytes(A->max_N / (max_T / A->cp), max_T / A->cp, A->Hq, A->Hkv,
+                                                        A->D));
+    if (any_head) S->targets_local = CARVE_I(cv, N);
+  }
   if (any_head) S->xent_scratch = CARVE_F(cv, (size_t)S->xent_chunk * A->V + (A->tp > 1 ? 3 * (size_t)S->xent_chunk : 0));
 }
 
@@ -158,6 +183,11 @@ static void fill_dims(ModelActs *A, const ModelConfig *c, const ShardDims *d, in
   A->vocab0 = d->vocab0;
   A->tp = d->t;
   A->tp_rank = d->r;
+  A->cp = d->cp;
+  A->cp_rank = d->cp_rank;
+  A->moe_folded = d->moe_folded;
+  A->dispatcher = d->dispatcher;
+  A->ep = (MoeEpLayout){d->ep, d->ep_rank, d->etp, d->etp_rank};
   A->max_N = max_N;
   moe_spec_from_config(&A->moe, c);
   if (model_config_num_moe_layers(c) == 0) A->moe.E = 0;
@@ -174,13 +204,36 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
   if (model_shard_dims(cfg, shard, &d, err)) return err ? err->code : ERR_CONFIG;
   if (d.t > 1 && (!ops || !ops->allreduce_sum || !ops->allreduce_max || !ops->allgather || !ops->reduce_scatter))
     return error_set(err, ERR_ARG, "model_create: tp_size %d needs ModelParallelOps with all four collectives", d.t);
+  if (d.cp > 1 && max_T % (2 * d.cp))
+    return error_set(err, ERR_CONFIG, "model_create: max sequence %d is not divisible by 2 * cp_size = %d", max_T,
+                     2 * d.cp);
+  if (d.cp > 1 && (!ops || !ops->cp || !ops->cp->ring_shift || !ops->cp->allreduce_sum_f64))
+    return error_set(err, ERR_ARG,
+                     "model_create: cp_size %d needs ModelParallelOps.cp with ring_shift and allreduce_sum_f64", d.cp);
+  int holds_moe = 0;
+  for (int i = 0; i < shard->num_chunks; i++)
+    for (int l = shard->layer_begin[i]; l < shard->layer_end[i]; l++)
+      holds_moe |= cfg->num_experts > 0 && cfg->is_moe_layer[l];
+  const int need_moe = d.moe_folded && holds_moe;
+  if (need_moe) {
+    const MoeCommOps *mo = ops ? ops->moe : NULL;
+    if (!mo || !mo->alltoall_i64 || !mo->alltoallv_f32 || !mo->allgather_i64 || !mo->allgatherv_f32 ||
+        !mo->reduce_scatterv_f32 || !mo->allreduce_f64)
+      return error_set(err, ERR_ARG,
+                       "model_create: MoE layers under ep_size %d x etp_size %d (cp_size %d) need "
+                       "ModelParallelOps.moe with all six collectives",
+                       d.ep, d.etp, d.cp);
+  }
   m->cfg = *cfg;
   m->cfg.head_dim = model_config_head_dim(cfg);
   m->cfg.num_kv_heads = model_config_kv_heads(cfg);
   for (int l = cfg->num_layers; l < MODEL_MAX_LAYERS; l++) m->cfg.is_moe_layer[l] = 0;
   const ModelConfig *c = &m->cfg;
   m->shard = *shard;
-  m->ops = d.t > 1 ? ops : NULL;
+  m->shard.cp_size = d.cp;
+  m->shard.ep_size = d.ep;
+  m->shard.etp_size = d.etp;
+  m->ops = d.t > 1 || d.cp > 1 || need_moe ? ops : NULL;
   m->max_B = max_B;
   m->max_T = max_T;
   const int num_acts = shard->num_chunks * shard->num_slots, L = c->num_layers;
@@ -215,7 +268,7 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
   TableBuilder fill = {m->tensors, 0, 0, &d};
   model_build_table(c, shard, &fill, lt, chunks);
 
-  const int max_N = max_B * max_T;
+  const int max_N = max_B * (max_T / d.cp);
   int any_head = 0;
   for (int i = 0; i < shard->num_chunks; i++) any_head |= shard->has_head[i] != 0;
   for (int i = 0; i < num_acts; i++) {
@@ -368,13 +421,16 @@ void model_chunk_params(const Model *m, int chunk, size_t *offset, size_t *count
   *count = A->param_end - A->param_begin;
 }
 
-int model_chunk_rows(const Model *m, int B, int T) { return B * T / (m->shard.tp_size > 0 ? m->shard.tp_size : 1); }
+int model_chunk_rows(const Model *m, int B, int T) {
+  const int tp = m->shard.tp_size > 0 ? m->shard.tp_size : 1, cp = m->shard.cp_size > 0 ? m->shard.cp_size : 1;
+  return B * (T / cp) / tp;
+}
 
 uint64_t model_routing_fingerprint(const Model *m) {
   const ModelActs *A = m->acts;
   uint64_t h = 0x6a09e667f3bcc908ULL;
   for (int l = A->layer_begin; l < A->layer_end; l++) {
-    if (!layer_is_moe(A, &m->cfg, l)) continue;
+    if (!layer_is_moe(A, &m->cfg, l) || A->moe_folded) continue;
     const MoeLayerActs *ma = &A->layers[l].moe;
     for (long a = 0; a < (long)A->N * A->moe.K; a++) {
       h = rng_hash64(h ^ (uint64_t)(uint32_t)ma->routing.topk_idx[a]);

@@ -41,7 +41,9 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "model/attention_cp.h"
 #include "model/config.h"
+#include "model/moe_dispatch_ep.h"
 
 typedef struct ParamTensor {
   char name[96];
@@ -70,6 +72,10 @@ typedef struct ParamTensor {
   int tp_ranks;      /* how many TP ranks hold this same data: tp_size when tp_replicated, 1 for
                         a split tensor, in between for KV heads shared by some ranks (count it
                         1/tp_ranks times when summing over the TP group, e.g. a gradient norm) */
+  int reduce_over_edp; /* the runtime sums this gradient over the EDP group (expert weights on the
+                          expert-parallel path, see "Gradient reductions" below); 0: over DP x CP.
+                          For such tensors tp_ranks = 1 (tp_replicated only when tp = 1): the copies of
+                          one slice are the EDP group's members, not TP ranks */
 } ParamTensor;
 
 typedef struct ModelLoss {
@@ -88,10 +94,10 @@ typedef struct ModelLoss {
  * heads per rank; KV heads split when Hkv % t == 0, otherwise each rank
  * keeps the KV heads its query heads use), wo row-parallel, reduce-scatter
  * into the residual. Dense MLP likewise (w_gate_up column-, w_down
- * row-parallel). MoE layers under TP compute on the all-gathered sequence
- * with replicated experts and keep their own rows (the MoE grid, with
- * EP/ETP, comes later): exact, layout-independent aux/z losses, redundant
- * expert work. Embedding and LM head are vocab-parallel (rows [r*V/t,
+ * row-parallel). MoE layers under TP alone (ep = etp = cp = 1) compute on
+ * the all-gathered sequence with replicated experts and keep their own
+ * rows: exact, layout-independent aux/z losses, redundant expert work (the
+ * MoE grid, below, removes the redundancy). Embedding and LM head are vocab-parallel (rows [r*V/t,
  * (r+1)*V/t) of embed.weight / lm_head.weight; V must be divisible by t);
  * the cross-entropy is the vocab-parallel one (global max and sum of
  * exponentials over the TP group). Gradients of TP-replicated tensors that
@@ -110,7 +116,57 @@ typedef struct ModelLoss {
  *
  * Activations: each chunk has num_slots slots, one per micro-batch whose
  * forward awaits its backward; the caller picks the slot (a micro-batch uses
- * the same slot for its forward and backward of a chunk). */
+ * the same slot for its forward and backward of a chunk).
+ *
+ * Context parallelism (cp_size > 1): every rank of the CP group receives the
+ * same full micro-batch [B, T] (tokens and targets: model_chunk_forward
+ * selects its rows itself); T must be divisible by 2 * cp_size. The rank
+ * keeps chunks cp_rank and 2*cp_size-1-cp_rank of every sequence (the
+ * layout of attention_cp.h's cp_split_rows): B*T/cp rows, of which a TP rank
+ * holds the slice [r*N'/t, (r+1)*N'/t) (N' = B*T/cp) between blocks, so
+ * model_chunk_rows is B*T/(cp*tp). RoPE uses the global positions; the
+ * attention core is the ring attention of attention_cp.h over
+ * ModelParallelOps.cp (after the TP all-gather, on this TP rank's heads).
+ * The LM loss is the mean over the whole micro-batch: token count and loss
+ * sum are summed over the CP group (CpCommOps.allreduce_sum_f64), so every
+ * CP rank reports the same lm and tokens and the head's gradient divides by
+ * the micro-batch's total count.
+ *
+ * Expert parallelism and folding (ep_size * etp_size > 1, or cp_size > 1 on
+ * a MoE model): MoE layers run one of the dispatchers of moe_dispatch_ep.h
+ * (moe_dispatcher 0: all-to-all, 1: all-gather) over ModelParallelOps.moe on
+ * the rank's own Nl residual rows (no TP all-gather of the MoE input). Its
+ * MOE_GROUP_SEQ is the TP x CP group (the ranks sharing one micro-batch),
+ * MOE_GROUP_EP / MOE_GROUP_ETP the MoE grid's groups (etp-ep-edp-pp). The
+ * rank holds experts [ep_rank*E/ep, (ep_rank+1)*E/ep) sliced over etp:
+ * moe.experts.w_gate_up [E/ep, 2Fe/etp, C] (view [E, 2, Fe, C], start
+ * [ep_rank*E/ep, 0, etp_rank*Fe/etp, 0]) and moe.experts.w_down [E/ep, C,
+ * Fe/etp] (view [E, C, Fe], start [ep_rank*E/ep, 0, etp_rank*Fe/etp]).
+ * Router and shared expert stay replicated; their gradients (local tokens
+ * only) are summed over TP inside the backward like the norms'. The
+ * capacity rule (dropping mode) is applied per rank on its Nl tokens.
+ * With ep = etp = cp = 1 MoE layers keep the TP path above.
+ *
+ * Gradient reductions the runtime does after the backward (the model has
+ * already summed over TP what needs it):
+ *   - reduce_over_edp = 1 (routed experts on the dispatcher path): sum over
+ *     the EDP group of the MoE grid;
+ *   - every other tensor (attention, dense MLP, norms, router, shared
+ *     expert, embedding, head; routed experts on the TP path): sum over
+ *     DP x CP (the attention grid's ranks with the same tp and pp
+ *     coordinates); tied copies also add to the embedding as before.
+ *
+ * Losses under TP / CP / EP: every rank of a TP x CP group reports the same
+ * lm, tokens, aux and z for the micro-batch (the whole micro-batch's values),
+ * so the runtime counts them once per micro-batch (e.g. from one rank of the
+ * group, or the group's sum divided by its size). expert_counts hold the
+ * whole micro-batch's tokens per expert (identical on the TP x CP group);
+ * dropped_assignments and model_chunk_dropped count this rank's own tokens
+ * on the dispatcher path (sum them over the TP x CP group for the
+ * micro-batch), the whole micro-batch on the TP path.
+ *
+ * Fields added after tp_size: a zero size (an older caller's zeroed struct)
+ * means 1. */
 #define MODEL_MAX_CHUNKS 16
 
 typedef struct ModelShard {
@@ -120,12 +176,21 @@ typedef struct ModelShard {
   int has_embedding[MODEL_MAX_CHUNKS]; /* 1 on the chunk that is virtual stage 0 */
   int has_head[MODEL_MAX_CHUNKS];      /* 1 on the chunk that is the last virtual stage */
   int num_slots;                       /* activation slots per chunk (>= 1) */
+  int cp_size, cp_rank;                /* context parallelism (attention grid) */
+  int ep_size, ep_rank;                /* expert parallelism (MoE grid) */
+  int etp_size, etp_rank;              /* expert tensor parallelism (MoE grid) */
+  int moe_dispatcher;                  /* MODEL_MOE_ALLTOALL or MODEL_MOE_ALLGATHER */
 } ModelShard;
 
-/* The tensor-parallel collectives the model calls (the runtime binds them to
- * the TP group; the model itself never links MPI). All are blocking, in
- * place where in == out is allowed, and called in the same order on every
- * TP rank. Unused (may be NULL) when tp_size = 1. */
+enum { MODEL_MOE_ALLTOALL = 0, MODEL_MOE_ALLGATHER = 1 };
+
+/* The collectives the model calls (the runtime binds them to its groups;
+ * the model itself never links MPI). The four float ones act on the TP
+ * group: blocking, in place where in == out is allowed, called in the same
+ * order on every TP rank; unused (may be NULL) when tp_size = 1. `moe`
+ * serves the MoE dispatchers (needed when ep_size * etp_size > 1, or
+ * cp_size > 1 with MoE layers on this rank), `cp` the CP group (needed when
+ * cp_size > 1: ring_shift and allreduce_sum_f64); NULL when unused. */
 typedef struct ModelParallelOps {
   void *ctx;
   void (*allreduce_sum)(void *ctx, float *buf, size_t n);
@@ -134,6 +199,8 @@ typedef struct ModelParallelOps {
   void (*allgather)(void *ctx, float *out, const float *in, size_t count);
   /* out [count] = this rank's block of the element-wise sum of every rank's in [t * count] */
   void (*reduce_scatter)(void *ctx, float *out, const float *in, size_t count);
+  const MoeCommOps *moe;
+  const CpCommOps *cp;
 } ModelParallelOps;
 
 typedef struct ModelActs ModelActs; /* private: activations and scratch */
@@ -167,8 +234,9 @@ typedef struct Model {
    * last to the first, then the embedding: ranges arrive in decreasing
    * offset order and cover the chunk's range, model_chunk_params, once).
    * Data parallelism starts reducing a gradient bucket as soon as it is
-   * complete. Under TP the norm gradients are already summed over the group
-   * when their range is reported. One exception: with tied embeddings and
+   * complete. Under TP the norm gradients (and on the dispatcher path the
+   * router and shared-expert ones) are already summed over the group when
+   * their range is reported. One exception: with tied embeddings and
    * the embedding and head in different chunks of the same rank, the head
    * chunk's forward adds the LM-head gradient into embed.weight (in the
    * embedding chunk's range); the embedding chunk's backward of the last
@@ -183,9 +251,11 @@ typedef struct Model {
 void model_shard_default(const ModelConfig *cfg, ModelShard *shard);
 
 /* Creates the shard of the model described by `shard`; ops must outlive the
- * model (NULL when tp_size = 1). Errors (ERR_CONFIG) name what does not
+ * model (NULL when every size is 1). Errors (ERR_CONFIG) name what does not
  * divide or fit: heads, vocabulary, FFN sizes by tp, query heads that do
- * not map onto whole KV heads, layer ranges outside [0, L) or overlapping,
+ * not map onto whole KV heads, num_experts by ep_size,
+ * moe_intermediate_size by etp_size, max_T by 2 * cp_size, ranks outside
+ * their sizes, an unknown moe_dispatcher, layer ranges outside [0, L) or overlapping,
  * the embedding on a chunk not starting at layer 0 or the head on one not
  * ending at L, num_chunks, num_slots. The tied copy of the head (see
  * ParamTensor.tied_copy) is named "embed.weight" like the tensor it copies
@@ -201,9 +271,10 @@ int model_global_tensors(const ModelConfig *cfg, ParamTensor **out, int *n, Erro
 /* [*offset, *offset + *count) of m->params holds the tensors of chunk c. */
 void model_chunk_params(const Model *m, int chunk, size_t *offset, size_t *count);
 
-/* Rows of the activation passed between chunks on this TP rank: B*T/tp
- * (B*T must be divisible by tp: forwards refuse it otherwise, ERR_ARG). RoPE
- * positions are n % T of the global flattened row n. */
+/* Rows of the activation passed between chunks on this rank: B*T/(cp*tp)
+ * (T must be divisible by 2*cp and B*T/cp by tp: forwards refuse it
+ * otherwise, ERR_ARG). RoPE positions are n % T of the global flattened row
+ * n. */
 int model_chunk_rows(const Model *m, int B, int T);
 
 /* Assignments dropped by the capacity rule in the latest forward of chunk
@@ -215,10 +286,12 @@ long model_chunk_dropped(const Model *m, int chunk);
  * tokens [B, T] (x_in unused); any other reads x_in [rows, C] (rows =
  * model_chunk_rows). The chunk with the head reads targets [B, T]
  * (negative = ignore; may be NULL: no loss) and, when training, already
- * produces its LM-head gradient scaled by grad_scale. Every TP rank passes
- * the same tokens and targets. loss (may be NULL): lm and tokens from the
- * head chunk (identical on all TP ranks), aux and z of this chunk's MoE
- * layers; zero otherwise. */
+ * produces its LM-head gradient scaled by grad_scale. Every rank of a
+ * TP x CP group passes the same full [B, T] tokens and targets (or NULL
+ * targets on all of them). loss (may be NULL): lm and tokens from the head
+ * chunk (identical on all TP x CP ranks), aux and z of this chunk's MoE
+ * layers; zero otherwise. Errors from the dispatchers or the ring are fatal
+ * for the job (peers wait inside a collective). */
 int model_chunk_forward(Model *m, int chunk, int slot, const int *tokens, const int *targets, const float *x_in,
                         int B, int T, int training, float grad_scale, ModelLoss *loss, Error *err);
 /* The output activation [rows, C] of the last forward of (chunk, slot): what
@@ -266,7 +339,7 @@ void model_zero_grad(Model *m);
 
 /* Logits [B*T, V] of the last position-wise forward (inference helper for
  * sampling and reference tests): runs a forward without targets. Needs
- * tp_size 1 and chunk 0 holding embedding and head (ERR_ARG otherwise). */
+ * tp_size, cp_size, ep_size and etp_size 1 and chunk 0 holding embedding and head (ERR_ARG otherwise). */
 int model_logits(Model *m, const int *tokens, int B, int T, float *logits, Error *err);
 
 #endif

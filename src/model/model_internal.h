@@ -9,8 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/attention_cp.h"
 #include "model/model.h"
 #include "model/moe.h"
+#include "model/moe_dispatch_ep.h"
 
 #define NO_TENSOR ((size_t)-1)
 
@@ -23,9 +25,12 @@ typedef struct LayerTensors {
   size_t shared_gate_up, shared_down;
 } LayerTensors;
 
-/* Row counts: N = B*T tokens of the micro-batch; a TP rank holds Nl = N/t
- * rows of the residual stream. Buffers marked [N, .] hold the gathered
- * sequence (the same as [Nl, .] when t = 1). */
+/* Row counts: N = B*T/cp tokens of the micro-batch that this CP rank
+ * holds (all of them when cp = 1); a TP rank holds Nl = N/t rows of the
+ * residual stream. Buffers marked [N, .] hold the gathered sequence (the
+ * same as [Nl, .] when t = 1). On the dispatcher path (ModelActs.moe_folded)
+ * a MoE layer's ln2 holds only the Nl local rows and its state lives in a2a
+ * or ag instead of moe. */
 typedef struct LayerActs {
   float *res_attn; /* [Nl, C] block input (residual stream) */
   float *res_mlp;  /* [Nl, C] residual after attention */
@@ -34,7 +39,9 @@ typedef struct LayerActs {
   float *att, *lse;
   float *ln2, *rstd2; /* [N, C], [Nl] */
   float *mlp_h;       /* [N, 2F/t] dense layers */
-  MoeLayerActs moe;   /* over all N rows */
+  MoeLayerActs moe;   /* over all N rows (TP path) */
+  MoeA2aActs a2a;     /* dispatcher path, all-to-all */
+  MoeAgActs ag;       /* dispatcher path, all-gather */
 } LayerActs;
 
 /* What every (chunk, slot) of one model shares: backward scratch and the
@@ -52,6 +59,11 @@ typedef struct ModelScratch {
   float *kv_dw;              /* [2, Hkv*D, C] (TP, shared KV heads): wk/wv gradients to sum */
   float *xent_scratch;
   int xent_chunk;
+  MoeA2aScratch a2a;         /* dispatcher path */
+  MoeAgScratch ag;
+  float *moe_dw;             /* [E*C + 3*Fs*C] (dispatcher path, TP): router and shared-expert gradients to sum */
+  void *cp_work;             /* (CP) ring attention workspace */
+  int *targets_local;        /* [N] (CP) this rank's targets */
   void *arena;
 } ModelScratch;
 
@@ -62,7 +74,10 @@ struct ModelActs {
   int kv_shared; /* 1: KV heads are held by several TP ranks (wk/wv gradients summed over TP) */
   int vocab0;    /* first vocabulary row this rank holds */
   int tp, tp_rank;
-  int max_N;
+  int cp, cp_rank;
+  int moe_folded, dispatcher;
+  MoeEpLayout ep; /* the MoE grid position (dispatcher path) */
+  int max_N;      /* rows N of the largest micro-batch (max_B * max_T / cp) */
   MoeSpec moe;
   size_t max_rows; /* MoE expert-major rows */
   /* which chunk and slot this is */
@@ -74,6 +89,7 @@ struct ModelActs {
   const LayerTensors *lt;            /* [L], shared by the chunks */
   /* the last forward */
   int B, T, N, Nl;
+  int Tl; /* T / cp: rows of one sequence on this CP rank */
   int training_pending; /* a training forward awaits its backward */
   float grad_scale;
   int *tokens, *pos; /* [N] */
@@ -92,8 +108,9 @@ static inline ModelActs *model_acts(const Model *m, int chunk, int slot) {
   return m->acts + (size_t)chunk * m->shard.num_slots + slot;
 }
 
-void block_forward(Model *m, ModelActs *A, int l, double *aux, double *z);
-void block_backward(Model *m, ModelActs *A, int l);
+/* Errors come only from the dispatcher and ring callbacks (fatal for the job). */
+int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *err);
+int block_backward(Model *m, ModelActs *A, int l, Error *err);
 
 /* Tensor-parallel pieces (model_tp.c). */
 void tp_allgather_rows(const Model *m, float *out, const float *in, int Nl, int C);

@@ -8,6 +8,7 @@
  * GEMMs, and the row-parallel ones are reduce-scattered back (model_tp.c
  * holds the exchanges). With tp = 1 every step is the single-rank one, in
  * the same order. Nothing here allocates. */
+#include <math.h>
 #include <string.h>
 
 #include "kern/attention.h"
@@ -17,6 +18,7 @@
 #include "kern/rmsnorm.h"
 #include "kern/rope.h"
 #include "kern/vecops.h"
+#include "model/attention_cp.h"
 #include "model/model.h"
 #include "model/model_internal.h"
 
@@ -85,7 +87,73 @@ static const float *scattered_grad(const Model *m, const ModelActs *A, const flo
   return A->s->dln_local;
 }
 
-void block_forward(Model *m, ModelActs *A, int l, double *aux, double *z) {
+/* The ring attention of this CP rank's rows (cp > 1) or the kernel's. */
+static int attention_core_forward(const Model *m, const ModelActs *A, LayerActs *la, Error *err) {
+  if (A->cp == 1) {
+    attention_forward(la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq, A->Hkv, A->D);
+    return 0;
+  }
+  return cp_attention_forward(la->att, la->lse, la->q, la->k, la->v, A->B, A->Tl, A->Hq, A->Hkv, A->D, A->cp,
+                              A->cp_rank, A->s->cp_work, m->ops->cp, err);
+}
+
+static int attention_core_backward(const Model *m, const ModelActs *A, const LayerActs *la, Error *err) {
+  ModelScratch *S = A->s;
+  if (A->cp == 1) {
+    attention_backward(S->dq, S->dk, S->dv, S->datt, la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq,
+                       A->Hkv, A->D);
+    return 0;
+  }
+  return cp_attention_backward(S->dq, S->dk, S->dv, S->datt, la->att, la->lse, la->q, la->k, la->v, A->B, A->Tl,
+                               A->Hq, A->Hkv, A->D, A->cp, A->cp_rank, S->cp_work, m->ops->cp, err);
+}
+
+/* The MoE layer through a dispatcher on this rank's Nl rows: out += moe(ln2). */
+static int moe_folded_forward(Model *m, ModelActs *A, LayerActs *la, const LayerTensors *t, float *out,
+                              double *aux, double *z, Error *err) {
+  const MoeLayerParams p = moe_params(m, t);
+  const MoeCommOps *ops = m->ops->moe;
+  ModelScratch *S = A->s;
+  if (A->dispatcher == MODEL_MOE_ALLTOALL)
+    return moe_a2a_forward(out, &la->a2a, &S->a2a, la->ln2, &p, A->Nl, &A->moe, &A->ep, ops, aux, z, err);
+  return moe_ag_forward(out, &la->ag, &S->ag, la->ln2, &p, A->Nl, &A->moe, &A->ep, ops, aux, z, err);
+}
+
+/* dx [Nl, C] overwritten; router and shared-expert gradients (local tokens
+ * only) summed over TP before they are added, like a norm's. */
+static int moe_folded_backward(Model *m, ModelActs *A, const LayerActs *la, const LayerTensors *t, float *dx,
+                               Error *err) {
+  const MoeLayerParams p = moe_params(m, t);
+  MoeLayerGrads g = moe_grads(m, t);
+  const MoeCommOps *ops = m->ops->moe;
+  ModelScratch *S = A->s;
+  const size_t C = (size_t)A->C, router_n = (size_t)A->moe.E * C, shared_n = 3 * (size_t)A->moe.Fs * C;
+  if (A->tp > 1) {
+    vec_zero(S->moe_dw, router_n + shared_n);
+    g.router = S->moe_dw;
+    if (g.shared_gate_up) {
+      g.shared_gate_up = S->moe_dw + router_n;
+      g.shared_down = S->moe_dw + router_n + 2 * (size_t)A->moe.Fs * C;
+    }
+  }
+  int rc;
+  if (A->dispatcher == MODEL_MOE_ALLTOALL)
+    rc = moe_a2a_backward(dx, &g, &S->a2a, A->dres, &la->a2a, la->ln2, &p, A->Nl, &A->moe, &A->ep, ops,
+                          A->grad_scale, err);
+  else
+    rc = moe_ag_backward(dx, &g, &S->ag, A->dres, &la->ag, la->ln2, &p, A->Nl, &A->moe, &A->ep, ops, A->grad_scale,
+                         err);
+  if (rc || A->tp == 1) return rc;
+  m->ops->allreduce_sum(m->ops->ctx, S->moe_dw, router_n + (t->shared_gate_up != NO_TENSOR ? shared_n : 0));
+  vec_acc(m->grads + t->router, S->moe_dw, router_n);
+  if (t->shared_gate_up != NO_TENSOR) {
+    vec_acc(m->grads + t->shared_gate_up, S->moe_dw + router_n, 2 * (size_t)A->moe.Fs * C);
+    vec_acc(m->grads + t->shared_down, S->moe_dw + router_n + 2 * (size_t)A->moe.Fs * C, (size_t)A->moe.Fs * C);
+  }
+  return 0;
+}
+
+int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *err) {
   LayerActs *la = &A->layers[l];
   const LayerTensors *t = &A->lt[l];
   ModelScratch *S = A->s;
@@ -99,7 +167,7 @@ void block_forward(Model *m, ModelActs *A, int l, double *aux, double *z) {
   linear_forward(la->v, la->ln1, P + t->wv, N, C, A->KVD, 0);
   rope_forward(la->q, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin);
   rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin);
-  attention_forward(la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq, A->Hkv, A->D);
+  if (attention_core_forward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
   if (A->tp == 1) {
     vec_copy(la->res_mlp, la->res_attn, NC);
     linear_forward(la->res_mlp, la->att, P + t->wo, N, A->QD, C, 1);
@@ -108,8 +176,21 @@ void block_forward(Model *m, ModelActs *A, int l, double *aux, double *z) {
     add_reduce_scattered(m, A, la->res_mlp, la->res_attn, S->full);
   }
 
-  norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm);
   float *out = l + 1 < A->layer_end ? A->layers[l + 1].res_attn : A->final_in;
+  if (is_moe(A, m, l) && A->moe_folded) {
+    /* The dispatcher takes this rank's own rows: no gather. */
+    rmsnorm_forward(la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, A->Nl, C, m->cfg.rms_norm_eps);
+    vec_copy(out, la->res_mlp, NlC);
+    double layer_aux = 0, layer_z = 0;
+    if (moe_folded_forward(m, A, la, t, out, &layer_aux, &layer_z, err)) return err ? err->code : ERR_INTERNAL;
+    *aux += layer_aux;
+    *z += layer_z;
+    const long *counts = A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.group_counts : la->ag.group_counts;
+    for (int e = 0; e < A->moe.E; e++) m->expert_counts[(size_t)l * A->moe.E + e] = counts[e];
+    A->dropped[l] = A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.perm.dropped : la->ag.perm.dropped;
+    return 0;
+  }
+  norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm);
   if (is_moe(A, m, l)) {
     MoeLayerParams p = moe_params(m, t);
     double layer_aux = 0, layer_z = 0;
@@ -133,11 +214,12 @@ void block_forward(Model *m, ModelActs *A, int l, double *aux, double *z) {
     swiglu_mlp_forward(S->full, 0, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
     add_reduce_scattered(m, A, out, la->res_mlp, S->full);
   }
+  return 0;
 }
 
 /* On entry A->dres is the gradient of the block's output; on exit, of its
  * input. */
-void block_backward(Model *m, ModelActs *A, int l) {
+int block_backward(Model *m, ModelActs *A, int l, Error *err) {
   LayerActs *la = &A->layers[l];
   const LayerTensors *t = &A->lt[l];
   ModelScratch *S = A->s;
@@ -148,7 +230,10 @@ void block_backward(Model *m, ModelActs *A, int l) {
   MoeScratch *s = &S->moe;
 
   const float *dln;
-  if (is_moe(A, m, l)) {
+  if (is_moe(A, m, l) && A->moe_folded) {
+    if (moe_folded_backward(m, A, la, t, S->dln, err)) return err ? err->code : ERR_INTERNAL;
+    dln = S->dln;
+  } else if (is_moe(A, m, l)) {
     MoeLayerParams p = moe_params(m, t);
     MoeLayerGrads g = moe_grads(m, t);
     const float *dout = gathered_grad(m, A, A->dres);
@@ -164,8 +249,7 @@ void block_backward(Model *m, ModelActs *A, int l) {
 
   const float *datt_out = gathered_grad(m, A, A->dres);
   linear_backward(S->datt, G + t->wo, datt_out, la->att, P + t->wo, N, A->QD, C, 0);
-  attention_backward(S->dq, S->dk, S->dv, S->datt, la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq, A->Hkv,
-                     A->D);
+  if (attention_core_backward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
   rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin);
   rope_backward(S->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin);
   linear_backward(S->dln, G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0);
@@ -187,6 +271,7 @@ void block_backward(Model *m, ModelActs *A, int l) {
   }
   dln = scattered_grad(m, A, S->dln);
   norm_backward(m, A, A->dres, G + t->attn_norm, dln, la->res_attn, P + t->attn_norm, la->rstd1);
+  return 0;
 }
 
 /* ---------------------------------------------------------------- chunks */
@@ -205,13 +290,17 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
     return error_set(err, ERR_ARG, "%s: batch %d x sequence %d exceeds the model's buffers (%d x %d)", who, B, T,
                      m->max_B, m->max_T);
-  const int N = B * T, V = m->cfg.vocab_size, C = A->C;
+  const int V = m->cfg.vocab_size, C = A->C, cp = A->cp;
+  if (cp > 1 && T % (2 * cp))
+    return error_set(err, ERR_ARG, "%s: sequence %d is not divisible by 2 * cp_size = %d", who, T, 2 * cp);
+  const int N = B * (T / cp); /* this CP rank's rows */
   if (N % A->tp)
-    return error_set(err, ERR_ARG, "%s: %d tokens (batch %d x sequence %d) are not divisible by tp_size %d", who, N,
-                     B, T, A->tp);
+    return error_set(err, ERR_ARG,
+                     "%s: %d tokens (batch %d x sequence %d / cp_size %d) are not divisible by tp_size %d", who, N, B,
+                     T, cp, A->tp);
   if (A->has_embedding && !tokens) return error_set(err, ERR_ARG, "%s: chunk %d needs the tokens", who, chunk);
   if (!A->has_embedding && !x_in) return error_set(err, ERR_ARG, "%s: chunk %d needs its input rows x_in", who, chunk);
-  for (int n = 0; n < N; n++) {
+  for (int n = 0; n < B * T; n++) {
     if (A->has_embedding && (tokens[n] < 0 || tokens[n] >= V))
       return error_set(err, ERR_ARG, "%s: token %d at position %d is outside the vocabulary (0..%d)", who, tokens[n],
                        n, V - 1);
@@ -223,11 +312,18 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   A->T = T;
   A->N = N;
   A->Nl = N / A->tp;
+  A->Tl = T / cp;
   A->training_pending = 0;
   A->grad_scale = grad_scale;
   const size_t NlC = (size_t)A->Nl * C;
-  if (A->has_embedding) memcpy(A->tokens, tokens, (size_t)N * sizeof *tokens);
-  for (int n = 0; n < N; n++) A->pos[n] = n % T;
+  if (cp == 1) {
+    if (A->has_embedding) memcpy(A->tokens, tokens, (size_t)N * sizeof *tokens);
+    for (int n = 0; n < N; n++) A->pos[n] = n % T;
+  } else {
+    if (A->has_embedding) cp_split_rows(A->tokens, tokens, B, T, sizeof *tokens, cp, A->cp_rank);
+    cp_local_positions(A->pos, T, cp, A->cp_rank);
+    for (int n = A->Tl; n < N; n++) A->pos[n] = A->pos[n % A->Tl];
+  }
   for (int l = A->layer_begin; l < A->layer_end; l++) {
     A->dropped[l] = 0;
     if (A->moe.E > 0) memset(m->expert_counts + (size_t)l * A->moe.E, 0, (size_t)A->moe.E * sizeof *m->expert_counts);
@@ -241,7 +337,8 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   else
     tp_embedding_forward(m, A, input);
   double aux = 0, z = 0;
-  for (int l = A->layer_begin; l < A->layer_end; l++) block_forward(m, A, l, &aux, &z);
+  for (int l = A->layer_begin; l < A->layer_end; l++)
+    if (block_forward(m, A, l, &aux, &z, err)) return error_wrap(err, "%s: layer %d", who, l);
   m->dropped_assignments = 0;
   for (int l = 0; l < A->L; l++) m->dropped_assignments += A->dropped[l];
 
@@ -249,8 +346,19 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   long count = 0;
   if (A->has_head) {
     norm_forward_gathered(m, A, A->lnf, A->rstdf, A->final_in, m->params + A->final_norm);
+    if (targets && cp > 1) {
+      cp_split_rows(A->s->targets_local, targets, B, T, sizeof *targets, cp, A->cp_rank);
+      targets = A->s->targets_local;
+    }
     if (targets)
       for (int n = 0; n < N; n++) count += targets[n] >= 0;
+    if (targets && cp > 1) {
+      /* The mean is over the whole micro-batch: every CP rank divides by
+       * the same total count. */
+      double total = (double)count;
+      m->ops->cp->allreduce_sum_f64(m->ops->cp->ctx, &total, 1);
+      count = (long)llround(total);
+    }
     if (count > 0) {
       long counted = 0;
       if (A->tp == 1) {
@@ -261,6 +369,7 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
       } else {
         tp_lmhead_xent(m, A, targets, grad_scale / (float)count, &loss_sum, &counted, training);
       }
+      if (cp > 1) m->ops->cp->allreduce_sum_f64(m->ops->cp->ctx, &loss_sum, 1);
     } else if (training) {
       vec_zero(A->dlnf, NlC);
     }
@@ -313,7 +422,7 @@ static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const 
     vec_copy(A->dres, dy, NlC);
   }
   for (int l = A->layer_end - 1; l >= A->layer_begin; l--) {
-    block_backward(m, A, l);
+    if (block_backward(m, A, l, err)) return error_wrap(err, "%s: layer %d", who, l);
     grads_ready(m, block_begin(A, l), block_begin(A, l + 1));
   }
   if (A->has_embedding) {
@@ -364,8 +473,9 @@ int model_backward(Model *m, Error *err) {
 }
 
 int model_logits(Model *m, const int *tokens, int B, int T, float *logits, Error *err) {
-  if (m->shard.tp_size > 1)
-    return error_set(err, ERR_ARG, "model_logits: needs tp_size 1 (this shard has %d)", m->shard.tp_size);
+  if (m->shard.tp_size > 1 || m->shard.cp_size > 1 || m->shard.ep_size * m->shard.etp_size > 1)
+    return error_set(err, ERR_ARG, "model_logits: needs tp_size, cp_size, ep_size and etp_size 1 (this shard has %d, %d, %d, %d)",
+                     m->shard.tp_size, m->shard.cp_size, m->shard.ep_size, m->shard.etp_size);
   if (model_forward(m, tokens, NULL, B, T, 0, 1.0f, NULL, err)) return err ? err->code : ERR_ARG;
   ModelActs *A = m->acts;
   linear_forward(logits, A->lnf, m->params + A->lm_head, A->N, A->C, A->V, 0);

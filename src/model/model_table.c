@@ -20,7 +20,13 @@ void model_shard_default(const ModelConfig *cfg, ModelShard *shard) {
   shard->has_embedding[0] = 1;
   shard->has_head[0] = 1;
   shard->num_slots = 1;
+  shard->cp_size = 1;
+  shard->ep_size = 1;
+  shard->etp_size = 1;
+  shard->moe_dispatcher = MODEL_MOE_ALLTOALL;
 }
+
+static int size_or_one(int n) { return n == 0 ? 1 : n; }
 
 static int has_dense_layer(const ModelConfig *c) {
   for (int l = 0; l < c->num_layers; l++)
@@ -101,18 +107,48 @@ int model_shard_dims(const ModelConfig *c, const ModelShard *sh, ShardDims *d, E
   d->vocab0 = r * d->V;
   d->embedding_here = 0;
   for (int i = 0; i < sh->num_chunks; i++) d->embedding_here |= sh->has_embedding[i] != 0;
+
+  d->cp = size_or_one(sh->cp_size);
+  d->ep = size_or_one(sh->ep_size);
+  d->etp = size_or_one(sh->etp_size);
+  d->cp_rank = sh->cp_rank;
+  d->ep_rank = sh->ep_rank;
+  d->etp_rank = sh->etp_rank;
+  d->dispatcher = sh->moe_dispatcher;
+  const struct {
+    const char *what;
+    int size, rank;
+  } grid[] = {{"cp", d->cp, d->cp_rank}, {"ep", d->ep, d->ep_rank}, {"etp", d->etp, d->etp_rank}};
+  for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++)
+    if (grid[i].size < 1 || grid[i].rank < 0 || grid[i].rank >= grid[i].size)
+      return error_set(err, ERR_CONFIG,
+                       "model shard: %s_rank %d of %s_size %d is out of range (need 0 <= rank < size, size >= 1)",
+                       grid[i].what, grid[i].rank, grid[i].what, grid[i].size);
+  if (d->dispatcher != MODEL_MOE_ALLTOALL && d->dispatcher != MODEL_MOE_ALLGATHER)
+    return error_set(err, ERR_CONFIG, "model shard: moe_dispatcher %d is unknown (0: all-to-all, 1: all-gather)",
+                     d->dispatcher);
+  const int has_moe = c->num_experts > 0 && model_config_num_moe_layers(c) > 0;
+  if (has_moe && c->num_experts % d->ep)
+    return error_set(err, ERR_CONFIG, "model shard: num_experts %d is not divisible by ep_size %d", c->num_experts,
+                     d->ep);
+  if (has_moe && c->moe_intermediate_size % d->etp)
+    return error_set(err, ERR_CONFIG, "model shard: moe_intermediate_size %d is not divisible by etp_size %d",
+                     c->moe_intermediate_size, d->etp);
+  d->moe_folded = has_moe && (d->ep * d->etp > 1 || d->cp > 1);
+  d->El = has_moe ? c->num_experts / d->ep : 0;
+  d->Fl = has_moe ? c->moe_intermediate_size / d->etp : 0;
   return 0;
 }
 
 /* ------------------------------------------------------------ the table */
 
-enum { NORM = 1, EXPERT = 2, SPLIT = 4, TIED_COPY = 8 };
+enum { NORM = 1, EXPERT = 2, SPLIT = 4, TIED_COPY = 8, EDP = 16 };
 
 typedef struct TensorSpec {
   const char *name;
-  int ndim, shape[3];   /* local */
-  int global_shape[3];
-  int view_ndim, view_shape[3], view_start[3], view_count[3];
+  int ndim, shape[4]; /* local */
+  int global_shape[4];
+  int view_ndim, view_shape[4], view_start[4], view_count[4];
   int flags, tp_ranks; /* tp_ranks: TP ranks that hold this same slice */
 } TensorSpec;
 
@@ -142,6 +178,7 @@ static size_t add(TableBuilder *b, const TensorSpec *s) {
     t->tied_copy = (s->flags & TIED_COPY) != 0;
     t->tp_ranks = s->tp_ranks;
     t->tp_replicated = s->tp_ranks == b->dims->t;
+    t->reduce_over_edp = (s->flags & EDP) != 0;
   }
   b->n++;
   b->total += numel;
@@ -196,8 +233,20 @@ static void add_block(const ModelConfig *c, TableBuilder *b, int l, LayerTensors
   if (c->num_experts > 0 && c->is_moe_layer[l]) {
     const int E = c->num_experts, Fe = c->moe_intermediate_size, Fs = c->shared_expert_intermediate_size;
     lt.router = add_full(b, NAME("moe.router"), 2, E, C, 0, 0);
-    lt.experts_gate_up = add_full(b, NAME("moe.experts.w_gate_up"), 3, E, 2 * Fe, C, EXPERT);
-    lt.experts_down = add_full(b, NAME("moe.experts.w_down"), 3, E, C, Fe, EXPERT);
+    if (!d->moe_folded) {
+      lt.experts_gate_up = add_full(b, NAME("moe.experts.w_gate_up"), 3, E, 2 * Fe, C, EXPERT);
+      lt.experts_down = add_full(b, NAME("moe.experts.w_down"), 3, E, C, Fe, EXPERT);
+    } else {
+      /* The MoE grid's slice: no TP rank shares it by construction (the
+       * copies are EDP members), hence tp_ranks 1. */
+      const int El = d->El, Fl = d->Fl, e0 = d->ep_rank * El, f0 = d->etp_rank * Fl;
+      TensorSpec gu = {NAME("moe.experts.w_gate_up"), 3, {El, 2 * Fl, C, 0}, {E, 2 * Fe, C, 0}, 4, {E, 2, Fe, C},
+                       {e0, 0, f0, 0}, {El, 2, Fl, C}, EXPERT | EDP, 1};
+      lt.experts_gate_up = add(b, &gu);
+      TensorSpec dn = {NAME("moe.experts.w_down"), 3, {El, C, Fl, 0}, {E, C, Fe, 0}, 3, {E, C, Fe, 0},
+                       {e0, 0, f0, 0}, {El, C, Fl, 0}, EXPERT | EDP, 1};
+      lt.experts_down = add(b, &dn);
+    }
     if (Fs > 0) {
       lt.shared_gate_up = add_full(b, NAME("moe.shared.w_gate_up"), 2, 2 * Fs, C, 0, 0);
       lt.shared_down = add_full(b, NAME("moe.shared.w_down"), 2, C, Fs, 0, 0);

@@ -1,4 +1,4 @@
-/* Private to src/model: the sizes one TP rank holds (ShardDims), the
+/* Private to src/model: the sizes one rank holds (ShardDims), the
  * validation of a shard, and the builder of the parameter table
  * (model_table.c). */
 #ifndef FIVEFOLD_MODEL_MODEL_TABLE_H
@@ -18,6 +18,11 @@ typedef struct ShardDims {
   int F;             /* local dense FFN */
   int V, vocab0;     /* local vocabulary rows, first global one */
   int embedding_here; /* some chunk of this rank holds the embedding */
+  int cp, cp_rank;    /* context parallelism (sizes >= 1) */
+  int ep, ep_rank, etp, etp_rank;
+  int dispatcher;     /* MODEL_MOE_ALLTOALL / MODEL_MOE_ALLGATHER */
+  int moe_folded;     /* MoE layers run a dispatcher of moe_dispatch_ep.h (ep*etp > 1 or cp > 1) */
+  int El, Fl;         /* local experts, local expert FFN */
 } ShardDims;
 
 /* ERR_CONFIG naming what does not divide or does not fit. */

@@ -162,7 +162,7 @@ static void *rank_main(void *arg) {
   RankJob *j = arg;
   Local *l = j->loc;
   const CpCommOps ops = {&j->ctx, shared_shift, j->overlap ? shared_shift_start : NULL,
-                         j->overlap ? shared_shift_wait : NULL};
+                         j->overlap ? shared_shift_wait : NULL, NULL};
   j->rc_fwd = cp_attention_forward(l->out, l->lse, l->q, l->k, l->v, B_, j->T_local, HQ, HKV, HD, j->cp,
                                    j->ctx.rank, l->workspace, &ops, &j->err);
   j->fwd_shifts = j->ctx.shifts;
@@ -548,7 +548,7 @@ static void test_bad_arguments_are_rejected(void **state) {
 
   float buf[64] = {0};
   char ws[4096];
-  const CpCommOps ok = {NULL, noop_shift, NULL, NULL}, half = {NULL, noop_shift, noop_start, NULL};
+  const CpCommOps ok = {NULL, noop_shift, NULL, NULL, NULL}, half = {NULL, noop_shift, noop_start, NULL, NULL};
   /* odd T_local: a rank holds two equal chunks */
   assert_int_equal(cp_attention_forward(buf, buf, buf, buf, buf, 1, 3, 1, 1, 1, 2, 0, ws, &ok, &err), ERR_ARG);
   assert_non_null(strstr(err.msg, "T_local=3"));
