@@ -49,3 +49,9 @@ if [ -x "$BUILD/bench/bench_attention" ]; then
   echo "=== attention kernel ==="
   "$BUILD/bench/bench_attention"
 fi
+
+if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then
+  echo
+  echo "=== tracer overhead (bench/bench_trace.sh) ==="
+  bash bench/bench_trace.sh "$BUILD"
+fi

@@ -6,8 +6,10 @@
 # (`fivefold sample`), and ends with a short summary read from the run's
 # metrics.jsonl. Each demo starts a fresh run: a previous demo run in the
 # output directory is removed first.
-# Extra arguments go to `fivefold train` (e.g. --steps 100, --threads 1).
-# Env: BUILD (default build), DEMO_CONFIG, DEMO_OUT (default runs/demo-moe),
+# It trains on 4 MPI ranks with MoE parallel folding (see below).
+# Extra arguments go to `fivefold train` (e.g. --steps 100).
+# Env: BUILD (default build), DEMO_RANKS (4, or 1 for one process),
+#      DEMO_CONFIG, DEMO_OUT (default runs/demo-moe),
 #      DEMO_PROMPT, DEMO_SAMPLE_TOKENS (default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,26 @@ if [ -d "$OUT/checkpoints" ] || [ -f "$OUT/metrics.jsonl" ]; then
   echo "demo: removing the previous demo run in $OUT"
   rm -rf "$OUT"
 fi
-"$BUILD/fivefold" train --config "$CONFIG" --out "$OUT" "$@"
+# The default demo runs folded: 4 MPI ranks, attention on a TP2 x DP2 grid
+# and the MoE layers on EP4 x ETP1 over the same ranks (8 experts, 2 per
+# rank), all-to-all dispatcher; micro-batches of 8 per DP rank keep the
+# global batch at 16 sequences. One OpenMP thread per rank: the 4 ranks
+# share the cores. DEMO_RANKS=1 trains in one process instead.
+RANKS=${DEMO_RANKS:-4}
+if [ "$RANKS" = 1 ]; then
+  LAYOUT="1 process"
+  "$BUILD/fivefold" train --config "$CONFIG" --out "$OUT" "$@"
+else
+  if [ "$RANKS" != 4 ]; then
+    echo "demo: DEMO_RANKS must be 1 or 4 (the folded layout is TP2 x DP2 / EP4)" >&2
+    exit 1
+  fi
+  LAYOUT="4 MPI ranks, parallel folding: attention TP2 x DP2 (sequence parallel), MoE EP4 x ETP1, all-to-all dispatcher"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE \
+    mpirun -np 4 --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY \
+    "$BUILD/fivefold" train --config "$CONFIG" --out "$OUT" --tp 2 --ep 4 --micro-batch-size 8 \
+    --global-batch-size 16 --threads 1 "$@"
+fi
 
 METRICS=$OUT/metrics.jsonl
 summary=$(grep '"type":"summary"' "$METRICS" | tail -n 1)
@@ -67,11 +88,12 @@ field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" <<<"$summary"; }
 awk -v steps="$(field steps)" -v first_val="$(field first_val_loss)" -v val="$(field final_val_loss)" \
     -v train="$(field final_loss)" -v tps="$(field tokens_per_s)" -v mfu="$(field mfu_pct)" \
     -v peak="$(field peak_gflops)" -v ts="$(field train_seconds)" -v es="$(field eval_seconds)" \
-    -v threads="$(field threads)" -v out="$OUT" -v ckpt="$CKPT" -v vocab="${vocab:-4096}" \
+    -v threads="$(field threads)" -v layout="$LAYOUT" -v out="$OUT" -v ckpt="$CKPT" -v vocab="${vocab:-4096}" \
     -v bpt="$(awk -v b="$text_bytes" -v t="$tokens" 'BEGIN { printf "%.4f", b / t }')" \
     -v sample="$sample_stats" 'BEGIN {
   printf "\n== demo summary ==\n"
-  printf "  trained      %d steps in %.0f s (+ %.0f s of evaluation) on %d thread%s\n", steps, ts, es, threads, threads == 1 ? "" : "s"
+  printf "  trained      %d steps in %.0f s (+ %.0f s of evaluation), %d thread%s per rank\n", steps, ts, es, threads, threads == 1 ? "" : "s"
+  printf "  layout       %s\n", layout
   if (val != "null")
     printf "  val loss     %.3f -> %.3f nats per token (%.2f nats = %.2f bits per byte of text at %.2f bytes per token; uniform guessing over %d tokens is %.2f)\n", first_val, val, val / bpt, val / log(2) / bpt, bpt, vocab, log(vocab)
   printf "  train loss   %.3f (mean of the last log interval)\n", train

@@ -1,13 +1,15 @@
-/* `fivefold train --config FILE [overrides] [--resume [PATH]]`: loads and
- * checks the run config, applies command-line overrides, opens the data and
+/* `fivefold train --config FILE [--plan FILE] [overrides] [--resume [PATH]]`:
+ * loads and checks the run config, applies the layout of a plan file
+ * (`fivefold plan --out`) and then the command-line overrides, opens the data and
  * builds the model (so every input is validated before training starts),
  * restores a checkpoint when resuming, then runs the trainer, which saves
  * checkpoints as it goes. Ctrl-C (or SIGTERM) stops after the current step
  * with a final evaluation and checkpoint.
  *
- * Under `mpirun -np N` it trains with N data-parallel ranks (comm_init); a
- * plain start is one rank and does not start MPI (FIVEFOLD_MPI=1 makes it
- * a singleton MPI world instead). After MPI is up, a failure on any rank
+ * Under `mpirun -np N` it trains on N ranks (comm_init) laid out as
+ * tp x pp x dp = N (parallel section or --tp/--pp/--dp; dp derived when not
+ * given; docs/parallelism.md); a plain start is one rank and does not start
+ * MPI (FIVEFOLD_MPI=1 makes it a singleton MPI world instead). After MPI is up, a failure on any rank
  * ends the whole job with "fivefold: rank R failed: <message>"
  * (comm/world.h) rather than leaving the other ranks waiting. */
 #include <signal.h>
@@ -18,6 +20,7 @@
 
 #include "cli/cli.h"
 #include "comm/world.h"
+#include "plan/plan_file.h"
 #include "train/checkpoint.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -45,6 +48,9 @@ static void train_help(FILE *f) {
           "                         directory, or in PATH (a checkpoint step-NNNNNNNN, a run\n"
           "                         directory or its checkpoints/); the model config must match,\n"
           "                         and training goes on with the same lr schedule and data order\n"
+          "  --plan FILE            take the layout from a plan of `fivefold plan --out`: tp, pp, vpp,\n"
+          "                         dp, micro-batch and global batch size, schedule, distributed\n"
+          "                         optimizer, layers per stage (flags given here override it)\n"
           "  --no-progress          no in-place progress line (default: drawn on a terminal)\n"
           "  --distributed-optimizer  alone means --distributed-optimizer 1 (ZeRO-1 over the dp ranks)\n"
           "  -h, --help             show this help\n\n"
@@ -53,10 +59,15 @@ static void train_help(FILE *f) {
   fprintf(f,
           "\nPaths in the config file are relative to the file; paths given here are relative to\n"
           "the current directory. See README.md for every config field and the log line.\n\n"
-          "Data parallelism: mpirun -np N fivefold train --config FILE [--dp N] trains on N\n"
-          "ranks; each reads its slice of every global batch (N x micro_batch x accumulation\n"
-          "sequences), gradients are averaged in buckets while backward runs, and rank 0\n"
-          "alone prints and writes checkpoints (full tensors, loadable at any dp).\n");
+          "Parallel runs: mpirun -np N fivefold train --config FILE [--tp T] [--pp P [--vpp V]]\n"
+          "[--dp D] trains on N = T x P x D ranks: tensor parallelism with sequence parallelism\n"
+          "over T ranks, a pipeline of P ranks (V model chunks each; schedule 1f1b, or\n"
+          "interleaved when V > 1, or --schedule gpipe; blocks split evenly unless\n"
+          "--layers-per-stage lists them per stage), and D data-parallel replicas, each reading\n"
+          "its slice of every global batch (D x micro_batch x accumulation sequences).\n"
+          "Gradients are averaged in buckets while backward runs; rank 0 alone prints; every\n"
+          "rank writes its slices of each checkpoint (full tensors, loadable under any layout).\n"
+          "See docs/parallelism.md.\n");
 }
 
 static int fail(int code, const char *msg) {
@@ -92,8 +103,49 @@ typedef struct Override {
   char flag_buf[64];
 } Override;
 
+/* The plan's layout as overrides, applied before the command line's so
+ * that explicit flags win. What the runtime cannot run yet is refused
+ * rather than dropped: the plan's prediction would not be what runs. */
+static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
+  PlanChoice pc;
+  if (plan_file_read(path, &pc, err)) return error_wrap(err, "--plan");
+  const char *why = NULL;
+  char what[128];
+  if (pc.cp > 1) snprintf(what, sizeof what, "cp %d (context parallelism)", pc.cp), why = what;
+  else if (pc.ep > 1) snprintf(what, sizeof what, "ep %d (expert parallelism)", pc.ep), why = what;
+  else if (pc.etp > 1 && pc.etp != pc.tp) snprintf(what, sizeof what, "etp %d (expert tensor parallelism)", pc.etp), why = what;
+  else if (pc.recompute != PLAN_RECOMPUTE_NONE) snprintf(what, sizeof what, "recompute (activation recomputation)"), why = what;
+  if (why)
+    return error_set(err, ERR_CONFIG,
+                     "--plan %s: the plan uses %s, which fivefold train does not run yet (re-plan with --max-cp 1 "
+                     "--max-ep 1 --max-etp 1 --recompute-list none)",
+                     path, why);
+  char v[TRAIN_MAX_STAGES * 8];
+  struct {
+    const char *flag;
+    int value;
+  } ints[] = {{"--tp", pc.tp}, {"--pp", pc.pp}, {"--vpp", pc.vpp}, {"--dp", pc.dp},
+              {"--micro-batch-size", pc.micro_batch_size}, {"--global-batch-size", pc.global_batch_size},
+              {"--distributed-optimizer", pc.distributed_optimizer != 0}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+    snprintf(v, sizeof v, "%d", ints[i].value);
+    if (train_config_override(cfg, ints[i].flag, v, err)) return error_wrap(err, "--plan %s", path);
+  }
+  if (train_config_override(cfg, "--schedule", pc.schedule_name, err)) return error_wrap(err, "--plan %s", path);
+  if (pc.num_stages > 0) {
+    size_t at = 0;
+    for (int i = 0; i < pc.num_stages && at < sizeof v; i++)
+      at += (size_t)snprintf(v + at, sizeof v - at, "%s%d", i ? "," : "", pc.layers_per_stage[i]);
+    if (train_config_override(cfg, "--layers-per-stage", v, err)) return error_wrap(err, "--plan %s", path);
+  }
+  if (pc.seq_len > 0 && pc.seq_len != cfg->seq_len && comm_world_rank() == 0)
+    fprintf(stderr, "fivefold train: note: --plan %s was made for sequence length %d, the run uses %d\n", path,
+            pc.seq_len, cfg->seq_len);
+  return 0;
+}
+
 int cmd_train(int argc, char **argv) {
-  const char *config = NULL, *resume_path = NULL;
+  const char *config = NULL, *resume_path = NULL, *plan = NULL;
   int no_progress = 0, resume = 0;
   Override *ov = calloc((size_t)argc, sizeof *ov);
   int n_ov = 0, code = 0;
@@ -149,6 +201,14 @@ int cmd_train(int argc, char **argv) {
       config = value;
       continue;
     }
+    if (!strcmp(name, "--plan")) {
+      if (!value || !strncmp(value, "--", 2)) {
+        free(ov);
+        return fail(2, "--plan needs a file (a plan written by `fivefold plan --out FILE`)");
+      }
+      plan = value;
+      continue;
+    }
     if (strncmp(name, "--", 2) != 0) {
       snprintf(msg, sizeof msg, "unexpected argument '%s' (options start with --; see 'fivefold train --help')", a);
       free(ov);
@@ -196,6 +256,7 @@ int cmd_train(int argc, char **argv) {
     free(ov);
     return finish(1, err.msg, NULL);
   }
+  if (plan && apply_plan(&cfg, plan, &err)) code = 2;
   for (int i = 0; i < n_ov && !code; i++)
     if (train_config_override(&cfg, ov[i].flag, ov[i].value, &err)) code = 2;
   free(ov);

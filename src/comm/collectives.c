@@ -3,6 +3,7 @@
  * made it instead of surfacing as a hang or a truncation elsewhere), names
  * itself for the failure handler, and calls the blocking or non-blocking MPI
  * routine depending on whether a request was given. */
+#include "base/op_probe.h"
 #include "comm/collectives.h"
 
 #include <limits.h>
@@ -12,6 +13,22 @@
 /* The name the failure handler prints; non-blocking starts say so, because
  * their errors surface later, in comm_wait or comm_test. */
 #define OP_NAME(name, req) ((req) ? name " (asynchronous, completed in comm_wait/comm_test)" : name)
+
+/* A blocking MPI call as one operation span (base/op_probe.h), with its
+ * group and payload; the arguments are evaluated only while a hook listens.
+ * Posted (I-) calls are not spans: their time is the wait's. */
+static int64_t payload_bytes(MPI_Datatype type, size_t count) {
+  int size = 0;
+  MPI_Type_size(type, &size);
+  return (int64_t)size * (int64_t)count;
+}
+#define PROBED_MPI(kind, g, bytes, peer, call)                                                          \
+  ({                                                                                                    \
+    OP_PROBE_BEGIN(mpi_span_, (kind));                                                                  \
+    const int mpi_rc_ = (call);                                                                         \
+    OP_PROBE_END_COMM(mpi_span_, op_probe_group_from_name((g)->name), (g)->size, (bytes), (peer));      \
+    mpi_rc_;                                                                                            \
+  })
 
 static int check_group(const CommGroup *g, const char *op, Error *err) {
   if (!g || g->comm == MPI_COMM_NULL || g->size < 1 || g->rank < 0 || g->rank >= g->size)
@@ -134,7 +151,8 @@ static int allreduce(const CommGroup *g, void *buf, size_t count, MPI_Datatype t
     return rc;
   comm_set_operation(name);
   if (!req)
-    return comm_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, type, mpi_op, g->comm), name, g,
+    return comm_check(PROBED_MPI(OP_PROBE_ALLREDUCE, g, payload_bytes(type, count), -1,
+                                 MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, type, mpi_op, g->comm)), name, g,
                       err);
   return started(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type, mpi_op, g->comm, &req->mpi),
                  req, name, g, err);
@@ -168,7 +186,8 @@ int comm_reduce_scatter_sum_f32(const CommGroup *g, const float *send, float *re
   const void *src = send ? (const void *)send : MPI_IN_PLACE;
   comm_set_operation(name);
   if (!req)
-    return comm_check(MPI_Reduce_scatter_block(src, recv, (int)block, MPI_FLOAT, MPI_SUM, g->comm),
+    return comm_check(PROBED_MPI(OP_PROBE_REDUCE_SCATTER, g, payload_bytes(MPI_FLOAT, input), -1,
+                                 MPI_Reduce_scatter_block(src, recv, (int)block, MPI_FLOAT, MPI_SUM, g->comm)),
                       name, g, err);
   return started(
       MPI_Ireduce_scatter_block(src, recv, (int)block, MPI_FLOAT, MPI_SUM, g->comm, &req->mpi), req,
@@ -189,7 +208,8 @@ static int allgather(const CommGroup *g, const void *send, void *recv, size_t bl
   MPI_Datatype send_type = send ? type : MPI_DATATYPE_NULL;
   comm_set_operation(name);
   if (!req)
-    return comm_check(MPI_Allgather(src, n, send_type, recv, (int)block, type, g->comm), name, g,
+    return comm_check(PROBED_MPI(OP_PROBE_ALLGATHER, g, payload_bytes(type, total), -1,
+                                 MPI_Allgather(src, n, send_type, recv, (int)block, type, g->comm)), name, g,
                       err);
   return started(MPI_Iallgather(src, n, send_type, recv, (int)block, type, g->comm, &req->mpi), req,
                  name, g, err);
@@ -234,8 +254,9 @@ int comm_allgatherv_f32(const CommGroup *g, const float *send, int send_count, f
     return rc;
   comm_set_operation(name);
   if (!req)
-    return comm_check(MPI_Allgatherv(send, send_count, MPI_FLOAT, recv, recv_counts, recv_displs,
-                                     MPI_FLOAT, g->comm),
+    return comm_check(PROBED_MPI(OP_PROBE_ALLGATHER, g, payload_bytes(MPI_FLOAT, (size_t)total), -1,
+                                 MPI_Allgatherv(send, send_count, MPI_FLOAT, recv, recv_counts, recv_displs,
+                                                MPI_FLOAT, g->comm)),
                       name, g, err);
   return started(MPI_Iallgatherv(send, send_count, MPI_FLOAT, recv, recv_counts, recv_displs,
                                  MPI_FLOAT, g->comm, &req->mpi),
@@ -251,7 +272,10 @@ static int bcast(const CommGroup *g, int root, void *buf, size_t count, MPI_Data
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  if (!req) return comm_check(MPI_Bcast(buf, (int)count, type, root, g->comm), name, g, err);
+  if (!req)
+    return comm_check(PROBED_MPI(OP_PROBE_BCAST, g, payload_bytes(type, count), root,
+                                 MPI_Bcast(buf, (int)count, type, root, g->comm)),
+                      name, g, err);
   return started(MPI_Ibcast(buf, (int)count, type, root, g->comm, &req->mpi), req, name, g, err);
 }
 
@@ -270,7 +294,7 @@ int comm_barrier(const CommGroup *g, CommRequest *req, Error *err) {
   int rc;
   if ((rc = check_group(g, name, err)) || (rc = check_request(req, name, g, err))) return rc;
   comm_set_operation(name);
-  if (!req) return comm_check(MPI_Barrier(g->comm), name, g, err);
+  if (!req) return comm_check(PROBED_MPI(OP_PROBE_BARRIER, g, 0, -1, MPI_Barrier(g->comm)), name, g, err);
   return started(MPI_Ibarrier(g->comm, &req->mpi), req, name, g, err);
 }
 
@@ -295,7 +319,9 @@ int comm_send_f32(const CommGroup *g, int peer, int tag, const float *buf, size_
   if (rc) return rc;
   comm_set_operation(name);
   if (!req)
-    return comm_check(MPI_Send(buf, (int)count, MPI_FLOAT, peer, tag, g->comm), name, g, err);
+    return comm_check(PROBED_MPI(OP_PROBE_SEND, g, payload_bytes(MPI_FLOAT, count), peer,
+                                 MPI_Send(buf, (int)count, MPI_FLOAT, peer, tag, g->comm)),
+                      name, g, err);
   return started(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, &req->mpi), req, name, g,
                  err);
 }
@@ -307,7 +333,8 @@ int comm_recv_f32(const CommGroup *g, int peer, int tag, float *buf, size_t coun
   if (rc) return rc;
   comm_set_operation(name);
   if (!req)
-    return comm_check(MPI_Recv(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, MPI_STATUS_IGNORE),
+    return comm_check(PROBED_MPI(OP_PROBE_RECV, g, payload_bytes(MPI_FLOAT, count), peer,
+                                 MPI_Recv(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, MPI_STATUS_IGNORE)),
                       name, g, err);
   return started(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, &req->mpi), req, name, g,
                  err);
@@ -447,7 +474,8 @@ static int alltoallv(const CommGroup *g, const CommAlltoallv *x, const float *se
     return rc;
   comm_set_operation(name);
   if (!req)
-    return comm_check(MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm),
+    return comm_check(PROBED_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_FLOAT, send_elems), -1,
+                                 MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm)),
                       name, g, err);
   return started(
       MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm, &req->mpi), req,
@@ -462,4 +490,52 @@ int comm_alltoallv_f32(const CommGroup *g, const CommAlltoallv *x, const float *
 int comm_alltoallv_reverse_f32(const CommGroup *g, const CommAlltoallv *x, const float *send,
                                float *recv, CommRequest *req, Error *err) {
   return alltoallv(g, x, send, recv, 1, req, OP_NAME("comm_alltoallv_reverse_f32", req), err);
+}
+
+int comm_alltoall_i64(const CommGroup *g, const int64_t *send, int64_t *recv, size_t per_rank,
+                      CommRequest *req, Error *err) {
+  const char *name = OP_NAME("comm_alltoall_i64", req);
+  int rc;
+  if ((rc = check_group(g, name, err)) || (rc = check_count(per_rank, "per_rank", name, g, err)) ||
+      (rc = check_buffer(send, per_rank, "send", name, g, err)) ||
+      (rc = check_buffer(recv, per_rank, "recv", name, g, err)) ||
+      (rc = check_request(req, name, g, err)))
+    return rc;
+  comm_set_operation(name);
+  if (!req)
+    return comm_check(PROBED_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_INT64_T, per_rank * (size_t)g->size), -1,
+                                 MPI_Alltoall(send, (int)per_rank, MPI_INT64_T, recv, (int)per_rank,
+                                              MPI_INT64_T, g->comm)),
+                      name, g, err);
+  return started(MPI_Ialltoall(send, (int)per_rank, MPI_INT64_T, recv, (int)per_rank, MPI_INT64_T,
+                               g->comm, &req->mpi),
+                 req, name, g, err);
+}
+
+int comm_reduce_scatterv_sum_f32(const CommGroup *g, const float *send, float *recv,
+                                 const int *recv_counts, CommRequest *req, Error *err) {
+  const char *name = OP_NAME("comm_reduce_scatterv_sum_f32", req);
+  int rc;
+  if ((rc = check_group(g, name, err))) return rc;
+  if (!recv_counts)
+    return error_set(err, ERR_ARG, "%s on group %s: recv_counts is required", name, g->name);
+  long long total = 0;
+  for (int i = 0; i < g->size; i++) {
+    if (recv_counts[i] < 0)
+      return error_set(err, ERR_ARG, "%s on group %s: rank %d has count %d (must be >= 0)", name,
+                       g->name, i, recv_counts[i]);
+    total += recv_counts[i];
+  }
+  if ((rc = check_buffer(send, (size_t)total, "send", name, g, err)) ||
+      (rc = check_buffer(recv, (size_t)recv_counts[g->rank], "recv", name, g, err)) ||
+      (rc = check_request(req, name, g, err)))
+    return rc;
+  comm_set_operation(name);
+  if (!req)
+    return comm_check(PROBED_MPI(OP_PROBE_REDUCE_SCATTER, g, payload_bytes(MPI_FLOAT, (size_t)total), -1,
+                                 MPI_Reduce_scatter(send, recv, recv_counts, MPI_FLOAT, MPI_SUM, g->comm)),
+                      name, g,
+                      err);
+  return started(MPI_Ireduce_scatter(send, recv, recv_counts, MPI_FLOAT, MPI_SUM, g->comm, &req->mpi),
+                 req, name, g, err);
 }

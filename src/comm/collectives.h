@@ -92,6 +92,15 @@ int comm_send_f32(const CommGroup *g, int peer, int tag, const float *buf, size_
 int comm_recv_f32(const CommGroup *g, int peer, int tag, float *buf, size_t count,
                   CommRequest *req, Error *err);
 
+/* per_rank int64 values to each rank (send [size x per_rank] in rank
+ * order); recv [size x per_rank] gets per_rank values from each. */
+int comm_alltoall_i64(const CommGroup *g, const int64_t *send, int64_t *recv, size_t per_rank,
+                      CommRequest *req, Error *err);
+/* Variable reduce-scatter: send holds sum(recv_counts) floats in rank
+ * blocks; this rank receives the element-wise sum over ranks of its block
+ * (recv_counts[g->rank] floats). */
+int comm_reduce_scatterv_sum_f32(const CommGroup *g, const float *send, float *recv,
+                                 const int *recv_counts, CommRequest *req, Error *err);
 /* Converts per-rank row counts (int64, as routing produces them) into MPI's
  * element counts and displacements (packed, in rank order), checking that
  * everything fits MPI's int counts. total_rows may be NULL. */

@@ -17,6 +17,7 @@
 #include "kern/gemm.h"
 #include "kern/rmsnorm.h"
 #include "kern/rope.h"
+#include "base/op_probe.h"
 #include "kern/vecops.h"
 #include "model/attention_cp.h"
 #include "model/model.h"
@@ -47,7 +48,7 @@ static MoeLayerGrads moe_grads(const Model *m, const LayerTensors *t) {
 static void norm_forward_gathered(const Model *m, const ModelActs *A, float *gathered, float *rstd, const float *x,
                                   const float *w) {
   float *out = A->tp > 1 ? A->s->ln_local : gathered;
-  rmsnorm_forward(out, rstd, x, w, A->Nl, A->C, m->cfg.rms_norm_eps);
+  OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(out, rstd, x, w, A->Nl, A->C, m->cfg.rms_norm_eps));
   if (A->tp > 1) tp_allgather_rows(m, gathered, out, A->Nl, A->C);
 }
 
@@ -57,11 +58,11 @@ static void norm_forward_gathered(const Model *m, const ModelActs *A, float *gat
 static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *dw, const float *dout,
                           const float *x, const float *w, const float *rstd) {
   if (A->tp == 1) {
-    rmsnorm_backward(dx, dw, dout, x, w, rstd, A->Nl, A->C);
+    OP_PROBED(OP_PROBE_NORM, rmsnorm_backward(dx, dw, dout, x, w, rstd, A->Nl, A->C));
     return;
   }
   vec_zero(A->s->norm_dw, (size_t)A->C);
-  rmsnorm_backward(dx, A->s->norm_dw, dout, x, w, rstd, A->Nl, A->C);
+  OP_PROBED(OP_PROBE_NORM, rmsnorm_backward(dx, A->s->norm_dw, dout, x, w, rstd, A->Nl, A->C));
   tp_add_reduced(m, dw, A->s->norm_dw, (size_t)A->C);
 }
 
@@ -90,22 +91,28 @@ static const float *scattered_grad(const Model *m, const ModelActs *A, const flo
 /* The ring attention of this CP rank's rows (cp > 1) or the kernel's. */
 static int attention_core_forward(const Model *m, const ModelActs *A, LayerActs *la, Error *err) {
   if (A->cp == 1) {
-    attention_forward(la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq, A->Hkv, A->D);
+    OP_PROBED(OP_PROBE_ATTN_FWD, attention_forward(la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq, A->Hkv, A->D));
     return 0;
   }
-  return cp_attention_forward(la->att, la->lse, la->q, la->k, la->v, A->B, A->Tl, A->Hq, A->Hkv, A->D, A->cp,
-                              A->cp_rank, A->s->cp_work, m->ops->cp, err);
+  OP_PROBE_BEGIN(op, OP_PROBE_ATTN_FWD);
+  const int rc = cp_attention_forward(la->att, la->lse, la->q, la->k, la->v, A->B, A->Tl, A->Hq, A->Hkv, A->D, A->cp,
+                                      A->cp_rank, A->s->cp_work, m->ops->cp, err);
+  OP_PROBE_END(op);
+  return rc;
 }
 
 static int attention_core_backward(const Model *m, const ModelActs *A, const LayerActs *la, Error *err) {
   ModelScratch *S = A->s;
   if (A->cp == 1) {
-    attention_backward(S->dq, S->dk, S->dv, S->datt, la->att, la->lse, la->q, la->k, la->v, A->B, A->T, A->Hq,
-                       A->Hkv, A->D);
+    OP_PROBED(OP_PROBE_ATTN_BWD, attention_backward(S->dq, S->dk, S->dv, S->datt, la->att, la->lse, la->q, la->k,
+                                                    la->v, A->B, A->T, A->Hq, A->Hkv, A->D));
     return 0;
   }
-  return cp_attention_backward(S->dq, S->dk, S->dv, S->datt, la->att, la->lse, la->q, la->k, la->v, A->B, A->Tl,
-                               A->Hq, A->Hkv, A->D, A->cp, A->cp_rank, S->cp_work, m->ops->cp, err);
+  OP_PROBE_BEGIN(op, OP_PROBE_ATTN_BWD);
+  const int rc = cp_attention_backward(S->dq, S->dk, S->dv, S->datt, la->att, la->lse, la->q, la->k, la->v, A->B,
+                                       A->Tl, A->Hq, A->Hkv, A->D, A->cp, A->cp_rank, S->cp_work, m->ops->cp, err);
+  OP_PROBE_END(op);
+  return rc;
 }
 
 /* The MoE layer through a dispatcher on this rank's Nl rows: out += moe(ln2). */
@@ -161,25 +168,26 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
   const int N = A->N, C = A->C;
   const size_t NC = (size_t)N * C, NlC = (size_t)A->Nl * C;
 
+  OP_PROBE_LAYER(l);
   norm_forward_gathered(m, A, la->ln1, la->rstd1, la->res_attn, P + t->attn_norm);
-  linear_forward(la->q, la->ln1, P + t->wq, N, C, A->QD, 0);
-  linear_forward(la->k, la->ln1, P + t->wk, N, C, A->KVD, 0);
-  linear_forward(la->v, la->ln1, P + t->wv, N, C, A->KVD, 0);
-  rope_forward(la->q, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin);
-  rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin);
+  OP_PROBED_GEMM(N, A->QD, C, linear_forward(la->q, la->ln1, P + t->wq, N, C, A->QD, 0));
+  OP_PROBED_GEMM(N, A->KVD, C, linear_forward(la->k, la->ln1, P + t->wk, N, C, A->KVD, 0));
+  OP_PROBED_GEMM(N, A->KVD, C, linear_forward(la->v, la->ln1, P + t->wv, N, C, A->KVD, 0));
+  OP_PROBED(OP_PROBE_ROPE, rope_forward(la->q, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
+  OP_PROBED(OP_PROBE_ROPE, rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
   if (attention_core_forward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
   if (A->tp == 1) {
     vec_copy(la->res_mlp, la->res_attn, NC);
-    linear_forward(la->res_mlp, la->att, P + t->wo, N, A->QD, C, 1);
+    OP_PROBED_GEMM(N, C, A->QD, linear_forward(la->res_mlp, la->att, P + t->wo, N, A->QD, C, 1));
   } else {
-    linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0);
+    OP_PROBED_GEMM(N, C, A->QD, linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0));
     add_reduce_scattered(m, A, la->res_mlp, la->res_attn, S->full);
   }
 
   float *out = l + 1 < A->layer_end ? A->layers[l + 1].res_attn : A->final_in;
   if (is_moe(A, m, l) && A->moe_folded) {
     /* The dispatcher takes this rank's own rows: no gather. */
-    rmsnorm_forward(la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, A->Nl, C, m->cfg.rms_norm_eps);
+    OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, A->Nl, C, m->cfg.rms_norm_eps));
     vec_copy(out, la->res_mlp, NlC);
     double layer_aux = 0, layer_z = 0;
     if (moe_folded_forward(m, A, la, t, out, &layer_aux, &layer_z, err)) return err ? err->code : ERR_INTERNAL;
@@ -229,6 +237,7 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
   const size_t NlC = (size_t)A->Nl * C;
   MoeScratch *s = &S->moe;
 
+  OP_PROBE_LAYER(l);
   const float *dln;
   if (is_moe(A, m, l) && A->moe_folded) {
     if (moe_folded_backward(m, A, la, t, S->dln, err)) return err ? err->code : ERR_INTERNAL;
@@ -248,11 +257,11 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
   norm_backward(m, A, A->dres, G + t->mlp_norm, dln, la->res_mlp, P + t->mlp_norm, la->rstd2);
 
   const float *datt_out = gathered_grad(m, A, A->dres);
-  linear_backward(S->datt, G + t->wo, datt_out, la->att, P + t->wo, N, A->QD, C, 0);
+  OP_PROBED_GEMM(N, C, 2 * A->QD, linear_backward(S->datt, G + t->wo, datt_out, la->att, P + t->wo, N, A->QD, C, 0));
   if (attention_core_backward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
-  rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin);
-  rope_backward(S->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin);
-  linear_backward(S->dln, G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0);
+  OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
+  OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
+  OP_PROBED_GEMM(N, A->QD, 2 * C, linear_backward(S->dln, G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0));
   float *gk = G + t->wk, *gv = G + t->wv;
   const size_t kv_floats = (size_t)m->cfg.num_kv_heads * A->D * C;
   if (A->kv_shared) {
@@ -262,8 +271,8 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     gk = S->kv_dw + (size_t)A->kv_head0 * A->D * C;
     gv = S->kv_dw + kv_floats + (size_t)A->kv_head0 * A->D * C;
   }
-  linear_backward(S->dln, gk, S->dk, la->ln1, P + t->wk, N, C, A->KVD, 1);
-  linear_backward(S->dln, gv, S->dv, la->ln1, P + t->wv, N, C, A->KVD, 1);
+  OP_PROBED_GEMM(N, A->KVD, 2 * C, linear_backward(S->dln, gk, S->dk, la->ln1, P + t->wk, N, C, A->KVD, 1));
+  OP_PROBED_GEMM(N, A->KVD, 2 * C, linear_backward(S->dln, gv, S->dv, la->ln1, P + t->wv, N, C, A->KVD, 1));
   if (A->kv_shared) {
     m->ops->allreduce_sum(m->ops->ctx, S->kv_dw, 2 * kv_floats);
     vec_acc(G + t->wk, gk, (size_t)A->KVD * C);
@@ -330,12 +339,13 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   }
 
   float *input = A->layer_end > A->layer_begin ? A->layers[A->layer_begin].res_attn : A->final_in;
+  OP_PROBE_LAYER(-1);
   if (!A->has_embedding)
     vec_copy(input, x_in, NlC);
   else if (A->tp == 1)
-    embedding_forward(input, A->tokens, m->params + A->embed, N, C);
+    OP_PROBED(OP_PROBE_EMBEDDING, embedding_forward(input, A->tokens, m->params + A->embed, N, C));
   else
-    tp_embedding_forward(m, A, input);
+    OP_PROBED(OP_PROBE_EMBEDDING, tp_embedding_forward(m, A, input));
   double aux = 0, z = 0;
   for (int l = A->layer_begin; l < A->layer_end; l++)
     if (block_forward(m, A, l, &aux, &z, err)) return error_wrap(err, "%s: layer %d", who, l);
@@ -345,6 +355,7 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   double loss_sum = 0;
   long count = 0;
   if (A->has_head) {
+    OP_PROBE_LAYER(-1);
     norm_forward_gathered(m, A, A->lnf, A->rstdf, A->final_in, m->params + A->final_norm);
     if (targets && cp > 1) {
       cp_split_rows(A->s->targets_local, targets, B, T, sizeof *targets, cp, A->cp_rank);
@@ -364,10 +375,14 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
       if (A->tp == 1) {
         float *dh = training ? A->dlnf : NULL;
         float *dw = training ? m->grads + A->lm_head : NULL;
+        OP_PROBE_BEGIN(head, OP_PROBE_LM_HEAD);
         lmhead_xent(A->lnf, m->params + A->lm_head, targets, N, C, A->V, grad_scale / (float)count, &loss_sum,
                     &counted, NULL, dh, dw, A->s->xent_scratch, A->s->xent_chunk);
+        OP_PROBE_END_GEMM(head, N, A->V, C);
       } else {
+        OP_PROBE_BEGIN(head, OP_PROBE_LM_HEAD);
         tp_lmhead_xent(m, A, targets, grad_scale / (float)count, &loss_sum, &counted, training);
+        OP_PROBE_END_GEMM(head, N, A->V, C);
       }
       if (cp > 1) m->ops->cp->allreduce_sum_f64(m->ops->cp->ctx, &loss_sum, 1);
     } else if (training) {
@@ -415,6 +430,7 @@ static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const 
   const int C = A->C;
   const size_t NlC = (size_t)A->Nl * C;
   if (A->has_head) {
+    OP_PROBE_LAYER(-1);
     vec_zero(A->dres, NlC);
     norm_backward(m, A, A->dres, m->grads + A->final_norm, A->dlnf, A->final_in, m->params + A->final_norm, A->rstdf);
     grads_ready(m, A->final_norm, A->param_end);
@@ -426,10 +442,11 @@ static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const 
     grads_ready(m, block_begin(A, l), block_begin(A, l + 1));
   }
   if (A->has_embedding) {
+    OP_PROBE_LAYER(-1);
     if (A->tp == 1)
-      embedding_backward(m->grads + A->embed, A->tokens, A->dres, A->N, C);
+      OP_PROBED(OP_PROBE_EMBEDDING, embedding_backward(m->grads + A->embed, A->tokens, A->dres, A->N, C));
     else
-      tp_embedding_backward(m, A, A->dres);
+      OP_PROBED(OP_PROBE_EMBEDDING, tp_embedding_backward(m, A, A->dres));
     grads_ready(m, A->param_begin, block_begin(A, A->layer_begin));
   }
   A->training_pending = 0;

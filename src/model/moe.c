@@ -1,6 +1,7 @@
 /* MoE experts (grouped GEMMs over contiguous expert-major row blocks) and
  * the single-rank MoE layer that chains the phases of moe.h:
  * route -> permute -> experts -> combine, plus the optional shared expert. */
+#include "base/op_probe.h"
 #include "model/moe.h"
 
 #include <omp.h>
@@ -125,13 +126,19 @@ void moe_layer_forward(float *out, MoeLayerActs *acts, MoeScratch *scratch, cons
                        int N, const MoeSpec *s, double *aux, double *z) {
   MoeRouting *r = &acts->routing;
   MoePermutation *perm = &acts->perm;
+  OP_PROBE_BEGIN(router, OP_PROBE_ROUTER);
   moe_router_forward(r, x, p->router, N, s);
   moe_router_losses(r, N, s, aux, z);
+  OP_PROBE_END(router);
+  OP_PROBE_BEGIN(permute, OP_PROBE_MOE_PERMUTE);
   moe_permute_plan(perm, r, N, s, scratch->plan);
   moe_permute_forward(acts->xp, x, perm, s->C);
+  OP_PROBE_END(permute);
+  OP_PROBE_BEGIN(experts, OP_PROBE_MOE_EXPERTS);
   moe_experts_forward(acts->y, acts->h, scratch->a, acts->xp, perm->expert_offset, s->E, p->w_gate_up, p->w_down, s->C,
                       s->Fe);
-  moe_combine_forward(out, acts->y, perm, r->topk_w, N, s->K, s->C);
+  OP_PROBE_END_GEMM(experts, perm->expert_offset[s->E] - perm->expert_offset[0], 3 * s->Fe, s->C);
+  OP_PROBED(OP_PROBE_MOE_UNPERMUTE, moe_combine_forward(out, acts->y, perm, r->topk_w, N, s->K, s->C));
   if (s->Fs > 0)
     swiglu_mlp_forward(out, 1, acts->shared_h, scratch->a, x, p->shared_gate_up, p->shared_down, N, s->C, s->Fs);
 }
@@ -141,12 +148,16 @@ void moe_layer_backward(float *dx, const MoeLayerGrads *g, MoeScratch *scratch, 
                         float grad_scale) {
   const MoeRouting *r = &acts->routing;
   const MoePermutation *perm = &acts->perm;
-  moe_combine_backward(scratch->dy, scratch->dtopk_w, dout, acts->y, perm, r->topk_w, N, s->K, s->C);
+  OP_PROBED(OP_PROBE_MOE_UNPERMUTE,
+            moe_combine_backward(scratch->dy, scratch->dtopk_w, dout, acts->y, perm, r->topk_w, N, s->K, s->C));
+  OP_PROBE_BEGIN(experts, OP_PROBE_MOE_EXPERTS);
   moe_experts_backward(scratch->dxp, g->w_gate_up, g->w_down, scratch->dy, acts->xp, acts->h, scratch->a, scratch->da,
                        scratch->dh, perm->expert_offset, s->E, p->w_gate_up, p->w_down, s->C, s->Fe);
-  moe_permute_backward(dx, scratch->dxp, perm, N, s->K, s->C, 0);
+  OP_PROBE_END_GEMM(experts, perm->expert_offset[s->E] - perm->expert_offset[0], 3 * s->Fe, 2 * s->C);
+  OP_PROBED(OP_PROBE_MOE_PERMUTE, moe_permute_backward(dx, scratch->dxp, perm, N, s->K, s->C, 0));
   if (s->Fs > 0)
     swiglu_mlp_backward(dx, 1, g->shared_gate_up, g->shared_down, dout, x, acts->shared_h, scratch->a, scratch->da,
                         scratch->dh, p->shared_gate_up, p->shared_down, N, s->C, s->Fs);
-  moe_router_backward(dx, g->router, scratch->dz, scratch->dscore, scratch->dtopk_w, x, p->router, r, N, s, grad_scale);
+  OP_PROBED(OP_PROBE_ROUTER, moe_router_backward(dx, g->router, scratch->dz, scratch->dscore, scratch->dtopk_w, x,
+                                                 p->router, r, N, s, grad_scale));
 }

@@ -2,6 +2,7 @@
  * what both dispatchers share: layout checks, expert sharding, routing with
  * statistics reduced over the sequence group. The data path and the
  * runtime's duties are described in moe_dispatch_ep.h. */
+#include "base/op_probe.h"
 #include "model/moe_dispatch_ep.h"
 
 #include <math.h>
@@ -167,7 +168,7 @@ int moe_a2a_dispatch(MoeA2aActs *a, MoeA2aScratch *sc, const float *x, const Moe
                      const MoeCommOps *ops, Error *err) {
   const int El = s->E / l->ep, C = s->C, ep = l->ep, etp = l->etp;
   const MoePermutation *perm = &a->perm;
-  moe_permute_forward(sc->source, x, perm, C);
+  OP_PROBED(OP_PROBE_MOE_PERMUTE, moe_permute_forward(sc->source, x, perm, C));
   for (int q = 0; q < ep; q++) {
     for (int le = 0; le < El; le++) {
       const int e = q * El + le;
@@ -175,8 +176,10 @@ int moe_a2a_dispatch(MoeA2aActs *a, MoeA2aScratch *sc, const float *x, const Moe
     }
     a->send_rows[q] = sum_i64(a->send_counts + (size_t)q * El, El);
   }
+  OP_PROBE_BEGIN(counts, OP_PROBE_MOE_COUNTS);
   MOE_EP_CALL(err, "row counts over EP", ops->alltoall_i64(ops->ctx, MOE_GROUP_EP, a->send_counts, a->recv_counts,
                                                            El, err));
+  OP_PROBE_END(counts);
   for (int q = 0; q < ep; q++) a->recv_rows[q] = sum_i64(a->recv_counts + (size_t)q * El, El);
   const int64_t received = sum_i64(a->recv_rows, ep);
   if ((size_t)received > sc->sizes.received_rows)
@@ -185,11 +188,14 @@ int moe_a2a_dispatch(MoeA2aActs *a, MoeA2aScratch *sc, const float *x, const Moe
                      "max_tokens the buffers were sized for",
                      (long long)received, sc->sizes.received_rows);
   a->received = (int)received;
+  OP_PROBE_BEGIN(dispatch, OP_PROBE_MOE_A2A);
   MOE_EP_CALL(err, "token all-to-all over EP", ops->alltoallv_f32(ops->ctx, MOE_GROUP_EP, sc->source, a->send_rows,
                                                                   sc->received, a->recv_rows, C, err));
+  OP_PROBE_END_BYTES(dispatch, (int64_t)received * C * (int64_t)sizeof(float));
 
   /* Every ETP member's counts, then its rows: arrival order is
    * (ETP member, source, local expert). */
+  OP_PROBE_BEGIN(gather, OP_PROBE_MOE_ALLGATHER);
   MOE_EP_CALL(err, "row counts over ETP", ops->allgather_i64(ops->ctx, MOE_GROUP_ETP, a->recv_counts, a->etp_counts,
                                                              ep * El, err));
   for (int i = 0; i < etp; i++) a->etp_rows[i] = sum_i64(a->etp_counts + (size_t)i * ep * El, ep * El);
@@ -206,8 +212,10 @@ int moe_a2a_dispatch(MoeA2aActs *a, MoeA2aScratch *sc, const float *x, const Moe
                                                                       sc->gathered, a->etp_rows, C, err));
     rows = sc->gathered;
   }
+  OP_PROBE_END(gather);
 
   /* Sort by local expert, stable: within an expert, arrival order. */
+  OP_PROBE_BEGIN(sort, OP_PROBE_MOE_SORT);
   a->local_offset[0] = 0;
   for (int le = 0; le < El; le++) {
     int64_t n = 0;
@@ -221,13 +229,16 @@ int moe_a2a_dispatch(MoeA2aActs *a, MoeA2aScratch *sc, const float *x, const Moe
     for (int le = 0; le < El; le++)
       for (int64_t i = 0; i < a->etp_counts[(size_t)b * El + le]; i++) a->sorted_row[g++] = cursor[le]++;
   move_rows(a->xs, rows, a->sorted_row, a->gathered, C, 1);
+  OP_PROBE_END(sort);
   return 0;
 }
 
 void moe_a2a_experts(MoeA2aActs *a, MoeA2aScratch *sc, const MoeLayerParams *p, const MoeSpec *s,
                      const MoeEpLayout *l) {
+  OP_PROBE_BEGIN(experts, OP_PROBE_MOE_EXPERTS);
   moe_experts_forward(sc->sorted, a->h, sc->a, a->xs, a->local_offset, s->E / l->ep, p->w_gate_up, p->w_down, s->C,
                       s->Fe / l->etp);
+  OP_PROBE_END_GEMM(experts, a->gathered, 3 * (s->Fe / l->etp), s->C);
 }
 
 int moe_a2a_combine(float *out, MoeA2aActs *a, MoeA2aScratch *sc, const float *x, const MoeLayerParams *p, int N,
@@ -235,14 +246,18 @@ int moe_a2a_combine(float *out, MoeA2aActs *a, MoeA2aScratch *sc, const float *x
   const int C = s->C;
   /* ys in arrival order; the ETP sum completes the down projection. */
   float *arrived = l->etp > 1 ? sc->gathered : sc->received;
-  move_rows(arrived, sc->sorted, a->sorted_row, a->gathered, C, 0);
+  OP_PROBED(OP_PROBE_MOE_UNSORT, move_rows(arrived, sc->sorted, a->sorted_row, a->gathered, C, 0));
+  OP_PROBE_BEGIN(scatter, OP_PROBE_MOE_REDUCE_SCATTER);
   if (l->etp > 1)
     MOE_EP_CALL(err, "expert output reduce-scatter over ETP",
                 ops->reduce_scatterv_f32(ops->ctx, MOE_GROUP_ETP, sc->gathered, sc->received, a->etp_rows, C, err));
+  if (l->etp > 1) OP_PROBE_END(scatter);
+  OP_PROBE_BEGIN(combine, OP_PROBE_MOE_A2A_COMBINE);
   MOE_EP_CALL(err, "expert output all-to-all over EP", ops->alltoallv_f32(ops->ctx, MOE_GROUP_EP, sc->received,
                                                                           a->recv_rows, a->y_source, a->send_rows,
                                                                           C, err));
-  moe_combine_forward(out, a->y_source, &a->perm, a->routing.topk_w, N, s->K, C);
+  OP_PROBE_END_BYTES(combine, (int64_t)a->received * C * (int64_t)sizeof(float));
+  OP_PROBED(OP_PROBE_MOE_UNPERMUTE, moe_combine_forward(out, a->y_source, &a->perm, a->routing.topk_w, N, s->K, C));
   if (s->Fs > 0) swiglu_mlp_forward(out, 1, a->shared_h, sc->a, x, p->shared_gate_up, p->shared_down, N, C, s->Fs);
   return 0;
 }
@@ -251,7 +266,9 @@ int moe_a2a_forward(float *out, MoeA2aActs *a, MoeA2aScratch *sc, const float *x
                     const MoeSpec *s, const MoeEpLayout *l, const MoeCommOps *ops, double *aux, double *z,
                     Error *err) {
   int rc = moe_ep_check(s, l, err);
+  OP_PROBE_BEGIN(router, OP_PROBE_ROUTER);
   if (!rc) rc = moe_a2a_route(a, sc, x, p, N, s, ops, aux, z, err);
+  OP_PROBE_END(router);
   if (!rc) rc = moe_a2a_dispatch(a, sc, x, s, l, ops, err);
   if (rc) return rc;
   moe_a2a_experts(a, sc, p, s, l);
@@ -276,8 +293,10 @@ int moe_a2a_backward(float *dx, const MoeLayerGrads *g, MoeA2aScratch *sc, const
     arrived = sc->gathered;
   }
   move_rows(sc->sorted, arrived, a->sorted_row, a->gathered, C, 1);
+  OP_PROBE_BEGIN(experts, OP_PROBE_MOE_EXPERTS);
   moe_experts_backward(sc->dxs, g->w_gate_up, g->w_down, sc->sorted, a->xs, a->h, sc->a, sc->da, sc->dh,
                        a->local_offset, El, p->w_gate_up, p->w_down, C, Fl);
+  OP_PROBE_END_GEMM(experts, a->gathered, 3 * Fl, 2 * C);
   float *dx_arrived = l->etp > 1 ? sc->gathered : sc->received;
   move_rows(dx_arrived, sc->dxs, a->sorted_row, a->gathered, C, 0);
   /* Backward of the all-gather: each shard's partial dx sums over ETP. */
@@ -291,6 +310,7 @@ int moe_a2a_backward(float *dx, const MoeLayerGrads *g, MoeA2aScratch *sc, const
   if (s->Fs > 0)
     swiglu_mlp_backward(dx, 1, g->shared_gate_up, g->shared_down, dout, x, a->shared_h, sc->a, sc->da, sc->dh,
                         p->shared_gate_up, p->shared_down, N, C, s->Fs);
-  moe_router_backward(dx, g->router, sc->dz, sc->dscore, sc->dtopk_w, x, p->router, r, N, s, grad_scale);
+  OP_PROBED(OP_PROBE_ROUTER,
+            moe_router_backward(dx, g->router, sc->dz, sc->dscore, sc->dtopk_w, x, p->router, r, N, s, grad_scale));
   return 0;
 }

@@ -292,3 +292,56 @@ const TraceEvent *trace_recorder_events(const TraceRecorder *rec, size_t *count)
 }
 
 uint64_t trace_recorder_dropped(const TraceRecorder *rec) { return rec->dropped; }
+
+/* ---- operations reported through base/op_probe.h ---- */
+
+/* Open while an action span of this thread runs: operations outside every
+ * action (an evaluation pass between steps) have nothing to nest under. */
+static _Thread_local int op_gate_open;
+
+void trace_op_gate(int open) { op_gate_open = open; }
+
+static uint64_t op_hook_begin(void) {
+  TraceRecorder *rec = trace_tls_recorder_;
+  if (!rec || !rec->recording || !op_gate_open) return 0;
+  uint64_t t = trace_clock_ticks();
+  return t ? t : 1;
+}
+
+static void op_hook_end(uint64_t begin, const OpProbeEvent *ev) {
+  uint64_t end = trace_clock_ticks();
+  TraceEvent s = trace_span_make(TRACE_EVENT_OP, ev->kind, ev->microbatch, ev->layer);
+  s.begin = begin;
+  s.end = end;
+  s.m = ev->m;
+  s.n = ev->n;
+  s.k = ev->k;
+  s.bytes = ev->bytes;
+  s.group = ev->group;
+  s.peer = ev->peer;
+  trace_commit(&s);
+}
+
+static const OpProbeHooks OP_HOOKS = {op_hook_begin, op_hook_end};
+static atomic_int op_hook_users;
+
+void trace_op_hook_acquire(void) {
+  if (atomic_fetch_add(&op_hook_users, 1) == 0) op_probe_install(&OP_HOOKS);
+}
+
+void trace_op_hook_release(void) {
+  if (atomic_fetch_sub(&op_hook_users, 1) == 1) op_probe_install(NULL);
+}
+
+int trace_recorder_reserve(TraceRecorder *rec, size_t capacity, Error *err) {
+  if (!rec || capacity <= rec->capacity) return ERR_OK;
+  TraceEvent *events = realloc(rec->events, capacity * sizeof *events);
+  if (!events)
+    return error_set(err, ERR_NOMEM, "trace recorder: cannot grow to %zu events (%.1f MB)", capacity,
+                     (double)(capacity * sizeof *events) / 1e6);
+  memset(events + rec->capacity, 0, (capacity - rec->capacity) * sizeof *events); /* touched now, as in _new */
+  rec->events = events;
+  rec->capacity = capacity;
+  return ERR_OK;
+}
+size_t trace_recorder_count(const TraceRecorder *rec) { return rec ? rec->count : 0; }

@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/op_probe.h"
 #include "trace/probes.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -51,37 +52,39 @@
 
 /* ---- what an operation is ---- */
 
+/* The numbering is base/op_probe.h's, so an operation the model reports
+ * through the hook lands here as the same kind. */
 typedef enum TraceOpKind {
-  TRACE_OP_ATTN_FWD = 0,   /* flash attention core, forward */
-  TRACE_OP_ATTN_BWD,       /* flash attention core, backward */
-  TRACE_OP_GEMM,           /* one GEMM: m, n, k */
-  TRACE_OP_NORM,           /* RMSNorm forward or backward */
-  TRACE_OP_ROPE,
-  TRACE_OP_SWIGLU,
-  TRACE_OP_ROUTER,         /* router logits, scores, top-k */
-  TRACE_OP_MOE_PERMUTE,    /* local permute of tokens by expert */
-  TRACE_OP_MOE_COUNTS,     /* exchange of per-expert counts (dropless) */
-  TRACE_OP_MOE_A2A,        /* dispatch all-to-all over EP */
-  TRACE_OP_MOE_ALLGATHER,  /* all-gather of dispatched tokens over ETP */
-  TRACE_OP_MOE_SORT,       /* sort by local expert */
-  TRACE_OP_MOE_EXPERTS,    /* the grouped expert GEMMs */
-  TRACE_OP_MOE_UNSORT,     /* reverse of the sort */
-  TRACE_OP_MOE_REDUCE_SCATTER, /* reverse of the ETP all-gather */
-  TRACE_OP_MOE_A2A_COMBINE,    /* combine all-to-all over EP */
-  TRACE_OP_MOE_UNPERMUTE,  /* unpermute with the probability-weighted sum */
-  TRACE_OP_EMBEDDING,
-  TRACE_OP_LM_HEAD,        /* output GEMM and loss */
-  TRACE_OP_ALLREDUCE,      /* collectives: group, bytes (peer -1) */
-  TRACE_OP_REDUCE_SCATTER,
-  TRACE_OP_ALLGATHER,
-  TRACE_OP_ALLTOALL,
-  TRACE_OP_BCAST,
-  TRACE_OP_BARRIER,
-  TRACE_OP_SEND,           /* point to point: group, bytes, peer */
-  TRACE_OP_RECV,
-  TRACE_OP_OPTIMIZER,
-  TRACE_OP_OTHER,
-  TRACE_NUM_OP_KINDS
+  TRACE_OP_ATTN_FWD = OP_PROBE_ATTN_FWD,   /* flash attention core, forward */
+  TRACE_OP_ATTN_BWD = OP_PROBE_ATTN_BWD,       /* flash attention core, backward */
+  TRACE_OP_GEMM = OP_PROBE_GEMM,           /* one GEMM: m, n, k */
+  TRACE_OP_NORM = OP_PROBE_NORM,           /* RMSNorm forward or backward */
+  TRACE_OP_ROPE = OP_PROBE_ROPE,
+  TRACE_OP_SWIGLU = OP_PROBE_SWIGLU,
+  TRACE_OP_ROUTER = OP_PROBE_ROUTER,         /* router logits, scores, top-k */
+  TRACE_OP_MOE_PERMUTE = OP_PROBE_MOE_PERMUTE,    /* local permute of tokens by expert */
+  TRACE_OP_MOE_COUNTS = OP_PROBE_MOE_COUNTS,     /* exchange of per-expert counts (dropless) */
+  TRACE_OP_MOE_A2A = OP_PROBE_MOE_A2A,        /* dispatch all-to-all over EP */
+  TRACE_OP_MOE_ALLGATHER = OP_PROBE_MOE_ALLGATHER,  /* all-gather of dispatched tokens over ETP */
+  TRACE_OP_MOE_SORT = OP_PROBE_MOE_SORT,       /* sort by local expert */
+  TRACE_OP_MOE_EXPERTS = OP_PROBE_MOE_EXPERTS,    /* the grouped expert GEMMs */
+  TRACE_OP_MOE_UNSORT = OP_PROBE_MOE_UNSORT,     /* reverse of the sort */
+  TRACE_OP_MOE_REDUCE_SCATTER = OP_PROBE_MOE_REDUCE_SCATTER, /* reverse of the ETP all-gather */
+  TRACE_OP_MOE_A2A_COMBINE = OP_PROBE_MOE_A2A_COMBINE,    /* combine all-to-all over EP */
+  TRACE_OP_MOE_UNPERMUTE = OP_PROBE_MOE_UNPERMUTE,  /* unpermute with the probability-weighted sum */
+  TRACE_OP_EMBEDDING = OP_PROBE_EMBEDDING,
+  TRACE_OP_LM_HEAD = OP_PROBE_LM_HEAD,        /* output GEMM and loss */
+  TRACE_OP_ALLREDUCE = OP_PROBE_ALLREDUCE,      /* collectives: group, bytes (peer -1) */
+  TRACE_OP_REDUCE_SCATTER = OP_PROBE_REDUCE_SCATTER,
+  TRACE_OP_ALLGATHER = OP_PROBE_ALLGATHER,
+  TRACE_OP_ALLTOALL = OP_PROBE_ALLTOALL,
+  TRACE_OP_BCAST = OP_PROBE_BCAST,
+  TRACE_OP_BARRIER = OP_PROBE_BARRIER,
+  TRACE_OP_SEND = OP_PROBE_SEND,           /* point to point: group, bytes, peer */
+  TRACE_OP_RECV = OP_PROBE_RECV,
+  TRACE_OP_OPTIMIZER = OP_PROBE_OPTIMIZER,
+  TRACE_OP_OTHER = OP_PROBE_OTHER,
+  TRACE_NUM_OP_KINDS = OP_PROBE_NUM_KINDS
 } TraceOpKind;
 
 const char *trace_op_kind_name(TraceOpKind kind); /* "attn_fwd", "gemm", "moe_a2a", ... */
@@ -188,6 +191,20 @@ void trace_begin_iteration(int iteration);
 void trace_recorder_stop(TraceRecorder *rec);
 const TraceEvent *trace_recorder_events(const TraceRecorder *rec, size_t *count);
 uint64_t trace_recorder_dropped(const TraceRecorder *rec);
+/* Grows the buffer to capacity events (never shrinks). Only between
+ * recorded spans on the recording thread: it may move the buffer. */
+int trace_recorder_reserve(TraceRecorder *rec, size_t capacity, Error *err);
+size_t trace_recorder_count(const TraceRecorder *rec);
+
+/* Operations the model and the collectives report (base/op_probe.h) go to
+ * the calling thread's recorder while its window records. The hook is
+ * process wide and counted: installed by the first user, removed by the
+ * last, so sessions on several threads can share it. */
+void trace_op_hook_acquire(void);
+void trace_op_hook_release(void);
+/* 1 while the calling thread runs an action: operations are recorded only
+ * then, so each nests under one (train/trace_session.c opens and closes it). */
+void trace_op_gate(int open);
 
 /* ---- the hot path ---- */
 

@@ -1,11 +1,14 @@
-/* Private to checkpoint_read.c and checkpoint_write.c: path helpers, the
- * step-N directory names, 64-bit JSON numbers, and state.json parsed into a
- * struct. See checkpoint.h for the format. */
+/* Private to checkpoint_read.c, checkpoint_write.c and checkpoint_dist.c:
+ * path helpers, the step-N directory names, 64-bit JSON numbers, state.json
+ * parsed into a struct, and the pieces of a save that the one-process and
+ * the MPI-IO writers share (so both write the same bytes and follow the same
+ * temporary-directory protocol). See checkpoint.h for the format. */
 #ifndef FIVEFOLD_TRAIN_CHECKPOINT_INTERNAL_H
 #define FIVEFOLD_TRAIN_CHECKPOINT_INTERNAL_H
 
 #include <stdint.h>
 
+#include "base/safetensors.h"
 #include "train/checkpoint.h"
 
 #define CKPT_PATH_MAX CHECKPOINT_PATH_MAX
@@ -55,5 +58,31 @@ void ckpt_state_free(CkptState *st);
 /* Size and CRC-32 of dir/CKPT_FILES[i] against the record; then its
  * safetensors structure. */
 int ckpt_verify_file(const CkptState *st, int i, Error *err);
+
+/* ---- the writer side (checkpoint_write.c) ---- */
+
+/* Layout (and, with data, contents) of the two safetensors files for a
+ * tensor table: model.safetensors holds every tensor under its name plus the
+ * metadata "fivefold.step"; optimizer.safetensors holds "step" (I64 scalar),
+ * then "m.<name>" and "v.<name>" for every tensor. params / m / v may be NULL
+ * for a layout-only writer (tensor i's data is base + t[i].offset). */
+int ckpt_model_writer(const ParamTensor *t, int n, const float *params, int step, SafetensorsWriter **out,
+                      Error *err);
+int ckpt_optimizer_writer(const ParamTensor *t, int n, const float *m, const float *v, const int64_t *step,
+                          SafetensorsWriter **out, Error *err);
+
+/* Creates run_dir/checkpoints (root), removes what dead writers left there,
+ * names the final directory and creates the empty temporary one (tmp);
+ * each buffer holds CKPT_PATH_MAX bytes. */
+int ckpt_save_begin(const char *run_dir, int step, char *root, char *final_dir, char *tmp, Error *err);
+/* With both safetensors files complete in tmp: their CRC-32 from disk, the
+ * test crash hook, state.json, and a sync of tmp. *bytes: all three files. */
+int ckpt_save_finish_contents(const char *tmp, const CheckpointSource *src, uint64_t *bytes, Error *err);
+/* Moves tmp into place as final_dir (replacing a checkpoint of the same step)
+ * and prunes to keep_last; removes tmp and wraps err when that fails. */
+int ckpt_save_commit(const char *root, const char *tmp, const char *final_dir, int step, int keep_last,
+                     uint64_t bytes, CheckpointSaveInfo *info, Error *err);
+/* Removes a directory of plain files (a checkpoint, or a temporary one). */
+int ckpt_remove_dir_flat(const char *path, Error *err);
 
 #endif

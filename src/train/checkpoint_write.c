@@ -1,7 +1,9 @@
 /* Writing checkpoints: the temporary directory, the three files (each
  * fsynced), the rename into place, keep-last-K pruning, removal of what
  * crashed processes left behind, and the check that a run does not save into
- * a directory holding another history. See checkpoint.h. */
+ * a directory holding another history. The steps are separate functions
+ * (checkpoint_internal.h) because the MPI-IO writer, checkpoint_dist.c,
+ * runs them on rank 0 around its collective writes. See checkpoint.h. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -50,8 +52,7 @@ static int mkdir_p(const char *path, Error *err) {
   return 0;
 }
 
-/* Removes a directory of plain files (what a checkpoint is). */
-static int remove_dir_flat(const char *path, Error *err) {
+int ckpt_remove_dir_flat(const char *path, Error *err) {
   DIR *d = opendir(path);
   if (!d) {
     if (errno == ENOENT) return 0;
@@ -123,7 +124,7 @@ static void remove_stale_dirs(const char *root) {
   closedir(d);
   for (int i = 0; i < n; i++) {
     Error ignored = {0};
-    remove_dir_flat(stale[i], &ignored);
+    ckpt_remove_dir_flat(stale[i], &ignored);
   }
 }
 
@@ -144,37 +145,60 @@ static void maybe_crash_for_test(void) {
 
 /* ---- the files ---- */
 
-static int write_model_file(const char *path, const Model *m, const char *step_text, Error *err) {
+int ckpt_model_writer(const ParamTensor *t, int n, const float *params, int step, SafetensorsWriter **out,
+                      Error *err) {
+  *out = NULL;
   SafetensorsWriter *w = safetensors_writer_new();
-  if (!w) return error_set(err, ERR_NOMEM, "out of memory writing %s", path);
+  if (!w) return error_set(err, ERR_NOMEM, "out of memory laying out %s", CHECKPOINT_MODEL_FILE);
+  char step_text[32];
+  snprintf(step_text, sizeof step_text, "%d", step);
   int rc = safetensors_writer_set_metadata(w, "fivefold.step", step_text, err);
-  for (int i = 0; i < m->num_tensors && !rc; i++) {
-    const ParamTensor *p = &m->tensors[i];
-    rc = safetensors_writer_add_f32(w, p->name, p->ndim, p->shape, m->params + p->offset, err);
+  for (int i = 0; i < n && !rc; i++)
+    rc = safetensors_writer_add_f32(w, t[i].name, t[i].ndim, t[i].shape, params ? params + t[i].offset : NULL, err);
+  if (rc) {
+    safetensors_writer_free(w);
+    return rc;
   }
+  *out = w;
+  return 0;
+}
+
+int ckpt_optimizer_writer(const ParamTensor *t, int n, const float *m, const float *v, const int64_t *step,
+                          SafetensorsWriter **out, Error *err) {
+  *out = NULL;
+  SafetensorsWriter *w = safetensors_writer_new();
+  if (!w) return error_set(err, ERR_NOMEM, "out of memory laying out %s", CHECKPOINT_OPTIMIZER_FILE);
+  int rc = safetensors_writer_add(w, "step", ST_I64, 0, NULL, step, err);
+  for (int k = 0; k < 2 && !rc; k++) {
+    const float *base = k ? v : m;
+    for (int i = 0; i < n && !rc; i++) {
+      char name[SAFETENSORS_MAX_NAME];
+      snprintf(name, sizeof name, "%s.%s", k ? "v" : "m", t[i].name);
+      rc = safetensors_writer_add_f32(w, name, t[i].ndim, t[i].shape, base ? base + t[i].offset : NULL, err);
+    }
+  }
+  if (rc) {
+    safetensors_writer_free(w);
+    return rc;
+  }
+  *out = w;
+  return 0;
+}
+
+static int write_model_file(const char *path, const Model *m, int step, Error *err) {
+  SafetensorsWriter *w;
+  int rc = ckpt_model_writer(m->tensors, m->num_tensors, m->params, step, &w, err);
   if (!rc) rc = safetensors_writer_write(w, path, err);
   safetensors_writer_free(w);
   return rc;
 }
 
 static int write_optimizer_file(const char *path, const Model *m, const Optimizer *opt, Error *err) {
-  SafetensorsWriter *w = safetensors_writer_new();
-  if (!w) return error_set(err, ERR_NOMEM, "out of memory writing %s", path);
-  if (opt->num_params != m->num_params) {
-    safetensors_writer_free(w);
+  if (opt->num_params != m->num_params)
     return error_set(err, ERR_INTERNAL, "optimizer holds %zu parameters, model %zu", opt->num_params, m->num_params);
-  }
   int64_t step = opt->step;
-  int rc = safetensors_writer_add(w, "step", ST_I64, 0, NULL, &step, err);
-  for (int k = 0; k < 2 && !rc; k++) {
-    const float *base = k ? opt->v : opt->m;
-    for (int i = 0; i < m->num_tensors && !rc; i++) {
-      const ParamTensor *p = &m->tensors[i];
-      char name[SAFETENSORS_MAX_NAME];
-      snprintf(name, sizeof name, "%s.%s", k ? "v" : "m", p->name);
-      rc = safetensors_writer_add_f32(w, name, p->ndim, p->shape, base + p->offset, err);
-    }
-  }
+  SafetensorsWriter *w;
+  int rc = ckpt_optimizer_writer(m->tensors, m->num_tensors, opt->m, opt->v, &step, &w, err);
   if (!rc) rc = safetensors_writer_write(w, path, err);
   safetensors_writer_free(w);
   return rc;
@@ -215,14 +239,22 @@ static cJSON *state_json(const CheckpointSource *src, const CkptFileRecord *file
 
 /* Writes the three files into tmp; their sizes add up in *bytes. */
 static int write_contents(const char *tmp, const CheckpointSource *src, uint64_t *bytes, Error *err) {
-  char path[CKPT_PATH_MAX], step_text[32];
+  char path[CKPT_PATH_MAX];
+  for (int i = 0; i < CKPT_NUM_FILES; i++) {
+    int rc = ckpt_join(path, sizeof path, tmp, CKPT_FILES[i], err);
+    if (!rc) rc = i == 0 ? write_model_file(path, src->model, src->step, err)
+                         : write_optimizer_file(path, src->model, src->opt, err);
+    if (rc) return rc;
+  }
+  return ckpt_save_finish_contents(tmp, src, bytes, err);
+}
+
+int ckpt_save_finish_contents(const char *tmp, const CheckpointSource *src, uint64_t *bytes, Error *err) {
+  char path[CKPT_PATH_MAX];
   CkptFileRecord files[CKPT_NUM_FILES];
-  snprintf(step_text, sizeof step_text, "%d", src->step);
   *bytes = 0;
   for (int i = 0; i < CKPT_NUM_FILES; i++) {
     int rc = ckpt_join(path, sizeof path, tmp, CKPT_FILES[i], err);
-    if (!rc) rc = i == 0 ? write_model_file(path, src->model, step_text, err)
-                         : write_optimizer_file(path, src->model, src->opt, err);
     /* The CRC of what is on disk, not of memory: it must catch a bad write. */
     if (!rc) rc = crc32_file(path, &files[i].crc32, &files[i].bytes, err);
     if (rc) return rc;
@@ -250,27 +282,44 @@ static int write_contents(const char *tmp, const CheckpointSource *src, uint64_t
 
 /* ---- save, prune ---- */
 
+int ckpt_save_begin(const char *run_dir, int step, char *root, char *final_dir, char *tmp, Error *err) {
+  char name[96];
+  int rc = ckpt_join(root, CKPT_PATH_MAX, run_dir, CHECKPOINT_SUBDIR, err);
+  if (!rc) rc = mkdir_p(root, err);
+  if (!rc) rc = checkpoint_dir_name(root, step, final_dir, CKPT_PATH_MAX, err);
+  if (rc) return rc;
+  remove_stale_dirs(root);
+  snprintf(name, sizeof name, CKPT_TMP_PREFIX "%08d-%ld", step, (long)getpid());
+  if ((rc = ckpt_join(tmp, CKPT_PATH_MAX, root, name, err))) return rc;
+  if (mkdir(tmp, 0777) != 0) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  return 0;
+}
+
 int checkpoint_save(const char *run_dir, const CheckpointSource *src, int keep_last, CheckpointSaveInfo *info,
                     Error *err) {
   if (src->step < 0) return error_set(err, ERR_ARG, "checkpoint step must be >= 0, got %d", src->step);
-  char root[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX], old[CKPT_PATH_MAX], name[96];
-  int rc = ckpt_join(root, sizeof root, run_dir, CHECKPOINT_SUBDIR, err);
-  if (!rc) rc = mkdir_p(root, err);
-  if (!rc) rc = checkpoint_dir_name(root, src->step, final_dir, sizeof final_dir, err);
+  char root[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
+  int rc = ckpt_save_begin(run_dir, src->step, root, final_dir, tmp, err);
   if (rc) return rc;
-  remove_stale_dirs(root);
-  snprintf(name, sizeof name, CKPT_TMP_PREFIX "%08d-%ld", src->step, (long)getpid());
-  if ((rc = ckpt_join(tmp, sizeof tmp, root, name, err))) return rc;
-  if (mkdir(tmp, 0777) != 0) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
   uint64_t bytes = 0;
-  if ((rc = write_contents(tmp, src, &bytes, err))) goto fail;
+  if ((rc = write_contents(tmp, src, &bytes, err))) {
+    Error ignored = {0};
+    ckpt_remove_dir_flat(tmp, &ignored);
+    return error_wrap(err, "saving checkpoint step %d in %s", src->step, root);
+  }
+  return ckpt_save_commit(root, tmp, final_dir, src->step, keep_last, bytes, info, err);
+}
 
+int ckpt_save_commit(const char *root, const char *tmp, const char *final_dir, int step, int keep_last,
+                     uint64_t bytes, CheckpointSaveInfo *info, Error *err) {
+  char old[CKPT_PATH_MAX], name[96];
+  int rc = 0;
   /* A checkpoint of the same step is replaced; it moves aside first because
    * rename() will not replace a non-empty directory. */
   int had_old = 0;
   struct stat st;
   if (stat(final_dir, &st) == 0) {
-    snprintf(name, sizeof name, CKPT_DEL_PREFIX "%08d-%ld", src->step, (long)getpid());
+    snprintf(name, sizeof name, CKPT_DEL_PREFIX "%08d-%ld", step, (long)getpid());
     if ((rc = ckpt_join(old, sizeof old, root, name, err))) goto fail;
     if (rename(final_dir, old) != 0) {
       rc = error_set(err, ERR_IO, "cannot move the old %s aside: %s", final_dir, strerror(errno));
@@ -283,7 +332,7 @@ int checkpoint_save(const char *run_dir, const CheckpointSource *src, int keep_l
     goto fail;
   }
   if ((rc = fsync_dir(root, err))) return rc;
-  if (had_old && (rc = remove_dir_flat(old, err))) return rc;
+  if (had_old && (rc = ckpt_remove_dir_flat(old, err))) return rc;
   int removed = 0;
   if ((rc = checkpoint_prune(root, keep_last, &removed, err))) return rc;
   if (info) {
@@ -295,9 +344,9 @@ int checkpoint_save(const char *run_dir, const CheckpointSource *src, int keep_l
 fail:
   {
     Error ignored = {0};
-    remove_dir_flat(tmp, &ignored);
+    ckpt_remove_dir_flat(tmp, &ignored);
   }
-  return error_wrap(err, "saving checkpoint step %d in %s", src->step, root);
+  return error_wrap(err, "saving checkpoint step %d in %s", step, root);
 }
 
 int checkpoint_prune(const char *dir, int keep_last, int *removed, Error *err) {
@@ -320,7 +369,7 @@ int checkpoint_prune(const char *dir, int keep_last, int *removed, Error *err) {
       rc = error_set(err, ERR_IO, "cannot remove old checkpoint %s: %s", victim, strerror(errno));
       break;
     }
-    if ((rc = remove_dir_flat(doomed, err))) break;
+    if ((rc = ckpt_remove_dir_flat(doomed, err))) break;
     if (removed) (*removed)++;
   }
   free(steps);

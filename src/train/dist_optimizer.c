@@ -45,17 +45,34 @@ static int tensor_at(const Model *model, size_t at) {
   return lo;
 }
 
-int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *info, Error *err) {
-  DpGrads *g = opt->grads;
-  const float *shard = g->shard;
+double dist_optimizer_local_sumsq(const DistOptimizer *opt, const Model *model, int tp_rank) {
+  const DpGrads *g = opt->grads;
   double sumsq = 0;
   for (int b = 0; b < g->num_buckets; b++) {
     size_t lo, hi;
     dp_grads_rank_range(g, b, g->rank, &lo, &hi);
-    sumsq += vec_sumsq(shard + g->buckets[b].shard_offset, hi - lo);
+    const float *base = g->shard + g->buckets[b].shard_offset;
+    for (size_t at = lo; at < hi;) {
+      const ParamTensor *p = &model->tensors[tensor_at(model, at)];
+      size_t stop = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+      if (optimizer_tensor_in_norm(p, tp_rank)) sumsq += vec_sumsq(base + (at - lo), stop - at);
+      at = stop;
+    }
   }
-  int rc = comm_allreduce_f64(g->group, &sumsq, 1, COMM_SUM, NULL, err);
+  return sumsq;
+}
+
+int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *info, Error *err) {
+  double sumsq = dist_optimizer_local_sumsq(opt, model, 0);
+  int rc = comm_allreduce_f64(opt->grads->group, &sumsq, 1, COMM_SUM, NULL, err);
   if (rc) return error_wrap(err, "distributed optimizer: gradient norm");
+  return dist_optimizer_apply(opt, model, sumsq, info, err);
+}
+
+int dist_optimizer_apply(DistOptimizer *opt, Model *model, double sumsq, OptimizerStepInfo *info, Error *err) {
+  DpGrads *g = opt->grads;
+  const float *shard = g->shard;
+  int rc = 0;
   if (!isfinite(sumsq))
     return error_set(err, ERR_INTERNAL,
                      "optimizer: the gradient is not finite at step %d (loss diverged; try a lower lr or "
@@ -92,10 +109,10 @@ int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *inf
     }
     size_t lo, hi;
     dp_grads_rank_range(g, b, g->rank, &lo, &hi);
-    memset(g->stage + (size_t)g->rank * k->block, 0, k->block * sizeof(float));
-    memcpy(g->stage + (size_t)g->rank * k->block, model->params + lo, (hi - lo) * sizeof(float));
-    rc = comm_allgather_f32(g->group, NULL, g->stage, k->block, NULL, err);
-    if (!rc) memcpy(model->params + k->begin, g->stage, (k->end - k->begin) * sizeof(float));
+    memset(k->stage + (size_t)g->rank * k->block, 0, k->block * sizeof(float));
+    memcpy(k->stage + (size_t)g->rank * k->block, model->params + lo, (hi - lo) * sizeof(float));
+    rc = comm_allgather_f32(g->group, NULL, k->stage, k->block, NULL, err);
+    if (!rc) memcpy(model->params + k->begin, k->stage, (k->end - k->begin) * sizeof(float));
   }
   if (rc) return error_wrap(err, "distributed optimizer: parameter all-gather");
   if (info) {
@@ -116,8 +133,8 @@ static int gather_state(const DpGrads *g, const float *shard, float *full, Error
       rc = comm_allgather_f32(g->group, shard + k->shard_offset, full + k->begin, k->block, NULL, err);
       continue;
     }
-    rc = comm_allgather_f32(g->group, shard + k->shard_offset, g->stage, k->block, NULL, err);
-    if (!rc) memcpy(full + k->begin, g->stage, len * sizeof(float));
+    rc = comm_allgather_f32(g->group, shard + k->shard_offset, k->stage, k->block, NULL, err);
+    if (!rc) memcpy(full + k->begin, k->stage, len * sizeof(float));
   }
   return rc;
 }

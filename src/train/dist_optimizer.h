@@ -5,8 +5,9 @@
  * reduce-scatter mode), so the reduce-scatter that ends the backward leaves
  * each rank exactly the reduced gradient of the parameters it updates. A
  * step then
- *   1. sums the squares of its shard and all-reduces them: the global
- *      gradient norm, hence the same clipping factor on every rank;
+ *   1. sums the squares of its shard (dist_optimizer_local_sumsq) and
+ *      all-reduces them over every rank holding a part of the model: the
+ *      global gradient norm, hence the same clipping factor on every rank;
  *   2. runs AdamW on its shard (weight decay per tensor as in optimizer.h:
  *      a block may straddle tensors, so it is cut at tensor boundaries);
  *   3. all-gathers the updated parameters bucket by bucket, so every rank
@@ -37,8 +38,14 @@ int dist_optimizer_create(DistOptimizer *opt, DpGrads *grads, const Model *model
                           Error *err);
 void dist_optimizer_free(DistOptimizer *opt);
 
-/* Collective over the group. Uses grads->shard (after dp_grads_finish). */
+/* Collective over the group. Uses grads->shard (after dp_grads_finish). The
+ * norm is summed over the DP group only (a model without TP or PP). */
 int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *info, Error *err);
+/* Sum of squares of this rank's shard, by the counting rule of
+ * optimizer_tensor_in_norm. */
+double dist_optimizer_local_sumsq(const DistOptimizer *opt, const Model *model, int tp_rank);
+/* The step given the global sum of squares (collective: the all-gather). */
+int dist_optimizer_apply(DistOptimizer *opt, Model *model, double sumsq, OptimizerStepInfo *info, Error *err);
 
 /* Collective: full->m and full->v (num_params floats each) receive every
  * rank's moments and full->step the step count. */

@@ -1,13 +1,16 @@
 /* Data-parallel gradient reduction in buckets, started while backward still
  * runs.
  *
- * The flat gradient buffer is cut into contiguous buckets of about
- * bucket_bytes, laid out from the top of the buffer down, because backward
- * finishes the LM head first and the embedding last (model.h,
+ * The flat gradient buffer (this rank's: with pipeline parallelism, its
+ * chunks one after the other) is first cut at the given offsets into
+ * segments (the model chunks, and tensors that need a bucket of their own,
+ * like a tied embedding), then each segment into contiguous buckets of
+ * about bucket_bytes, laid out from the top of the segment down, because
+ * backward finishes the LM head first and the embedding last (model.h,
  * on_grads_ready): bucket 0 holds the highest offsets and is the first to be
- * complete. Every bucket but the last (the one holding offset 0) has a
- * length that is a multiple of the group size, so a reduce-scatter can take
- * it in place; the last is staged through a padded copy.
+ * complete. A bucket never straddles a cut. A bucket whose length is a
+ * multiple of the group size reduce-scatters in place; the others (at most
+ * one per segment) are staged through a padded copy of their own.
  *
  * Modes:
  *   all-reduce      every rank ends with the sum of everyone's gradient
@@ -16,11 +19,14 @@
  *                   block r of every bucket, in `shard` (its part of the
  *                   gradient, bucket by bucket); the rest is not reduced.
  *
- * Use per step: dp_grads_begin, then set dp_grads_on_ready as the model's
- * on_grads_ready hook for the backward that completes the gradient (the
- * last micro-batch) — it starts each bucket as soon as its range is final
- * and polls the ones in flight so MPI moves them on — then dp_grads_finish
- * waits for all (starting any not yet started).
+ * Use per step: dp_grads_begin, then, for the backward that completes a
+ * chunk's gradient (its last micro-batch), dp_grads_set_window to the
+ * chunk's range and dp_grads_on_ready as the model's on_grads_ready hook —
+ * it starts each bucket of the window as soon as its range is final and
+ * polls the ones in flight so MPI moves them on — dp_grads_start_range where
+ * the program reduces the chunk (GRAD_REDUCE), then dp_grads_finish waits
+ * for all (starting any not yet started). Buckets start in the same order on
+ * every rank of the group because every rank runs the same program.
  *
  * Timing: the exposed part of the reduction is the time spent inside MPI on
  * the host thread: starting and polling buckets from the hook (shared-memory
@@ -38,9 +44,11 @@ typedef struct DpBucket {
   size_t begin, end;   /* flat range [begin, end) */
   size_t block;        /* ceil((end - begin) / dp): one rank's block (reduce-scatter) */
   size_t shard_offset; /* where this rank's block lives in the shard buffer */
-  int staged;          /* length is not block * dp: goes through the padded stage */
+  int staged;          /* length is not block * dp: goes through its padded stage */
+  float *stage;        /* staged: [block * dp] inside DpGrads.stage */
   CommRequest req;
   int started;
+  const CommGroup *group; /* the group it reduces over: DpGrads.group, or the expert group */
 } DpBucket;
 
 typedef struct DpGrads {
@@ -51,8 +59,9 @@ typedef struct DpGrads {
   size_t num_params;
   int num_buckets;
   DpBucket *buckets; /* bucket 0 = highest offsets (first complete) */
-  int next;          /* next bucket to start this step */
-  float *stage;      /* [block * dp] of the staged bucket, or NULL */
+  int num_started;   /* this step */
+  size_t window_begin, window_end; /* range the hook may start buckets in */
+  float *stage;      /* the staged buckets' padded copies, or NULL */
   float *shard;      /* reduce-scatter: [shard_len] this rank's reduced blocks */
   size_t shard_len;
   /* statistics */
@@ -62,12 +71,28 @@ typedef struct DpGrads {
 } DpGrads;
 
 /* bucket_bytes <= 0 picks the default: 25 MB, but at most a quarter of the
- * gradient (so small models still get several buckets to overlap). */
-int dp_grads_create(DpGrads *g, const CommGroup *group, float *grads, size_t num_params, double bucket_bytes,
-                    int scatter, Error *err);
+ * gradient (so small models still get several buckets to overlap). cuts
+ * [num_cuts] (any order, duplicates and 0 / num_params allowed) are offsets
+ * no bucket straddles. */
+int dp_grads_create(DpGrads *g, const CommGroup *group, float *grads, size_t num_params, const size_t *cuts,
+                    int num_cuts, double bucket_bytes, int scatter, Error *err);
 void dp_grads_free(DpGrads *g);
 
+/* MoE parallel folding: the buckets inside the ranges [begin[i], end[i])
+ * (expert tensors, reduce_over_edp in model.h) reduce over `group` (the EDP
+ * group) instead. The ranges must be among the cuts given to create, so no
+ * bucket straddles one; all-reduce mode only (ERR_ARG with reduce-scatter).
+ * A bucket whose group has one rank is left as it is. Every rank of both
+ * groups must have the same bucket layout (same shard shapes: true for the
+ * ranks of one pipeline stage). */
+int dp_grads_route_ranges(DpGrads *g, const CommGroup *group, const size_t *begin, const size_t *end, int n,
+                          Error *err);
+
 void dp_grads_begin(DpGrads *g);
+/* The hook starts only buckets inside [begin, end) (a chunk's range). */
+void dp_grads_set_window(DpGrads *g, size_t begin, size_t end);
+/* Starts every bucket inside [begin, end) not started yet. */
+int dp_grads_start_range(DpGrads *g, size_t begin, size_t end, Error *err);
 /* Model.on_grads_ready hook (ctx = the DpGrads). Never fails: a failing MPI
  * call aborts the job (comm/world.h). */
 void dp_grads_on_ready(void *ctx, size_t offset, size_t count);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/timer.h"
+#include "train/trace_session.h"
 
 int executor_create(Executor *ex, const SchedProgram *prog, int rank, void *ctx, Error *err) {
   memset(ex, 0, sizeof *ex);
@@ -47,6 +48,14 @@ void executor_set_handler(Executor *ex, SchedActionKind kind, ExecutorHandler ha
   if ((int)kind >= 0 && kind < SCHED_NUM_ACTION_KINDS) ex->handlers[kind] = handler;
 }
 
+void executor_set_prepare(Executor *ex, SchedActionKind kind, ExecutorHandler prepare) {
+  if ((int)kind >= 0 && kind < SCHED_NUM_ACTION_KINDS) ex->prepare[kind] = prepare;
+}
+
+void executor_set_posts(Executor *ex, SchedActionKind kind, int posts) {
+  if ((int)kind >= 0 && kind < SCHED_NUM_ACTION_KINDS) ex->posts[kind] = posts != 0;
+}
+
 int executor_is_last_backward(const Executor *ex, const SchedAction *action) {
   if (action->rank != ex->rank || action->index < 0 || action->index >= ex->num_actions) return 0;
   return ex->last_backward[action->index];
@@ -60,8 +69,20 @@ int executor_run(Executor *ex, Error *err) {
     if (!h)
       return error_set(err, ERR_INTERNAL, "executor: no handler for %s (this runtime cannot run %s actions yet)",
                        sched_action_describe(a, what, sizeof what), sched_action_kind_name(a->kind));
+    ExecutorHandler prep = ex->prepare[a->kind];
+    int rc = prep ? prep(ex->ctx, a, err) : 0;
+    if (rc) return error_wrap(err, "%s", sched_action_describe(a, what, sizeof what));
     ex->start[i] = timer_now();
-    int rc = h(ex->ctx, a, err);
+    if (!ex->trace) {
+      rc = h(ex->ctx, a, err);
+    } else if (ex->posts[a->kind]) {
+      trace_session_post(ex->trace, a);
+      rc = h(ex->ctx, a, err);
+    } else {
+      TraceEvent span = trace_session_action_begin(ex->trace, a);
+      rc = h(ex->ctx, a, err);
+      trace_session_action_end(ex->trace, &span);
+    }
     ex->end[i] = timer_now();
     if (rc) return error_wrap(err, "%s", sched_action_describe(a, what, sizeof what));
   }

@@ -3,13 +3,21 @@
  *
  * The executor decides nothing about order: the program does. What each
  * kind means is up to the caller's handlers (the trainer registers FWD, BWD,
- * GRAD_REDUCE and OPTIM; pipeline sends and receives, all-to-alls and ring
- * steps slot in as more handlers). An action whose kind has no handler is an
+ * the pipeline's SEND_ACT, RECV_ACT, SEND_GRAD and RECV_GRAD (pipeline.h),
+ * GRAD_REDUCE and OPTIM; all-to-alls and ring steps slot in as more
+ * handlers). An action whose kind has no handler is an
  * error naming the action, never silently skipped.
  *
  * It also stamps every action with its start and end time (seconds on the
- * timer_now clock), indexed by position in the rank's list, which the tracer
- * can lay beside the simulator's prediction. */
+ * timer_now clock), indexed by position in the rank's list, and, when a
+ * trace session is attached (train/trace_session.h), records each action
+ * there: a span around the handler, or, for kinds marked as posting
+ * (executor_set_posts: the handler only starts work, say an MPI_Irecv), a
+ * post stamped before the handler, whose completion the code that waits
+ * for the work stamps (trace_session_complete). A kind may also have a
+ * prepare handler, run before the action's span begins: the place to wait
+ * for posted work the action needs, so the wait is not counted as its own
+ * time. With no session each action costs one pointer test more. */
 #ifndef FIVEFOLD_TRAIN_EXECUTOR_H
 #define FIVEFOLD_TRAIN_EXECUTOR_H
 
@@ -24,6 +32,9 @@ typedef struct Executor {
   const SchedAction *actions;
   int num_actions;
   ExecutorHandler handlers[SCHED_NUM_ACTION_KINDS];
+  ExecutorHandler prepare[SCHED_NUM_ACTION_KINDS]; /* NULL: nothing to wait for first */
+  unsigned char posts[SCHED_NUM_ACTION_KINDS];     /* 1: the handler only posts work */
+  struct TraceSession *trace;                      /* NULL: tracing off */
   void *ctx;
   /* For BWD actions: 1 at list positions holding the last backward of
    * their chunk (the one that completes the chunk's gradient). */
@@ -35,6 +46,9 @@ typedef struct Executor {
 int executor_create(Executor *ex, const SchedProgram *prog, int rank, void *ctx, Error *err);
 void executor_free(Executor *ex);
 void executor_set_handler(Executor *ex, SchedActionKind kind, ExecutorHandler handler);
+void executor_set_prepare(Executor *ex, SchedActionKind kind, ExecutorHandler prepare);
+/* posts 1: actions of this kind are recorded as posted work (see above). */
+void executor_set_posts(Executor *ex, SchedActionKind kind, int posts);
 
 /* 1 if the action (of this executor's rank) is its chunk's last backward in
  * list order. */

@@ -30,11 +30,40 @@ void optimizer_free(Optimizer *opt) {
 
 double optimizer_grad_norm(const Model *model) { return sqrt(vec_sumsq(model->grads, model->num_params)); }
 
+double optimizer_local_sumsq(const Model *model, int tp_rank) {
+  double sumsq = 0;
+  for (int i = 0; i < model->num_tensors; i++) {
+    const ParamTensor *p = &model->tensors[i];
+    if (optimizer_tensor_in_norm(p, tp_rank)) sumsq += vec_sumsq(model->grads + p->offset, p->numel);
+  }
+  return sumsq;
+}
+
+double optimizer_local_sumsq_world(const Model *model, int dp_cp_size, int edp_size) {
+  double sumsq = 0;
+  for (int i = 0; i < model->num_tensors; i++) {
+    const ParamTensor *p = &model->tensors[i];
+    if (p->tied_copy) continue;
+    double holders;
+    if (p->reduce_over_edp) {
+      holders = edp_size;
+    } else {
+      int tp_holders = p->tp_ranks > 0 ? p->tp_ranks : p->tp_replicated ? model->shard.tp_size : 1;
+      holders = (double)dp_cp_size * (tp_holders > 0 ? tp_holders : 1);
+    }
+    sumsq += vec_sumsq(model->grads + p->offset, p->numel) / holders;
+  }
+  return sumsq;
+}
+
 int optimizer_step(Optimizer *opt, Model *model, OptimizerStepInfo *info, Error *err) {
+  return optimizer_apply(opt, model, vec_sumsq(model->grads, model->num_params), info, err);
+}
+
+int optimizer_apply(Optimizer *opt, Model *model, double sumsq, OptimizerStepInfo *info, Error *err) {
   if (model->num_params != opt->num_params)
     return error_set(err, ERR_INTERNAL, "optimizer: built for %zu parameters, model has %zu", opt->num_params,
                      model->num_params);
-  double sumsq = vec_sumsq(model->grads, model->num_params);
   if (!isfinite(sumsq))
     return error_set(err, ERR_INTERNAL,
                      "optimizer: the gradient is not finite at step %d (loss diverged; try a lower lr or "

@@ -35,8 +35,26 @@ void optimizer_free(Optimizer *opt);
 /* Global L2 norm of the model's gradient (double accumulation). */
 double optimizer_grad_norm(const Model *model);
 
+/* Whether a tensor's gradient counts in the global norm on TP rank tp_rank:
+ * each logical element once over the model-parallel ranks, so TP-replicated
+ * tensors count on TP rank 0 only and a tied copy never (its gradient is
+ * the embedding's). */
+static inline int optimizer_tensor_in_norm(const ParamTensor *p, int tp_rank) {
+  return !p->tied_copy && (!p->tp_replicated || tp_rank == 0);
+}
+/* This rank's part of the squared global norm, by that rule. */
+double optimizer_local_sumsq(const Model *model, int tp_rank);
+/* Under MoE parallel folding: this rank's share of the squared global norm
+ * when summed over the whole world. Each tensor counts weight / holders
+ * times, holders being the ranks with the same slice: expert tensors
+ * (reduce_over_edp) edp_size of them, the others dp_cp_size x tp_ranks;
+ * tied copies never. */
+double optimizer_local_sumsq_world(const Model *model, int dp_cp_size, int edp_size);
+
 /* One AdamW update of every parameter from model->grads (which it leaves as
  * they are; zero them before the next accumulation). */
 int optimizer_step(Optimizer *opt, Model *model, OptimizerStepInfo *info, Error *err);
+/* The same update given the squared global norm (summed over the ranks). */
+int optimizer_apply(Optimizer *opt, Model *model, double sumsq, OptimizerStepInfo *info, Error *err);
 
 #endif

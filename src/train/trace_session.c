@@ -18,6 +18,10 @@
  * (about 370 MB at 88 bytes an event): ask for a narrower one. */
 #define TRACE_SESSION_MAX_EVENTS ((size_t)1 << 22)
 #define TRACE_SESSION_PING_TAG 7301
+/* Room for the operations inside one compute action (GEMMs, norms, MoE
+ * phases, collectives: a few dozen per layer) in the first traced step,
+ * before its real count is known; later steps are sized from that count. */
+#define TRACE_SESSION_OPS_PER_COMPUTE 2048
 
 struct TraceSession {
   TraceSessionOptions opt;
@@ -31,6 +35,10 @@ struct TraceSession {
   TraceEvent *posted; /* per position in this rank's list: a posted action's span (begin 0: none) */
   int num_rank_actions;
   TraceClockSync *sync; /* rank 0, after finish: per world rank */
+  int num_compute_actions; /* FWD/BWD of this rank per iteration */
+  int op_hook_held;        /* this session counts among the op hook's users */
+  int first_traced;        /* iteration the window's first step ran as; -1 before */
+  int sized_from_count;    /* the buffer was sized from that step's count */
 };
 
 TraceSessionOptions trace_session_options_default(void) {
@@ -100,8 +108,14 @@ static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const S
     ts->grad_reduce_group_id = 0;
   else
     ts->grad_reduce_group_id = grid_group_first_rank(&ts->sizes, (GridGroupKind)opt->grad_reduce_group, ts->world_rank);
-  sched_program_rank_actions(prog, ts->pipeline_rank, &ts->num_rank_actions);
+  int num_compute = 0;
+  const SchedAction *mine = sched_program_rank_actions(prog, ts->pipeline_rank, &ts->num_rank_actions);
+  for (int i = 0; i < ts->num_rank_actions; i++) num_compute += mine[i].kind == SCHED_FWD || mine[i].kind == SCHED_BWD;
+  ts->num_compute_actions = num_compute;
+  ts->first_traced = -1;
   size_t capacity = window_capacity(opt, ts->num_rank_actions);
+  /* The operations of the first step on top: its count sizes the rest. */
+  if (opt->extra_events_per_step <= 0) capacity += (size_t)num_compute * TRACE_SESSION_OPS_PER_COMPUTE;
   if (capacity > TRACE_SESSION_MAX_EVENTS)
     return error_set(err, ERR_ARG,
                      "trace session: --trace-steps %d:%d needs %zu events on rank %d (%.0f MB); narrow the window "
@@ -120,6 +134,7 @@ static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const S
 /* Every rank learns whether all succeeded; a rank that did not fail itself
  * names the lowest one that did. */
 static int agree(int local_rc, const char *what, Error *err) {
+  if (!comm_initialized()) return local_rc; /* one rank without MPI: nobody to agree with */
   int failed = local_rc ? comm_world_rank() : INT_MAX, first_failed;
   MPI_Allreduce(&failed, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (first_failed == INT_MAX) return ERR_OK;
@@ -127,8 +142,15 @@ static int agree(int local_rc, const char *what, Error *err) {
   return error_set(err, ERR_CONFIG, "trace session: rank %d could not %s (its message says why)", first_failed, what);
 }
 
+static void release_op_hook(TraceSession *ts) {
+  if (!ts->op_hook_held) return;
+  trace_op_hook_release();
+  ts->op_hook_held = 0;
+}
+
 void trace_session_free(TraceSession *ts) {
   if (!ts) return;
+  release_op_hook(ts);
   if (trace_bound_recorder() == ts->rec) trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size);
   trace_recorder_free(ts->rec);
   free(ts->posted);
@@ -140,8 +162,7 @@ void trace_session_free(TraceSession *ts) {
 int trace_session_create(const TraceSessionOptions *opt, const SchedProgram *prog, const GridSizes *sizes,
                          TraceSession **out, Error *err) {
   *out = NULL;
-  if (!comm_initialized())
-    return error_set(err, ERR_INTERNAL, "trace session: comm_init must run before the session is created");
+  /* Without MPI the process is a world of one: same recorder, same writer. */
   TraceSession *ts = calloc(1, sizeof *ts);
   int rc;
   if (!ts) {
@@ -149,8 +170,8 @@ int trace_session_create(const TraceSessionOptions *opt, const SchedProgram *pro
   } else {
     ts->opt = *opt;
     ts->prog = prog;
-    ts->world_rank = comm_world_rank();
-    ts->world_size = comm_world_size();
+    ts->world_rank = comm_initialized() ? comm_world_rank() : 0;
+    ts->world_size = comm_initialized() ? comm_world_size() : 1;
     rc = setup_local(ts, opt, prog, sizes, err);
   }
   rc = agree(rc, "set up its trace recorder", err);
@@ -167,8 +188,41 @@ int trace_session_create(const TraceSessionOptions *opt, const SchedProgram *pro
 int trace_session_pipeline_rank(const TraceSession *ts) { return ts ? ts->pipeline_rank : comm_world_rank(); }
 int trace_session_world_rank(const TraceSession *ts) { return ts ? ts->world_rank : comm_world_rank(); }
 
+static int in_window(const TraceSession *ts, int iteration) {
+  return iteration >= ts->opt.first_step && (ts->opt.last_step < 0 || iteration <= ts->opt.last_step);
+}
+
+/* After the window's first step: room for the rest of the window at the
+ * count that step recorded (between steps, so nothing is timed). A window
+ * past the cap records what fits and counts the drops. */
+static void size_from_first_step(TraceSession *ts, int iteration) {
+  ts->sized_from_count = 1;
+  size_t per_step = trace_recorder_count(ts->rec);
+  long left;
+  if (ts->opt.last_step >= 0)
+    left = (long)ts->opt.last_step - iteration + 1;
+  else if (ts->opt.num_steps > 0)
+    left = (long)ts->opt.num_steps - iteration;
+  else
+    return;
+  if (left < 1) return;
+  size_t want = per_step + per_step * (size_t)left + per_step / 8; /* an eighth for routing that shifts */
+  if (want > TRACE_SESSION_MAX_EVENTS) want = TRACE_SESSION_MAX_EVENTS;
+  trace_recorder_reserve(ts->rec, want, NULL); /* out of memory: drops are counted instead */
+}
+
 void trace_session_begin_iteration(TraceSession *ts, int iteration) {
   if (!ts) return;
+  if (ts->first_traced >= 0 && !ts->sized_from_count && iteration > ts->first_traced)
+    size_from_first_step(ts, iteration);
+  if (in_window(ts, iteration) && ts->first_traced < 0) ts->first_traced = iteration;
+  /* The operation hook listens only inside the window. */
+  if (in_window(ts, iteration) && !ts->op_hook_held) {
+    trace_op_hook_acquire();
+    ts->op_hook_held = 1;
+  } else if (!in_window(ts, iteration)) {
+    release_op_hook(ts);
+  }
   trace_begin_iteration(iteration);
   /* A posted action never completed in the last iteration must not end in
    * this one. */
@@ -197,13 +251,16 @@ TraceEvent trace_session_action_begin(TraceSession *ts, const SchedAction *a) {
     memset(&none, 0, sizeof none);
     return none;
   }
+  op_probe_set_microbatch(a->microbatch); /* the operations inside belong to it */
   TraceEvent span = trace_action_begin(a->id, a->microbatch, a->layer);
   annotate(ts, a, &span);
+  trace_op_gate(1);
   return span;
 }
 
 void trace_session_action_end(TraceSession *ts, TraceEvent *span) {
   if (!ts) return;
+  trace_op_gate(0);
   trace_action_end(span);
 }
 
@@ -327,6 +384,7 @@ static int write_trace(TraceSession *ts, const TraceRankInfo *infos, const int *
 
 int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *model, Error *err) {
   if (!ts) return ERR_OK;
+  release_op_hook(ts);
   trace_recorder_stop(ts->rec);
   trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size);
   size_t count;
@@ -342,6 +400,13 @@ int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *mod
   char *pool = NULL;
   long long total = 0;
   int local_rc = ERR_OK;
+  if (!comm_initialized()) { /* one rank without MPI: its buffer is the whole trace */
+    free(ts->sync);
+    ts->sync = calloc(1, sizeof *ts->sync);
+    if (!ts->sync) return error_set(err, ERR_NOMEM, "trace session: out of memory");
+    int one_bytes = my_bytes;
+    return write_trace(ts, &my_info, &one_bytes, (const char *)events, &my_dropped, config, model, err);
+  }
   if (root) {
     free(ts->sync);
     ts->sync = calloc((size_t)W, sizeof *ts->sync);

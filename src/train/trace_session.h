@@ -34,7 +34,9 @@
  * pairs messages and collectives without guessing.
  *
  * While stepping nothing here allocates, locks or does I/O: two clock
- * reads and a few stores per action. Create and finish talk MPI on the
+ * reads and a few stores per action. Without MPI (comm_init never called)
+ * the process is a world of one: create needs no agreement and finish
+ * writes the file itself. Otherwise create and finish talk MPI on the
  * world communicator; only the thread that called comm_init may call them,
  * and the per-action calls must come from the thread that called create. */
 #ifndef FIVEFOLD_TRAIN_TRACE_SESSION_H

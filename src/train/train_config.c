@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sched/partition.h"
 #include "tok/tokenizer.h"
 
 typedef enum {
@@ -22,10 +23,13 @@ typedef enum {
   FIELD_PATHS,  /* string or list of strings: shard paths (data section) */
   FIELD_PATH,   /* one string path */
   FIELD_TOKENIZER, /* "byte-level" or a path to a tokenizer.json */
+  FIELD_SCHEDULE,  /* "none" | "gpipe" | "1f1b" | "interleaved" (int, -1 = default) */
+  FIELD_STAGES,    /* list of non-negative ints (layers_per_stage); "2,1,1" as a flag */
+  FIELD_TEXT,      /* a short string kept as given (trace.steps; checked at finalize) */
 } FieldKind;
 
 typedef struct FieldSpec {
-  const char *section; /* "training", "data", "checkpoint" or "" for top level */
+  const char *section; /* "training", "data", "checkpoint", "parallel", "trace" or "" for top level */
   const char *name;
   const char *flag; /* NULL: config file only */
   const char *arg;  /* metavariable in --help */
@@ -46,7 +50,7 @@ static const FieldSpec FIELDS[] = {
      "tokens per sequence (T)"},
     {"training", "grad_accum_steps", "--grad-accum", "N", FIELD_INT, OFF(grad_accum_steps), 1, 1 << 20, 0, 0,
      "micro-batches accumulated per optimizer step"},
-    {"training", "global_batch_size", NULL, "N", FIELD_INT, OFF(global_batch_size), 1, 1 << 30, 0, 0,
+    {"training", "global_batch_size", "--global-batch-size", "N", FIELD_INT, OFF(global_batch_size), 1, 1 << 30, 0, 0,
      "sequences per optimizer step; sets grad_accum_steps = N / micro_batch_size"},
     {"training", "steps", "--steps", "N", FIELD_INT, OFF(steps), 1, 1 << 30, 0, 0, "optimizer steps to run"},
     {"training", "lr", "--lr", "X", FIELD_FLOAT, OFF(lr), 0, 10, 1, 0, "peak learning rate (after warm-up)"},
@@ -85,18 +89,40 @@ static const FieldSpec FIELDS[] = {
      "checkpoint every N steps (0: at the end only)"},
     {"checkpoint", "keep_last", "--keep-last", "K", FIELD_INT, OFF(keep_last), 0, 1 << 30, 0, 0,
      "checkpoints kept in the run directory (0: all)"},
+    {"parallel", "tp", "--tp", "N", FIELD_INT, OFF(tp), 1, 1 << 16, 0, 0,
+     "tensor-parallel ranks (with sequence parallelism)"},
+    {"parallel", "pp", "--pp", "N", FIELD_INT, OFF(pp), 1, 1 << 16, 0, 0, "pipeline-parallel ranks"},
+    {"parallel", "vpp", "--vpp", "N", FIELD_INT, OFF(vpp), 1, 16 /* MODEL_MAX_CHUNKS */, 0, 0,
+     "model chunks per pipeline rank (> 1: interleaved schedule)"},
     {"parallel", "dp", "--dp", "N", FIELD_INT, OFF(dp), 0, 1 << 20, 0, 0,
-     "data-parallel ranks (0: the MPI world size; must equal it)"},
+     "data-parallel ranks (0: world / (tp x pp); tp x pp x dp must equal the world)"},
+    {"parallel", "cp", "--cp", "N", FIELD_INT, OFF(cp), 1, 1 << 16, 0, 0,
+     "context-parallel ranks (ring attention; tp x cp x dp x pp must equal the world)"},
+    {"parallel", "ep", "--ep", "N", FIELD_INT, OFF(ep), 1, 1 << 16, 0, 0,
+     "expert-parallel ranks of the MoE grid (etp x ep x edp x pp = world)"},
+    {"parallel", "etp", "--etp", "N", FIELD_INT, OFF(etp), 1, 1 << 16, 0, 0,
+     "expert-tensor-parallel ranks (each expert's FFN split over them)"},
+    {"parallel", "dispatcher", "--dispatcher", "NAME", FIELD_TEXT, OFF(moe_dispatcher), 0, 0, 0, 0,
+     "MoE token dispatcher under expert parallelism: alltoall (default) | allgather"},
+    {"parallel", "schedule", "--schedule", "NAME", FIELD_SCHEDULE, OFF(schedule), 0, 0, 0, 0,
+     "pipeline schedule: none | gpipe | 1f1b | interleaved (default: 1f1b when pp > 1, interleaved when vpp > 1)"},
+    {"parallel", "layers_per_stage", "--layers-per-stage", "N,N,..", FIELD_STAGES, OFF(layers_per_stage), 0, 0, 0,
+     0, "transformer blocks per virtual stage, in stage order (default: an even split)"},
     {"parallel", "bucket_mb", "--bucket-mb", "X", FIELD_DOUBLE, OFF(bucket_mb), 0, BIG, 1, 0,
      "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
     {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
      1, 0, 0, "ZeRO-1: shard the AdamW state over the DP ranks (flag alone: 1)"},
+    {"trace", "path", "--trace", "FILE", FIELD_PATH, OFF(trace_path), 0, 0, 0, 0,
+     "record a Chrome trace of the run to FILE (docs/tracing.md)"},
+    {"trace", "steps", "--trace-steps", "A:B", FIELD_TEXT, OFF(trace_steps), 0, 0, 0, 0,
+     "iterations traced, 0-based inclusive: a:b, a:, a or : (default all)"},
     {"", "out", "--out", "DIR", FIELD_PATH, OFF(out_dir), 0, 0, 0, 0,
      "run directory (default runs/<config name>)"},
 };
 #define NUM_FIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
-static const char *const SECTIONS[] = {"model", "training", "data", "checkpoint", "parallel", "out", "description"};
+static const char *const SECTIONS[] = {"model",    "training", "data", "checkpoint",
+                                       "parallel", "trace",    "out",  "description"};
 #define NUM_SECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 const char *lr_decay_name(LrDecay decay) {
@@ -128,6 +154,10 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->eval_interval = 100;
   cfg->eval_batches = 20;
   cfg->world_size = 1;
+  cfg->world_ranks = 1;
+  cfg->tp = cfg->pp = cfg->vpp = 1;
+  cfg->cp = cfg->ep = cfg->etp = 1;
+  cfg->schedule = -1;
   snprintf(cfg->tokenizer, sizeof cfg->tokenizer, "%s", TRAIN_TOKENIZER_BYTE_LEVEL);
   cfg->checkpoint_interval = 0;
   cfg->keep_last = 3;
@@ -269,6 +299,14 @@ static int store_path(TrainConfig *cfg, const FieldSpec *f, const char *path, co
   return 0;
 }
 
+static int store_text(TrainConfig *cfg, const FieldSpec *f, const char *text, const char *where, Error *err) {
+  if (strlen(text) >= sizeof cfg->trace_steps)
+    return error_set(err, ERR_CONFIG, "%s: '%s' is too long (at most %zu characters)", where, text,
+                     sizeof cfg->trace_steps - 1);
+  snprintf((char *)cfg + f->offset, sizeof cfg->trace_steps, "%s", text);
+  return 0;
+}
+
 /* "byte-level" stays as it is; anything else is a path to a tokenizer.json. */
 static int store_tokenizer(TrainConfig *cfg, const FieldSpec *f, const char *value, const char *dir_of,
                            const char *where, Error *err) {
@@ -280,6 +318,26 @@ static int store_tokenizer(TrainConfig *cfg, const FieldSpec *f, const char *val
     return error_set(err, ERR_CONFIG, "%s must be \"%s\" or a path to a tokenizer.json, got an empty string", where,
                      TRAIN_TOKENIZER_BYTE_LEVEL);
   return store_path(cfg, f, value, dir_of, where, err);
+}
+
+static int store_schedule(TrainConfig *cfg, const char *name, const char *where, Error *err) {
+  SchedScheduleKind k;
+  if (sched_schedule_from_name(name, &k) || k == SCHED_SCHEDULE_CUSTOM)
+    return error_set(err, ERR_CONFIG, "%s must be \"none\", \"gpipe\", \"1f1b\" or \"interleaved\", got \"%s\"", where,
+                     name);
+  cfg->schedule = (int)k;
+  return 0;
+}
+
+static int store_stages(TrainConfig *cfg, const int *values, int n, const char *where, Error *err) {
+  if (n < 1 || n > TRAIN_MAX_STAGES)
+    return error_set(err, ERR_CONFIG, "%s must list between 1 and %d stages, got %d", where, TRAIN_MAX_STAGES, n);
+  for (int i = 0; i < n; i++)
+    if (values[i] < 0 || values[i] > (1 << 20))
+      return error_set(err, ERR_CONFIG, "%s[%d] must be a block count >= 0, got %d", where, i, values[i]);
+  memcpy(cfg->layers_per_stage, values, (size_t)n * sizeof(int));
+  cfg->num_layers_per_stage = n;
+  return 0;
 }
 
 static char ***paths_member(TrainConfig *cfg, const FieldSpec *f) { return (char ***)((char *)cfg + f->offset); }
@@ -335,13 +393,35 @@ static int parse_field(TrainConfig *cfg, const FieldSpec *f, const cJSON *v, con
       return store_decay(cfg, f, v->valuestring, where, err);
     case FIELD_PATH:
       if (!cJSON_IsString(v))
-        return error_set(err, ERR_CONFIG, "%s must be a string (a directory path), got %s", where, json_type_name(v));
+        return error_set(err, ERR_CONFIG, "%s must be a string (a path), got %s", where, json_type_name(v));
       return store_path(cfg, f, v->valuestring, origin, where, err);
+    case FIELD_TEXT:
+      if (!cJSON_IsString(v)) return error_set(err, ERR_CONFIG, "%s must be a string, got %s", where, json_type_name(v));
+      return store_text(cfg, f, v->valuestring, where, err);
     case FIELD_TOKENIZER:
       if (!cJSON_IsString(v))
         return error_set(err, ERR_CONFIG, "%s must be a string (\"%s\" or a path to a tokenizer.json), got %s",
                          where, TRAIN_TOKENIZER_BYTE_LEVEL, json_type_name(v));
       return store_tokenizer(cfg, f, v->valuestring, origin, where, err);
+    case FIELD_SCHEDULE:
+      if (!cJSON_IsString(v))
+        return error_set(err, ERR_CONFIG, "%s must be a string (\"none\", \"gpipe\", \"1f1b\" or \"interleaved\"), got %s",
+                         where, json_type_name(v));
+      return store_schedule(cfg, v->valuestring, where, err);
+    case FIELD_STAGES: {
+      int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+      if (n < 1 || n > TRAIN_MAX_STAGES)
+        return error_set(err, ERR_CONFIG, "%s must be a non-empty list of block counts (one per virtual stage), got %s",
+                         where, json_type_name(v));
+      int values[TRAIN_MAX_STAGES];
+      int i = 0;
+      for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble))
+          return error_set(err, ERR_CONFIG, "%s[%d] must be an integer, got %s", where, i, json_type_name(e));
+        values[i] = e->valuedouble < 0 ? -1 : e->valuedouble > (1 << 20) ? (1 << 21) : (int)e->valuedouble;
+      }
+      return store_stages(cfg, values, n, where, err);
+    }
     case FIELD_PATHS: {
       free_paths(paths_member(cfg, f), paths_count(cfg, f));
       if (cJSON_IsString(v)) return append_path(cfg, f, v->valuestring, origin, where, err);
@@ -436,7 +516,7 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
   for (const cJSON *v = root->child; v && !rc; v = v->next) {
     if (!strcmp(v->string, "model")) rc = parse_model(cfg, v, origin, err);
     else if (!strcmp(v->string, "training") || !strcmp(v->string, "data") || !strcmp(v->string, "checkpoint") ||
-             !strcmp(v->string, "parallel"))
+             !strcmp(v->string, "parallel") || !strcmp(v->string, "trace"))
       rc = parse_section(cfg, v, v->string, origin, err);
     else if (!strcmp(v->string, "out")) rc = parse_field(cfg, find_field("", "out"), v, origin, err);
     else if (!strcmp(v->string, "description")) {
@@ -534,7 +614,21 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
     }
     case FIELD_DECAY: rc = store_decay(cfg, f, value, flag, err); break;
     case FIELD_PATH: rc = store_path(cfg, f, value, NULL, flag, err); break;
+    case FIELD_TEXT: rc = store_text(cfg, f, value, flag, err); break;
     case FIELD_TOKENIZER: rc = store_tokenizer(cfg, f, value, NULL, flag, err); break;
+    case FIELD_SCHEDULE: rc = store_schedule(cfg, value, flag, err); break;
+    case FIELD_STAGES: {
+      int *values = NULL, n = 0;
+      Error perr = {0};
+      if (sched_partition_parse_list(value, &values, &n, &perr)) {
+        free(values);
+        return error_set(err, ERR_ARG, "%s must be a comma-separated list of block counts, got %s (%s)", flag, shown,
+                         perr.msg);
+      }
+      rc = store_stages(cfg, values, n, flag, err);
+      free(values);
+      break;
+    }
     case FIELD_PATHS: {
       free_paths(paths_member(cfg, f), paths_count(cfg, f));
       rc = 0;
@@ -562,6 +656,7 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
   /* A flag picking the accumulation replaces a global batch size from the
    * file (they would otherwise contradict each other). */
   if (f->offset == OFF(grad_accum_steps)) cfg->global_batch_size = 0;
+  if (f->offset == OFF(global_batch_size)) cfg->grad_accum_steps = 0;
   return 0;
 }
 
@@ -651,6 +746,9 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
                      "(expected at most %d)",
                      origin, cfg->micro_batch_size, cfg->grad_accum_steps, cfg->world_size, global_ll, 1 << 30);
   cfg->global_batch_size = (int)global_ll;
+  if ((rc = train_config_check_pipeline(cfg, origin, err))) return rc;
+  if ((rc = train_config_check_trace(cfg, origin, err))) return rc;
+  if ((rc = train_config_check_fold(cfg, origin, 0, err))) return rc;
   if (cfg->min_lr < 0) cfg->min_lr = cfg->lr * 0.1f;
   if (cfg->min_lr > cfg->lr)
     return error_set(err, ERR_CONFIG, "%s: training.min_lr %g is above lr %g (expected min_lr <= lr)", origin,
@@ -674,20 +772,6 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
     if (len > 5 && !strcmp(base + len - 5, ".json")) len -= 5;
     snprintf(cfg->out_dir, sizeof cfg->out_dir, "runs/%.*s", (int)len, base);
   }
-  return 0;
-}
-
-int train_config_set_world(TrainConfig *cfg, int world_ranks, Error *err) {
-  const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
-  if (world_ranks < 1) return error_set(err, ERR_ARG, "train_config_set_world: %d ranks", world_ranks);
-  int dp = cfg->dp > 0 ? cfg->dp : world_ranks;
-  if (dp != world_ranks)
-    return error_set(err, ERR_CONFIG,
-                     "%s: parallel.dp (--dp) is %d but the job has %d rank(s): data parallelism is the only "
-                     "parallel dimension so far, so dp must equal the number of ranks (launch with mpirun -np %d, "
-                     "or give --dp %d)",
-                     origin, dp, world_ranks, dp, world_ranks);
-  cfg->world_size = dp;
   return 0;
 }
 
@@ -725,6 +809,14 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
         break;
       case FIELD_SEED: cJSON_AddNumberToObject(t, f->name, (double)*(const uint64_t *)base); break;
       case FIELD_DECAY: cJSON_AddStringToObject(t, f->name, lr_decay_name(*(const LrDecay *)base)); break;
+      case FIELD_SCHEDULE: cJSON_AddStringToObject(t, f->name, sched_schedule_name(train_config_schedule(cfg))); break;
+      case FIELD_TEXT:
+        if (base[0]) cJSON_AddStringToObject(t, f->name, base);
+        break;
+      case FIELD_STAGES:
+        if (cfg->num_layers_per_stage > 0)
+          cJSON_AddItemToObject(t, f->name, cJSON_CreateIntArray(cfg->layers_per_stage, cfg->num_layers_per_stage));
+        break;
       default: break;
     }
   }

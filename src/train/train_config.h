@@ -8,7 +8,9 @@
  *     "data": { "train": "data/train.bin", "val": ["a.bin", "b.bin"],
  *               "tokenizer": "tok/tokenizer.json" },  // or "byte-level" (default)
  *     "checkpoint": { "interval": 500, "keep_last": 3 },
- *     "parallel": { "dp": 4, "bucket_mb": 25, "distributed_optimizer": 1 },
+ *     "parallel": { "tp": 2, "pp": 2, "vpp": 1, "dp": 2, "schedule": "1f1b",
+ *                   "layers_per_stage": [2, 2], "bucket_mb": 25, "distributed_optimizer": 1 },
+ *     "trace": { "path": "run.trace.json", "steps": "2:4" },  // optional; not part of config.json
  *     "out": "runs/my-run"
  *   }
  *
@@ -30,9 +32,11 @@
 #include "base/error.h"
 #include "kern/lr_schedule.h"
 #include "model/config.h"
+#include "sched/program.h"
 
 #define TRAIN_PATH_MAX 4096
 #define TRAIN_TOKENIZER_BYTE_LEVEL "byte-level"
+#define TRAIN_MAX_STAGES 256 /* pp x vpp */
 
 typedef struct TrainConfig {
   char config_path[TRAIN_PATH_MAX];  /* file it was read from */
@@ -71,13 +75,28 @@ typedef struct TrainConfig {
   int keep_last;           /* checkpoints kept in the run directory; 0: all */
 
   char out_dir[TRAIN_PATH_MAX]; /* "" until finalize: runs/<config name> */
-  int world_size;               /* data-parallel ranks: set from parallel.dp and the MPI world
-                                   before finalize (1 without MPI) */
+  int world_size;               /* data-parallel ranks (the batch is split over them): set from
+                                   parallel.dp and the MPI world before finalize (1 without MPI) */
+  int world_ranks;              /* every rank of the job: tp x pp x dp (1 without MPI) */
 
   /* parallel */
-  int dp;                    /* as configured; 0: the MPI world size */
+  int tp, pp, vpp;           /* tensor (with sequence) parallel, pipeline ranks, chunks per pipeline rank */
+  int dp;                    /* as configured; 0: world / (tp x pp) */
+  int schedule;              /* SchedScheduleKind; -1: 1f1b when pp > 1 (interleaved when vpp > 1), else none */
+  int layers_per_stage[TRAIN_MAX_STAGES]; /* explicit partition by virtual stage; num 0: even split */
+  int num_layers_per_stage;
   double bucket_mb;          /* gradient bucket size; 0: default (trainer) */
   int distributed_optimizer; /* 1: ZeRO-1 over the DP ranks */
+  /* MoE parallel folding (train_config_fold.c): context-parallel ranks of the
+   * attention grid (tp x cp x dp x pp = world), expert-parallel and
+   * expert-tensor-parallel ranks of the MoE grid (etp x ep x edp x pp = world) */
+  int cp, ep, etp;
+  char moe_dispatcher[64]; /* "alltoall" (also ""), "allgather" */
+
+  /* trace (docs/tracing.md): not recorded in config.json or checkpoints,
+   * since tracing changes nothing the run computes */
+  char trace_path[TRAIN_PATH_MAX]; /* Chrome trace rank 0 writes; "": tracing off */
+  char trace_steps[64];            /* iterations recorded, "a:b" (trace_session_parse_steps); "": all */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);
@@ -91,11 +110,15 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
 int train_config_override(TrainConfig *cfg, const char *flag, const char *value, Error *err);
 /* 1 if `flag` is one train_config_override accepts. */
 int train_config_is_flag(const char *flag);
-/* Resolves parallel.dp against the number of ranks the job runs on (0 means
- * all of them) and sets world_size; a dp that differs is an ERR_CONFIG that
- * says how to launch. Call before train_config_finalize (which derives the
- * accumulation from the global batch over world_size ranks). */
+/* Resolves the parallel sizes against the number of ranks the job runs on:
+ * tp x pp x dp must equal it (dp 0 is derived), else an ERR_CONFIG that says
+ * which product fails and what would fit; sets world_size (= dp) and
+ * world_ranks. Call before train_config_finalize (which derives the
+ * accumulation from the global batch over the dp ranks and checks the
+ * schedule and the partition). */
 int train_config_set_world(TrainConfig *cfg, int world_ranks, Error *err);
+/* set_world when cp, ep or etp is above 1 (train_config_fold.c). */
+int train_config_set_world_fold(TrainConfig *cfg, int world_ranks, Error *err);
 /* Cross-field checks and derived defaults; data files must exist. */
 int train_config_finalize(TrainConfig *cfg, Error *err);
 void train_config_free(TrainConfig *cfg);
@@ -103,7 +126,7 @@ void train_config_free(TrainConfig *cfg);
 /* Lines "  --flag ARG   explanation" for every override flag. */
 void train_config_print_flags(FILE *f);
 
-/* Tokens per optimizer step (all ranks): B * T * accum * world. */
+/* Tokens per optimizer step (all ranks): B * T * accum * dp. */
 long train_config_tokens_per_step(const TrainConfig *cfg);
 
 /* The resolved configuration as a JSON document (caller frees with
@@ -111,5 +134,23 @@ long train_config_tokens_per_step(const TrainConfig *cfg);
 struct cJSON *train_config_to_json(const TrainConfig *cfg);
 
 const char *lr_decay_name(LrDecay decay);
+/* The schedule a finalized config runs (its default resolved). */
+SchedScheduleKind train_config_schedule(const TrainConfig *cfg);
+/* Part of finalize (train_config_parallel.c): the schedule fits pp, vpp and
+ * the micro-batches, the partition fits the model, and every stage that
+ * holds neither the embedding nor the head has blocks. origin names the
+ * file in messages. */
+int train_config_check_pipeline(const TrainConfig *cfg, const char *origin, Error *err);
+/* Part of finalize: trace.steps parses and lies inside the run, and only
+ * comes with trace.path. */
+int train_config_check_trace(const TrainConfig *cfg, const char *origin, Error *err);
+/* Part of set_world and finalize (train_config_fold.c): the folding sizes
+ * against the world (with_world) or against the model, sequence and
+ * dispatcher name (!with_world). */
+int train_config_check_fold(const TrainConfig *cfg, const char *origin, int with_world, Error *err);
+/* MODEL_MOE_ALLTOALL or MODEL_MOE_ALLGATHER from parallel.moe_dispatcher. */
+int train_config_moe_dispatcher(const TrainConfig *cfg);
+/* Ranks of the expert-data-parallel group: world / (etp x ep x pp). */
+int train_config_edp(const TrainConfig *cfg);
 
 #endif

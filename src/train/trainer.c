@@ -1,13 +1,11 @@
-/* The training loop: micro-batch accumulation, the optimizer step,
- * validation, saving and resuming checkpoints, and the run's reporting
- * (banner, log lines, progress, run files). See trainer.h. */
+/* The training loop: saving and resuming checkpoints, and the run's
+ * reporting (banner, log lines, progress, run files). Building the run and
+ * one step are in trainer_step.c. See trainer.h. */
 #include "train/trainer.h"
 
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,267 +14,33 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "kern/peak.h"
-#include "model/flops.h"
-#include "sched/builders.h"
+#include "sched/partition.h"
+#include "train/checkpoint_dist.h"
+#include "train/trace_session.h"
 
 /* Seconds the FMA loop runs when no peak is configured. */
 #define PEAK_MEASURE_SECONDS 0.3
 
 void trainer_param_counts(const Model *m, double *total, double *active) {
-  double expert = 0;
-  for (int i = 0; i < m->num_tensors; i++)
-    if (m->tensors[i].is_expert) expert += (double)m->tensors[i].numel;
-  *total = (double)m->num_params;
+  /* The whole model's, also on a rank that holds a shard of it. */
+  ParamTensor *all = NULL;
+  int n = 0;
+  double expert = 0, sum = 0;
+  if (model_global_tensors(&m->cfg, &all, &n, NULL) == 0) {
+    for (int i = 0; i < n; i++) {
+      sum += (double)all[i].numel;
+      if (all[i].is_expert) expert += (double)all[i].numel;
+    }
+    free(all);
+  } else {
+    for (int i = 0; i < m->num_tensors; i++) {
+      sum += (double)m->tensors[i].numel;
+      if (m->tensors[i].is_expert) expert += (double)m->tensors[i].numel;
+    }
+  }
+  *total = sum;
   double frac = m->cfg.num_experts > 0 ? (double)m->cfg.top_k / m->cfg.num_experts : 1.0;
   *active = *total - expert + expert * frac;
-}
-
-/* ---- the step's actions (executor handlers) ---- */
-
-static int run_forward(void *ctx, const SchedAction *a, Error *err) {
-  Trainer *tr = ctx;
-  const TrainConfig *cfg = tr->cfg;
-  data_loader_next(&tr->train, tr->inputs, tr->targets, NULL);
-  ModelLoss loss = {0};
-  int rc = model_forward(&tr->model, tr->inputs, tr->targets, cfg->micro_batch_size, cfg->seq_len, 1, tr->grad_scale,
-                         &loss, err);
-  if (rc) return rc;
-  if (!isfinite(loss.lm))
-    return error_set(err, ERR_INTERNAL,
-                     "step %d: the loss is not finite (diverged; try a lower training.lr or a grad_clip)",
-                     tr->step + 1);
-  tr->acc.lm_sum += loss.lm * (double)loss.tokens;
-  tr->acc.aux_sum += loss.aux;
-  tr->acc.z_sum += loss.z;
-  tr->acc.tokens += loss.tokens;
-  size_t n_counts = cfg->model.num_experts > 0 ? (size_t)cfg->model.num_layers * cfg->model.num_experts : 0;
-  for (size_t i = 0; i < n_counts; i++) tr->step_counts[i] += tr->model.expert_counts[i];
-  (void)a;
-  return 0;
-}
-
-static int run_backward(void *ctx, const SchedAction *a, Error *err) {
-  Trainer *tr = ctx;
-  /* The backward that completes the gradient starts the bucket reductions
-   * as its layers finish. */
-  int hook = tr->dp > 1 && executor_is_last_backward(&tr->exec, a);
-  if (hook) {
-    tr->model.on_grads_ready = dp_grads_on_ready;
-    tr->model.on_grads_ready_ctx = &tr->dp_grads;
-  }
-  int rc = model_backward(&tr->model, err);
-  tr->model.on_grads_ready = NULL;
-  tr->model.on_grads_ready_ctx = NULL;
-  return rc;
-}
-
-/* The program has one GRAD_REDUCE per model chunk (one chunk here); the
- * dp_grads buckets are finer: they start inside the chunk's last backward,
- * and this action is where their completion is awaited. */
-static int run_grad_reduce(void *ctx, const SchedAction *a, Error *err) {
-  Trainer *tr = ctx;
-  (void)a;
-  return tr->dp > 1 ? dp_grads_finish(&tr->dp_grads, err) : 0;
-}
-
-static int run_optim(void *ctx, const SchedAction *a, Error *err) {
-  Trainer *tr = ctx;
-  (void)a;
-  if (tr->zero) return dist_optimizer_step(&tr->dist_opt, &tr->model, &tr->acc.info, err);
-  return optimizer_step(&tr->opt, &tr->model, &tr->acc.info, err);
-}
-
-/* Data parallelism: the dp group, the buckets, the sharded optimizer. */
-static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *err) {
-  const TrainConfig *cfg = tr->cfg;
-  if (!comm_initialized() || comm_world_size() != tr->dp)
-    return error_set(err, ERR_CONFIG,
-                     "parallel.dp is %d but this process runs in a world of %d rank(s) (start it with mpirun -np %d)",
-                     tr->dp, comm_initialized() ? comm_world_size() : 1, tr->dp);
-  tr->grid = calloc(1, sizeof *tr->grid);
-  if (!tr->grid) return error_set(err, ERR_NOMEM, "trainer: out of memory for the rank grid");
-  GridSizes sizes = {.world = tr->dp, .tp = 1, .cp = 1, .dp = tr->dp, .pp = 1, .etp = 1, .ep = 1, .edp = 0};
-  int rc = comm_grid_create(&sizes, tr->grid, err);
-  if (rc) {
-    free(tr->grid);
-    tr->grid = NULL;
-    return rc;
-  }
-  tr->dp_group = comm_grid_group(tr->grid, GRID_GROUP_DP_CP);
-  tr->dp_rank = tr->dp_group->rank;
-  tr->zero = cfg->distributed_optimizer != 0;
-  rc = dp_grads_create(&tr->dp_grads, tr->dp_group, tr->model.grads, tr->model.num_params, cfg->bucket_mb * 1e6,
-                       tr->zero, err);
-  if (!rc && tr->zero) {
-    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->model, oc, err);
-    tr->opt.cfg = *oc;
-    tr->opt.num_params = tr->model.num_params;
-  }
-  if (!rc) rc = dp_grads_calibrate(&tr->dp_grads, err);
-  return rc;
-}
-
-int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
-  memset(tr, 0, sizeof *tr);
-  tr->cfg = cfg;
-  /* One pool: our OpenMP loops and OpenBLAS (its OpenMP build) use the same
-   * thread count, so they never oversubscribe the cores. */
-  tr->threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
-  omp_set_num_threads(tr->threads);
-  openblas_set_num_threads(tr->threads);
-
-  int B = cfg->micro_batch_size, T = cfg->seq_len;
-  tr->dp = cfg->world_size > 0 ? cfg->world_size : 1;
-  tr->grad_scale = 1.0f / ((float)cfg->grad_accum_steps * (float)tr->dp);
-  int rc = model_create(&tr->model, &cfg->model, B, T, err);
-  if (rc) {
-    error_wrap(err, "creating the model");
-    goto fail;
-  }
-  model_init_weights(&tr->model, cfg->seed);
-  if (tr->dp > 1 && comm_initialized() && comm_world_size() == tr->dp) tr->dp_rank = comm_world_rank();
-
-  rc = data_loader_open(&tr->train, (const char *const *)cfg->train_paths, cfg->num_train, B, T, tr->dp_rank, tr->dp,
-                        cfg->seed, (uint32_t)cfg->model.vocab_size, "data.train", err);
-  if (rc) goto fail;
-  if (cfg->num_val > 0) {
-    rc = val_loader_open(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, tr->dp_rank, tr->dp,
-                         cfg->eval_batches, (uint32_t)cfg->model.vocab_size, "data.val", err);
-    if (rc) goto fail;
-    tr->has_val = 1;
-  }
-
-  OptimizerConfig oc = {
-      .schedule = {cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps, cfg->decay},
-      .beta1 = cfg->beta1,
-      .beta2 = cfg->beta2,
-      .eps = cfg->eps,
-      .weight_decay = cfg->weight_decay,
-      .grad_clip = cfg->grad_clip,
-  };
-  if (tr->dp > 1) {
-    if ((rc = setup_data_parallel(tr, &oc, err))) goto fail;
-  }
-  if (!tr->zero && (rc = optimizer_create(&tr->opt, &tr->model, &oc, err))) goto fail;
-
-  /* One step is the program of the "none" schedule: one pipeline stage,
-   * gradient accumulation over the micro-batches. */
-  SchedConfig sc = {.schedule = SCHED_SCHEDULE_NONE, .pp = 1, .vpp = 1, .microbatches = cfg->grad_accum_steps};
-  if ((rc = sched_build(&sc, &tr->prog, err))) goto fail;
-  if ((rc = executor_create(&tr->exec, tr->prog, 0, tr, err))) goto fail;
-  executor_set_handler(&tr->exec, SCHED_FWD, run_forward);
-  executor_set_handler(&tr->exec, SCHED_BWD, run_backward);
-  executor_set_handler(&tr->exec, SCHED_GRAD_REDUCE, run_grad_reduce);
-  executor_set_handler(&tr->exec, SCHED_OPTIM, run_optim);
-
-  size_t n = (size_t)B * T;
-  size_t n_counts = (size_t)cfg->model.num_layers * (cfg->model.num_experts > 0 ? cfg->model.num_experts : 1);
-  tr->inputs = malloc(n * sizeof(int));
-  tr->targets = malloc(n * sizeof(int));
-  tr->step_counts = calloc(n_counts, sizeof(long));
-  if (!tr->inputs || !tr->targets || !tr->step_counts) {
-    rc = error_set(err, ERR_NOMEM, "trainer: out of memory for batch buffers");
-    goto fail;
-  }
-  tr->flops_per_token = model_flops_per_sequence(&cfg->model, T) / T;
-  return 0;
-fail:
-  trainer_free(tr);
-  return rc;
-}
-
-void trainer_free(Trainer *tr) {
-  executor_free(&tr->exec);
-  sched_program_free(tr->prog);
-  dist_optimizer_free(&tr->dist_opt);
-  dp_grads_free(&tr->dp_grads);
-  if (tr->grid) {
-    comm_grid_destroy(tr->grid);
-    free(tr->grid);
-  }
-  optimizer_free(&tr->opt);
-  model_free(&tr->model);
-  data_loader_close(&tr->train);
-  val_loader_close(&tr->val);
-  free(tr->inputs);
-  free(tr->targets);
-  free(tr->step_counts);
-  memset(tr, 0, sizeof *tr);
-}
-
-int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
-  const TrainConfig *cfg = tr->cfg;
-  const ModelConfig *mc = &cfg->model;
-  int B = cfg->micro_batch_size, T = cfg->seq_len, accum = cfg->grad_accum_steps;
-  size_t n_counts = mc->num_experts > 0 ? (size_t)mc->num_layers * mc->num_experts : 0;
-  double t0 = timer_now();
-  memset(res, 0, sizeof *res);
-  memset(&tr->acc, 0, sizeof tr->acc);
-  if (n_counts) memset(tr->step_counts, 0, n_counts * sizeof(long));
-  model_zero_grad(&tr->model);
-  if (tr->dp > 1) dp_grads_begin(&tr->dp_grads);
-  int rc = executor_run(&tr->exec, err);
-  if (rc) return error_wrap(err, "step %d", tr->step + 1);
-  /* Losses over every rank's tokens; aux and z are per-micro-batch means,
-   * so they average over ranks. */
-  double sums[4] = {tr->acc.lm_sum, (double)tr->acc.tokens, tr->acc.aux_sum, tr->acc.z_sum};
-  if (tr->dp > 1) {
-    rc = comm_allreduce_f64(tr->dp_group, sums, 4, COMM_SUM, NULL, err);
-    if (!rc && n_counts)
-      rc = comm_allreduce_i64(tr->dp_group, (int64_t *)tr->step_counts, n_counts, COMM_SUM, NULL, err);
-    if (rc) return error_wrap(err, "step %d: averaging the losses over the data-parallel ranks", tr->step + 1);
-    sums[2] /= tr->dp;
-    sums[3] /= tr->dp;
-  }
-  tr->step++;
-  res->step = tr->step;
-  res->lm = sums[1] > 0 ? sums[0] / sums[1] : 0;
-  res->aux = sums[2] / accum;
-  res->z = sums[3] / accum;
-  res->loss = res->lm + res->aux + res->z;
-  res->lr = tr->acc.info.lr;
-  res->grad_norm = tr->acc.info.grad_norm;
-  res->imbalance = n_counts ? moe_imbalance(tr->step_counts, mc) : 0;
-  res->tokens = (long)B * T * accum * tr->dp;
-  res->seconds = timer_now() - t0;
-  if (tr->dp > 1) {
-    /* A rank that finished its backward early waits in the reduction for
-     * the slowest one; the slowest rank's wait is the reduction's own
-     * exposed time, so the minimum over ranks is what is reported. */
-    double cal = tr->dp_grads.calibrated_seconds, exposed = tr->dp_grads.exposed_seconds;
-    rc = comm_allreduce_f64(tr->dp_group, &exposed, 1, COMM_MIN, NULL, err);
-    if (rc) return rc;
-    res->reduce_exposed_seconds = exposed;
-    res->reduce_hidden_fraction = cal > 0 ? fmax(0.0, fmin(1.0, 1.0 - exposed / cal)) : 0;
-  }
-  return 0;
-}
-
-int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
-  memset(res, 0, sizeof *res);
-  if (!tr->has_val) return error_set(err, ERR_CONFIG, "no validation data (set data.val or --val-data)");
-  double t0 = timer_now(), sum = 0;
-  int B = tr->cfg->micro_batch_size, T = tr->cfg->seq_len;
-  val_loader_reset(&tr->val);
-  while (val_loader_next(&tr->val, tr->inputs, tr->targets, NULL)) {
-    ModelLoss loss = {0};
-    int rc = model_forward(&tr->model, tr->inputs, tr->targets, B, T, 0, 1.0f, &loss, err);
-    if (rc) return error_wrap(err, "validation batch %d", res->batches + 1);
-    sum += loss.lm * (double)loss.tokens;
-    res->tokens += loss.tokens;
-    res->batches++;
-  }
-  if (tr->dp > 1) {
-    double sums[3] = {sum, (double)res->tokens, (double)res->batches};
-    int rc = comm_allreduce_f64(tr->dp_group, sums, 3, COMM_SUM, NULL, err);
-    if (rc) return error_wrap(err, "validation: summing over the data-parallel ranks");
-    sum = sums[0];
-    res->tokens = (long)sums[1];
-    res->batches = (int)sums[2];
-  }
-  res->loss = res->tokens > 0 ? sum / (double)res->tokens : NAN;
-  res->seconds = timer_now() - t0;
-  return 0;
 }
 
 /* ---- checkpoints ---- */
@@ -286,36 +50,49 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
  * everywhere, instead of leaving the other ranks waiting in the next
  * collective. */
 static int agree_with_root(Trainer *tr, int rc, const char *what, Error *err) {
-  if (tr->dp <= 1) return rc;
+  if (tr->world <= 1) return rc;
   int code = rc;
-  int brc = comm_bcast_bytes(tr->dp_group, 0, &code, sizeof code, NULL, err);
+  int brc = comm_bcast_bytes(comm_world(), 0, &code, sizeof code, NULL, err);
   if (brc) return brc;
-  if (code && tr->dp_rank != 0) return error_set(err, code, "rank 0 failed %s (see its message)", what);
+  if (code && tr->world_rank != 0) return error_set(err, code, "rank 0 failed %s (see its message)", what);
   return rc;
 }
 
+static CheckpointShardInfo shard_info(const Trainer *tr) {
+  CheckpointShardInfo sh = {.world = comm_world(), .dp_rank = tr->dp_rank, .tp_rank = tr->tp_rank,
+                            .edp_rank = tr->edp_rank};
+  /* Dense tensors are replicated over DP x CP: one writer among all of them. */
+  if (tr->dp_group) sh.dp_rank = tr->dp_group->rank;
+  return sh;
+}
+
 int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
-  /* Full logical tensors: the sharded AdamW state is gathered first (every
-   * rank takes part), then rank 0 writes. */
+  /* Full logical tensors: the ZeRO-1 AdamW state is gathered over the DP
+   * group first, so every rank holds the moments of its whole shard. */
   Optimizer full = tr->opt;
   int rc = 0;
   if (tr->zero) {
     if ((rc = optimizer_create(&full, &tr->model, &tr->opt.cfg, err))) return rc;
     rc = dist_optimizer_gather(&tr->dist_opt, &full, err);
   }
-  if (!rc && tr->dp_rank == 0) {
-    CheckpointSource src = {
-        .step = tr->step,
-        .model = &tr->model,
-        .opt = &full,
-        .data_loader = tr->train.state,
-        .data_windows = tr->train.windows.num_windows,
-        .train_config = tr->cfg,
-    };
+  CheckpointSource src = {
+      .step = tr->step,
+      .model = &tr->model,
+      .opt = &full,
+      .data_loader = tr->train.state,
+      .data_windows = tr->train.windows.num_windows,
+      .train_config = tr->cfg,
+  };
+  if (tr->world > 1) {
+    /* Every rank writes its slices; the function agrees on the outcome. */
+    CheckpointShardInfo sh = shard_info(tr);
+    if (!rc) rc = checkpoint_save_sharded(tr->cfg->out_dir, &src, &sh, tr->cfg->keep_last, info, err);
+    else comm_abort(rc, "gathering the optimizer state for a checkpoint: %s", err->msg);
+  } else if (!rc) {
     rc = checkpoint_save(tr->cfg->out_dir, &src, tr->cfg->keep_last, info, err);
   }
   if (tr->zero) optimizer_free(&full);
-  return agree_with_root(tr, rc, "to save the checkpoint", err);
+  return rc;
 }
 
 /* Warns about each field of `section` whose value differs between the
@@ -337,11 +114,17 @@ static void warn_config_changes(const cJSON *saved, const cJSON *now, const char
 
 int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
   CheckpointTrainState st;
-  /* Every rank reads the full tensors; a ZeRO-1 rank keeps its shard of
-   * the moments. */
+  /* Every rank reads its slices of the full tensors; a ZeRO-1 rank then
+   * keeps its part of the moments. */
   Optimizer full = tr->opt;
   int rc = tr->zero ? optimizer_create(&full, &tr->model, &tr->opt.cfg, err) : 0;
-  if (!rc) rc = checkpoint_load_training(ckpt_dir, &tr->model, &full, &st, err);
+  if (tr->world > 1) {
+    CheckpointShardInfo sh = shard_info(tr);
+    if (rc) comm_abort(rc, "%s", err->msg);
+    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->model, &full, &st, &sh, err);
+  } else if (!rc) {
+    rc = checkpoint_load_training(ckpt_dir, &tr->model, &full, &st, err);
+  }
   if (tr->zero) {
     if (!rc) dist_optimizer_scatter(&tr->dist_opt, &full);
     optimizer_free(&full);
@@ -353,7 +136,7 @@ int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
     return rc;
   }
   cJSON *saved = NULL;
-  if (tr->dp_rank == 0 && checkpoint_read_train_config(ckpt_dir, &saved, err) == 0) {
+  if (tr->world_rank == 0 && checkpoint_read_train_config(ckpt_dir, &saved, err) == 0) {
     cJSON *now = train_config_to_json(tr->cfg);
     warn_config_changes(saved, now, "training");
     warn_config_changes(saved, now, "data");
@@ -417,7 +200,7 @@ static int write_file_atomic(const char *path, const char *text, Error *err) {
   return 0;
 }
 
-static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_measured) {
+static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_measured, int job_cores) {
   const TrainConfig *cfg = tr->cfg;
   const ModelConfig *mc = &cfg->model;
   char a[32], b[32], c[32], d[32];
@@ -463,10 +246,37 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           (double)cfg->lr, (double)cfg->min_lr, lr_decay_name(cfg->decay), cfg->warmup_steps,
           (double)cfg->weight_decay, (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
           (double)cfg->grad_clip);
-  fprintf(out, "  compute  %s FLOP per token (fwd+bwd), %d thread%s, peak %.0f GFLOP/s (%s)\n",
+  fprintf(out, "  compute  %s FLOP per token (fwd+bwd), %d thread%s per rank, peak %.0f GFLOP/s (%s",
           fmt_si(d, sizeof d, tr->flops_per_token), tr->threads, tr->threads == 1 ? "" : "s", peak,
           peak_measured ? "measured: FMA loop on every thread" : "stated: training.peak_gflops");
+  if (tr->cfg->world_ranks > 1)
+    fprintf(out, "; per thread, times the %d core%s the job's ranks can use", job_cores, job_cores == 1 ? "" : "s");
+  fprintf(out, ")\n");
   fflush(out);
+}
+
+/* The layout: sizes, schedule and which blocks each stage holds. */
+static void print_parallel(const Trainer *tr, FILE *out) {
+  const TrainConfig *cfg = tr->cfg;
+  fprintf(out, "  parallel tp %d x pp %d x dp %d = %d mpi ranks%s; schedule %s", tr->tp, tr->pp, tr->dp, tr->world,
+          tr->tp > 1 ? " (tp with sequence parallelism)" : "", sched_schedule_name(train_config_schedule(cfg)));
+  if (tr->vpp > 1) fprintf(out, ", %d chunks per pipeline rank", tr->vpp);
+  if (tr->pp * tr->vpp > 1) {
+    SchedPartitionSpec spec = {.num_layers = cfg->model.num_layers, .pp = tr->pp, .vpp = tr->vpp,
+                               .layers_per_stage = cfg->num_layers_per_stage ? cfg->layers_per_stage : NULL,
+                               .num_given = cfg->num_layers_per_stage, .allow_empty = 1};
+    SchedPartition part;
+    if (sched_partition_make(&spec, &part, NULL) == 0) {
+      fprintf(out, "; blocks per stage");
+      for (int s = 0; s < part.num_stages; s++) fprintf(out, "%s%d", s ? "," : " ", part.layers[s]);
+      sched_partition_free(&part);
+    }
+  }
+  fprintf(out, "; %d activation slot(s) per chunk\n", tr->model.shard.num_slots);
+  if (tr->folded)
+    fprintf(out, "  folding  attention tp %d x cp %d x dp %d x pp %d; MoE etp %d x ep %d x edp %d x pp %d; dispatcher %s\n",
+            tr->tp, tr->cp, tr->dp, tr->pp, tr->etp, tr->ep, tr->edp, tr->pp,
+            train_config_moe_dispatcher(cfg) == MODEL_MOE_ALLGATHER ? "allgather" : "alltoall");
 }
 
 static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev) {
@@ -570,6 +380,79 @@ static int save_and_report(Trainer *tr, FILE *out, FILE *jsonl, Error *err) {
   return 0;
 }
 
+/* Collective: the trace session of cfg->trace_path, attached to the
+ * executor and the pipeline; nothing when tracing is off. */
+static int start_trace(Trainer *tr, FILE *out, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  if (!cfg->trace_path[0]) return 0;
+  TraceSessionOptions topt = trace_session_options_default();
+  topt.path = cfg->trace_path;
+  topt.num_steps = cfg->steps;
+  int rc = trace_session_parse_steps(cfg->trace_steps[0] ? cfg->trace_steps : ":", cfg->steps, &topt, err);
+  if (!rc) {
+    GridSizes sizes = {.world = tr->world, .tp = tr->tp, .cp = 1, .dp = tr->dp, .pp = tr->pp, .etp = 1, .ep = 1,
+                       .edp = 0};
+    rc = trace_session_create(&topt, tr->prog, &sizes, &tr->trace, err);
+  }
+  if (rc) return error_wrap(err, "--trace %s", cfg->trace_path);
+  tr->exec.trace = tr->trace;
+  tr->pipe.trace = tr->trace;
+  fprintf(out, "  trace    %s (iterations %s, 0-based)\n", cfg->trace_path, cfg->trace_steps[0] ? cfg->trace_steps : "all");
+  return 0;
+}
+
+/* Collective: gathers and writes the trace with the run and model
+ * configurations as metadata (what `trace compare` prices), then detaches. */
+static int finish_trace(Trainer *tr, FILE *out, Error *err) {
+  if (!tr->trace) return 0;
+  cJSON *config = train_config_to_json(tr->cfg);
+  cJSON *model = model_config_to_json(&tr->cfg->model);
+  int rc = trace_session_finish(tr->trace, config, model, err);
+  cJSON_Delete(config);
+  cJSON_Delete(model);
+  tr->exec.trace = NULL;
+  tr->pipe.trace = NULL;
+  trace_session_free(tr->trace);
+  tr->trace = NULL;
+  if (rc) return error_wrap(err, "writing the trace %s", tr->cfg->trace_path);
+  fprintf(out, "trace: %s\n", tr->cfg->trace_path);
+  fflush(out);
+  return 0;
+}
+
+/* Cores the whole job computes on: per host, the threads of its ranks,
+ * but at most the host's online processors. Collective over the world (one
+ * rank without MPI: just its threads). A failed exchange falls back to this
+ * rank's threads: it only scales the MFU denominator. */
+static int job_core_count(int threads) {
+  int world = comm_world_size();
+  if (world <= 1) return threads;
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a of the host name */
+  for (const char *c = host; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int64_t mine[3] = {(int64_t)(h >> 1), threads, cpus > 0 ? cpus : threads};
+  int64_t *all = malloc((size_t)world * 3 * sizeof *all);
+  Error e = {0};
+  if (!all || comm_allgather_i64(comm_world(), mine, all, 3, NULL, &e)) {
+    free(all);
+    return threads;
+  }
+  long total = 0;
+  for (int r = 0; r < world; r++) {
+    int first = 1;
+    for (int q = 0; q < r && first; q++) first = all[3 * q] != all[3 * r];
+    if (!first) continue; /* this host was counted with its first rank */
+    long used = 0;
+    for (int q = r; q < world; q++)
+      if (all[3 * q] == all[3 * r]) used += all[3 * q + 1];
+    total += used < all[3 * r + 2] ? used : all[3 * r + 2];
+  }
+  free(all);
+  return total > 0 ? (int)total : threads;
+}
+
 int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, Error *err) {
   TrainerOptions defaults;
   if (!opts) {
@@ -578,7 +461,7 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   }
   const TrainConfig *cfg = tr->cfg;
   /* Only rank 0 reports; the others run the same collective steps. */
-  int root = tr->dp_rank == 0;
+  int root = tr->world_rank == 0;
   FILE *devnull = root ? NULL : fopen("/dev/null", "w");
   if (!root && !devnull) return error_set(err, ERR_IO, "cannot open /dev/null: %s", strerror(errno));
   FILE *out = !root ? devnull : opts->out ? opts->out : stdout;
@@ -594,6 +477,11 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     peak = peak_fma_gflops(tr->threads, PEAK_MEASURE_SECONDS);
     peak_measured = 1;
   }
+  /* The peak above is one rank's threads; the job's is that per thread
+   * times the cores all ranks can really use (ranks sharing a host's cores
+   * do not add peak), so MFU stays a fraction of the machine. */
+  int job_cores = job_core_count(tr->threads);
+  if (peak > 0 && tr->threads > 0) peak = peak / tr->threads * job_cores;
   sum.peak_gflops = peak;
 
   FILE *jsonl = NULL;
@@ -603,7 +491,8 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     if ((rc = agree_with_root(tr, rc, "to check the run directory", err))) goto done;
   }
   if (opts->write_run_files && root && (rc = open_run_files(tr, &jsonl, err))) goto done;
-  print_banner(tr, out, peak, peak_measured);
+  print_banner(tr, out, peak, peak_measured, job_cores);
+  if (tr->world > 1) print_parallel(tr, out);
   if (tr->dp > 1) {
     const DpGrads *g = &tr->dp_grads;
     fprintf(out, "  parallel dp %d (mpi ranks), %d gradient bucket(s) of <= %.2f MB, %s; blocking reduction %.2f ms\n",
@@ -620,6 +509,7 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   }
   if (tr->resumed_from[0])
     fprintf(out, "  resumed  from %s at step %d of %d\n", tr->resumed_from, tr->start_step, cfg->steps);
+  if ((rc = start_trace(tr, out, err))) goto done;
   fflush(out);
 
   int tty = isatty(fileno(out));
@@ -636,12 +526,14 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   int is_moe = model_config_num_moe_layers(&cfg->model) > 0;
   IntervalStats iv;
   memset(&iv, 0, sizeof iv);
-  double exposed_sum = 0;
+  double exposed_sum = 0, dispatch_sum = 0;
   double last_interval_loss = NAN;
   char line[1024];
   while (tr->step < cfg->steps) {
     TrainStepResult r;
+    const double dispatch0 = tr->fold_ops.dispatch_seconds;
     if ((rc = trainer_step(tr, &r, err))) goto done;
+    dispatch_sum += tr->fold_ops.dispatch_seconds - dispatch0;
     if (opts->on_step) opts->on_step(opts->ctx, &r);
     if (r.step == 1) sum.first_loss = r.loss;
     iv.steps++;
@@ -661,9 +553,9 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
 
     exposed_sum += r.reduce_exposed_seconds;
     int stop = opts->stop && *opts->stop;
-    if (tr->dp > 1) { /* a signal may reach the ranks in different steps: stop together */
+    if (tr->world > 1) { /* a signal may reach the ranks in different steps: stop together */
       int64_t flag = stop;
-      if ((rc = comm_allreduce_i64(tr->dp_group, &flag, 1, COMM_MAX, NULL, err))) goto done;
+      if ((rc = comm_allreduce_i64(comm_world(), &flag, 1, COMM_MAX, NULL, err))) goto done;
       stop = flag != 0;
     }
     int last = r.step == cfg->steps || stop;
@@ -720,6 +612,12 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
             opts->write_run_files ? " | output " : "", opts->write_run_files ? cfg->out_dir : "");
     fflush(out);
   }
+  if (tr->ep * tr->etp > 1 && sum.train_seconds > 0) {
+    fprintf(out, "moe: %.2f s of %.2f s training in the dispatcher's collectives on rank 0 (%.1f%%, waiting for "
+                 "peers included)\n",
+            dispatch_sum, sum.train_seconds, 100.0 * dispatch_sum / sum.train_seconds);
+    fflush(out);
+  }
   if (tr->dp > 1 && sum.steps > tr->start_step) {
     int n = sum.steps - tr->start_step;
     fprintf(out,
@@ -744,6 +642,7 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
             sum.peak_gflops, sum.train_seconds, sum.eval_seconds, tr->threads, sum.stopped_early ? "true" : "false");
     fflush(jsonl);
   }
+  rc = finish_trace(tr, out, err);
 done:
   if (progress.f) progress_clear(&progress);
   if (jsonl) fclose(jsonl);

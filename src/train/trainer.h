@@ -13,20 +13,29 @@
  * tests and later drivers (multi-rank) can run the same steps without the
  * reporting.
  *
- * Data parallelism (cfg->world_size = parallel.dp ranks > 1, started under
- * mpirun with comm_init done by the caller): one step runs this rank's
- * program of the sched module (schedule "none": FWD/BWD per micro-batch,
- * GRAD_REDUCE, OPTIM) through the executor. Each rank reads its slice of
- * every global batch (dp x micro_batch x accum sequences), scales its loss
- * by 1 / (accum dp), and gradient buckets are summed over the dp group as
- * the last backward produces them (train/dp_grads.h); with
- * parallel.distributed_optimizer the buckets are reduce-scattered and AdamW
- * state is sharded (train/dist_optimizer.h). Every rank ends a step with the
- * same parameters. Step results are global (losses averaged over all ranks'
- * tokens, tokens counted over all ranks); validation is split over the ranks
- * (each reads its share of eval_batches x B x dp fixed windows) and summed.
- * Only rank 0 prints, writes run files and checkpoints (after gathering the
- * sharded optimizer state); every trainer_* call is collective.
+ * Parallel runs (cfg->world_ranks = tp x pp x dp > 1, started under mpirun
+ * with comm_init done by the caller; docs/parallelism.md): one step runs
+ * this rank's list of the sched program (schedule none, gpipe, 1f1b or
+ * interleaved over the pipeline ranks) through the executor; the handlers
+ * are the pipeline's (train/pipeline.h: chunk forwards and backwards,
+ * activations and gradients sent between stages) plus the gradient
+ * reduction and the optimizer here. The model is this rank's shard
+ * (model.h): the chunks of its pipeline stages, split over the TP group
+ * (train/tp_ops.h binds the model's collectives). Every rank reads the
+ * whole micro-batch list of its data-parallel replica (dp x micro_batch x
+ * accum sequences per step; the TP and PP ranks of a replica read the same
+ * ones), scales its loss by 1 / (accum dp), and gradient buckets are summed
+ * over the dp group as each chunk's last backward produces them
+ * (train/dp_grads.h); with parallel.distributed_optimizer the buckets are
+ * reduce-scattered and AdamW state is sharded (train/dist_optimizer.h).
+ * Tied embeddings split over the pipeline sum the embedding's and the LM
+ * head copy's gradients after the reduction. The gradient norm is global
+ * (each logical element once), so every rank clips alike. Step results are
+ * global (losses averaged over all tokens, aux and z summed over the stages);
+ * validation runs a forward-only pipeline over each replica's share of the
+ * fixed windows. Only world rank 0 prints and writes run files; checkpoints
+ * are written by every rank (train/checkpoint_dist.h) and hold full
+ * logical tensors; every trainer_* call is collective.
  *
  * Checkpoints (train/checkpoint.h): trainer_run saves one every
  * checkpoint.interval steps, at the end and when stopped, when asked to
@@ -45,6 +54,9 @@
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
+#include "train/pipeline.h"
+#include "train/tp_ops.h"
+#include "train/fold_ops.h"
 #include "train/dist_optimizer.h"
 #include "train/dp_grads.h"
 #include "train/executor.h"
@@ -59,28 +71,49 @@ typedef struct Trainer {
   DataLoader train;
   ValLoader val;
   int has_val;
-  int *inputs, *targets; /* [B, T] */
+  int *inputs, *targets; /* [B, T] (validation) */
+  int *step_inputs, *step_targets; /* [accum][B, T]: the micro-batches of one step */
   long *step_counts;     /* expert counts summed over a step's micro-batches */
   int step;              /* optimizer steps done */
   int start_step;        /* step this process started from (0, or the resumed checkpoint's) */
   char resumed_from[CHECKPOINT_PATH_MAX]; /* checkpoint directory, "" for a fresh run */
   int threads;
   double flops_per_token; /* model FLOPs (forward + backward) per trained token */
-  /* the program of one step and its executor */
+  /* the program of one step, its executor and the pipeline handlers */
   struct SchedProgram *prog;
   Executor exec;
+  Pipeline pipe;
   float grad_scale; /* 1 / (accum x dp) */
-  /* data parallelism: dp = cfg->world_size; the rest is set when dp > 1 */
-  int dp, dp_rank;
-  CommGrid *grid;
-  const CommGroup *dp_group; /* dp-cp group (cp = 1 so far) */
-  DpGrads dp_grads;
+  /* the parallel layout: world = tp x pp x dp ranks (1 without MPI) */
+  int world, world_rank;
+  int tp, pp, vpp, dp;
+  int tp_rank, pp_rank, dp_rank;
+  CommGrid *grid;            /* world > 1 */
+  const CommGroup *dp_group; /* dp-cp group: dense gradients reduce over it */
+  const CommGroup *tp_group, *pp_group, *mp_group; /* mp: tp-pp, one copy of the model */
+  TpOps tp_ops;
+  /* MoE parallel folding (train/fold_ops.h): cp in the attention grid,
+   * etp x ep x edp x pp the MoE grid; reduce_grads: some gradient sums
+   * over more than one rank (dp x cp > 1, or expert tensors with edp > 1) */
+  int cp, ep, etp, edp;
+  int cp_rank, ep_rank, etp_rank, edp_rank;
+  int folded; /* cp, ep or etp above 1 */
+  int reduce_grads;
+  const CommGroup *edp_group;
+  FoldOps fold_ops;
+  DpGrads dp_grads; /* dp > 1 */
   int zero; /* distributed optimizer in use (dp > 1); then opt holds no moments */
   DistOptimizer dist_opt;
-  /* what the running step has accumulated (executor handlers) */
+  /* tied embeddings over the pipeline: this rank's embed.weight or its LM
+   * head copy, summed with the other one's on pipeline rank tied_peer */
+  int tied_peer; /* -1: nothing to sum */
+  size_t tied_offset, tied_numel;
+  float *tied_send, *tied_recv;
+  /* the trace session of trainer_run with cfg->trace_path (NULL: tracing
+   * off); the executor and the pipeline stamp into it */
+  struct TraceSession *trace;
+  /* what the running step's optimizer did */
   struct {
-    double lm_sum, aux_sum, z_sum;
-    long tokens;
     OptimizerStepInfo info;
   } acc;
 } Trainer;

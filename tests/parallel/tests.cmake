@@ -1,4 +1,4 @@
-# Data-parallel training through `fivefold train` under mpirun (label
+# Parallel training through `fivefold train` under mpirun (label
 # "mpi"): the golden rule against one rank for a dense and an MoE model,
 # ZeRO-1 checkpoints moving between runs, and a killed rank ending the job.
 # Environment: mpirun refuses root without the OMPI_ALLOW variables (CI runs
@@ -12,5 +12,40 @@ foreach(mode golden-dense golden-moe resume kill)
   add_test(NAME parallel.dp_${name}
            COMMAND bash ${PARALLEL_TEST_DIR}/dp_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
   set_tests_properties(parallel.dp_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "${PARALLEL_MPI_ENV}")
+endforeach()
+# Model parallelism (tests/parallel/mp_test.sh): TP, PP (1F1B, interleaved,
+# uneven partition), TP x PP, TP x DP x PP against one rank; checkpoints
+# moving from TP2 x PP2 to one rank and to ZeRO-1 DP4; layouts that do not
+# fit the world refused.
+foreach(mode golden-tp golden-pp golden-mixed reshard config)
+  string(REPLACE "-" "_" name ${mode})
+  add_test(NAME parallel.mp_${name}
+           COMMAND bash ${PARALLEL_TEST_DIR}/mp_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
+  set_tests_properties(parallel.mp_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "${PARALLEL_MPI_ENV}")
+endforeach()
+# Tracing and plan files through `fivefold train` (tests/parallel/trace_train_test.sh):
+# --trace changes no result (one rank without MPI, PP2 x DP2), the trace of
+# a PP2 x DP2 1F1B run has the DAG the program implies (checked by
+# trace_mpi_pipeline check), --trace-steps windows, and --plan files.
+foreach(mode same-1 same-pp dag steps plan)
+  string(REPLACE "-" "_" name ${mode})
+  add_test(NAME parallel.trace_${name}
+           COMMAND bash ${PARALLEL_TEST_DIR}/trace_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE}
+                   $<TARGET_FILE:trace_mpi_pipeline> ${mode})
+  set_tests_properties(parallel.trace_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "${PARALLEL_MPI_ENV}")
+endforeach()
+# MoE parallel folding and context parallelism (tests/parallel/fold_test.sh):
+# EP, EP x ETP, TP attention folded onto EP, TP x CP attention with EP4 MoE,
+# CP (dense, MoE), PP x EP, TP x PP x EP on 8 ranks and both dispatchers
+# against one rank; an EP4 checkpoint resumed at EP2 x ETP2 and on one rank;
+# layouts that do not fit the world or the model refused.
+foreach(mode golden-ep golden-fold golden-pp reshard config)
+  string(REPLACE "-" "_" name ${mode})
+  add_test(NAME parallel.fold_${name}
+           COMMAND bash ${PARALLEL_TEST_DIR}/fold_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
+  set_tests_properties(parallel.fold_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()

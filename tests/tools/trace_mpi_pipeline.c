@@ -27,6 +27,10 @@
  *
  *   trace_mpi_pipeline check FILE [--pp P] [--microbatches M] [--fwd-ms ..]
  *                                 [--bwd-ms ..] [--optim-ms ..] [--delay ...]
+ *                                 [--reduce-group dp|world]
+ *     (--reduce-group dp: GRAD_REDUCE is the data-parallel reduction of a
+ *     real trainer's trace, joining only the ranks of one dp group; the
+ *     default is this driver's all-reduce over the world)
  *     (no MPI) reads the trace back and checks:
  *       - its program is the 1F1B program of (P, M), action by action;
  *       - every recorded iteration's DAG has exactly the edges the program
@@ -71,6 +75,7 @@ typedef struct Options {
   int bytes;
   const char *trace, *steps;
   int apply_offsets;
+  int reduce_dp; /* check: GRAD_REDUCE joins the dp group (a trainer's), not the world */
   int delay_rank, delay_mb, delay_iteration;
   SchedActionKind delay_kind;
   double delay_ms;
@@ -123,6 +128,13 @@ static int parse_options(int argc, char **argv, Options *o, const char **file) {
     else if (!strcmp(a, "--bytes")) o->bytes = atoi(v);
     else if (!strcmp(a, "--trace")) o->trace = v;
     else if (!strcmp(a, "--trace-steps")) o->steps = v;
+    else if (!strcmp(a, "--reduce-group")) {
+      if (strcmp(v, "dp") && strcmp(v, "world")) {
+        fprintf(stderr, "trace_mpi_pipeline: --reduce-group '%s': expected dp or world\n", v);
+        return 2;
+      }
+      o->reduce_dp = !strcmp(v, "dp");
+    }
     else if (!strcmp(a, "--delay")) {
       if (parse_delay(v, o)) return 2;
     } else if (!strcmp(a, "--compute")) {
@@ -426,7 +438,7 @@ static int cmp_edge(const void *pa, const void *pb) {
  * lists: program order per stream, the host issuing off-compute actions,
  * data dependencies (a receive's on its send is the message), and the
  * GRAD_REDUCE all-reduce over the world joining every pair of ranks. */
-static int expected_edges(const SchedProgram *prog, const GridSizes *sizes, EdgeKey *out) {
+static int expected_edges(const SchedProgram *prog, const GridSizes *sizes, int reduce_dp, EdgeKey *out) {
   int n = 0;
   for (int w = 0; w < sizes->world; w++) {
     GridCoords c;
@@ -454,6 +466,7 @@ static int expected_edges(const SchedProgram *prog, const GridSizes *sizes, Edge
           if (q == w) continue;
           GridCoords cq;
           grid_coords_of_rank(sizes, q, &cq);
+          if (reduce_dp && (cq.tp != c.tp || cq.cp != c.cp || cq.pp != c.pp)) continue;
           out[n++] = (EdgeKey){q, sched_program_find(prog, cq.pp, SCHED_GRAD_REDUCE, -1, a->chunk), w, a->id,
                                TRACE_EDGE_COLLECTIVE};
         }
@@ -462,7 +475,7 @@ static int expected_edges(const SchedProgram *prog, const GridSizes *sizes, Edge
   return n;
 }
 
-static void check_edges(const SchedProgram *prog, const GridSizes *sizes, const TraceIterationReport *it) {
+static void check_edges(const SchedProgram *prog, const GridSizes *sizes, int reduce_dp, const TraceIterationReport *it) {
   const TraceDag *dag = &it->dag;
   CHECK(dag->num_missing_actions == 0 && dag->num_missing_edges == 0,
         "iteration %d: %d actions and %d edges missing", it->iteration, dag->num_missing_actions,
@@ -477,7 +490,7 @@ static void check_edges(const SchedProgram *prog, const GridSizes *sizes, const 
     free(got);
     return;
   }
-  int nwant = expected_edges(prog, sizes, want);
+  int nwant = expected_edges(prog, sizes, reduce_dp, want);
   for (int i = 0; i < dag->num_edges; i++) {
     const TraceNode *f = &dag->nodes[dag->edges[i].from], *t = &dag->nodes[dag->edges[i].to];
     got[i] = (EdgeKey){f->rank, f->action, t->rank, t->action, (int)dag->edges[i].kind};
@@ -668,7 +681,7 @@ static int cmd_check(Options *o, const char *file) {
     trace_report_print(&rep, stdout, 0);
     int64_t slack = offset_slack(&run);
     for (int i = 0; i < rep.num_iterations; i++) {
-      check_edges(prog, &sizes, &rep.iters[i]);
+      check_edges(prog, &sizes, o->reduce_dp, &rep.iters[i]);
       check_path(&rep.iters[i]);
       check_messages(&rep.iters[i], slack);
     }

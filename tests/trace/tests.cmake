@@ -42,3 +42,12 @@ foreach(mode dag delay)
                    $<TARGET_FILE:trace_cli> ${MPIEXEC_EXECUTABLE})
   set_tests_properties(trace.mpi_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${TRACE_MPI_ENV}")
 endforeach()
+
+# Operations inside layers in a real training trace (ops_trace_test.sh):
+# one rank without MPI (GEMM FLOPs per forward, nesting, calibrate
+# --from-trace), and TP2 under mpirun (label mpi: the tp group's exchanges).
+add_test(NAME trace.ops_one COMMAND bash ${TRACE_TEST_DIR}/ops_trace_test.sh $<TARGET_FILE:fivefold> one)
+set_tests_properties(trace.ops_one PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
+add_test(NAME trace.ops_tp2
+         COMMAND bash ${TRACE_TEST_DIR}/ops_trace_test.sh $<TARGET_FILE:fivefold> tp2 ${MPIEXEC_EXECUTABLE})
+set_tests_properties(trace.ops_tp2 PROPERTIES LABELS mpi TIMEOUT 180 PROCESSORS 2 ENVIRONMENT "${TRACE_MPI_ENV}")

@@ -3,7 +3,9 @@
  * field or section with a suggestion, wrong type, out-of-range value, bad
  * relative path, inconsistent batch sizes) gives a message naming the file
  * and the section.field; command-line overrides replace fields and are
- * checked the same way; the resolved config reads back identically. */
+ * checked the same way; the resolved config reads back identically; the
+ * parallel layout is checked against the world (which product fails, what
+ * fits) and the schedule and pipeline partition against the model. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -294,12 +296,106 @@ static void test_help_lists_every_flag(void **state) {
   free(buf);
 }
 
+/* A config with the parallel section `par` (JSON members), resolved against
+ * a world of `world` ranks and finalized; returns the first error code. */
+static int parallel_config(TrainConfig *cfg, const char *par, int world, Error *err) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "{\"model\": \"model.json\", \"training\": {\"micro_batch_size\": 2, \"seq_len\": 16,"
+           " \"grad_accum_steps\": 4}, \"data\": {\"train\": \"train.bin\"}, \"parallel\": {%s}}",
+           par);
+  int rc = load_text(cfg, "par.json", text, err);
+  if (rc) return rc;
+  rc = train_config_set_world(cfg, world, err);
+  if (!rc) rc = train_config_finalize(cfg, err);
+  return rc;
+}
+
+static void test_parallel_layout(void **state) {
+  (void)state;
+  TrainConfig cfg;
+  Error err;
+  /* dp derived from the world; the schedule defaults follow pp and vpp. */
+  if (parallel_config(&cfg, "\"tp\": 2, \"pp\": 2", 8, &err)) fail_msg("%s", err.msg);
+  assert_int_equal(cfg.world_size, 2);
+  assert_int_equal(cfg.world_ranks, 8);
+  assert_int_equal(train_config_schedule(&cfg), SCHED_SCHEDULE_1F1B);
+  assert_int_equal(cfg.global_batch_size, 2 * 4 * 2);
+  train_config_free(&cfg);
+  if (parallel_config(&cfg, "\"pp\": 2, \"vpp\": 2, \"layers_per_stage\": [0, 1, 1, 0]", 2, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(train_config_schedule(&cfg), SCHED_SCHEDULE_INTERLEAVED);
+  train_config_free(&cfg);
+  if (parallel_config(&cfg, "\"schedule\": \"gpipe\", \"pp\": 2, \"layers_per_stage\": [0, 2]", 2, &err))
+    fail_msg("%s", err.msg);
+  assert_int_equal(train_config_schedule(&cfg), SCHED_SCHEDULE_GPIPE);
+  assert_int_equal(cfg.num_layers_per_stage, 2);
+  cJSON *json = train_config_to_json(&cfg);
+  const cJSON *par = cJSON_GetObjectItemCaseSensitive(json, "parallel");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(par, "schedule")->valuestring, "gpipe");
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(par, "layers_per_stage")), 2);
+  cJSON_Delete(json);
+  train_config_free(&cfg);
+  if (parallel_config(&cfg, "", 4, &err)) fail_msg("%s", err.msg);
+  assert_int_equal(train_config_schedule(&cfg), SCHED_SCHEDULE_NONE);
+  assert_int_equal(cfg.world_size, 4);
+  train_config_free(&cfg);
+
+  /* Mistakes name the product and what would fit. */
+  assert_int_equal(parallel_config(&cfg, "\"tp\": 2, \"pp\": 2, \"dp\": 2", 4, &err), ERR_CONFIG);
+  assert_contains(err.msg, "tp 2 x pp 2 x dp 2 = 8 ranks");
+  assert_contains(err.msg, "--dp 1");
+  train_config_free(&cfg);
+  assert_int_equal(parallel_config(&cfg, "\"pp\": 2", 3, &err), ERR_CONFIG);
+  assert_contains(err.msg, "do not divide the job's 3 rank");
+  train_config_free(&cfg);
+  assert_int_equal(parallel_config(&cfg, "\"pp\": 2, \"schedule\": \"none\"", 2, &err), ERR_CONFIG);
+  assert_contains(err.msg, "parallel.schedule none");
+  train_config_free(&cfg);
+  assert_int_equal(parallel_config(&cfg, "\"pp\": 3, \"vpp\": 2", 3, &err), ERR_CONFIG);
+  assert_contains(err.msg, "multiple");
+  train_config_free(&cfg);
+  assert_int_equal(parallel_config(&cfg, "\"pp\": 2, \"layers_per_stage\": [1, 2]", 2, &err), ERR_CONFIG);
+  assert_contains(err.msg, "parallel.layers_per_stage");
+  train_config_free(&cfg);
+  assert_int_equal(parallel_config(&cfg, "\"pp\": 3, \"layers_per_stage\": [1, 0, 1]", 3, &err), ERR_CONFIG);
+  assert_contains(err.msg, "stage 1 no blocks");
+  train_config_free(&cfg);
+  assert_int_equal(parallel_config(&cfg, "\"vpp\": 2", 1, &err), ERR_CONFIG);
+  assert_contains(err.msg, "needs pp >= 2");
+  train_config_free(&cfg);
+  assert_int_equal(parallel_config(&cfg, "\"schedule\": \"zigzag\"", 1, &err), ERR_CONFIG);
+  assert_contains(err.msg, "parallel.schedule must be");
+  train_config_free(&cfg);
+
+  /* Flags: a list, a schedule, and a global batch replacing the file's accumulation. */
+  if (parallel_config(&cfg, "", 2, &err)) fail_msg("%s", err.msg);
+  train_config_free(&cfg);
+  assert_int_equal(load_text(&cfg, "par2.json",
+                             "{\"model\": \"model.json\", \"training\": {\"micro_batch_size\": 2,"
+                             " \"grad_accum_steps\": 4}, \"data\": {\"train\": \"train.bin\"}}",
+                             &err),
+                   0);
+  assert_int_equal(train_config_override(&cfg, "--pp", "2", &err), 0);
+  assert_int_equal(train_config_override(&cfg, "--layers-per-stage", "2,0", &err), 0);
+  assert_int_equal(train_config_override(&cfg, "--schedule", "1f1b", &err), 0);
+  assert_int_equal(train_config_override(&cfg, "--global-batch-size", "12", &err), 0);
+  assert_int_equal(train_config_override(&cfg, "--layers-per-stage", "2,x", &err), ERR_ARG);
+  assert_contains(err.msg, "--layers-per-stage");
+  assert_int_equal(train_config_set_world(&cfg, 2, &err), 0);
+  if (train_config_finalize(&cfg, &err)) fail_msg("%s", err.msg);
+  assert_int_equal(cfg.grad_accum_steps, 6);
+  assert_int_equal(cfg.layers_per_stage[0], 2);
+  assert_int_equal(cfg.layers_per_stage[1], 0);
+  train_config_free(&cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_config),         cmocka_unit_test(test_defaults_and_model_path),
       cmocka_unit_test(test_errors_name_file_and_field), cmocka_unit_test(test_inline_model_error),
       cmocka_unit_test(test_overrides),           cmocka_unit_test(test_resolved_round_trip),
-      cmocka_unit_test(test_help_lists_every_flag),
+      cmocka_unit_test(test_help_lists_every_flag), cmocka_unit_test(test_parallel_layout),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

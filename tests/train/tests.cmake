@@ -10,3 +10,5 @@ endif()
 # writing a checkpoint) and resumed matches an uninterrupted run bit for bit.
 add_test(NAME train.resume COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/resume_test.sh $<TARGET_FILE:fivefold>)
 set_tests_properties(train.resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE" TIMEOUT 300)
+# Distributed checkpoints (MPI-IO) under mpirun.
+include(${CMAKE_CURRENT_LIST_DIR}/ckpt_dist.cmake)
