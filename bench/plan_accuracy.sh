@@ -64,20 +64,27 @@ mpirun -np 4 --oversubscribe "$FIVEFOLD" calibrate "${QUICK[@]}" --name local-4 
   { cat cal4.log; exit 1; }
 grep -E "^  peak" cal1.log cal2.log cal4.log | sed 's/^/  /'
 
-# name | ranks | accum | train flags | simulate flags
+# name | ranks | accum | train flags | simulate flags. The simulate flags
+# describe what the runtime computes: --moe-tp-replicated for TP without an
+# MoE grid (MoE on the gathered sequence, every expert on every TP rank),
+# the dispatcher of the folded MoE, the schedule and vpp.
 CONFIGS=(
   "1 rank, accum 1|1|1||"
   "1 rank, accum 4|1|4||"
   "DP2|2|2|--dp 2|"
   "DP2 + dist. optimizer|2|2|--dp 2 --distributed-optimizer 1|--distributed-optimizer"
   "DP4 (oversubscribed)|4|1|--dp 4|"
-  "DP4 + dist. opt. (oversub.)|4|1|--dp 4 --distributed-optimizer 1|--distributed-optimizer"
-  "TP2|2|2|--tp 2|--tp 2"
-  "PP2 1F1B|2|4|--pp 2 --schedule 1f1b|--pp 2"
+  "TP2|2|2|--tp 2|--tp 2 --moe-tp-replicated"
+  "PP2 1F1B|2|4|--pp 2 --schedule 1f1b|--pp 2 --schedule 1f1b"
   "PP2 GPipe|2|4|--pp 2 --schedule gpipe|--pp 2 --schedule gpipe"
-  "PP2 VPP2 interleaved|2|4|--pp 2 --vpp 2 --schedule interleaved|--pp 2 --vpp 2"
-  "TP2 DP2 (oversubscribed)|4|1|--tp 2 --dp 2|--tp 2"
-  "PP2 DP2 (oversubscribed)|4|2|--pp 2 --dp 2 --schedule 1f1b|--pp 2"
+  "PP2 VPP2 interleaved|2|4|--pp 2 --vpp 2 --schedule interleaved|--pp 2 --vpp 2 --schedule interleaved"
+  "EP2 (alltoall)|2|2|--dp 2 --ep 2|--ep 2 --dispatcher alltoall"
+  "EP2 (allgather)|2|2|--dp 2 --ep 2 --dispatcher allgather|--ep 2 --dispatcher allgather"
+  "CP2|2|2|--cp 2|--cp 2"
+  "TP2 DP2 (oversubscribed)|4|1|--tp 2 --dp 2|--tp 2 --moe-tp-replicated"
+  "TP2 PP2 (oversubscribed)|4|4|--tp 2 --pp 2 --schedule 1f1b|--tp 2 --pp 2 --schedule 1f1b --moe-tp-replicated"
+  "TP2 DP2 + EP2 folded (oversub.)|4|1|--tp 2 --dp 2 --ep 2 --etp 1|--tp 2 --ep 2 --etp 1"
+  "TP2 DP2 + EP2 ETP2 (oversub.)|4|1|--tp 2 --dp 2 --ep 2 --etp 2|--tp 2 --ep 2 --etp 2"
 )
 
 median_step_ms() {
@@ -97,7 +104,7 @@ for cfg in "${CONFIGS[@]}"; do
   IFS='|' read -r name np accum tflags sflags <<<"$cfg"
   n=$((n + 1))
   dp=1
-  case " $tflags " in *" --dp 2 "*) dp=2 ;; *" --dp 4 "*) dp=4 ;; esac
+  case " $tflags " in *" --dp 2 "*) dp=2 ;; *" --dp 4 "*) dp=4 ;; esac # every other layout has dp 1
   global=$((MBS * accum * dp))
   # shellcheck disable=SC2086
   if ! "$FIVEFOLD" simulate --model model.json --cluster "spec$np.json" --gpus "$np" --seq $SEQ --mbs $MBS \

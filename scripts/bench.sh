@@ -5,6 +5,10 @@
 # thread count, with the ratio. Everything is run twice: with the environment
 # as it is, and with OPENBLAS_CORETYPE unset for both programs (OpenBLAS then
 # picks its kernels for the real CPU; PyTorch gets OMP_WAIT_POLICY=PASSIVE).
+# Then the parallel runtime under mpirun: DP2 against one rank (scaling and
+# the hidden share of the all-reduce), EP2 against DP2 on the MoE (and the
+# dispatcher's share of the step), the tracer's overhead, and the planner's
+# predicted against measured step times (BENCH_PLAN=0 skips that one).
 # Figures only: nothing here passes or fails on time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +56,17 @@ fi
 
 if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then
   echo
+  echo "=== data parallelism: DP2 versus one rank (bench/bench_dp.sh) ==="
+  BENCH_DP_ZERO=1 bash bench/bench_dp.sh "$BUILD"
+  echo
+  echo "=== expert parallelism: EP2 versus DP2 (bench/bench_ep.sh) ==="
+  bash bench/bench_ep.sh "$BUILD"
+  echo
   echo "=== tracer overhead (bench/bench_trace.sh) ==="
   bash bench/bench_trace.sh "$BUILD"
+  if [ "${BENCH_PLAN:-1}" = 1 ]; then
+    echo
+    echo "=== planner: predicted versus measured step time (bench/plan_accuracy.sh; BENCH_PLAN=0 skips) ==="
+    bash bench/plan_accuracy.sh "$BUILD"
+  fi
 fi

@@ -77,6 +77,9 @@ static void simulate_usage(FILE *f) {
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
           "  --schedule S             gpipe to force GPipe (default: none, 1f1b or interleaved from pp, vpp)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
+          "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
+          "  --moe-tp-replicated      TP without an MoE grid runs the MoE on the gathered sequence on every\n"
+          "                           TP rank (fivefold's runtime; default: each rank routes its own rows)\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
           "  --quiet                  print only the one-line summary\n");
 }
@@ -151,7 +154,7 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 }
 
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
-                                     "--no-folding", "--quiet"};
+                                     "--no-folding", "--quiet", "--moe-tp-replicated"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
@@ -180,6 +183,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--explain")) c->explain = 1;
       else if (!strcmp(name, "--no-folding") && !simulate) c->no_folding = 1;
       else if (!strcmp(name, "--quiet") && simulate) c->quiet = 1;
+      else if (!strcmp(name, "--moe-tp-replicated") && simulate) c->opt.moe_tp_replicated = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -249,6 +253,13 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
         if (!strcmp(value, "gpipe")) c->cfg.schedule = SCHED_SCHEDULE_GPIPE;
         else if (strcmp(value, "1f1b") && strcmp(value, "interleaved") && strcmp(value, "none")) {
           fprintf(stderr, "fivefold %s: --schedule must be none, gpipe, 1f1b or interleaved, got '%s'\n", c->cmd, value);
+          rc = -1;
+        }
+      } else if (!strcmp(name, "--dispatcher")) {
+        if (!strcmp(value, "allgather")) c->opt.moe_allgather = 1;
+        else if (!strcmp(value, "alltoall")) c->opt.moe_allgather = 0;
+        else {
+          fprintf(stderr, "fivefold %s: --dispatcher must be alltoall or allgather, got '%s'\n", c->cmd, value);
           rc = -1;
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;

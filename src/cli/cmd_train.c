@@ -104,27 +104,26 @@ typedef struct Override {
 } Override;
 
 /* The plan's layout as overrides, applied before the command line's so
- * that explicit flags win. What the runtime cannot run yet is refused
- * rather than dropped: the plan's prediction would not be what runs. */
+ * that explicit flags win: all five dimensions with the MoE grid's ep and
+ * etp. What the runtime cannot run yet (recomputation) is refused rather
+ * than dropped: the plan's prediction would not be what runs. */
 static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   PlanChoice pc;
   if (plan_file_read(path, &pc, err)) return error_wrap(err, "--plan");
   const char *why = NULL;
   char what[128];
-  if (pc.cp > 1) snprintf(what, sizeof what, "cp %d (context parallelism)", pc.cp), why = what;
-  else if (pc.ep > 1) snprintf(what, sizeof what, "ep %d (expert parallelism)", pc.ep), why = what;
-  else if (pc.etp > 1 && pc.etp != pc.tp) snprintf(what, sizeof what, "etp %d (expert tensor parallelism)", pc.etp), why = what;
-  else if (pc.recompute != PLAN_RECOMPUTE_NONE) snprintf(what, sizeof what, "recompute (activation recomputation)"), why = what;
+  if (pc.recompute != PLAN_RECOMPUTE_NONE) snprintf(what, sizeof what, "recompute (activation recomputation)"), why = what;
   if (why)
     return error_set(err, ERR_CONFIG,
-                     "--plan %s: the plan uses %s, which fivefold train does not run yet (re-plan with --max-cp 1 "
-                     "--max-ep 1 --max-etp 1 --recompute-list none)",
+                     "--plan %s: the plan uses %s, which fivefold train does not run yet (re-plan with "
+                     "--recompute-list none)",
                      path, why);
   char v[TRAIN_MAX_STAGES * 8];
   struct {
     const char *flag;
     int value;
-  } ints[] = {{"--tp", pc.tp}, {"--pp", pc.pp}, {"--vpp", pc.vpp}, {"--dp", pc.dp},
+  } ints[] = {{"--tp", pc.tp}, {"--cp", pc.cp > 0 ? pc.cp : 1}, {"--pp", pc.pp}, {"--vpp", pc.vpp}, {"--dp", pc.dp},
+              {"--ep", pc.ep > 0 ? pc.ep : 1}, {"--etp", pc.etp > 0 ? pc.etp : 1},
               {"--micro-batch-size", pc.micro_batch_size}, {"--global-batch-size", pc.global_batch_size},
               {"--distributed-optimizer", pc.distributed_optimizer != 0}};
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {

@@ -77,6 +77,16 @@ typedef struct PlanOptions {
   double dropless_sync;       /* s: host synchronisation per dropless MoE layer and pass */
   double send_overhead;       /* s: compute-stream time to post one pipeline send */
   PlanCollAlgo algo;          /* collective algorithm */
+  /* How the runtime lays out MoE work (defaults: 0, Megatron-Core's):
+   * moe_tp_replicated: with tp > 1 and no MoE grid (ep = etp = cp = 1) every
+   *   TP rank runs the MoE on the all-gathered sequence with all experts and
+   *   keeps its own rows (fivefold's CPU runtime, model.h "sharding"); 0:
+   *   each TP rank routes its own sequence-parallel rows to local experts.
+   * moe_allgather: the all-gather dispatcher (every rank of EP x ETP sees
+   *   every token of the group, partial outputs reduce-scattered back)
+   *   instead of the all-to-all. */
+  int moe_tp_replicated;
+  int moe_allgather;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);

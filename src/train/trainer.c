@@ -390,8 +390,11 @@ static int start_trace(Trainer *tr, FILE *out, Error *err) {
   topt.num_steps = cfg->steps;
   int rc = trace_session_parse_steps(cfg->trace_steps[0] ? cfg->trace_steps : ":", cfg->steps, &topt, err);
   if (!rc) {
-    GridSizes sizes = {.world = tr->world, .tp = tr->tp, .cp = 1, .dp = tr->dp, .pp = tr->pp, .etp = 1, .ep = 1,
-                       .edp = 0};
+    /* Both grids as the run built them, so the trace's rank coordinates
+     * are the folded layout's. */
+    GridSizes sizes = {.world = tr->world, .tp = tr->tp, .cp = tr->cp > 0 ? tr->cp : 1, .dp = tr->dp, .pp = tr->pp,
+                       .etp = tr->etp > 0 ? tr->etp : 1, .ep = tr->ep > 0 ? tr->ep : 1, .edp = 0};
+    if (tr->grid) sizes = tr->grid->sizes;
     rc = trace_session_create(&topt, tr->prog, &sizes, &tr->trace, err);
   }
   if (rc) return error_wrap(err, "--trace %s", cfg->trace_path);

@@ -192,7 +192,7 @@ par.update({"tp": 1, "cp": 1, "ep": 1, "etp": 1, "pp": 2, "vpp": 1, "dp": 1, "ed
             "distributed_optimizer": False, "layers_per_stage": [1, 3]})
 json.dump(p, open("plan-pp2.json", "w"))
 q = json.loads(json.dumps(p)); q["parallel"]["ep"] = 2; q["parallel"]["edp"] = 1; q["parallel"]["dp"] = 1
-q["parallel"].update({"pp": 1, "layers_per_stage": [4], "tp": 2, "etp": 1})
+q["parallel"].update({"pp": 1, "layers_per_stage": [4], "tp": 2, "etp": 1, "schedule": "none"})
 json.dump(q, open("plan-ep.json", "w"))
 r = json.loads(json.dumps(p)); r["parallel"]["recompute"] = "full"
 json.dump(r, open("plan-recompute.json", "w"))
@@ -202,6 +202,10 @@ PY
       grep -q "1,3" planned.log || fail "the plan's layers_per_stage 1,3 was not applied"
       train 0 one || true
       $PY "$HERE/compare_runs.py" losses planned one 1e-4 || fail "the planned PP2 run differs from one rank"
+      # a folded plan: attention TP2, MoE EP2 on the same 2 ranks
+      train 2 planned_ep --plan plan-ep.json || true
+      grep -q "ep 2" planned_ep.log || { cat planned_ep.log; fail "the plan's ep 2 was not applied"; }
+      $PY "$HERE/compare_runs.py" losses planned_ep one 1e-4 || fail "the planned TP2 + EP2 run differs from one rank"
       # an explicit flag wins over the plan
       train 2 override --plan plan-pp2.json --layers-per-stage 2,2 || true
       grep -q "2,2" override.log || fail "--layers-per-stage did not override the plan"
