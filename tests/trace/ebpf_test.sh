@@ -16,7 +16,7 @@ if [ "$(id -u)" != 0 ]; then echo "skip: eBPF tracing needs root"; exit 77; fi
 if ! command -v bpftrace >/dev/null; then echo "skip: bpftrace is not installed"; exit 77; fi
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$pipeline" --pp 4 --microbatches 8 --iterations 1 --fwd-ms 0.1 --bwd-ms 0.1 --no-record \
@@ -63,5 +63,32 @@ p95 = diffs[int(0.95 * (len(diffs) - 1))]
 print("FWD/BWD difference between eBPF and the recorder: median %.1f us, 95th percentile %.1f us, largest %.1f us"
       % (diffs[len(diffs) // 2], p95, diffs[-1]))
 assert p95 < 500, p95
+EOF
+# The same DAG from both: the nodes and edges the analysis rebuilds for each
+# iteration (times and critical-path colours aside).
+structure() {
+  grep -E -- '->|^ *n[0-9]+ \[' "$1" | sed -E -e 's/\\n.*//' -e 's/ *\[[^"]*$//' | sort
+}
+for it in 0 1; do
+  for src in ebpf recorder; do
+    "$cli" trace analyze "$tmp/$src.json" --iteration "$it" --dot "$tmp/$src-$it.dot" >/dev/null 2>&1 ||
+      fail "trace analyze of the $src trace, iteration $it"
+  done
+  [ "$(structure "$tmp/ebpf-$it.dot")" = "$(structure "$tmp/recorder-$it.dot")" ] ||
+    fail "iteration $it: the eBPF trace's DAG differs from the recorder's"
+  [ "$(grep -c -- '->' "$tmp/ebpf-$it.dot")" -gt 0 ] || fail "iteration $it: no edges"
+done
+echo "the same DAG from both traces (nodes and edges of iterations 0 and 1)"
+
+# On-CPU time is part of the wall time of the action it belongs to.
+/usr/bin/python3 - "$tmp/ebpf.json" <<'EOF' || fail "an action has more on-CPU time than wall time"
+import json, sys
+n = 0
+for e in json.load(open(sys.argv[1]))["traceEvents"]:
+    if e.get("ph") == "X" and "oncpu_us" in e.get("args", {}):
+        n += 1
+        assert e["args"]["oncpu_us"] <= e["dur"] + 0.002, e
+assert n > 0, "no action carries an on-CPU time"
+print("on-CPU <= wall for all %d actions that carry it" % n)
 EOF
 echo "ebpf_test: all checks passed"
