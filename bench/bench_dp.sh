@@ -20,38 +20,13 @@ FIVEFOLD=$(cd "$BUILD" && pwd)/fivefold
 B=${BENCH_DP_BATCH:-2}
 T=${BENCH_DP_SEQ:-256}
 ACCUM=${BENCH_DP_ACCUM:-1}
-[ -x "$FIVEFOLD" ] || { echo "bench_dp: $FIVEFOLD not built" >&2; exit 2; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-bench-dp-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-
-# Byte-level text: plenty of windows for a few steps at any batch size.
-for i in $(seq 1 4000); do
-  echo "Line $i: the quick brown fox $((i * 7919 % 1009)) jumps over the lazy dog $((i * 104729 % 997)) again."
-done >text.txt
-"$FIVEFOLD" tokenize --byte-level --input text.txt --out shards --val-fraction 0.01 >/dev/null
-cat >run.json <<JSON
-{"model": "$ROOT/configs/models/ref-moe.json",
- "training": {"micro_batch_size": $B, "seq_len": $T, "grad_accum_steps": $ACCUM, "steps": $STEPS,
-              "lr": 0.0003, "warmup_steps": 1, "log_interval": 1, "eval_interval": 0, "eval_batches": 1,
-              "threads": 1, "peak_gflops": 100},
- "data": {"train": "shards/train.bin"}}
-JSON
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_setup bench_dp
+bench_corpus
+ref_moe_run_json run.json "$B" "$T" "$STEPS" "$ACCUM"
 extra=()
 [ -n "${BENCH_DP_BUCKET_MB:-}" ] && extra+=(--bucket-mb "$BENCH_DP_BUCKET_MB")
-
-# tokens/s of the steps after the first (the first touches every page).
-steady_tps() {
-  /usr/bin/python3 - "$1/metrics.jsonl" <<'PY'
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if '"type":"train"' in l]
-steady = recs[1:] or recs
-sec = sum(r["ms_per_step"] / 1e3 for r in steady)
-tok = sum(r["tokens_per_s"] * r["ms_per_step"] / 1e3 for r in steady)
-print(f"{tok / sec:.1f}" if sec > 0 else "0")
-PY
-}
 
 echo "bench_dp: ref-moe, micro-batch $B x $T tokens x accumulation $ACCUM per rank, $STEPS steps, 1 thread per rank"
 "$FIVEFOLD" train --config run.json --out one --no-progress >one.log 2>&1 || { cat one.log; exit 1; }

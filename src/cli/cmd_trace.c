@@ -205,6 +205,19 @@ static int cmd_record(int argc, char **argv) {
 
 /* ---- analyze ---- */
 
+/* The trace in file and its analysis of iteration (-1: all); on failure
+ * nothing is left to free. */
+static int read_and_analyze(const char *file, int iteration, TraceRun *run, TraceReport *rep, Error *err) {
+  int rc = trace_chrome_read(file, run, err);
+  if (rc) return rc;
+  rc = trace_analyze(run, iteration, rep, err);
+  if (rc) {
+    error_wrap(err, "%s", file);
+    trace_run_free(run);
+  }
+  return rc;
+}
+
 static int cmd_analyze(int argc, char **argv) {
   const char *file = NULL, *dot = NULL;
   int critical_only = 0, iteration = -1, all_path = 0;
@@ -231,13 +244,8 @@ static int cmd_analyze(int argc, char **argv) {
   if (critical_only && !dot) return usage_error("%s", "analyze: --critical-only applies to --dot FILE");
   Error err = {0};
   TraceRun run;
-  if (trace_chrome_read(file, &run, &err)) return report_failure(&err);
   TraceReport rep;
-  if (trace_analyze(&run, iteration, &rep, &err)) {
-    error_wrap(&err, "%s", file);
-    trace_run_free(&run);
-    return report_failure(&err);
-  }
+  if (read_and_analyze(file, iteration, &run, &rep, &err)) return report_failure(&err);
   trace_report_print(&rep, stdout, all_path ? 0 : 40);
   int rc = 0;
   if (dot && rep.num_iterations > 0) {
@@ -580,15 +588,10 @@ static int cmd_compare(int argc, char **argv) {
       file = a;
   }
   if (!file) return usage_error("%s", "compare: no trace file given");
-  Error err = {0, ""};
+  Error err = {0};
   TraceRun run;
-  if (trace_chrome_read(file, &run, &err)) return report_failure(&err);
   TraceReport rep;
-  if (trace_analyze(&run, iteration, &rep, &err)) {
-    error_wrap(&err, "%s", file);
-    trace_run_free(&run);
-    return report_failure(&err);
-  }
+  if (read_and_analyze(file, iteration, &run, &rep, &err)) return report_failure(&err);
   Prediction p = {.ms = calloc((size_t)run.program->num_actions + 1, sizeof(double))};
   int rc = p.ms ? ERR_OK : error_set(&err, ERR_NOMEM, "out of memory");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(run.other_data, "model");

@@ -33,22 +33,14 @@ static void ag_carve_acts(Carver *c, MoeAgActs *a, const MoeSpec *s, const MoeEp
 
 static void ag_carve_scratch(Carver *c, MoeAgScratch *sc, const MoeSpec *s, const MoeEpLayout *l, int N,
                              const MoeAgSizes *z) {
-  const size_t row = (size_t)packed_floats(s), Fl = (size_t)(s->Fe / l->etp);
-  size_t ffn = z->local_rows * Fl;
-  if ((size_t)N * s->Fs > ffn) ffn = (size_t)N * s->Fs;
+  const size_t row = (size_t)packed_floats(s);
   sc->packed = carve(c, (size_t)N * row * sizeof(float));
   sc->ep_buf = carve(c, (size_t)l->ep * N * row * sizeof(float));
   sc->all_buf = carve(c, (l->etp > 1 ? z->gathered_tokens : 0) * row * sizeof(float)); /* etp 1: ep_buf */
   sc->dys = carve(c, z->local_rows * s->C * sizeof(float));
   sc->dxs = carve(c, z->local_rows * s->C * sizeof(float));
-  sc->a = carve(c, ffn * sizeof(float));
-  sc->da = carve(c, ffn * sizeof(float));
-  sc->dh = carve(c, 2 * ffn * sizeof(float));
-  sc->dtopk_w = carve(c, (size_t)N * s->K * sizeof(float));
-  sc->dz = carve(c, (size_t)N * s->E * sizeof(float));
-  sc->dscore = carve(c, (size_t)N * s->E * sizeof(float));
-  sc->stats = carve(c, (size_t)(2 * s->E + 2) * sizeof(double));
-  sc->plan = carve(c, moe_plan_scratch_bytes(s, N));
+  carve_shared_scratch(c, &sc->a, &sc->da, &sc->dh, &sc->dtopk_w, &sc->dz, &sc->dscore, &sc->stats, &sc->plan, s, N,
+                       z->local_rows, (size_t)(s->Fe / l->etp));
 }
 
 MoeAgSizes moe_ag_sizes(const MoeSpec *s, const MoeEpLayout *l, int max_tokens) {
@@ -80,12 +72,6 @@ void moe_ag_bind_scratch(MoeAgScratch *sc, void *mem, const MoeSpec *s, const Mo
   sc->sizes = moe_ag_sizes(s, l, max_tokens);
   Carver c = {mem, 0};
   ag_carve_scratch(&c, sc, s, l, max_tokens, &sc->sizes);
-}
-
-static int64_t sum_i64(const int64_t *v, int n) {
-  int64_t t = 0;
-  for (int i = 0; i < n; i++) t += v[i];
-  return t;
 }
 
 /* Gathers row_floats-wide rows of the local tokens over EP then ETP into

@@ -89,22 +89,14 @@ static void a2a_carve_acts(Carver *c, MoeA2aActs *a, const MoeSpec *s, const Moe
 
 static void a2a_carve_scratch(Carver *c, MoeA2aScratch *sc, const MoeSpec *s, const MoeEpLayout *l, int N,
                               const MoeA2aSizes *z) {
-  const size_t C = (size_t)s->C, Fl = (size_t)(s->Fe / l->etp);
-  size_t ffn = z->gathered_rows * Fl;
-  if ((size_t)N * s->Fs > ffn) ffn = (size_t)N * s->Fs;
+  const size_t C = (size_t)s->C;
   sc->source = carve(c, z->source_rows * C * sizeof(float));
   sc->received = carve(c, z->received_rows * C * sizeof(float));
   sc->gathered = carve(c, (l->etp > 1 ? z->gathered_rows : 0) * C * sizeof(float)); /* etp 1: rows stay put */
   sc->sorted = carve(c, z->gathered_rows * C * sizeof(float));
   sc->dxs = carve(c, z->gathered_rows * C * sizeof(float));
-  sc->a = carve(c, ffn * sizeof(float));
-  sc->da = carve(c, ffn * sizeof(float));
-  sc->dh = carve(c, 2 * ffn * sizeof(float));
-  sc->dtopk_w = carve(c, (size_t)N * s->K * sizeof(float));
-  sc->dz = carve(c, (size_t)N * s->E * sizeof(float));
-  sc->dscore = carve(c, (size_t)N * s->E * sizeof(float));
-  sc->stats = carve(c, (size_t)(2 * s->E + 2) * sizeof(double));
-  sc->plan = carve(c, moe_plan_scratch_bytes(s, N));
+  carve_shared_scratch(c, &sc->a, &sc->da, &sc->dh, &sc->dtopk_w, &sc->dz, &sc->dscore, &sc->stats, &sc->plan, s, N,
+                       z->gathered_rows, (size_t)(s->Fe / l->etp));
 }
 
 MoeA2aSizes moe_a2a_sizes(const MoeSpec *s, const MoeEpLayout *l, int max_tokens) {
@@ -147,12 +139,6 @@ int moe_a2a_route(MoeA2aActs *a, MoeA2aScratch *sc, const float *x, const MoeLay
                      sc->sizes.max_tokens);
   return moe_ep_route(&a->routing, &a->perm, a->group_counts, &a->group_tokens, sc->stats, sc->plan, x, p->router, N,
                       s, ops, aux, z, err);
-}
-
-static int64_t sum_i64(const int64_t *v, int n) {
-  int64_t t = 0;
-  for (int i = 0; i < n; i++) t += v[i];
-  return t;
 }
 
 /* rows[perm[i]] = src[i] (scatter = 1) or rows[i] = src[perm[i]]. */

@@ -1,11 +1,12 @@
 /* Private helpers of the expert-parallel dispatchers (moe_dispatch_ep.c,
  * moe_dispatch_allgather.c): carving caller memory into arrays, so that one
- * function both sizes and binds a buffer set, and the wrapping of callback
- * failures into messages that name the phase. */
+ * function both sizes and binds a buffer set, the scratch both carve alike,
+ * and the wrapping of callback failures into messages that name the phase. */
 #ifndef FIVEFOLD_MODEL_MOE_DISPATCH_EP_INTERNAL_H
 #define FIVEFOLD_MODEL_MOE_DISPATCH_EP_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model/moe_dispatch_ep.h"
 
@@ -50,6 +51,31 @@ static inline void carve_routing(Carver *c, MoeRouting *r, MoePermutation *p, co
   p->token_of_row = carve(c, moe_max_rows(s, N) * sizeof(int));
   p->expert_offset = carve(c, (E + 1) * sizeof(int));
   p->kept = carve(c, E * sizeof(int));
+}
+
+/* The end of either dispatcher's scratch: the FFN activations a, da and
+ * dh for expert_rows rows of this rank's expert shard (Fl wide) or the
+ * shared expert's N rows, whichever is larger; the router's backward
+ * (dtopk_w, dz, dscore); moe_ep_route's statistics and capacity plan. */
+static inline void carve_shared_scratch(Carver *c, float **a, float **da, float **dh, float **dtopk_w, float **dz,
+                                        float **dscore, double **stats, void **plan, const MoeSpec *s, int N,
+                                        size_t expert_rows, size_t Fl) {
+  size_t ffn = expert_rows * Fl;
+  if ((size_t)N * s->Fs > ffn) ffn = (size_t)N * s->Fs;
+  *a = carve(c, ffn * sizeof(float));
+  *da = carve(c, ffn * sizeof(float));
+  *dh = carve(c, 2 * ffn * sizeof(float));
+  *dtopk_w = carve(c, (size_t)N * s->K * sizeof(float));
+  *dz = carve(c, (size_t)N * s->E * sizeof(float));
+  *dscore = carve(c, (size_t)N * s->E * sizeof(float));
+  *stats = carve(c, (size_t)(2 * s->E + 2) * sizeof(double));
+  *plan = carve(c, moe_plan_scratch_bytes(s, N));
+}
+
+static inline int64_t sum_i64(const int64_t *v, int n) {
+  int64_t t = 0;
+  for (int i = 0; i < n; i++) t += v[i];
+  return t;
 }
 
 #define MOE_EP_CALL(err, what, call)                                      \

@@ -16,9 +16,7 @@
  * = its micro-batch the run equals the one-rank model (drops included);
  * with TP2 the dropped count of each rank equals the capacity rule applied
  * to its own routed tokens. Also the table's views/flags and the errors.
- * Tolerance for gradients (fp32 sums in another order): |a - b| <= 3e-5 *
- * max|b over the tensor| + 3e-4 * |b|; losses: relative 1e-5. A missing
- * reduction or a wrong slice is off by O(|b|). */
+ * Tolerances: shard_check.h. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,33 +33,14 @@
 #include "fold_threads.h"
 #include "model/model.h"
 #include "model/model_internal.h"
+#include "shard_check.h"
 
 enum { B = 2, T = 8, N = B * T, SEED = 4321, MAX_MB = 4 };
 
-static void dense_cfg(ModelConfig *c) {
-  model_config_defaults(c);
-  c->vocab_size = 64;
-  c->hidden_size = 32;
-  c->num_layers = 3;
-  c->num_heads = 4;
-  c->num_kv_heads = 2;
-  c->head_dim = 8;
-  c->intermediate_size = 48;
-  c->init_std = 0.2f;
-}
+static void dense_cfg(ModelConfig *c) { shard_dense_cfg(c); }
 
 /* 8 experts, dropless, a shared expert, layer 1 dense. */
-static void moe_cfg(ModelConfig *c) {
-  dense_cfg(c);
-  c->num_experts = 8;
-  c->top_k = 2;
-  c->moe_intermediate_size = 16;
-  c->shared_expert_intermediate_size = 8;
-  c->is_moe_layer[0] = 1;
-  c->is_moe_layer[2] = 1;
-  c->aux_loss_coeff = 0.01f;
-  c->z_loss_coeff = 0.001f;
-}
+static void moe_cfg(ModelConfig *c) { shard_moe_cfg(c, 8); }
 
 static void moe_drop_cfg(ModelConfig *c) {
   moe_cfg(c);
@@ -173,26 +152,6 @@ static void *rank_worker(void *arg) {
 
 /* ------------------------------------------------------------ comparing */
 
-static size_t logical_row_start(const ParamTensor *t, size_t o) {
-  int idx[4] = {0};
-  for (int k = t->view_ndim - 2; k >= 0; k--) {
-    idx[k] = (int)(o % (size_t)t->view_count[k]);
-    o /= (size_t)t->view_count[k];
-  }
-  size_t g = 0;
-  for (int k = 0; k < t->view_ndim; k++) {
-    const size_t i = k == t->view_ndim - 1 ? 0 : (size_t)idx[k];
-    g = g * (size_t)t->view_shape[k] + i + (size_t)t->view_start[k];
-  }
-  return g;
-}
-
-static double max_abs(const float *x, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
-  return m;
-}
-
 /* Rank k's gradient of tensor i summed over the group the runtime reduces
  * it over (the members hold the same slice: same table). */
 static void reduced_grad(RankRun *runs, int size, int k, const ParamTensor *t, double *out) {
@@ -209,42 +168,13 @@ static void reduced_grad(RankRun *runs, int size, int k, const ParamTensor *t, d
   }
 }
 
-static void expect_loss(const ModelLoss *a, const ModelLoss *b, const char *what) {
-  if (fabs(a->lm - b->lm) > 1e-5 * fabs(b->lm)) fail_msg("%s: lm %.9g vs one rank %.9g", what, a->lm, b->lm);
-  if (fabs(a->aux - b->aux) > 1e-5 * fabs(b->aux) + 1e-12)
-    fail_msg("%s: aux %.9g vs one rank %.9g", what, a->aux, b->aux);
-  if (fabs(a->z - b->z) > 1e-5 * fabs(b->z) + 1e-12) fail_msg("%s: z %.9g vs one rank %.9g", what, a->z, b->z);
-  assert_int_equal(a->tokens, b->tokens);
-}
-
 static void compare_rank(const Reference *ref, RankRun *runs, int size, int k, const char *what) {
   const Model *m = &runs[k].m;
   for (int i = 0; i < m->num_tensors; i++) {
     const ParamTensor *t = &m->tensors[i];
-    const ParamTensor *rt = model_find_tensor(&ref->m, t->name);
-    if (!rt) fail_msg("%s: tensor %s is not in the one-rank model", what, t->name);
-    size_t vnum = 1, cnum = 1;
-    for (int d = 0; d < t->view_ndim; d++) vnum *= (size_t)t->view_shape[d], cnum *= (size_t)t->view_count[d];
-    assert_true(vnum == rt->numel);
-    assert_true(cnum == t->numel);
     double *g = malloc(t->numel * sizeof *g);
     reduced_grad(runs, size, k, t, g);
-    const double scale = max_abs(ref->m.grads + rt->offset, rt->numel);
-    const size_t inner = (size_t)t->view_count[t->view_ndim - 1];
-    for (size_t o = 0; o < t->numel / inner; o++) {
-      const size_t lg = logical_row_start(t, o);
-      for (size_t j = 0; j < inner; j++) {
-        const size_t li = o * inner + j;
-        const float p = m->params[t->offset + li], rp = ref->m.params[rt->offset + lg + j];
-        if (p != rp) fail_msg("%s: %s[%zu] initialised %g, one rank %g", what, t->name, li, p, rp);
-        const double a = g[li], b = ref->m.grads[rt->offset + lg + j];
-        if (fabs(a - b) > 3e-5 * scale + 3e-4 * fabs(b)) {
-          free(g);
-          fail_msg("%s: reduced grad %s[%zu] = %.8g, one rank %.8g (logical %zu, tensor max %.3g)", what, t->name,
-                   li, a, b, lg + j, scale);
-        }
-      }
-    }
+    compare_slice(&ref->m, t, m->params + t->offset, g, what);
     free(g);
   }
 }
@@ -429,13 +359,7 @@ static void expect_error(const ModelConfig *c, const ModelShard *s, const ModelP
                          const char *needle) {
   Model m;
   Error err = {0};
-  int rc = model_create_shard(&m, c, s, ops, B, max_T, &err);
-  if (rc == 0) {
-    model_free(&m);
-    fail_msg("expected an error mentioning '%s'", needle);
-  }
-  assert_int_equal(rc, code);
-  if (!strstr(err.msg, needle)) fail_msg("error '%s' does not mention '%s'", err.msg, needle);
+  expect_create_failed(model_create_shard(&m, c, s, ops, B, max_T, &err), &m, &err, code, needle);
 }
 
 static void test_errors(void **state) {

@@ -8,9 +8,7 @@
  *    activations and gradients by hand, two slots, order F0 F1 B0 B1;
  *  - on_grads_ready ranges, model_global_tensors, and the errors for
  *    shards that do not fit.
- * Tolerance for gradients (fp32 sums in another order): |a - b| <=
- * 3e-5 * max|b over the tensor| + 3e-4 * |b|; losses: relative 1e-5. A
- * wrong slice or a missing reduction is off by O(|b|). */
+ * Tolerances: shard_check.h. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,33 +22,14 @@
 
 #include "base/rng.h"
 #include "model/model.h"
+#include "shard_check.h"
 #include "tp_threads.h"
 
 enum { B = 2, T = 8, N = B * T, SEED = 1234 };
 
-static void dense_cfg(ModelConfig *c) {
-  model_config_defaults(c);
-  c->vocab_size = 64;
-  c->hidden_size = 32;
-  c->num_layers = 3;
-  c->num_heads = 4;
-  c->num_kv_heads = 2;
-  c->head_dim = 8;
-  c->intermediate_size = 48;
-  c->init_std = 0.2f;
-}
+static void dense_cfg(ModelConfig *c) { shard_dense_cfg(c); }
 
-static void moe_cfg(ModelConfig *c) {
-  dense_cfg(c);
-  c->num_experts = 4;
-  c->top_k = 2;
-  c->moe_intermediate_size = 16;
-  c->shared_expert_intermediate_size = 8;
-  c->is_moe_layer[0] = 1;
-  c->is_moe_layer[2] = 1;
-  c->aux_loss_coeff = 0.01f;
-  c->z_loss_coeff = 0.001f;
-}
+static void moe_cfg(ModelConfig *c) { shard_moe_cfg(c, 4); }
 
 /* Capacity 1: assignments get dropped. */
 static void moe_drop_cfg(ModelConfig *c) {
@@ -89,6 +68,14 @@ static void run_reference(const ModelConfig *c, Model *ref, ModelLoss loss[2]) {
     if (model_forward(ref, g_tokens[mb], g_targets[mb], B, T, 1, 0.5f, &loss[mb], &err)) fail_msg("%s", err.msg);
     if (model_backward(ref, &err)) fail_msg("%s", err.msg);
   }
+}
+
+/* A chunk's loss parts added into the micro-batch's. */
+static void add_loss(ModelLoss *sum, const ModelLoss *l) {
+  sum->lm += l->lm;
+  sum->aux += l->aux;
+  sum->z += l->z;
+  sum->tokens += l->tokens;
 }
 
 /* ------------------------------------------------ on_grads_ready checking */
@@ -154,10 +141,7 @@ static void *shard_worker(void *arg) {
       ModelLoss l;
       if ((r->rc = model_chunk_forward(m, c, mb, g_tokens[mb], g_targets[mb], x, B, T, 1, 0.5f, &l, &r->err)))
         return NULL;
-      r->loss[mb].lm += l.lm;
-      r->loss[mb].aux += l.aux;
-      r->loss[mb].z += l.z;
-      r->loss[mb].tokens += l.tokens;
+      add_loss(&r->loss[mb], &l);
       x = model_chunk_output(m, c, mb);
     }
   }
@@ -173,43 +157,6 @@ static void *shard_worker(void *arg) {
 
 /* ------------------------------------------------------------ comparing */
 
-/* Logical flat index of local element o * inner (the view's last dimension
- * is contiguous), written independently of the model's own. */
-static size_t logical_row_start(const ParamTensor *t, size_t o) {
-  int idx[4] = {0};
-  for (int k = t->view_ndim - 2; k >= 0; k--) {
-    idx[k] = (int)(o % (size_t)t->view_count[k]);
-    o /= (size_t)t->view_count[k];
-  }
-  size_t g = 0;
-  for (int k = 0; k < t->view_ndim; k++) {
-    const size_t i = k == t->view_ndim - 1 ? 0 : (size_t)idx[k];
-    g = g * (size_t)t->view_shape[k] + i + (size_t)t->view_start[k];
-  }
-  return g;
-}
-
-static void check_view_consistent(const ParamTensor *t, const ParamTensor *rt) {
-  size_t gnum = 1, vnum = 1, cnum = 1;
-  for (int k = 0; k < rt->ndim; k++) {
-    assert_int_equal(t->global_shape[k], rt->shape[k]);
-    gnum *= (size_t)rt->shape[k];
-  }
-  for (int k = 0; k < t->view_ndim; k++) {
-    vnum *= (size_t)t->view_shape[k];
-    cnum *= (size_t)t->view_count[k];
-    assert_true(t->view_start[k] >= 0 && t->view_start[k] + t->view_count[k] <= t->view_shape[k]);
-  }
-  assert_true(vnum == gnum);
-  assert_true(cnum == t->numel);
-}
-
-static double max_abs(const float *x, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
-  return m;
-}
-
 /* Every local element of m's tensors against the same logical element of
  * the reference: gradients within the tolerance, parameters exactly.
  * `tied_split` leaves out tied copies and the embedding's gradient (its
@@ -219,32 +166,14 @@ static void compare_to_reference(const Model *ref, const Model *m, int tied_spli
     const ParamTensor *t = &m->tensors[i];
     if (tied_split && t->tied_copy) continue;
     const int check_grad = !(tied_split && ref->cfg.tie_word_embeddings && strcmp(t->name, "embed.weight") == 0);
-    const ParamTensor *rt = model_find_tensor(ref, t->name);
-    if (!rt) fail_msg("%s: tensor %s is not in the one-rank model", what, t->name);
-    check_view_consistent(t, rt);
-    const double scale = max_abs(ref->grads + rt->offset, rt->numel);
-    const size_t inner = (size_t)t->view_count[t->view_ndim - 1];
-    for (size_t o = 0; o < t->numel / inner; o++) {
-      const size_t g = logical_row_start(t, o);
-      for (size_t j = 0; j < inner; j++) {
-        const size_t li = o * inner + j;
-        const float p = m->params[t->offset + li], rp = ref->params[rt->offset + g + j];
-        if (p != rp) fail_msg("%s: %s[%zu] initialised %g, one rank %g (logical %zu)", what, t->name, li, p, rp, g + j);
-        const double a = m->grads[t->offset + li], b = ref->grads[rt->offset + g + j];
-        if (check_grad && fabs(a - b) > 3e-5 * scale + 3e-4 * fabs(b))
-          fail_msg("%s: grad %s[%zu] = %.8g, one rank %.8g (logical %zu, tensor max %.3g)", what, t->name, li, a, b,
-                   g + j, scale);
-      }
+    double *g = NULL;
+    if (check_grad) {
+      g = malloc(t->numel * sizeof *g);
+      for (size_t j = 0; j < t->numel; j++) g[j] = m->grads[t->offset + j];
     }
+    compare_slice(ref, t, m->params + t->offset, g, what);
+    free(g);
   }
-}
-
-static void expect_loss(const ModelLoss *a, const ModelLoss *b, const char *what) {
-  if (fabs(a->lm - b->lm) > 1e-5 * fabs(b->lm)) fail_msg("%s: lm %.9g vs one rank %.9g", what, a->lm, b->lm);
-  if (fabs(a->aux - b->aux) > 1e-5 * fabs(b->aux) + 1e-12)
-    fail_msg("%s: aux %.9g vs one rank %.9g", what, a->aux, b->aux);
-  if (fabs(a->z - b->z) > 1e-5 * fabs(b->z) + 1e-12) fail_msg("%s: z %.9g vs one rank %.9g", what, a->z, b->z);
-  assert_int_equal(a->tokens, b->tokens);
 }
 
 /* Chunks of the shard from a list of layer boundaries, e.g. {0, 2, 3}. */
@@ -380,10 +309,7 @@ static void check_stages(void (*cfg_fn)(ModelConfig *), const int *bounds, int s
       ModelLoss l;
       if (model_chunk_forward(&st[s], 0, mb, g_tokens[mb], g_targets[mb], s ? buf : NULL, B, T, 1, 0.5f, &l, &err))
         fail_msg("%s: stage %d: %s", what, s, err.msg);
-      loss[mb].lm += l.lm;
-      loss[mb].aux += l.aux;
-      loss[mb].z += l.z;
-      loss[mb].tokens += l.tokens;
+      add_loss(&loss[mb], &l);
       if (s + 1 < stages) memcpy(buf, model_chunk_output(&st[s], 0, mb), (size_t)N * c.hidden_size * sizeof *buf);
     }
   for (int mb = 0; mb < 2; mb++)
@@ -412,7 +338,7 @@ static void check_stages(void (*cfg_fn)(ModelConfig *), const int *bounds, int s
       assert_true(st[stages - 1].params[copy->offset + i] == ref.params[re->offset + i]);
       const double a = (double)st[0].grads[emb->offset + i] + st[stages - 1].grads[copy->offset + i];
       const double b = ref.grads[re->offset + i];
-      if (fabs(a - b) > 3e-5 * scale + 3e-4 * fabs(b))
+      if (!grad_close(a, b, scale))
         fail_msg("%s: embed + tied copy grad [%zu] = %.8g, one rank %.8g", what, i, a, b);
     }
   }
@@ -529,12 +455,7 @@ static void expect_shard_error(const ModelConfig *c, const ModelShard *s, int co
   Error err = {0};
   int rc = model_create_shard(&m, c, s, &ranks[0].ops, B, T, &err);
   tp_group_destroy(&group, ranks);
-  if (rc == 0) {
-    model_free(&m);
-    fail_msg("expected an error mentioning '%s'", needle);
-  }
-  assert_int_equal(rc, code);
-  if (!strstr(err.msg, needle)) fail_msg("error '%s' does not mention '%s'", err.msg, needle);
+  expect_create_failed(rc, &m, &err, code, needle);
 }
 
 static void test_errors(void **state) {

@@ -29,63 +29,14 @@ set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MPIEXEC=$2
 MODE=$3
-HERE=$(cd "$(dirname "$0")" && pwd)
-PY=/usr/bin/python3
-COMPARE="$HERE/compare_runs.py"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-mp-test-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# shellcheck source=tests/parallel/lib.sh
+. "$(dirname "$0")/lib.sh"
+work_dir mp-test
 
-for i in $(seq 1 200); do
-  echo "Line $i: in the beginning was the word, and the evening and the morning were day $i of $((i * 7 % 31))."
-done >text.txt
-"$FIVEFOLD" tokenize --byte-level --input text.txt --out shards --val-fraction 0.1 >/dev/null || { echo "FAIL: tokenize"; exit 1; }
-cat >dense.json <<'JSON'
-{"model_type": "fivefold", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
- "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64, "tie_word_embeddings": true}
-JSON
-cat >moe.json <<'JSON'
-{"model_type": "fivefold", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
- "num_attention_heads": 4, "intermediate_size": 64, "num_experts": 4, "num_experts_per_tok": 2,
- "moe_intermediate_size": 32, "moe_aux_loss_coeff": 0.01, "moe_z_loss_coeff": 0.001}
-JSON
-for model in dense moe; do
-  cat >"run-$model.json" <<JSON
-{"model": "$model.json",
- "training": {"micro_batch_size": 2, "seq_len": 16, "steps": 5, "lr": 0.003, "warmup_steps": 2,
-              "log_interval": 1, "eval_interval": 0, "eval_batches": 2, "threads": 1, "peak_gflops": 50,
-              "grad_clip": 0.5},
- "data": {"train": "shards/train.bin", "val": "shards/val.bin"},
- "checkpoint": {"interval": 3, "keep_last": 0}}
-JSON
-done
-ckpt() { printf '%s/checkpoints/step-%08d' "$1" "$2"; }
-# train NP OUT MODEL [flags]: NP 0 starts without mpirun.
-train() {
-  local np=$1 out=$2 model=$3
-  shift 3
-  if [ "$np" = 0 ]; then
-    "$FIVEFOLD" train --config "run-$model.json" --out "$out" --no-progress "$@" >"$out.log" 2>&1
-  else
-    "$MPIEXEC" -np "$np" --oversubscribe "$FIVEFOLD" train --config "run-$model.json" --out "$out" --no-progress \
-      "$@" >"$out.log" 2>&1
-  fi || { tail -20 "$out.log"; fail "training $out"; return 1; }
-}
-same() { # RUN REFERENCE STEP: losses up to STEP and the checkpoint at STEP
-  local run=$1 ref=$2 step=$3
-  $PY "$COMPARE" losses "$run" "$ref" 1e-4 || fail "$run: per-step losses differ from $ref"
-  for f in model optimizer; do
-    $PY "$COMPARE" tensors "$(ckpt "$run" "$step")/$f.safetensors" "$(ckpt "$ref" "$step")/$f.safetensors" 1e-4 1e-5 ||
-      fail "$run: $f.safetensors at step $step differs from $ref"
-  done
-}
-# Only world rank 0 prints: one banner, one log line per step.
-one_printer() {
-  [ "$(grep -c '^fivefold train:' "$1.log")" -eq 1 ] || fail "$1 printed the banner more than once"
-  [ "$(grep -c '^step ' "$1.log")" -eq 5 ] || fail "$1 printed $(grep -c '^step ' "$1.log") step lines, expected 5"
-}
+make_corpus
+dense_json dense.json 4 tied
+moe_json moe.json 4 4
+for model in dense moe; do run_json "run-$model.json" "$model.json"; done
 
 case "$MODE" in
   golden-tp)
@@ -126,23 +77,12 @@ case "$MODE" in
       same resumed-dp4-moe one-moe 5
     ;;
   config)
-    if "$MPIEXEC" -np 4 --oversubscribe "$FIVEFOLD" train --config run-dense.json --out bad --tp 2 --pp 2 --dp 2 \
-      >bad.log 2>&1; then
-      fail "tp 2 x pp 2 x dp 2 on 4 ranks was accepted"
-    fi
-    grep -q "tp 2 x pp 2 x dp 2 = 8 ranks" bad.log || { cat bad.log; fail "no clear message for tp2 x pp2 x dp2 on 4 ranks"; }
-    if "$MPIEXEC" -np 3 --oversubscribe "$FIVEFOLD" train --config run-dense.json --out bad2 --pp 2 >bad2.log 2>&1; then
-      fail "pp 2 on 3 ranks was accepted"
-    fi
-    grep -q "do not divide the job's 3 rank" bad2.log || { cat bad2.log; fail "no clear message for pp 2 on 3 ranks"; }
+    refused 4 dense "tp 2 x pp 2 x dp 2 = 8 ranks" --tp 2 --pp 2 --dp 2
+    refused 3 dense "do not divide the job's 3 rank" --pp 2
     ;;
   *)
     echo "unknown mode $MODE"
     exit 2
     ;;
 esac
-if [ "$failures" -gt 0 ]; then
-  echo "mp_test $MODE: $failures failure(s)"
-  exit 1
-fi
-echo "mp_test $MODE: PASS"
+finish mp_test

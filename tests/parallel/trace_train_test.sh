@@ -25,41 +25,13 @@ MPIEXEC=$2
 CHECKER=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
 MODE=$4
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=/usr/bin/python3
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-trace-train-XXXXXX")
-[ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# shellcheck source=tests/parallel/lib.sh
+. "$HERE/lib.sh"
+work_dir trace-train
 
-for i in $(seq 1 200); do
-  echo "Line $i: in the beginning was the word, and the evening and the morning were day $i of $((i * 7 % 31))."
-done >text.txt
-"$FIVEFOLD" tokenize --byte-level --input text.txt --out shards --val-fraction 0.1 >/dev/null || { echo "FAIL: tokenize"; exit 1; }
-cat >moe.json <<'JSON'
-{"model_type": "fivefold", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
- "num_attention_heads": 4, "intermediate_size": 64, "num_experts": 4, "num_experts_per_tok": 2,
- "moe_intermediate_size": 32, "moe_aux_loss_coeff": 0.01, "moe_z_loss_coeff": 0.001}
-JSON
-cat >run.json <<'JSON'
-{"model": "moe.json",
- "training": {"micro_batch_size": 2, "seq_len": 16, "steps": 4, "lr": 0.003, "warmup_steps": 2,
-              "log_interval": 1, "eval_interval": 0, "eval_batches": 2, "threads": 1, "peak_gflops": 50,
-              "grad_clip": 0.5, "global_batch_size": 16},
- "data": {"train": "shards/train.bin", "val": "shards/val.bin"},
- "checkpoint": {"interval": 0, "keep_last": 1}}
-JSON
-# train NP OUT [flags]: NP 0 starts without mpirun.
-train() {
-  local np=$1 out=$2
-  shift 2
-  if [ "$np" = 0 ]; then
-    "$FIVEFOLD" train --config run.json --out "$out" --no-progress "$@" >"$out.log" 2>&1
-  else
-    "$MPIEXEC" -np "$np" --oversubscribe "$FIVEFOLD" train --config run.json --out "$out" --no-progress "$@" \
-      >"$out.log" 2>&1
-  fi || { tail -20 "$out.log"; fail "training $out"; return 1; }
-}
+make_corpus
+moe_json moe.json 4 4
+run_json run-moe.json moe.json steps=4 global_batch_size=16 interval=0 keep_last=1
 # The per-step records without their timings, and the final tensors, byte for byte.
 identical() {
   local a=$1 b=$2
@@ -121,8 +93,8 @@ PY
 }
 case "$MODE" in
   same-1)
-    train 0 plain || exit 1
-    train 0 traced --trace traced.trace.json || exit 1
+    train 0 plain moe || exit 1
+    train 0 traced moe --trace traced.trace.json || exit 1
     identical traced plain
     [ -s traced.trace.json ] || fail "one rank without MPI wrote no trace"
     trace_meta traced.trace.json
@@ -130,14 +102,14 @@ case "$MODE" in
     has_ops traced.trace.json
     ;;
   same-pp)
-    train 4 plain --pp 2 || exit 1
-    train 4 traced --pp 2 --trace traced.trace.json || exit 1
+    train 4 plain moe --pp 2 || exit 1
+    train 4 traced moe --pp 2 --trace traced.trace.json || exit 1
     identical traced plain
     trace_meta traced.trace.json
     has_ops traced.trace.json
     ;;
   dag)
-    train 4 traced --pp 2 --trace-steps 1:3 --trace traced.trace.json || exit 1
+    train 4 traced moe --pp 2 --trace-steps 1:3 --trace traced.trace.json || exit 1
     trace_meta traced.trace.json
     "$FIVEFOLD" trace analyze traced.trace.json --dot dag.dot >analyze.txt 2>&1 || { cat analyze.txt; fail "trace analyze"; }
     grep -qi "critical path" analyze.txt || { cat analyze.txt; fail "analyze reports no critical path"; }
@@ -151,24 +123,24 @@ case "$MODE" in
     grep -E '^(iteration [0-9]+: the DAG|FAIL|all checks)' check.txt
     ;;
   steps)
-    train 0 window --trace w.json --trace-steps 1:2 || exit 1
+    train 0 window moe --trace w.json --trace-steps 1:2 || exit 1
     [ "$(iterations w.json)" = "1,2" ] || fail "--trace-steps 1:2 recorded iterations $(iterations w.json)"
-    train 0 all --trace a.json || exit 1
+    train 0 all moe --trace a.json || exit 1
     [ "$(iterations a.json)" = "0,1,2,3" ] || fail "the whole run recorded iterations $(iterations a.json)"
     $PY - <<'PY'
 import json
-c = json.load(open("run.json"))
+c = json.load(open("run-moe.json"))
 c["trace"] = {"path": "section.json", "steps": "3"}
 json.dump(c, open("run-trace.json", "w"))
 PY
     "$FIVEFOLD" train --config run-trace.json --out section --no-progress >section.log 2>&1 || { tail section.log; fail "trace section"; }
     [ "$(iterations section.json)" = "3" ] || fail "trace.steps \"3\" recorded iterations $(iterations section.json)"
-    "$FIVEFOLD" train --config run.json --out bad --trace bad.json --trace-steps 7:9 >bad.log 2>&1 &&
+    "$FIVEFOLD" train --config run-moe.json --out bad --trace bad.json --trace-steps 7:9 >bad.log 2>&1 &&
       fail "a window past the run was accepted"
     grep -q "never reached" bad.log || { cat bad.log; fail "no clear message for a window past the run"; }
-    "$FIVEFOLD" train --config run.json --out bad --trace-steps 1:2 >bad2.log 2>&1 && fail "steps without a path accepted"
+    "$FIVEFOLD" train --config run-moe.json --out bad --trace-steps 1:2 >bad2.log 2>&1 && fail "steps without a path accepted"
     grep -q "without trace.path" bad2.log || { cat bad2.log; fail "no clear message for steps without a path"; }
-    "$FIVEFOLD" train --config run.json --out bad --trace x.json --trace-steps 2:1 >bad3.log 2>&1 && fail "window 2:1 accepted"
+    "$FIVEFOLD" train --config run-moe.json --out bad --trace x.json --trace-steps 2:1 >bad3.log 2>&1 && fail "window 2:1 accepted"
     grep -qi "trace" bad3.log || { cat bad3.log; fail "no message for window 2:1"; }
     ;;
   plan)
@@ -197,28 +169,28 @@ json.dump(q, open("plan-ep.json", "w"))
 r = json.loads(json.dumps(p)); r["parallel"]["recompute"] = "full"
 json.dump(r, open("plan-recompute.json", "w"))
 PY
-      train 2 planned --plan plan-pp2.json || true
+      train 2 planned moe --plan plan-pp2.json || true
       grep -q "pp 2" planned.log || { cat planned.log; fail "the plan's pp 2 was not applied"; }
       grep -q "1,3" planned.log || fail "the plan's layers_per_stage 1,3 was not applied"
-      train 0 one || true
-      $PY "$HERE/compare_runs.py" losses planned one 1e-4 || fail "the planned PP2 run differs from one rank"
+      train 0 one moe || true
+      $PY "$COMPARE" losses planned one 1e-4 || fail "the planned PP2 run differs from one rank"
       # a folded plan: attention TP2, MoE EP2 on the same 2 ranks
-      train 2 planned_ep --plan plan-ep.json || true
+      train 2 planned_ep moe --plan plan-ep.json || true
       grep -q "ep 2" planned_ep.log || { cat planned_ep.log; fail "the plan's ep 2 was not applied"; }
-      $PY "$HERE/compare_runs.py" losses planned_ep one 1e-4 || fail "the planned TP2 + EP2 run differs from one rank"
+      $PY "$COMPARE" losses planned_ep one 1e-4 || fail "the planned TP2 + EP2 run differs from one rank"
       # an explicit flag wins over the plan
-      train 2 override --plan plan-pp2.json --layers-per-stage 2,2 || true
+      train 2 override moe --plan plan-pp2.json --layers-per-stage 2,2 || true
       grep -q "2,2" override.log || fail "--layers-per-stage did not override the plan"
-      "$FIVEFOLD" train --config run.json --out x --plan plan-recompute.json >rc.log 2>&1 && fail "recompute accepted"
+      "$FIVEFOLD" train --config run-moe.json --out x --plan plan-recompute.json >rc.log 2>&1 && fail "recompute accepted"
       grep -q "recompute" rc.log || { cat rc.log; fail "no message naming recompute"; }
     fi
     echo '{"format": "fivefold.plan", "version": 1}' >broken.json
-    "$FIVEFOLD" train --config run.json --out x --plan broken.json >b1.log 2>&1 && fail "a plan without parallel accepted"
+    "$FIVEFOLD" train --config run-moe.json --out x --plan broken.json >b1.log 2>&1 && fail "a plan without parallel accepted"
     grep -q "broken.json" b1.log || { cat b1.log; fail "no message naming the bad plan"; }
-    "$FIVEFOLD" train --config run.json --out x --plan missing.json >b2.log 2>&1 && fail "a missing plan accepted"
+    "$FIVEFOLD" train --config run-moe.json --out x --plan missing.json >b2.log 2>&1 && fail "a missing plan accepted"
     grep -q "missing.json" b2.log || { cat b2.log; fail "no message naming the missing plan"; }
     echo 'not json' >garbage.json
-    "$FIVEFOLD" train --config run.json --out x --plan garbage.json >b3.log 2>&1 && fail "a non-JSON plan accepted"
+    "$FIVEFOLD" train --config run-moe.json --out x --plan garbage.json >b3.log 2>&1 && fail "a non-JSON plan accepted"
     grep -q "garbage.json" b3.log || { cat b3.log; fail "no message naming the non-JSON plan"; }
     ;;
   *)
@@ -226,8 +198,4 @@ PY
     exit 2
     ;;
 esac
-if [ "$failures" -gt 0 ]; then
-  echo "trace_train_test $MODE: $failures failure(s)"
-  exit 1
-fi
-echo "trace_train_test $MODE: PASS"
+finish trace_train_test

@@ -16,30 +16,16 @@ set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MODE=$2
 MPIEXEC=${3:-mpirun}
-PY=/usr/bin/python3
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-ops-trace-XXXXXX")
-[ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
+# shellcheck source=tests/parallel/lib.sh
+. "$(dirname "$0")/../parallel/lib.sh"
+work_dir ops-trace
 
-for i in $(seq 1 200); do
-  echo "Line $i: in the beginning was the word, and the evening and the morning were day $i of $((i * 7 % 31))."
-done >text.txt
-"$FIVEFOLD" tokenize --byte-level --input text.txt --out shards --val-fraction 0.1 >/dev/null || { echo "FAIL: tokenize"; exit 1; }
+make_corpus
 # Dropless routing (the default capacity factor 0): every token reaches top_k experts
 # and the expert GEMM rows are exactly N * top_k.
-cat >moe.json <<'JSON'
-{"model_type": "fivefold", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 3,
- "num_attention_heads": 4, "intermediate_size": 64, "num_experts": 4, "num_experts_per_tok": 2,
- "moe_intermediate_size": 32, "moe_aux_loss_coeff": 0.01, "moe_z_loss_coeff": 0.001}
-JSON
-cat >run.json <<'JSON'
-{"model": "moe.json",
- "training": {"micro_batch_size": 2, "seq_len": 16, "steps": 3, "lr": 0.003, "warmup_steps": 1,
-              "log_interval": 1, "eval_interval": 0, "eval_batches": 1, "threads": 1, "peak_gflops": 50,
-              "global_batch_size": 8},
- "data": {"train": "shards/train.bin", "val": "shards/val.bin"},
- "checkpoint": {"interval": 0, "keep_last": 1}}
-JSON
+moe_json moe.json 3 4
+run_json run.json moe.json steps=3 warmup_steps=1 eval_batches=1 grad_clip=- global_batch_size=8 interval=0 \
+  keep_last=1
 
 case "$MODE" in
 one)

@@ -14,42 +14,23 @@
 # Usage: resume_test.sh path/to/fivefold
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-resume-test-XXXXXX")
-BG_PID=
-cleanup() {
-  [ -n "$BG_PID" ] && kill -9 "$BG_PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# shellcheck source=tests/parallel/lib.sh
+. "$(dirname "$0")/../parallel/lib.sh"
+work_dir resume-test
 
 STEPS=40 # 2N
 CRASH_EXIT=86
 
 # --- a tiny byte-level corpus and a small MoE
-for i in $(seq 1 160); do
-  echo "Line $i: in the beginning was the word, and the evening and the morning were day $i of $((i * 7 % 31))."
-done >text.txt
-"$FIVEFOLD" tokenize --byte-level --input text.txt --out shards --val-fraction 0.1 >/dev/null || { echo "FAIL: tokenize"; exit 1; }
-cat >model.json <<'JSON'
-{"model_type": "fivefold", "vocab_size": 256, "hidden_size": 48, "num_hidden_layers": 2,
- "num_attention_heads": 4, "intermediate_size": 96, "num_experts": 4, "num_experts_per_tok": 2,
- "moe_intermediate_size": 48, "moe_aux_loss_coeff": 0.01, "moe_z_loss_coeff": 0.001}
-JSON
-cat >run.json <<JSON
-{"model": "model.json",
- "training": {"micro_batch_size": 4, "seq_len": 32, "steps": $STEPS, "lr": 0.003, "warmup_steps": 5,
-              "log_interval": 1, "eval_interval": 10, "eval_batches": 2, "threads": 1, "peak_gflops": 50},
- "data": {"train": "shards/train.bin", "val": "shards/val.bin"},
- "checkpoint": {"interval": 0, "keep_last": 3}}
-JSON
+make_corpus 160
+moe_json model.json 2 4 48
+run_json run.json model.json micro_batch_size=4 seq_len=32 steps=$STEPS warmup_steps=5 eval_interval=10 grad_clip=- \
+  interval=0 keep_last=3
 sed 's/"hidden_size": 48/"hidden_size": 64/' model.json >model-wide.json
 sed 's/model.json/model-wide.json/' run.json >run-wide.json
 
-train() { "$FIVEFOLD" train --config run.json --no-progress "$@"; }
-ckpt() { printf '%s/checkpoints/step-%08d' "$1" "$2"; }
+# One process on run.json; the caller redirects (lib.sh's train logs to a file).
+train_one() { "$FIVEFOLD" train --config run.json --no-progress "$@"; }
 
 # The deterministic fields of every train record, one line per step.
 losses() {
@@ -76,7 +57,7 @@ for flag in --resume --save-interval --keep-last checkpoint.interval checkpoint.
 done
 
 # --- 1. straight
-train --out straight >straight.out 2>&1 || { cat straight.out; echo "FAIL: straight run"; exit 1; }
+train_one --out straight >straight.out 2>&1 || { cat straight.out; echo "FAIL: straight run"; exit 1; }
 [ -d "$(ckpt straight $STEPS)" ] || fail "the straight run saved no final checkpoint"
 
 # --- 1. killed with SIGKILL after a checkpoint, then resumed. The run saves
@@ -106,7 +87,7 @@ done
 [ "$killed_mid_run" -eq 1 ] || { fail "could not kill a run mid-way"; cat killed.out | tail -5; }
 newest=$(ls killed/checkpoints | grep '^step-' | sort | tail -n 1)
 echo "killed after $newest"
-out=$(train --out killed --save-interval 1 --resume 2>&1) || { echo "$out" | tail -5; fail "resume after SIGKILL failed"; }
+out=$(train_one --out killed --save-interval 1 --resume 2>&1) || { echo "$out" | tail -5; fail "resume after SIGKILL failed"; }
 grep -qF "resumed  from killed/checkpoints/" <<<"$out" || fail "resume did not say where it resumed from"
 same_run killed
 # Each step appears once in the resumed metrics; keep_last held 3 checkpoints.
@@ -115,18 +96,18 @@ same_run killed
 
 # --- 2. a crash in the middle of writing the third checkpoint (step 15)
 code=0
-FIVEFOLD_TEST_CRASH_IN_CHECKPOINT=3 train --out crashed --save-interval 5 >crashed.out 2>&1 || code=$?
+FIVEFOLD_TEST_CRASH_IN_CHECKPOINT=3 train_one --out crashed --save-interval 5 >crashed.out 2>&1 || code=$?
 [ "$code" -eq "$CRASH_EXIT" ] || fail "the crash hook did not end the run (exit $code)"
 ls -a crashed/checkpoints/ | grep -q '^\.tmp-step-00000015-' || fail "no temporary directory of step 15 was left behind"
 [ -d "$(ckpt crashed 15)" ] && fail "a checkpoint killed while being written became step-00000015"
-out=$(train --out crashed --save-interval 5 --resume 2>&1) || { echo "$out" | tail -5; fail "resume after a crash in a checkpoint failed"; }
+out=$(train_one --out crashed --save-interval 5 --resume 2>&1) || { echo "$out" | tail -5; fail "resume after a crash in a checkpoint failed"; }
 grep -qF "resumed  from crashed/checkpoints/step-00000010 at step 10" <<<"$out" || fail "did not resume from step 10 after the crash"
 ls -a crashed/checkpoints/ | grep -q '^\.tmp-step' && fail "the crashed writer's temporary directory was not cleaned up"
 same_run crashed
 
 # --- 3. a damaged newest checkpoint is skipped with a warning
 truncate -s 1000 "$(ckpt crashed $STEPS)/model.safetensors"
-out=$(train --out crashed --save-interval 5 --resume --steps $((STEPS + 2)) 2>&1) || { echo "$out" | tail -5; fail "resume past a damaged checkpoint failed"; }
+out=$(train_one --out crashed --save-interval 5 --resume --steps $((STEPS + 2)) 2>&1) || { echo "$out" | tail -5; fail "resume past a damaged checkpoint failed"; }
 grep -qF "warning: checkpoint crashed/checkpoints/step-000000$STEPS is invalid" <<<"$out" || fail "no warning about the damaged checkpoint"
 grep -qF "model.safetensors: 1000 bytes" <<<"$out" || fail "the warning does not name the damaged file"
 grep -qF "resumed  from crashed/checkpoints/step-00000035" <<<"$out" || fail "did not fall back to step 35"
@@ -148,18 +129,18 @@ if [ -z "$stopped_at" ]; then
   fail "no 'stopped by request' line after SIGINT"
 else
   [ -f "$(ckpt stopped "$stopped_at")/state.json" ] || fail "no checkpoint at step $stopped_at after SIGINT"
-  out=$(train --out stopped --steps $((stopped_at + 2)) --resume 2>&1) || fail "resume after SIGINT failed: $out"
+  out=$(train_one --out stopped --steps $((stopped_at + 2)) --resume 2>&1) || fail "resume after SIGINT failed: $out"
   [ -d "$(ckpt stopped $((stopped_at + 2)))" ] || fail "the run resumed after SIGINT did not reach step $((stopped_at + 2))"
 fi
 
 # --- 3. mistakes
-out=$(train --out straight 2>&1) && fail "training into a directory with checkpoints succeeded"
+out=$(train_one --out straight 2>&1) && fail "training into a directory with checkpoints succeeded"
 grep -qF -- "--resume" <<<"$out" || fail "no hint to pass --resume: $out"
 out=$("$FIVEFOLD" train --config run-wide.json --out straight --resume --steps $((STEPS + 1)) 2>&1) && fail "resume with another model succeeded"
 grep -qF "hidden_size is 48 in the checkpoint but 64" <<<"$out" || fail "model mismatch message: $out"
-out=$(train --out nothing-here --resume 2>&1) && fail "resume without checkpoints succeeded"
+out=$(train_one --out nothing-here --resume 2>&1) && fail "resume without checkpoints succeeded"
 grep -qF "no checkpoint in nothing-here" <<<"$out" || fail "missing-checkpoint message: $out"
-out=$(train --out straight --resume "$(ckpt straight $STEPS)" 2>&1) || fail "resume of a finished run failed: $out"
+out=$(train_one --out straight --resume "$(ckpt straight $STEPS)" 2>&1) || fail "resume of a finished run failed: $out"
 grep -qF "nothing to train" <<<"$out" || fail "resume at the last step did not say there is nothing to do: $out"
 
 if [ "$failures" -ne 0 ]; then
