@@ -232,6 +232,8 @@ int calibrate_from_trace(const char *path, const ClusterSpec *base, ClusterSpec 
           out->gemm_efficiency.y[i] = fmin(1.0, fmax(1e-6, out->gemm_efficiency.y[i] * scale));
         out->attention_fwd_efficiency = fmin(1.0, out->attention_fwd_efficiency * scale);
         out->attention_bwd_efficiency = fmin(1.0, out->attention_bwd_efficiency * scale);
+        out->attention_ring_fwd_efficiency = fmin(1.0, out->attention_ring_fwd_efficiency * scale);
+        out->attention_ring_bwd_efficiency = fmin(1.0, out->attention_ring_bwd_efficiency * scale);
         if (log)
           fprintf(log, "  predicted %.2f ms from the input spec: GEMM and attention efficiencies scaled by %.3f "
                   "(bandwidth-bound terms and the curve's shape kept)\n", predicted * 1e3, scale);

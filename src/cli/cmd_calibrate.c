@@ -11,10 +11,12 @@
  * ranks of a node ask for more threads than it has cores (the union of their
  * affinity masks), each rank gets a share of them, and the spec's peak and
  * memory bandwidth are the dedicated-core rates times that share, while the
- * efficiencies stay those of a dedicated core.
+ * efficiencies stay those of a dedicated core. Oversubscribed ranks measure
+ * compute in turns, so that each measures a dedicated core.
  * Measured: FMA peak (kern/peak.h), SGEMM over shapes of model layers
  * (forward NT, data gradient NN, weight gradient TN) fitted to the cost
  * model's efficiency curve, flash attention forward/backward at two lengths,
+ * the context-parallel ring's block kernels as one rank of two runs them,
  * streaming bandwidth (triad) and the share of it a real bandwidth-bound
  * kernel (RMSNorm) reaches, the shortest GEMM (kernel floor), and under MPI
  * all-reduce, reduce-scatter, all-gather, all-to-all and send/recv over
@@ -39,6 +41,7 @@
 #include "kern/gemm.h"
 #include "kern/peak.h"
 #include "kern/rmsnorm.h"
+#include "model/attention_cp.h"
 #include "plan/calibrate_fit.h"
 #include "plan/config_paths.h"
 
@@ -50,7 +53,7 @@ typedef struct CalibCli {
 } CalibCli;
 
 typedef struct Machine {
-  int world, rank, ranks_on_node, nodes, threads, cores;
+  int world, rank, ranks_on_node, node_rank, nodes, threads, cores;
   double share; /* of the node's cores one rank gets */
 } Machine;
 
@@ -191,6 +194,68 @@ static int measure_attention(int T, int quick, double peak, double *fwd_eff, dou
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
   free(a.lse);
   return ok && a.lse ? 0 : -1;
+}
+
+/* The context-parallel ring as one rank of two runs it (model/attention_cp.c):
+ * its two chunks of T/4 queries against its own K/V block and the other
+ * rank's, merged; backward the two block gradients. Efficiency is counted
+ * against the cost model's FLOPs for that rank, half the causal work. */
+typedef struct RingCtx {
+  AttnCtx a;
+  int *qpos, *kpos_other;
+  float *ob, *lb;
+} RingCtx;
+
+static void run_ring(void *p) {
+  RingCtx *r = p;
+  AttnCtx *a = &r->a;
+  int Tl = a->T / 2;
+  if (a->backward) {
+    attention_backward_block(a->dq, a->dk, a->dv, a->dout, a->o, a->lse, a->q, r->qpos, Tl, a->k, a->v, r->qpos, Tl, 1,
+                             a->H, a->H, a->D);
+    attention_backward_block(a->dq, a->dk, a->dv, a->dout, a->o, a->lse, a->q, r->qpos, Tl, a->k, a->v, r->kpos_other,
+                             Tl, 1, a->H, a->H, a->D);
+    return;
+  }
+  attention_forward_block(a->o, a->lse, a->q, r->qpos, Tl, a->k, a->v, r->qpos, Tl, 1, a->H, a->H, a->D);
+  attention_forward_block(r->ob, r->lb, a->q, r->qpos, Tl, a->k, a->v, r->kpos_other, Tl, 1, a->H, a->H, a->D);
+  attention_merge(a->o, a->lse, r->ob, r->lb, 1, Tl, a->H, a->D);
+}
+
+static int measure_ring_attention(int T, int quick, double peak, double *fwd_eff, double *bwd_eff) {
+  RingCtx r;
+  memset(&r, 0, sizeof r);
+  AttnCtx *a = &r.a;
+  a->T = T, a->H = 4, a->D = 64;
+  size_t n = (size_t)(T / 2) * a->H * a->D;
+  float **bufs[] = {&a->q, &a->k, &a->v, &a->o, &a->dout, &a->dq, &a->dk, &a->dv, &r.ob};
+  int ok = 1;
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    *bufs[i] = malloc(n * sizeof(float));
+    ok &= *bufs[i] != NULL;
+    if (*bufs[i]) fill(*bufs[i], n, 0.5f);
+  }
+  a->lse = malloc((size_t)T * a->H * sizeof(float));
+  r.lb = malloc((size_t)T * a->H * sizeof(float));
+  r.qpos = malloc((size_t)T * sizeof(int));
+  r.kpos_other = malloc((size_t)T * sizeof(int));
+  ok &= a->lse && r.lb && r.qpos && r.kpos_other;
+  if (ok) {
+    cp_local_positions(r.qpos, T, 2, 0);
+    cp_local_positions(r.kpos_other, T, 2, 1);
+    double flops = 2.0 * a->H * (double)T * T * a->D / 2;
+    double budget = quick ? 0.01 : 0.05;
+    a->backward = 0;
+    *fwd_eff = flops / (peak * fastest_time(run_ring, &r, budget, 3));
+    a->backward = 1;
+    *bwd_eff = 2.5 * flops / (peak * fastest_time(run_ring, &r, budget, 3));
+  }
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
+  free(a->lse);
+  free(r.lb);
+  free(r.qpos);
+  free(r.kpos_other);
+  return ok ? 0 : -1;
 }
 
 typedef struct StreamCtx {
@@ -357,12 +422,13 @@ static void describe_machine(Machine *mc, int mpi) {
     MPI_Comm_rank(MPI_COMM_WORLD, &mc->rank);
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mc->rank, MPI_INFO_NULL, &node);
-    int node_rank;
+    int node_rank = 0;
     MPI_Comm_size(node, &mc->ranks_on_node);
     MPI_Comm_rank(node, &node_rank);
     /* The node's cores are the union of its ranks' affinity masks: a
      * launcher that binds each rank to one core has not oversubscribed. */
     MPI_Allreduce(MPI_IN_PLACE, &cores, (int)sizeof cores, MPI_BYTE, MPI_BOR, node);
+    mc->node_rank = node_rank;
     int leader = node_rank == 0;
     MPI_Allreduce(&leader, &mc->nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Comm_free(&node);
@@ -370,6 +436,18 @@ static void describe_machine(Machine *mc, int mpi) {
   mc->cores = CPU_COUNT(&cores) > 0 ? CPU_COUNT(&cores) : 1;
   double want = (double)mc->ranks_on_node * mc->threads;
   mc->share = want > mc->cores ? mc->cores / want : 1.0;
+}
+
+/* A barrier whose waiting ranks sleep instead of polling, so that they leave
+ * the cores to the ranks measuring. */
+static void sleeping_barrier(void) {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) usleep(2000);
+  }
 }
 
 /* Averages v over the ranks (every rank measured at the same time). */
@@ -412,25 +490,38 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
             mc.share < 1 ? " (oversubscribed: each rank gets its share of the cores)" : "");
   double t_start = now_s();
 
-  /* Compute: every rank at once, averaged over ranks. */
+  /* Compute: every rank with a core of its own at once, averaged over
+   * ranks. Oversubscribed ranks take turns (as many at a time as the node
+   * has cores for), the others sleeping: a repetition longer than a
+   * scheduler time slice would otherwise include the time its core served
+   * another rank, and the share below would count that a second time. */
   CalibGemmSample samples[MAX_SAMPLES];
   double fl = 0, v[2 * MAX_SAMPLES + 16];
-  double fma = peak_fma_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
-  double sgemm = peak_sgemm_gflops(c->quick ? 256 : 768, c->quick ? 0.03 : 0.2) * 1e9;
-  int ns = measure_gemms(c->quick, samples, &fl);
-  int T1 = c->quick ? 128 : 512, T0 = T1 / 4;
-  double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0;
-  double peak = fma; /* efficiencies are of the dedicated core rate; the share scales the spec's peak below */
-  if (ns < 2 || measure_attention(T1, c->quick, peak, &af1, &ab1) || measure_attention(T0, c->quick, peak, &af0, &ab0) ||
-      measure_memory(c->quick, &bw, &beff))
-    return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
+  double fma = 0, sgemm = 0, peak = 0;
+  int ns = 0, T1 = c->quick ? 128 : 512, T0 = T1 / 4, failed = 0;
+  double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0;
+  int turns = mpi && mc.share < 1 && mc.ranks_on_node > 1 ? (int)ceil(1.0 / mc.share - 1e-9) : 1;
+  if (turns > mc.ranks_on_node) turns = mc.ranks_on_node;
+  for (int turn = 0; turn < turns; turn++) {
+    if (mc.node_rank % turns == turn) {
+      fma = peak_fma_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
+      sgemm = peak_sgemm_gflops(c->quick ? 256 : 768, c->quick ? 0.03 : 0.2) * 1e9;
+      ns = measure_gemms(c->quick, samples, &fl);
+      peak = fma; /* efficiencies are of the dedicated core rate; the share scales the spec's peak below */
+      failed = ns < 2 || measure_attention(T1, c->quick, peak, &af1, &ab1) ||
+               measure_attention(T0, c->quick, peak, &af0, &ab0) || measure_ring_attention(T0, c->quick, peak, &rf, &rb) ||
+               measure_memory(c->quick, &bw, &beff);
+    }
+    if (turns > 1) sleeping_barrier();
+  }
+  if (failed) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
   int nv = 0;
   v[nv++] = peak, v[nv++] = sgemm, v[nv++] = fl, v[nv++] = af1, v[nv++] = ab1, v[nv++] = af0;
-  v[nv++] = ab0, v[nv++] = bw, v[nv++] = beff;
+  v[nv++] = ab0, v[nv++] = bw, v[nv++] = beff, v[nv++] = rf, v[nv++] = rb;
   for (int i = 0; i < ns; i++) v[nv++] = samples[i].seconds;
   average_over_ranks(&mc, v, nv, mpi);
-  peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8];
-  for (int i = 0; i < ns; i++) samples[i].seconds = v[9 + i];
+  peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8], rf = v[9], rb = v[10];
+  for (int i = 0; i < ns; i++) samples[i].seconds = v[11 + i];
 
   for (int d = 0; d < PLAN_NUM_DTYPES; d++) spec.peak_flops[d] = 0;
   /* The CPU trains in fp32; bf16 (the field every spec needs) gets the same
@@ -444,6 +535,9 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   /* Exponent of efficiency in tokens below the reference, from the two lengths. */
   double ex = af0 > 0 && af1 > 0 ? log(af1 / af0) / log((double)T1 / T0) : 0;
   spec.attention_length_exponent = fmin(4.0, fmax(0.0, ex));
+  spec.attention_ring_fwd_efficiency = fmin(1.0, rf);
+  spec.attention_ring_bwd_efficiency = fmin(1.0, rb);
+  spec.attention_ring_query_tokens = T0 / 4;
   spec.kernel_floor = fl;
   spec.memory_bandwidth = bw * mc.share;
   spec.memory_efficiency = beff;
@@ -461,6 +555,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     fprintf(out, "  (%d shapes)\n", ns);
     fprintf(out, "  attention       %.2f forward, %.2f backward at %d tokens; length exponent %.2f\n", af1, ab1, T1,
             spec.attention_length_exponent);
+    fprintf(out, "  ring attention  %.2f forward, %.2f backward (CP 2, chunks of %d queries)\n", rf, rb, T0 / 4);
     fprintf(out, "  memory          %8.2f GB/s triad per rank, RMSNorm reaches %.0f%%; kernel floor %.2f us\n",
             bw * mc.share / 1e9, 100 * beff, fl * 1e6);
   }

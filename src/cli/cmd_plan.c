@@ -52,7 +52,10 @@ static void common_help(FILE *f) {
           "  --tp-overlap F           share of TP communication hidden behind GEMMs, 0..1 (default 0)\n"
           "  --cp-overlap F           share of the CP ring hidden behind attention (default 1)\n"
           "  --ep-overlap F           share of the MoE all-to-all hidden behind compute (default 0)\n"
-          "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1)\n"
+          "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1;\n"
+          "                           0 for MPI without asynchronous progress, as on a CPU runtime)\n"
+          "  --param-gather-overlap F distributed optimizer: share of the parameter all-gather hidden\n"
+          "                           behind the next forward (default 1)\n"
           "  --algo A                 collective algorithm: auto, ring, tree, hierarchical (default auto)\n"
           "  --bucket-params N        gradient bucket size in parameters (default 40000000)\n"
           "  --dropless-sync-us X     host synchronisation per dropless MoE layer forward, us (default 50;\n"
@@ -217,6 +220,8 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
     else if (!strcmp(name, "--cp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
     else if (!strcmp(name, "--ep-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.ep_overlap);
     else if (!strcmp(name, "--dp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);
+    else if (!strcmp(name, "--param-gather-overlap"))
+      rc = parse_fraction(c, name, value, 0, 1, &c->opt.param_gather_overlap);
     else if (!strcmp(name, "--bucket-params")) {
       int b = 0;
       rc = parse_int(c, name, value, 1, &b);

@@ -210,6 +210,11 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
       cJSON_AddNumberToObject(att, "backward", s->attention_bwd_efficiency);
       cJSON_AddNumberToObject(att, "reference_tokens", s->attention_ref_tokens);
       cJSON_AddNumberToObject(att, "length_exponent", s->attention_length_exponent);
+      if (s->attention_ring_fwd_efficiency > 0 && s->attention_ring_bwd_efficiency > 0) {
+        cJSON_AddNumberToObject(att, "ring_forward", s->attention_ring_fwd_efficiency);
+        cJSON_AddNumberToObject(att, "ring_backward", s->attention_ring_bwd_efficiency);
+        cJSON_AddNumberToObject(att, "ring_query_tokens", s->attention_ring_query_tokens);
+      }
     }
     cJSON_AddNumberToObject(comp, "kernel_floor_us", s->kernel_floor * 1e6);
   }

@@ -315,8 +315,15 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
       if (!cJSON_IsObject(att))
         return error_set(c->err, ERR_CONFIG, "%s: field \"compute.attention_efficiency\": expected an object "
                          "{forward, backward, reference_tokens, length_exponent}", c->origin);
-      static const char *const fb[] = {"forward", "backward", "reference_tokens", "length_exponent"};
-      TRY(check_fields(c, att, "compute.attention_efficiency", fb, 4));
+      static const char *const fb[] = {"forward",      "backward",      "reference_tokens", "length_exponent",
+                                       "ring_forward", "ring_backward", "ring_query_tokens"};
+      TRY(check_fields(c, att, "compute.attention_efficiency", fb, 7));
+      TRY(get_number(c, att, "compute.attention_efficiency", "ring_forward", 0, 1, 1.0, 0,
+                     &s->attention_ring_fwd_efficiency, NULL));
+      TRY(get_number(c, att, "compute.attention_efficiency", "ring_backward", 0, 1, 1.0, 0,
+                     &s->attention_ring_bwd_efficiency, NULL));
+      TRY(get_number(c, att, "compute.attention_efficiency", "ring_query_tokens", 0, 0, 1e9, 0,
+                     &s->attention_ring_query_tokens, NULL));
       TRY(get_number(c, att, "compute.attention_efficiency", "reference_tokens", 1, 0, 1e9, 0,
                      &s->attention_ref_tokens, NULL));
       TRY(get_number(c, att, "compute.attention_efficiency", "length_exponent", 0, 0, 4, 0,

@@ -13,7 +13,8 @@
  *       collective library achieves (so calibration can fit it)
  *   compute (optional) {gemm_efficiency: [[flops, fraction of peak], ...],
  *                       attention_efficiency: {forward, backward,
- *                                              reference_tokens, length_exponent},
+ *                                              reference_tokens, length_exponent,
+ *                                              [ring_forward, ring_backward, ring_query_tokens]},
  *                       kernel_floor_us}
  *   collectives (optional, written by calibration) {all_reduce | reduce_scatter |
  *       all_gather | all_to_all | p2p: {intra_node | inter_node:
@@ -90,6 +91,13 @@ typedef struct ClusterSpec {
   /* Attention kernels over fewer query tokens than attention_ref_tokens run
    * at efficiency x (tokens / ref)^attention_length_exponent. */
   double attention_ref_tokens, attention_length_exponent;
+  /* Optional (0: absent): the context-parallel ring's masked block kernels,
+   * measured as a CP rank runs them (its queries against each rank's K/V
+   * block) and counted against the causal FLOPs per rank; ring_query_tokens
+   * is the chunk length they were measured at (shorter or longer chunks scale
+   * by the length exponent). Absent, CP attention is priced as the causal
+   * kernel over the chunks. */
+  double attention_ring_fwd_efficiency, attention_ring_bwd_efficiency, attention_ring_query_tokens;
   double kernel_floor; /* s: shortest time any kernel takes */
   /* Optional device-by-device matrix (link_devices x link_devices), nominal. */
   int link_devices;

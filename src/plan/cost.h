@@ -52,6 +52,11 @@ double plan_gemm_time(const ClusterSpec *cluster, PlanDtype dtype, double m, dou
  * queries (shorter kernels are less efficient, see cluster.h). */
 double plan_attention_time(const ClusterSpec *cluster, PlanDtype dtype, double flops, double bytes,
                            double query_tokens, int backward);
+/* Attention of a context-parallel rank (its chunks against every rank's
+ * K/V block) when the spec measured the ring's block kernels; otherwise
+ * returns causal_time, the causal kernel's price for the same work. */
+double plan_ring_attention_time(const ClusterSpec *cluster, PlanDtype dtype, double flops, double bytes,
+                                double chunk_tokens, int backward, double causal_time);
 /* A bandwidth-bound kernel moving bytes (reads + writes). */
 double plan_memory_time(const ClusterSpec *cluster, double bytes);
 

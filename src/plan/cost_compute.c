@@ -49,6 +49,17 @@ double plan_attention_time(const ClusterSpec *cl, PlanDtype dtype, double flops,
   return fmax(fmax(compute, memory), cl->kernel_floor);
 }
 
+double plan_ring_attention_time(const ClusterSpec *cl, PlanDtype dtype, double flops, double bytes,
+                                double chunk_tokens, int backward, double causal_time) {
+  double eff = backward ? cl->attention_ring_bwd_efficiency : cl->attention_ring_fwd_efficiency;
+  if (!(eff > 0) || !(flops > 0)) return causal_time;
+  if (chunk_tokens > 0 && cl->attention_ring_query_tokens > 0)
+    eff = fmin(1.0, eff * pow(chunk_tokens / cl->attention_ring_query_tokens, cl->attention_length_exponent));
+  double compute = flops / (plan_peak_flops(cl, dtype) * eff);
+  double memory = bytes / (cl->memory_bandwidth * cl->memory_efficiency);
+  return fmax(fmax(compute, memory), cl->kernel_floor);
+}
+
 static const char *const COMPONENT_NAMES[PLAN_NUM_COMPONENTS] = {
     "attention GEMM", "attention core", "MLP GEMM",       "expert GEMM",   "routing/permute", "elementwise",
     "embedding",      "LM head + loss", "recompute",      "TP comm",       "CP comm",         "EP all-to-all",

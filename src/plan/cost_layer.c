@@ -11,7 +11,11 @@
  *    all keys, 1/CP of the causal work; the K/V ring takes CP - 1 steps, each
  *    overlapping one step of attention compute (cp_overlap); backward sends
  *    K/V and their gradients.
- *  - MoE with EP/ETP: route, permute, all-to-all over EP, all-gather over
+ *  - MoE under TP without an MoE grid, when the runtime replicates it
+ *    (PlanOptions.moe_tp_replicated): every TP rank routes the gathered
+ *    sequence through all experts and keeps its rows.
+ *  - MoE with EP/ETP (all-to-all dispatcher; the all-gather one gathers the
+ *    group's tokens and reduce-scatters partial outputs instead): route, permute, all-to-all over EP, all-gather over
  *    ETP, sort by local expert, grouped expert GEMMs on the FFN slice f/ETP,
  *    then the reverse (reduce-scatter, all-to-all, unpermute with the
  *    weighted combine). The busiest rank sets the pace: expert GEMMs and the
@@ -102,6 +106,10 @@ static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost
   double q = D->cp > 1 ? D->s / (2.0 * D->cp) : D->s;
   double core_f = plan_attention_time(cm->cluster, cm->cfg->dtype, flops, bytes, q, 0);
   double core_b = plan_attention_time(cm->cluster, cm->cfg->dtype, 2.5 * flops, 2 * bytes, q, 1);
+  if (D->cp > 1) {
+    core_f = plan_ring_attention_time(cm->cluster, cm->cfg->dtype, flops, bytes, q, 0, core_f);
+    core_b = plan_ring_attention_time(cm->cluster, cm->cfg->dtype, 2.5 * flops, 2 * bytes, q, 1, core_b);
+  }
   f->t[PLAN_COMP_ATTN_CORE] += core_f;
   b->t[PLAN_COMP_ATTN_CORE] += core_b;
   /* norm (read + write), residual add (2 reads + write), RoPE on q and k */
@@ -140,39 +148,77 @@ static void mlp_norm_residual(const PlanCostModel *cm, const Dims *D, PlanPassCo
   pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h);
 }
 
+/* Dispatch by all-gather: over ETP then EP every rank gathers the group's
+ * tokens as packed rows (x and the routing choices), and the partial outputs
+ * go back by reduce-scatters over ETP then EP; backward mirrors it (output
+ * gradients gathered, input gradients and routing-weight gradients
+ * scattered). Returns one pass's communication. */
+static double allgather_dispatch(const PlanCostModel *cm, const Dims *D, double row_elems) {
+  const PlanParallel *p = &cm->cfg->par;
+  double in_etp = D->t_sp * p->etp, in_group = in_etp * p->ep;
+  double t = 0.0;
+  if (p->etp > 1)
+    t += coll(cm, PLAN_GROUP_ETP, PLAN_COLL_ALL_GATHER, in_etp * row_elems * D->e) +
+         coll(cm, PLAN_GROUP_ETP, PLAN_COLL_REDUCE_SCATTER, in_group * D->h * D->e);
+  if (p->ep > 1)
+    t += coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_GATHER, in_group * row_elems * D->e) +
+         coll(cm, PLAN_GROUP_EP, PLAN_COLL_REDUCE_SCATTER, D->t_sp * p->ep * D->h * D->e);
+  return t;
+}
+
 static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
   const ModelConfig *m = cm->model;
   const PlanParallel *p = &cm->cfg->par;
   const PlanOptions *o = cm->opt;
   PlanBreakdown *f = &pc->fwd, *b = &pc->bwd;
   double E = m->num_experts, k = m->top_k, load = cm->expert_load;
-  double local_rows = D->t_sp * k;            /* (token, expert) pairs leaving this rank */
-  double rows = local_rows * p->etp * load;   /* rows this rank's experts process */
+  /* Without an MoE grid a replicating runtime routes the whole gathered
+   * sequence on every TP rank: n tokens instead of n / TP. */
+  int replicated = o->moe_tp_replicated && D->tp > 1 && p->ep == 1 && p->etp == 1 && D->cp == 1;
+  double tokens = replicated ? D->n : D->t_sp; /* tokens this rank routes */
+  double local_rows = tokens * k;              /* (token, expert) pairs leaving this rank */
+  double rows = local_rows * p->etp * load;    /* rows this rank's experts process */
   double experts_here = E / p->ep;
   double f_e = (double)m->moe_intermediate_size / p->etp;
   double per_expert = rows / experts_here;
+  int allgather = o->moe_allgather && p->ep * p->etp > 1;
 
   /* router GEMM (fp32 logits), softmax + top-k, permutation by expert */
-  double router = gemm(cm, D->t_sp, E, D->h) + mem(cm, 4.0 * 3 * D->t_sp * E);
+  double router = gemm(cm, tokens, E, D->h) + mem(cm, 4.0 * 3 * tokens * E);
   double permute = mem(cm, D->e * 2 * local_rows * D->h);
   int sorted = experts_here > 1 || p->etp > 1;
   double sort = sorted ? mem(cm, D->e * 2 * rows * D->h) : 0.0;
-  double combine = mem(cm, D->e * (local_rows + D->t_sp) * D->h);
+  double combine = mem(cm, D->e * (local_rows + tokens) * D->h);
   double dropless = !(m->capacity_factor > 0);
   double sync = dropless ? o->dropless_sync : 0.0;
-  if (dropless && p->ep > 1) sync += coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_TO_ALL, 8.0 * E);
-  f->t[PLAN_COMP_ROUTING] += router + permute + 2 * sort + combine + sync;
-  b->t[PLAN_COMP_ROUTING] += 2 * router + permute + 2 * sort + combine;
+  if (dropless && p->ep > 1 && !allgather) sync += coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_TO_ALL, 8.0 * E);
+  /* The all-gather dispatcher scans every gathered token for its own experts. */
+  double scan = allgather ? mem(cm, D->e * D->t_sp * p->ep * p->etp * (D->h + 2 * k)) : 0.0;
+  f->t[PLAN_COMP_ROUTING] += router + permute + 2 * sort + combine + sync + scan;
+  b->t[PLAN_COMP_ROUTING] += 2 * router + permute + 2 * sort + combine + scan;
 
-  double a2a = 0.0;
-  if (p->ep > 1) a2a = 2 * coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_TO_ALL, local_rows * D->h * D->e * load);
-  f->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
-  b->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
-  if (p->etp > 1) {
-    double bytes = rows * D->h * D->e;
-    double t = coll(cm, PLAN_GROUP_ETP, PLAN_COLL_ALL_GATHER, bytes) + coll(cm, PLAN_GROUP_ETP, PLAN_COLL_REDUCE_SCATTER, bytes);
-    f->t[PLAN_COMP_ETP_COMM] += t;
-    b->t[PLAN_COMP_ETP_COMM] += t;
+  if (replicated) {
+    /* Gather of the normed rows in forward and of the output gradient in
+     * backward; each rank keeps its own rows, so nothing is scattered. */
+    double t = coll(cm, PLAN_GROUP_TP, PLAN_COLL_ALL_GATHER, D->n * D->h * D->e) * (1.0 - o->tp_overlap);
+    f->t[PLAN_COMP_TP_COMM] += t;
+    b->t[PLAN_COMP_TP_COMM] += t;
+  }
+  if (allgather) {
+    double t = allgather_dispatch(cm, D, D->h + 2 * k);
+    f->t[PLAN_COMP_EP_COMM] += t * (1.0 - o->ep_overlap);
+    b->t[PLAN_COMP_EP_COMM] += t * (1.0 - o->ep_overlap);
+  } else {
+    double a2a = 0.0;
+    if (p->ep > 1) a2a = 2 * coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_TO_ALL, local_rows * D->h * D->e * load);
+    f->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
+    b->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
+    if (p->etp > 1) {
+      double bytes = rows * D->h * D->e;
+      double t = coll(cm, PLAN_GROUP_ETP, PLAN_COLL_ALL_GATHER, bytes) + coll(cm, PLAN_GROUP_ETP, PLAN_COLL_REDUCE_SCATTER, bytes);
+      f->t[PLAN_COMP_ETP_COMM] += t;
+      b->t[PLAN_COMP_ETP_COMM] += t;
+    }
   }
   double g = experts_here * (gemm(cm, per_expert, 2 * f_e, D->h) + gemm(cm, per_expert, D->h, f_e));
   f->t[PLAN_COMP_EXPERT_GEMM] += g;

@@ -147,6 +147,9 @@ static void assert_specs_equal(const ClusterSpec *a, const ClusterSpec *b) {
   assert_true(close_rel(a->attention_bwd_efficiency, b->attention_bwd_efficiency, 1e-12));
   assert_true(close_rel(a->attention_ref_tokens, b->attention_ref_tokens, 1e-12));
   assert_true(fabs(a->attention_length_exponent - b->attention_length_exponent) < 1e-12);
+  assert_true(fabs(a->attention_ring_fwd_efficiency - b->attention_ring_fwd_efficiency) < 1e-12);
+  assert_true(fabs(a->attention_ring_bwd_efficiency - b->attention_ring_bwd_efficiency) < 1e-12);
+  assert_true(fabs(a->attention_ring_query_tokens - b->attention_ring_query_tokens) < 1e-9);
   assert_true(close_rel(a->kernel_floor, b->kernel_floor, 1e-12));
   assert_int_equal(a->link_devices, b->link_devices);
   for (int i = 0; i < a->link_devices * a->link_devices; i++) {
@@ -184,6 +187,8 @@ static void test_spec_round_trip(void **state) {
   local.gemm_efficiency.x[0] = 5e5, local.gemm_efficiency.x[1] = 2e7, local.gemm_efficiency.x[2] = 1e9;
   local.gemm_efficiency.y[0] = 0.2, local.gemm_efficiency.y[1] = 0.7, local.gemm_efficiency.y[2] = 0.65;
   local.attention_length_exponent = 0.3;
+  local.attention_ring_fwd_efficiency = 0.21, local.attention_ring_bwd_efficiency = 0.29;
+  local.attention_ring_query_tokens = 32;
   local.kernel_floor = 1.3e-7;
   round_trip(&local);
 

@@ -73,9 +73,10 @@ static void test_help_lists_every_option(void **state) {
   (void)state;
   static const char *const common[] = {"--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype",
                                        "--moe-imbalance", "--expert-load", "--tp-overlap", "--cp-overlap",
-                                       "--ep-overlap", "--dp-overlap", "--algo", "--help"};
+                                       "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--algo", "--help"};
   static const char *const sim[] = {"--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs", "--recompute",
-                                    "--distributed-optimizer", "--schedule", "--layers-per-stage", "--trace", "--quiet"};
+                                    "--distributed-optimizer", "--schedule", "--layers-per-stage", "--trace", "--quiet",
+                                    "--dispatcher", "--moe-tp-replicated"};
   static const char *const plan[] = {"--top", "--out", "--explain", "--mbs-list", "--recompute-list", "--max-tp",
                                      "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp", "--no-folding",
                                      "--no-distributed-optimizer", "--distributed-optimizer"};
@@ -120,6 +121,20 @@ static void test_bad_usage(void **state) {
   assert_int_equal(RUN(cmd_plan, "plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq",
                        "4096", "--global-batch", "64", "--recompute-list", "some"),
                    2);
+  /* The runtime descriptions: simulate only, known values only. */
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16",
+                       "--seq", "4096", "--global-batch", "64", "--ep", "2", "--dispatcher", "broadcast"),
+                   2);
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16",
+                       "--seq", "4096", "--global-batch", "64", "--param-gather-overlap", "1.5"),
+                   2);
+  assert_int_equal(RUN(cmd_plan, "plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq",
+                       "4096", "--global-batch", "64", "--moe-tp-replicated"),
+                   2);
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16",
+                       "--seq", "4096", "--global-batch", "64", "--tp", "2", "--ep", "2", "--dispatcher", "allgather",
+                       "--moe-tp-replicated", "--dp-overlap", "0", "--param-gather-overlap", "0", "--quiet"),
+                   0);
 }
 
 static void test_simulate_with_trace(void **state) {

@@ -2,7 +2,9 @@
  * bandwidth-bound kernels and the kernel floor, the expert load (measured
  * distribution and assumed imbalance), dropless versus dropping with a
  * capacity factor, which communication each layout pays (TP, EP, ETP),
- * and recomputation adding exactly the forward it repeats. */
+ * recomputation adding exactly the forward it repeats, and the runtime
+ * variants: MoE replicated over TP, the all-gather dispatcher, and the CP
+ * ring's measured block-kernel efficiency. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -187,11 +189,79 @@ static void test_recompute_adds_forward(void **state) {
   assert_close(none.moe_layer.bwd.t[PLAN_COMP_ATTN_GEMM], 2 * none.moe_layer.fwd.t[PLAN_COMP_ATTN_GEMM]);
 }
 
+static void test_runtime_variants(void **state) {
+  (void)state;
+  PlanOptions o;
+  plan_options_default(&o);
+  PlanCostModel one, split, repl;
+  PlanConfig c;
+  plan_config_init(&c, 4096, 8, 1);
+  c.par.dp = 0;
+  build(&one, &mixtral, &o, &c, 8);
+  /* TP 2 without an MoE grid: Megatron's layout routes n / 2 tokens per rank;
+   * the replicating runtime routes all n on both ranks (the one-rank expert
+   * work) and gathers once per pass, never scatters. */
+  plan_config_init(&c, 4096, 8, 1);
+  c.par.tp = 2, c.par.dp = 0;
+  build(&split, &mixtral, &o, &c, 8);
+  o.moe_tp_replicated = 1;
+  build(&repl, &mixtral, &o, &c, 8);
+  assert_close(repl.moe_layer.fwd.t[PLAN_COMP_EXPERT_GEMM], one.moe_layer.fwd.t[PLAN_COMP_EXPERT_GEMM]);
+  assert_true(split.moe_layer.fwd.t[PLAN_COMP_EXPERT_GEMM] < 0.6 * one.moe_layer.fwd.t[PLAN_COMP_EXPERT_GEMM]);
+  double bytes = 4096.0 * 4096 * 2, gather = 1 * 3e-6 + 0.5 * bytes / 360e9;
+  assert_close(repl.moe_layer.fwd.t[PLAN_COMP_TP_COMM] - split.moe_layer.fwd.t[PLAN_COMP_TP_COMM], gather);
+  assert_close(repl.moe_layer.bwd.t[PLAN_COMP_TP_COMM] - split.moe_layer.bwd.t[PLAN_COMP_TP_COMM], gather);
+  /* With an MoE grid the flag changes nothing. */
+  c.par.ep = 2;
+  PlanCostModel ep_off, ep_on;
+  build(&ep_on, &mixtral, &o, &c, 8);
+  o.moe_tp_replicated = 0;
+  build(&ep_off, &mixtral, &o, &c, 8);
+  assert_close(ep_on.moe_layer.fwd_total, ep_off.moe_layer.fwd_total);
+
+  /* All-gather dispatcher over EP 2 (ETP 1): gathers both ranks' t tokens as
+   * packed rows (h + 2k elements), reduce-scatters 2t output rows; the same
+   * expert work as the all-to-all and no count exchange. */
+  plan_config_init(&c, 4096, 8, 1);
+  c.par.ep = 2, c.par.dp = 0;
+  PlanCostModel a2a, ag;
+  build(&a2a, &mixtral, &o, &c, 8);
+  o.moe_allgather = 1;
+  build(&ag, &mixtral, &o, &c, 8);
+  assert_close(ag.moe_layer.fwd.t[PLAN_COMP_EXPERT_GEMM], a2a.moe_layer.fwd.t[PLAN_COMP_EXPERT_GEMM]);
+  double t = 4096, h = 4096, k = 2;
+  PlanCollAlgo algo = o.algo;
+  double want = plan_collective_time(&h100, &ag.group[PLAN_GROUP_EP], PLAN_COLL_ALL_GATHER, 2 * t * (h + 2 * k) * 2,
+                                     algo, NULL) +
+                plan_collective_time(&h100, &ag.group[PLAN_GROUP_EP], PLAN_COLL_REDUCE_SCATTER, 2 * t * h * 2, algo, NULL);
+  assert_close(ag.moe_layer.fwd.t[PLAN_COMP_EP_COMM], want);
+  assert_close(ag.moe_layer.bwd.t[PLAN_COMP_EP_COMM], want);
+  o.moe_allgather = 0;
+
+  /* CP 2: the causal kernel's price unless the spec measured the ring; then
+   * FLOPs / (peak x ring efficiency x (chunk / measured chunk)^exponent). */
+  plan_config_init(&c, 4096, 8, 1);
+  c.par.cp = 2, c.par.dp = 0;
+  PlanCostModel causal, ring;
+  build(&causal, &mixtral, &o, &c, 8);
+  ClusterSpec saved = h100;
+  h100.attention_ring_fwd_efficiency = 0.2, h100.attention_ring_bwd_efficiency = 0.25;
+  h100.attention_ring_query_tokens = 512;
+  build(&ring, &mixtral, &o, &c, 8);
+  double heads = mixtral.num_heads, d = 128;
+  double flops = 2.0 * 1 * heads * 4096 * 4096 * d / 2, scale = pow(1024.0 / 512, h100.attention_length_exponent);
+  double peak = plan_peak_flops(&h100, PLAN_DTYPE_BF16);
+  assert_close(ring.moe_layer.fwd.t[PLAN_COMP_ATTN_CORE], flops / (peak * fmin(1.0, 0.2 * scale)));
+  assert_close(ring.moe_layer.bwd.t[PLAN_COMP_ATTN_CORE], 2.5 * flops / (peak * fmin(1.0, 0.25 * scale)));
+  assert_true(fabs(causal.moe_layer.fwd.t[PLAN_COMP_ATTN_CORE] - ring.moe_layer.fwd.t[PLAN_COMP_ATTN_CORE]) > 1e-6);
+  h100 = saved;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_primitives),           cmocka_unit_test(test_expert_load),
       cmocka_unit_test(test_dropless_versus_capacity), cmocka_unit_test(test_layout_communication),
-      cmocka_unit_test(test_recompute_adds_forward),
+      cmocka_unit_test(test_recompute_adds_forward), cmocka_unit_test(test_runtime_variants),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
