@@ -60,6 +60,6 @@ layout() { # LABEL NP [flags]
     "$(awk -v a="$a" -v b="$b" 'BEGIN{print 100*(b/a-1)}')"
 }
 
-export OMP_WAIT_POLICY=PASSIVE
+export OMP_WAIT_POLICY=PASSIVE OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} layout one-rank 1 --threads "${OMP_NUM_THREADS:-2}"
 OMP_NUM_THREADS=1 layout pp2 2 --pp 2 --grad-accum 4 --threads 1
