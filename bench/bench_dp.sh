@@ -12,6 +12,7 @@
 # env:   BENCH_DP_BATCH (micro-batch, default 2), BENCH_DP_SEQ (default 256),
 #        BENCH_DP_ACCUM (default 1), BENCH_DP_BUCKET_MB (default: trainer's),
 #        BENCH_DP_ZERO=1 adds a DP2 run with the distributed optimizer.
+# Also runs DP2 with blocking reductions (--overlap-grad-reduce 0).
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -45,3 +46,11 @@ if [ "${BENCH_DP_ZERO:-0}" = 1 ]; then
   printf '  2 ranks ZeRO-1     : %10.1f tok/s\n' "$(steady_tps zero2)"
   grep -E "^dp:" zero2.log | sed 's/^dp:/  zero2 reduction   :/'
 fi
+# The same DP2 with blocking reductions where the program places them
+# (--overlap-grad-reduce 0): what the overlap is worth on this machine.
+mpirun -np 2 --oversubscribe "$FIVEFOLD" train --config run.json --out block2 --no-progress --overlap-grad-reduce 0 \
+  "${extra[@]}" >block2.log 2>&1 || { cat block2.log; exit 1; }
+t3=$(steady_tps block2)
+printf '  DP2 blocking       : %10.1f tok/s   (--overlap-grad-reduce 0)\n' "$t3"
+/usr/bin/python3 -c "print(f'  scaling, blocking  : {100 * $t3 / (2 * $t1):9.1f} %')"
+grep -E "^dp:" block2.log | sed 's/^dp:/  block2 reduction  :/'

@@ -44,6 +44,7 @@ int dp_grads_create(DpGrads *g, const CommGroup *group, float *grads, size_t num
   g->dp = group->size;
   g->rank = group->rank;
   g->scatter = scatter;
+  g->overlap = 1;
   g->grads = grads;
   g->num_params = num_params;
   g->window_end = num_params;
@@ -131,6 +132,8 @@ void dp_grads_begin(DpGrads *g) {
   for (int b = 0; b < g->num_buckets; b++) g->buckets[b].started = 0;
 }
 
+void dp_grads_set_overlap(DpGrads *g, int overlap) { g->overlap = overlap != 0; }
+
 void dp_grads_set_window(DpGrads *g, size_t begin, size_t end) {
   g->window_begin = begin;
   g->window_end = end;
@@ -142,19 +145,22 @@ static int start_bucket(DpGrads *g, int b, Error *err) {
   k->started = 1;
   g->num_started++;
   if (!g->scatter && k->group->size <= 1) return 0; /* nothing to sum; the idle request waits at once */
-  if (!g->scatter) return comm_allreduce_f32(k->group, g->grads + k->begin, len, COMM_SUM, &k->req, err);
+  /* A NULL request makes the collective blocking (overlap off). */
+  CommRequest *req = g->overlap ? &k->req : NULL;
+  if (!g->scatter) return comm_allreduce_f32(k->group, g->grads + k->begin, len, COMM_SUM, req, err);
   const float *send = g->grads + k->begin;
   if (k->staged) {
     memcpy(k->stage, send, len * sizeof(float));
     memset(k->stage + len, 0, (k->block * (size_t)g->dp - len) * sizeof(float));
     send = k->stage;
   }
-  return comm_reduce_scatter_sum_f32(g->group, send, g->shard + k->shard_offset, k->block, &k->req, err);
+  return comm_reduce_scatter_sum_f32(g->group, send, g->shard + k->shard_offset, k->block, req, err);
 }
 
 void dp_grads_on_ready(void *ctx, size_t offset, size_t count) {
   DpGrads *g = ctx;
   (void)count;
+  if (!g->overlap) return;
   Error err = {0};
   double t0 = timer_now();
   /* Ranges of one chunk arrive top down, so a bucket of the window is

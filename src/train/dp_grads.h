@@ -55,6 +55,8 @@ typedef struct DpGrads {
   const CommGroup *group;
   int dp, rank;
   int scatter; /* 1: reduce-scatter (ZeRO-1); 0: all-reduce */
+  int overlap; /* 1 (default): non-blocking buckets started from the hook; 0: blocking, at
+                  dp_grads_start_range / dp_grads_finish (dp_grads_set_overlap) */
   float *grads;
   size_t num_params;
   int num_buckets;
@@ -77,6 +79,14 @@ typedef struct DpGrads {
 int dp_grads_create(DpGrads *g, const CommGroup *group, float *grads, size_t num_params, const size_t *cuts,
                     int num_cuts, double bucket_bytes, int scatter, Error *err);
 void dp_grads_free(DpGrads *g);
+
+/* overlap 0: the hook starts nothing and every bucket is reduced with a
+ * blocking collective where the program reduces its chunk (GRAD_REDUCE) or
+ * in finish. Where MPI advances non-blocking collectives only inside MPI
+ * calls on the computing thread (shared-memory transports, no spare core),
+ * nothing is hidden anyway and the blocking algorithms are faster. Call
+ * before dp_grads_calibrate. */
+void dp_grads_set_overlap(DpGrads *g, int overlap);
 
 /* MoE parallel folding: the buckets inside the ranges [begin[i], end[i])
  * (expert tensors, reduce_over_edp in model.h) reduce over `group` (the EDP

@@ -112,6 +112,9 @@ static const FieldSpec FIELDS[] = {
      "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
     {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
      1, 0, 0, "ZeRO-1: shard the AdamW state over the DP ranks (flag alone: 1)"},
+    {"parallel", "overlap_grad_reduce", "--overlap-grad-reduce", "0|1", FIELD_INT, OFF(overlap_grad_reduce), 0, 1, 0,
+     0, "1 (default): start each gradient bucket's reduction as backward completes it; 0: blocking reductions "
+        "where the program places them (faster where MPI cannot progress in the background)"},
     {"trace", "path", "--trace", "FILE", FIELD_PATH, OFF(trace_path), 0, 0, 0, 0,
      "record a Chrome trace of the run to FILE (docs/tracing.md)"},
     {"trace", "steps", "--trace-steps", "A:B", FIELD_TEXT, OFF(trace_steps), 0, 0, 0, 0,
@@ -157,6 +160,7 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->world_ranks = 1;
   cfg->tp = cfg->pp = cfg->vpp = 1;
   cfg->cp = cfg->ep = cfg->etp = 1;
+  cfg->overlap_grad_reduce = 1;
   cfg->schedule = -1;
   snprintf(cfg->tokenizer, sizeof cfg->tokenizer, "%s", TRAIN_TOKENIZER_BYTE_LEVEL);
   cfg->checkpoint_interval = 0;

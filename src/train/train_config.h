@@ -86,6 +86,7 @@ typedef struct TrainConfig {
   int layers_per_stage[TRAIN_MAX_STAGES]; /* explicit partition by virtual stage; num 0: even split */
   int num_layers_per_stage;
   double bucket_mb;          /* gradient bucket size; 0: default (trainer) */
+  int overlap_grad_reduce;   /* 1: non-blocking buckets started during backward; 0: blocking at GRAD_REDUCE */
   int distributed_optimizer; /* 1: ZeRO-1 over the DP ranks */
   /* MoE parallel folding (train_config_fold.c): context-parallel ranks of the
    * attention grid (tp x cp x dp x pp = world), expert-parallel and

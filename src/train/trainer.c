@@ -498,9 +498,12 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   if (tr->world > 1) print_parallel(tr, out);
   if (tr->dp > 1) {
     const DpGrads *g = &tr->dp_grads;
-    fprintf(out, "  parallel dp %d (mpi ranks), %d gradient bucket(s) of <= %.2f MB, %s; blocking reduction %.2f ms\n",
+    fprintf(out,
+            "  parallel dp %d (mpi ranks), %d gradient bucket(s) of <= %.2f MB, %s, %s; blocking reduction %.2f ms\n",
             tr->dp, g->num_buckets, (double)(g->buckets[0].end - g->buckets[0].begin) * sizeof(float) / 1e6,
-            tr->zero ? "reduce-scatter + distributed optimizer (ZeRO-1)" : "all-reduce", 1e3 * g->calibrated_seconds);
+            tr->zero ? "reduce-scatter + distributed optimizer (ZeRO-1)" : "all-reduce",
+            g->overlap ? "overlapped with backward" : "blocking where the program reduces",
+            1e3 * g->calibrated_seconds);
   }
   if (opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
   if (opts->save_checkpoints) {

@@ -278,6 +278,7 @@ static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *er
     tr->opt.cfg = *oc;
     tr->opt.num_params = tr->model.num_params;
   }
+  if (!rc) dp_grads_set_overlap(&tr->dp_grads, cfg->overlap_grad_reduce);
   if (!rc) rc = dp_grads_calibrate(&tr->dp_grads, err);
   return rc;
 }

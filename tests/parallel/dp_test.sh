@@ -2,7 +2,8 @@
 # Data parallelism through `fivefold train` under mpirun, against one rank
 # (the golden rule, DESIGN.md): the same global batch of 8 sequences per
 # step, split as 1 rank x 4 micro-batches, 2 ranks x 2, 4 ranks x 1 and
-# 2 ranks x 2 with the distributed optimizer (ZeRO-1).
+# 2 ranks x 2 with the distributed optimizer (ZeRO-1), and both of those
+# with blocking reductions (--overlap-grad-reduce 0).
 #
 # usage: dp_test.sh FIVEFOLD MPIEXEC MODE
 #   golden-dense, golden-moe  5 steps: per-step losses, grad norm and lr
@@ -40,6 +41,11 @@ case "$MODE" in
     train 4 dp4 "$model" --grad-accum 1 --bucket-mb 0.004 && same dp4 one 5
     train 2 zero2 "$model" --grad-accum 2 --distributed-optimizer --bucket-mb 0.01 && same zero2 one 5
     grep -q "parallel dp 2 .*ZeRO-1" zero2.log || fail "the ZeRO-1 run's banner does not say so"
+    # blocking reductions where the program places them: the same numbers
+    train 2 block2 "$model" --grad-accum 2 --overlap-grad-reduce 0 --bucket-mb 0.004 && same block2 one 5
+    train 2 blockz2 "$model" --grad-accum 2 --overlap-grad-reduce 0 --distributed-optimizer --bucket-mb 0.01 &&
+      same blockz2 one 5
+    grep -q "blocking where the program reduces" block2.log || fail "the blocking run's banner does not say so"
     grep -q "hidden behind backward" dp2.log || fail "the DP run does not report the hidden reduction time"
     one_printer dp4
     ;;
