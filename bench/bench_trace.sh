@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The tracer's overhead on a real run: the reference MoE model
 # (configs/ref-moe.json) trained for a few steps with and without --trace,
-# one rank and PP2 (1F1B) on 2 ranks, repetitions interleaved (plain,
-# traced, plain, ...) so that machine noise falls on both alike. Reports
-# per layout the median training seconds per step of each and their ratio
-# (target: traced / plain - 1 below 2%). Figures only: nothing here passes
+# one rank and PP2 (1F1B) on 2 ranks, repetitions interleaved in ABBA
+# order (plain, traced, traced, plain, ...) so that machine noise falls on
+# both alike. Reports per layout the median training seconds per step of
+# each and their ratio (target: traced / plain - 1 below 2%). Figures only: nothing here passes
 # or fails on time.
 #
 # usage: bench/bench_trace.sh [BUILD]   (env: TRACE_BENCH_STEPS, default 4;
@@ -48,8 +48,15 @@ layout() { # LABEL NP [flags]
   : >plain.txt
   : >traced.txt
   for r in $(seq 1 "$REPS"); do
-    run "$np" "p$label$r" "$@" >>plain.txt
-    run "$np" "t$label$r" "$@" --trace "t$label$r.json" >>traced.txt
+    # ABBA order: a run that always comes second (warmer page cache, a
+    # neighbour's load shifting) must not bias one side.
+    if [ $((r % 2)) = 1 ]; then
+      run "$np" "p$label$r" "$@" >>plain.txt
+      run "$np" "t$label$r" "$@" --trace "t$label$r.json" >>traced.txt
+    else
+      run "$np" "t$label$r" "$@" --trace "t$label$r.json" >>traced.txt
+      run "$np" "p$label$r" "$@" >>plain.txt
+    fi
     rm -rf "p$label$r" "t$label$r"
   done
   local a b
