@@ -51,6 +51,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_dist.h"
 #include "train/optimizer.h"
+#include "train/tp_ops.h"
 #include "train/train_config.h"
 
 #define SEED_BASE 1000
@@ -163,19 +164,8 @@ static uint64_t global_index(const ParamTensor *p, size_t j) {
 typedef struct Layout {
   int tp_rank, dp_rank, pp_rank, dp;
   ModelShard shard;
+  const ModelParallelOps *ops; /* the TP group's collectives (the trainer's), NULL when tp = 1 */
 } Layout;
-
-static void never_called(void) { comm_abort(3, "ckpt_dist_check: a TP collective was called, but nothing runs"); }
-static void op_reduce(void *ctx, float *buf, size_t n) {
-  (void)ctx, (void)buf, (void)n;
-  never_called();
-}
-static void op_gather(void *ctx, float *out, const float *in, size_t count) {
-  (void)ctx, (void)out, (void)in, (void)count;
-  never_called();
-}
-static const ModelParallelOps STUB_OPS = {
-    .allreduce_sum = op_reduce, .allreduce_max = op_reduce, .allgather = op_gather, .reduce_scatter = op_gather};
 
 static int make_layout(const Options *o, const ModelConfig *cfg, int rank, int world, Layout *l, Error *err) {
   memset(l, 0, sizeof *l);
@@ -204,6 +194,8 @@ static int make_layout(const Options *o, const ModelConfig *cfg, int rank, int w
   return 0;
 }
 
+static long run_layout(const Options *o, const CommGroup *g, const Layout *lp, int whole);
+
 /* ---- values ---- */
 
 typedef struct Fixture {
@@ -220,8 +212,7 @@ static int fixture_make(Fixture *fx, const Options *o, const Layout *l, int whol
   fx->tc.has_model = 1;
   int rc = model_create(&fx->full, &fx->tc.model, 1, 4, err);
   if (!rc) rc = whole ? model_create(&fx->model, &fx->tc.model, 1, 4, err)
-                      : model_create_shard(&fx->model, &fx->tc.model, &l->shard, l->shard.tp_size > 1 ? &STUB_OPS : NULL,
-                                           1, 4, err);
+                      : model_create_shard(&fx->model, &fx->tc.model, &l->shard, l->ops, 1, 4, err);
   if (rc) return rc;
   model_init_weights(&fx->full, SEED_BASE + (uint64_t)o->step);
   OptimizerConfig oc = {
@@ -393,6 +384,29 @@ static long run_operation(const Options *o, const CommGroup *g) {
     fprintf(stderr, "FAIL rank %d: %s\n", rank, err.msg);
     return 1;
   }
+  /* The TP group of this layout (tp varies fastest) with the trainer's
+   * collectives over it, as a real sharded model has. */
+  CommGroup tp_group = {.comm = MPI_COMM_NULL, .size = o->tp, .rank = l.tp_rank, .name = "tp"};
+  TpOps tp_ops;
+  memset(&tp_ops, 0, sizeof tp_ops);
+  if (o->tp > 1 && !whole) {
+    MPI_Comm_split(g->comm, rank / o->tp, rank, &tp_group.comm);
+    tp_ops_init(&tp_ops, &tp_group);
+    l.ops = &tp_ops.ops;
+  }
+  long bad = run_layout(o, g, &l, whole);
+  if (tp_group.comm != MPI_COMM_NULL) {
+    tp_ops_free(&tp_ops);
+    MPI_Comm_free(&tp_group.comm);
+  }
+  return bad;
+}
+
+/* The operation on one layout; returns the failed checks. */
+static long run_layout(const Options *o, const CommGroup *g, const Layout *lp, int whole) {
+  const int rank = g->rank;
+  Error err = {0};
+  Layout l = *lp;
   Fixture fx;
   if (fixture_make(&fx, o, &l, whole, &err)) {
     fprintf(stderr, "FAIL rank %d: building the model: %s\n", rank, err.msg);
