@@ -36,11 +36,14 @@ void optimizer_free(Optimizer *opt);
 double optimizer_grad_norm(const Model *model);
 
 /* Whether a tensor's gradient counts in the global norm on TP rank tp_rank:
- * each logical element once over the model-parallel ranks, so TP-replicated
- * tensors count on TP rank 0 only and a tied copy never (its gradient is
- * the embedding's). */
+ * each logical element once over the model-parallel ranks. A slice held by
+ * tp_ranks consecutive TP ranks (all of them for TP-replicated tensors, a
+ * pair for a KV head two ranks share) counts on the first of them; a tied
+ * copy never (its gradient is the embedding's). */
 static inline int optimizer_tensor_in_norm(const ParamTensor *p, int tp_rank) {
-  return !p->tied_copy && (!p->tp_replicated || tp_rank == 0);
+  if (p->tied_copy) return 0;
+  if (p->tp_replicated) return tp_rank == 0;
+  return p->tp_ranks <= 1 || tp_rank % p->tp_ranks == 0;
 }
 /* This rank's part of the squared global norm, by that rule. */
 double optimizer_local_sumsq(const Model *model, int tp_rank);

@@ -9,7 +9,7 @@
 # blocks, 4 experts, top-2, separate LM head.
 #
 # usage: mp_test.sh FIVEFOLD MPIEXEC MODE
-#   golden-tp     TP2 (dense, MoE)
+#   golden-tp     TP2 (dense, MoE), TP4 (dense: KV heads shared by rank pairs)
 #   golden-pp     PP2 1F1B (dense, MoE), PP2 GPipe (MoE), PP2 x vpp 2 interleaved (dense),
 #                 PP4 with layers_per_stage 0,2,1,1 (dense: the first stage
 #                 holds only the embedding)
@@ -44,6 +44,9 @@ case "$MODE" in
       train 0 one-$model $model --grad-accum 4 || exit 1
       train 2 tp2-$model $model --grad-accum 4 --tp 2 && same tp2-$model one-$model 5
     done
+    # TP4 with 2 KV heads: pairs of ranks hold the same KV head, whose
+    # gradient the global norm (clipping is on) must count once.
+    train 4 tp4-dense dense --grad-accum 4 --tp 4 && same tp4-dense one-dense 5
     grep -q "parallel tp 2 x pp 1 x dp 1" tp2-dense.log || fail "the TP2 banner does not show the layout"
     one_printer tp2-moe
     ;;
