@@ -2,7 +2,8 @@
 # make bench: prints, in one run on this machine, the measured FMA peak and
 # sgemm speed, fivefold's training tokens/s and MFU for the reference MoE model
 # and its dense twin, and PyTorch's tokens/s on the same models with the same
-# thread count, with the ratio. Everything is run twice: with the environment
+# thread count, with the ratio; the convolution kernels against PyTorch's
+# conv2d at DeblurGAN/LeNet-like shapes (fp32, bf16). Everything is run twice: with the environment
 # as it is, and with OPENBLAS_CORETYPE unset for both programs (OpenBLAS then
 # picks its kernels for the real CPU; PyTorch gets OMP_WAIT_POLICY=PASSIVE).
 # Then the parallel runtime under mpirun: DP2 against one rank (scaling and
@@ -52,6 +53,12 @@ if [ -x "$BUILD/bench/bench_attention" ]; then
   echo
   echo "=== attention kernel ==="
   "$BUILD/bench/bench_attention"
+fi
+
+if [ -x "$BUILD/bench/bench_conv" ]; then
+  echo
+  echo "=== convolution kernels against PyTorch (bench/bench_conv.sh) ==="
+  bash bench/bench_conv.sh "$BUILD"
 fi
 
 if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then
