@@ -30,8 +30,9 @@ static int axis_geom(int transposed, int in, int k, int stride, int pad, int dil
   long o;
   if (!transposed) {
     if (out_pad != 0)
-      return error_set(err, ERR_ARG, "conv2d: output_pad_%s is %d, expected 0 (only transposed convolutions have one)",
-                       axis, out_pad);
+      return error_set(err, ERR_ARG,
+                       "conv2d: output_pad_%s is %d, expected 0 (only transposed convolutions have one)", axis,
+                       out_pad);
     long span = (long)in + 2L * pad - extent;
     if (span < 0)
       return error_set(err, ERR_ARG,
@@ -42,8 +43,9 @@ static int axis_geom(int transposed, int in, int k, int stride, int pad, int dil
   } else {
     int limit = stride > dil ? stride : dil;
     if (out_pad < 0 || out_pad >= limit)
-      return error_set(err, ERR_ARG, "conv2d: output_pad_%s is %d, expected 0 <= output_pad < max(stride, dilation) = %d",
-                       axis, out_pad, limit);
+      return error_set(err, ERR_ARG,
+                       "conv2d: output_pad_%s is %d, expected 0 <= output_pad < max(stride, dilation) = %d", axis,
+                       out_pad, limit);
     o = (long)(in - 1) * stride - 2L * pad + extent + out_pad;
     if (o < 1)
       return error_set(err, ERR_ARG, "conv2d: transposed output %s would be %ld, expected >= 1", axis, o);
@@ -130,7 +132,9 @@ int conv2d_bf16_supported(char *why, size_t why_size) {
   }
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) != (unsigned)dnnl_cpu_isa_avx512_core_bf16) {
-    if (why) snprintf(why, why_size, "oneDNN's ISA is capped below avx512_core_bf16 (ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA)");
+    if (why)
+      snprintf(why, why_size,
+               "oneDNN's ISA is capped below avx512_core_bf16 (ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA)");
     return 0;
   }
   if (why && why_size) why[0] = '\0';

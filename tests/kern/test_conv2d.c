@@ -117,7 +117,8 @@ static void test_conv2d_matches_reference_over_shapes(void **state) {
         for (int pad = 0; pad <= 2; pad++)
           for (int dil = 1; dil <= 2; dil++)
             for (int groups = 1; groups <= 4; groups *= 2) {
-              Conv2dShape s = make_shape(tr, kernels[k][0], kernels[k][1], stride, pad, dil, groups, 1 + 2 * (cases % 2));
+              int batch = 1 + 2 * (cases % 2);
+              Conv2dShape s = make_shape(tr, kernels[k][0], kernels[k][1], stride, pad, dil, groups, batch);
               if (conv2d_output_count(&s) == 0) continue; /* padding not below the kernel extent */
               double e = check_shape_fp32(&s, 100 + cases, cases % 3 == 0);
               if (e > worst) worst = e;

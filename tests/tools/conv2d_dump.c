@@ -53,7 +53,8 @@ static int run(const char *in_path, const char *out_path, Error *err) {
                 {"dilation_h", &s.dilation_h}, {"dilation_w", &s.dilation_w}, {"groups", &s.groups},
                 {"transposed", &s.transposed}, {"output_pad_h", &s.output_pad_h},
                 {"output_pad_w", &s.output_pad_w}};
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !rc; i++) rc = meta_int(r, fields[i].key, fields[i].field, err);
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !rc; i++)
+    rc = meta_int(r, fields[i].key, fields[i].field, err);
   const char *prec_name = safetensors_metadata_get(r, "precision");
   Conv2dPrecision prec = prec_name && !strcmp(prec_name, "bf16") ? CONV2D_BF16 : CONV2D_FP32;
   float *x = NULL, *w = NULL, *b = NULL, *dy = NULL, *y = NULL, *dx = NULL, *dw = NULL, *db = NULL;
