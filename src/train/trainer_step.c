@@ -341,9 +341,13 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
       .grad_clip = cfg->grad_clip,
   };
   trainer_fold_need_reduction(tr);
-  /* Collective over the world, so before the per-stage decision below. */
+  /* Where the reducing peers run (for overlap_grad_reduce auto): the dp-cp
+   * group, or the expert-data group when folding makes it the larger.
+   * Collective over the world, so before the per-stage decision below. */
+  const CommGroup *peers = tr->dp_group ? tr->dp_group : comm_world();
+  if (tr->folded && tr->edp_group && tr->edp_group->size > peers->size) peers = tr->edp_group;
   CommHostLayout host;
-  if ((rc = comm_host_layout(tr->dp_group ? tr->dp_group : comm_world(), tr->threads, &host, err))) goto fail;
+  if ((rc = comm_host_layout(peers, tr->threads, &host, err))) goto fail;
   if (tr->reduce_grads && (rc = setup_data_parallel(tr, &oc, &host, err))) goto fail;
   if (!tr->zero && (rc = optimizer_create(&tr->opt, &tr->model, &oc, err))) goto fail;
 
