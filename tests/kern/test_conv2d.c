@@ -322,6 +322,29 @@ static void test_conv2d_cache_reuses_primitives(void **state) {
   free(dx), free(dw), free(db);
 }
 
+/* More shapes than the cache holds: it stays bounded, evicts the least
+ * recently used entry, and an evicted shape is rebuilt and still right. */
+static void test_conv2d_cache_evicts(void **state) {
+  (void)state;
+  conv2d_cache_clear();
+  Conv2dShape first = make_shape(0, 1, 1, 1, 0, 1, 1, 1);
+  first.in_h = 3, first.in_w = 3;
+  assert_true(check_shape_fp32(&first, 70, 0) < 1e-5);
+  size_t peak = 0;
+  for (int i = 0; i < 40; i++) {
+    Conv2dShape s = first;
+    s.in_w = 4 + i; /* three passes each: 120 entries wanted */
+    assert_true(check_shape_fp32(&s, 71 + i, 0) < 1e-5);
+    if (conv2d_cache_entries() > peak) peak = conv2d_cache_entries();
+  }
+  print_message("conv2d cache: at most %zu entries held\n", peak);
+  assert_true(peak <= 64);
+  assert_true(peak >= 60);
+  size_t created = conv2d_cache_creations();
+  assert_true(check_shape_fp32(&first, 70, 0) < 1e-5); /* evicted long ago: rebuilt */
+  assert_true(conv2d_cache_creations() > created);
+}
+
 typedef struct ThreadJob {
   Conv2dShape s;
   uint64_t seed;
@@ -395,6 +418,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d_bf16),
       cmocka_unit_test(test_conv2d_isa_cap_honoured),
       cmocka_unit_test(test_conv2d_cache_reuses_primitives),
+      cmocka_unit_test(test_conv2d_cache_evicts),
       cmocka_unit_test(test_conv2d_cache_thread_safe),
       cmocka_unit_test(test_conv2d_rejects_bad_shapes),
   };
