@@ -2,7 +2,9 @@
 # make bench: prints, in one run on this machine, the measured FMA peak and
 # sgemm speed, fivefold's training tokens/s and MFU for the reference MoE model
 # and its dense twin, and PyTorch's tokens/s on the same models with the same
-# thread count, with the ratio. Everything is run twice: with the environment
+# thread count (fp32, and bf16 under torch.autocast), with the ratio; then
+# the convolution kernels against PyTorch's conv2d at DeblurGAN- and
+# LeNet-like shapes (fp32, bf16). Everything is run twice: with the environment
 # as it is, and with OPENBLAS_CORETYPE unset for both programs (OpenBLAS then
 # picks its kernels for the real CPU; PyTorch gets OMP_WAIT_POLICY=PASSIVE).
 # Then the parallel runtime under mpirun: DP2 against one rank (scaling and
@@ -36,9 +38,11 @@ run_setting() {
         "$TORCH_PY" bench/torch_bench.py "$model" 8 256 "$STEPS" "$threads")
       echo "$theirs"
       local a b
-      a=$(field tokens_per_s "$ours"); b=$(field tokens_per_s "$theirs")
-      printf 'ratio model=%s threads=%d fivefold_tokens_per_s=%s pytorch_tokens_per_s=%s fivefold_over_pytorch=%s mfu_pct=%s\n' \
-        "$model" "$threads" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2fx", a/b}')" "$(field mfu_pct "$ours")"
+      # torch_bench.py prints an fp32 and a bf16-autocast line; the ratio is fp32's.
+      a=$(field tokens_per_s "$ours"); b=$(field tokens_per_s "$(grep 'precision=fp32' <<<"$theirs")")
+      c=$(field tokens_per_s "$(grep 'precision=bf16-autocast' <<<"$theirs")")
+      printf 'ratio model=%s threads=%d fivefold_tokens_per_s=%s pytorch_tokens_per_s=%s fivefold_over_pytorch=%s mfu_pct=%s pytorch_bf16_autocast_tokens_per_s=%s\n' \
+        "$model" "$threads" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2fx", a/b}')" "$(field mfu_pct "$ours")" "$c"
     done
   done
 }
@@ -52,6 +56,12 @@ if [ -x "$BUILD/bench/bench_attention" ]; then
   echo
   echo "=== attention kernel ==="
   "$BUILD/bench/bench_attention"
+fi
+
+if [ -x "$BUILD/bench/bench_conv" ]; then
+  echo
+  echo "=== convolution kernels against PyTorch (bench/bench_conv.sh) ==="
+  bash bench/bench_conv.sh "$BUILD"
 fi
 
 if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then

@@ -45,6 +45,7 @@ const char *error_code_name(int code) {
     case ERR_IO: return "I/O error";
     case ERR_FORMAT: return "malformed file";
     case ERR_NOMEM: return "out of memory";
+    case ERR_UNSUPPORTED: return "unsupported on this machine";
     default: return "internal error";
   }
 }

@@ -12,6 +12,7 @@ enum {
   ERR_FORMAT,    /* file exists but its contents are malformed */
   ERR_NOMEM,     /* allocation failed */
   ERR_INTERNAL,  /* a bug: an invariant did not hold */
+  ERR_UNSUPPORTED, /* this CPU or build cannot do what was asked (e.g. bf16 without AVX-512 BF16) */
 };
 
 typedef struct Error {

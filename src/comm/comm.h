@@ -42,6 +42,7 @@
 #include "comm/collectives.h"
 #include "comm/grid.h"
 #include "comm/grid_math.h"
+#include "comm/host.h"
 #include "comm/world.h"
 
 #endif

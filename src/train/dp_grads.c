@@ -4,6 +4,7 @@
  * optimizer. See dp_grads.h. */
 #include "train/dp_grads.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,7 +133,43 @@ void dp_grads_begin(DpGrads *g) {
   for (int b = 0; b < g->num_buckets; b++) g->buckets[b].started = 0;
 }
 
-void dp_grads_set_overlap(DpGrads *g, int overlap) { g->overlap = overlap != 0; }
+void dp_grads_set_overlap(DpGrads *g, int overlap) {
+  g->overlap = overlap != 0;
+  g->overlap_reason[0] = '\0';
+}
+
+int dp_grads_choose_overlap(DpGrads *g, int setting, const CommHostLayout *host, Error *err) {
+  if (setting == 0 || setting == 1) {
+    dp_grads_set_overlap(g, setting);
+    snprintf(g->overlap_reason, sizeof g->overlap_reason, "parallel.overlap_grad_reduce %d", setting);
+    return 0;
+  }
+  if (setting != -1 || !host)
+    return error_set(err, ERR_ARG, "overlap_grad_reduce is %d, expected auto (-1), 0 or 1 and a host layout",
+                     setting);
+  char facts[96];
+  int ranks = host->host_ranks > 0 ? host->host_ranks : 1;
+  if (host->host_threads % ranks == 0)
+    snprintf(facts, sizeof facts, "%d rank%s x %d thread%s on %d core%s", ranks, ranks == 1 ? "" : "s",
+             host->host_threads / ranks, host->host_threads / ranks == 1 ? "" : "s", host->host_cores,
+             host->host_cores == 1 ? "" : "s");
+  else
+    snprintf(facts, sizeof facts, "%d ranks, %d threads in all, on %d core%s", ranks, host->host_threads,
+             host->host_cores, host->host_cores == 1 ? "" : "s");
+  if (host->max_peers_per_host <= 1) {
+    g->overlap = 1;
+    snprintf(g->overlap_reason, sizeof g->overlap_reason, "auto: no two DP ranks share a host");
+  } else if (host->spare_cores >= 0) {
+    g->overlap = 1;
+    snprintf(g->overlap_reason, sizeof g->overlap_reason, "auto: %d ranks share one host with a spare core each (%s)",
+             host->max_peers_per_host, facts);
+  } else {
+    g->overlap = 0;
+    snprintf(g->overlap_reason, sizeof g->overlap_reason, "auto: %d ranks share one host, no spare core (%s)",
+             host->max_peers_per_host, facts);
+  }
+  return 0;
+}
 
 void dp_grads_set_window(DpGrads *g, size_t begin, size_t end) {
   g->window_begin = begin;

@@ -57,6 +57,7 @@ typedef struct DpGrads {
   int scatter; /* 1: reduce-scatter (ZeRO-1); 0: all-reduce */
   int overlap; /* 1 (default): non-blocking buckets started from the hook; 0: blocking, at
                   dp_grads_start_range / dp_grads_finish (dp_grads_set_overlap) */
+  char overlap_reason[192]; /* why (dp_grads_choose_overlap); "" when set directly */
   float *grads;
   size_t num_params;
   int num_buckets;
@@ -87,6 +88,16 @@ void dp_grads_free(DpGrads *g);
  * nothing is hidden anyway and the blocking algorithms are faster. Call
  * before dp_grads_calibrate. */
 void dp_grads_set_overlap(DpGrads *g, int overlap);
+
+/* Sets overlap from the run's setting: 0 or 1 as given, or, for
+ * TRAIN_AUTO (-1), blocking when DP ranks share a host that has no core to
+ * spare per rank (Open MPI's shared-memory transport then moves a
+ * non-blocking collective only inside MPI calls on the computing threads,
+ * so nothing is hidden and the blocking algorithms win), overlapped
+ * otherwise. Records the reason in g->overlap_reason, e.g. "auto: 2 ranks
+ * share one host, no spare core (2 ranks x 1 thread on 2 cores)". ERR_ARG for
+ * another setting. */
+int dp_grads_choose_overlap(DpGrads *g, int setting, const CommHostLayout *host, Error *err);
 
 /* MoE parallel folding: the buckets inside the ranges [begin[i], end[i])
  * (expert tensors, reduce_over_edp in model.h) reduce over `group` (the EDP

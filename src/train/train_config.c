@@ -26,6 +26,7 @@ typedef enum {
   FIELD_SCHEDULE,  /* "none" | "gpipe" | "1f1b" | "interleaved" (int, -1 = default) */
   FIELD_STAGES,    /* list of non-negative ints (layers_per_stage); "2,1,1" as a flag */
   FIELD_TEXT,      /* a short string kept as given (trace.steps; checked at finalize) */
+  FIELD_AUTO_SWITCH, /* "auto" | 0 | 1 (int, TRAIN_AUTO = auto) */
 } FieldKind;
 
 typedef struct FieldSpec {
@@ -112,9 +113,11 @@ static const FieldSpec FIELDS[] = {
      "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
     {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
      1, 0, 0, "ZeRO-1: shard the AdamW state over the DP ranks (flag alone: 1)"},
-    {"parallel", "overlap_grad_reduce", "--overlap-grad-reduce", "0|1", FIELD_INT, OFF(overlap_grad_reduce), 0, 1, 0,
-     0, "1 (default): start each gradient bucket's reduction as backward completes it; 0: blocking reductions "
-        "where the program places them (faster where MPI cannot progress in the background)"},
+    {"parallel", "overlap_grad_reduce", "--overlap-grad-reduce", "auto|0|1", FIELD_AUTO_SWITCH,
+     OFF(overlap_grad_reduce), 0, 1, 0, 0,
+     "1: start each gradient bucket's reduction as backward completes it; 0: blocking reductions where the "
+     "program places them (faster where MPI cannot progress in the background); auto (default): 0 when the DP "
+     "ranks share a host with no spare core per rank, else 1"},
     {"trace", "path", "--trace", "FILE", FIELD_PATH, OFF(trace_path), 0, 0, 0, 0,
      "record a Chrome trace of the run to FILE (docs/tracing.md)"},
     {"trace", "steps", "--trace-steps", "A:B", FIELD_TEXT, OFF(trace_steps), 0, 0, 0, 0,
@@ -160,7 +163,7 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->world_ranks = 1;
   cfg->tp = cfg->pp = cfg->vpp = 1;
   cfg->cp = cfg->ep = cfg->etp = 1;
-  cfg->overlap_grad_reduce = 1;
+  cfg->overlap_grad_reduce = TRAIN_AUTO;
   cfg->schedule = -1;
   snprintf(cfg->tokenizer, sizeof cfg->tokenizer, "%s", TRAIN_TOKENIZER_BYTE_LEVEL);
   cfg->checkpoint_interval = 0;
@@ -333,6 +336,14 @@ static int store_schedule(TrainConfig *cfg, const char *name, const char *where,
   return 0;
 }
 
+static int store_auto_switch(TrainConfig *cfg, const FieldSpec *f, const char *text, const char *where, Error *err) {
+  int *dst = (int *)((char *)cfg + f->offset);
+  if (!strcmp(text, "auto")) *dst = TRAIN_AUTO;
+  else if (!strcmp(text, "0") || !strcmp(text, "1")) *dst = text[0] - '0';
+  else return error_set(err, ERR_CONFIG, "%s must be \"auto\", 0 or 1, got \"%s\"", where, text);
+  return 0;
+}
+
 static int store_stages(TrainConfig *cfg, const int *values, int n, const char *where, Error *err) {
   if (n < 1 || n > TRAIN_MAX_STAGES)
     return error_set(err, ERR_CONFIG, "%s must list between 1 and %d stages, got %d", where, TRAIN_MAX_STAGES, n);
@@ -412,6 +423,12 @@ static int parse_field(TrainConfig *cfg, const FieldSpec *f, const cJSON *v, con
         return error_set(err, ERR_CONFIG, "%s must be a string (\"none\", \"gpipe\", \"1f1b\" or \"interleaved\"), got %s",
                          where, json_type_name(v));
       return store_schedule(cfg, v->valuestring, where, err);
+    case FIELD_AUTO_SWITCH:
+      if (cJSON_IsString(v)) return store_auto_switch(cfg, f, v->valuestring, where, err);
+      if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1))
+        return store_auto_switch(cfg, f, v->valuedouble == 0 ? "0" : "1", where, err);
+      if (cJSON_IsBool(v)) return store_auto_switch(cfg, f, cJSON_IsTrue(v) ? "1" : "0", where, err);
+      return error_set(err, ERR_CONFIG, "%s must be \"auto\", 0 or 1, got %s", where, json_type_name(v));
     case FIELD_STAGES: {
       int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
       if (n < 1 || n > TRAIN_MAX_STAGES)
@@ -621,6 +638,7 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
     case FIELD_TEXT: rc = store_text(cfg, f, value, flag, err); break;
     case FIELD_TOKENIZER: rc = store_tokenizer(cfg, f, value, NULL, flag, err); break;
     case FIELD_SCHEDULE: rc = store_schedule(cfg, value, flag, err); break;
+    case FIELD_AUTO_SWITCH: rc = store_auto_switch(cfg, f, value, flag, err); break;
     case FIELD_STAGES: {
       int *values = NULL, n = 0;
       Error perr = {0};
@@ -814,6 +832,10 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
       case FIELD_SEED: cJSON_AddNumberToObject(t, f->name, (double)*(const uint64_t *)base); break;
       case FIELD_DECAY: cJSON_AddStringToObject(t, f->name, lr_decay_name(*(const LrDecay *)base)); break;
       case FIELD_SCHEDULE: cJSON_AddStringToObject(t, f->name, sched_schedule_name(train_config_schedule(cfg))); break;
+      case FIELD_AUTO_SWITCH:
+        if (*(const int *)base == TRAIN_AUTO) cJSON_AddStringToObject(t, f->name, "auto");
+        else cJSON_AddNumberToObject(t, f->name, *(const int *)base);
+        break;
       case FIELD_TEXT:
         if (base[0]) cJSON_AddStringToObject(t, f->name, base);
         break;

@@ -37,6 +37,7 @@
 #define TRAIN_PATH_MAX 4096
 #define TRAIN_TOKENIZER_BYTE_LEVEL "byte-level"
 #define TRAIN_MAX_STAGES 256 /* pp x vpp */
+#define TRAIN_AUTO (-1)      /* a switch left to the runtime ("auto") */
 
 typedef struct TrainConfig {
   char config_path[TRAIN_PATH_MAX];  /* file it was read from */
@@ -86,7 +87,8 @@ typedef struct TrainConfig {
   int layers_per_stage[TRAIN_MAX_STAGES]; /* explicit partition by virtual stage; num 0: even split */
   int num_layers_per_stage;
   double bucket_mb;          /* gradient bucket size; 0: default (trainer) */
-  int overlap_grad_reduce;   /* 1: non-blocking buckets started during backward; 0: blocking at GRAD_REDUCE */
+  int overlap_grad_reduce;   /* 1: non-blocking buckets started during backward; 0: blocking at GRAD_REDUCE;
+                                TRAIN_AUTO: chosen at startup (dp_grads_choose_overlap) */
   int distributed_optimizer; /* 1: ZeRO-1 over the DP ranks */
   /* MoE parallel folding (train_config_fold.c): context-parallel ranks of the
    * attention grid (tp x cp x dp x pp = world), expert-parallel and

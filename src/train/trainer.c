@@ -499,10 +499,11 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   if (tr->dp > 1) {
     const DpGrads *g = &tr->dp_grads;
     fprintf(out,
-            "  parallel dp %d (mpi ranks), %d gradient bucket(s) of <= %.2f MB, %s, %s; blocking reduction %.2f ms\n",
+            "  parallel dp %d (mpi ranks), %d gradient bucket(s) of <= %.2f MB, %s, %s (%s); blocking reduction "
+            "%.2f ms\n",
             tr->dp, g->num_buckets, (double)(g->buckets[0].end - g->buckets[0].begin) * sizeof(float) / 1e6,
             tr->zero ? "reduce-scatter + distributed optimizer (ZeRO-1)" : "all-reduce",
-            g->overlap ? "overlapped with backward" : "blocking where the program reduces",
+            g->overlap ? "overlapped with backward" : "blocking where the program reduces", g->overlap_reason,
             1e3 * g->calibrated_seconds);
   }
   if (opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
@@ -627,8 +628,9 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   if (tr->dp > 1 && sum.steps > tr->start_step) {
     int n = sum.steps - tr->start_step;
     fprintf(out,
-            "dp: gradient reduction %.2f ms blocking, %.2f ms exposed per step on average: %.0f%% hidden behind "
-            "backward\n",
+            "dp: reduce %s (%s); gradient reduction %.2f ms blocking, %.2f ms exposed per step on average: %.0f%% "
+            "hidden behind backward\n",
+            tr->dp_grads.overlap ? "overlapped" : "blocking", tr->dp_grads.overlap_reason,
             1e3 * tr->dp_grads.calibrated_seconds, 1e3 * exposed_sum / n,
             tr->dp_grads.calibrated_seconds > 0
                 ? 100.0 * fmax(0.0, 1.0 - exposed_sum / n / tr->dp_grads.calibrated_seconds)
@@ -636,6 +638,11 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     fflush(out);
   }
   if (jsonl) {
+    /* The reduction mode the run chose (and why), for runs that reduce. */
+    char grad_reduce_json[256] = "";
+    if (tr->reduce_grads)
+      snprintf(grad_reduce_json, sizeof grad_reduce_json, ",\"grad_reduce\":\"%s\",\"grad_reduce_reason\":\"%s\"",
+               tr->dp_grads.overlap ? "overlapped" : "blocking", tr->dp_grads.overlap_reason);
     /* JSON has no NaN: runs without validation record null. */
     char first_val[32] = "null", final_val[32] = "null";
     if (!isnan(sum.first_val_loss)) snprintf(first_val, sizeof first_val, "%.6g", sum.first_val_loss);
@@ -643,9 +650,10 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     fprintf(jsonl,
             "{\"type\":\"summary\",\"steps\":%d,\"first_loss\":%.6g,\"final_loss\":%.6g,\"first_val_loss\":%s,"
             "\"final_val_loss\":%s,\"tokens\":%ld,\"tokens_per_s\":%.6g,\"mfu_pct\":%.6g,\"peak_gflops\":%.6g,"
-            "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s}\n",
+            "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s%s}\n",
             sum.steps, sum.first_loss, sum.final_loss, first_val, final_val, sum.tokens, sum.tokens_per_s, sum.mfu_pct,
-            sum.peak_gflops, sum.train_seconds, sum.eval_seconds, tr->threads, sum.stopped_early ? "true" : "false");
+            sum.peak_gflops, sum.train_seconds, sum.eval_seconds, tr->threads, sum.stopped_early ? "true" : "false",
+            grad_reduce_json);
     fflush(jsonl);
   }
   rc = finish_trace(tr, out, err);

@@ -244,7 +244,7 @@ static int setup_grid(Trainer *tr, Error *err) {
 
 /* Data parallelism: the buckets (cut at chunk boundaries and around a tied
  * embedding) and the sharded optimizer. */
-static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *err) {
+static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, const CommHostLayout *host, Error *err) {
   const TrainConfig *cfg = tr->cfg;
   tr->zero = cfg->distributed_optimizer != 0;
   size_t cuts[2 * MODEL_MAX_CHUNKS + 2];
@@ -278,7 +278,7 @@ static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *er
     tr->opt.cfg = *oc;
     tr->opt.num_params = tr->model.num_params;
   }
-  if (!rc) dp_grads_set_overlap(&tr->dp_grads, cfg->overlap_grad_reduce);
+  if (!rc) rc = dp_grads_choose_overlap(&tr->dp_grads, cfg->overlap_grad_reduce, host, err);
   if (!rc) rc = dp_grads_calibrate(&tr->dp_grads, err);
   return rc;
 }
@@ -341,7 +341,14 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
       .grad_clip = cfg->grad_clip,
   };
   trainer_fold_need_reduction(tr);
-  if (tr->reduce_grads && (rc = setup_data_parallel(tr, &oc, err))) goto fail;
+  /* Where the reducing peers run (for overlap_grad_reduce auto): the dp-cp
+   * group, or the expert-data group when folding makes it the larger.
+   * Collective over the world, so before the per-stage decision below. */
+  const CommGroup *peers = tr->dp_group ? tr->dp_group : comm_world();
+  if (tr->folded && tr->edp_group && tr->edp_group->size > peers->size) peers = tr->edp_group;
+  CommHostLayout host;
+  if ((rc = comm_host_layout(peers, tr->threads, &host, err))) goto fail;
+  if (tr->reduce_grads && (rc = setup_data_parallel(tr, &oc, &host, err))) goto fail;
   if (!tr->zero && (rc = optimizer_create(&tr->opt, &tr->model, &oc, err))) goto fail;
 
   if ((rc = executor_create(&tr->exec, tr->prog, tr->pp_rank, tr, err))) goto fail;

@@ -3,7 +3,10 @@
 # (the golden rule, DESIGN.md): the same global batch of 8 sequences per
 # step, split as 1 rank x 4 micro-batches, 2 ranks x 2, 4 ranks x 1 and
 # 2 ranks x 2 with the distributed optimizer (ZeRO-1), and both of those
-# with blocking reductions (--overlap-grad-reduce 0).
+# with blocking reductions (--overlap-grad-reduce 0); the DP2 run takes the
+# default (auto), whose choice and reason the dp: line must state: blocking
+# where 2 ranks of 1 thread leave no spare core (fewer than 4 online cores),
+# overlapped otherwise; the DP4 and ZeRO-1 runs overlap explicitly (1).
 #
 # usage: dp_test.sh FIVEFOLD MPIEXEC MODE
 #   golden-dense, golden-moe  5 steps: per-step losses, grad norm and lr
@@ -38,8 +41,9 @@ case "$MODE" in
     # 1 rank x 4 micro-batches of 2 = the global batch of every DP run below.
     train 0 one "$model" --grad-accum 4 || exit 1
     train 2 dp2 "$model" --grad-accum 2 && same dp2 one 5
-    train 4 dp4 "$model" --grad-accum 1 --bucket-mb 0.004 && same dp4 one 5
-    train 2 zero2 "$model" --grad-accum 2 --distributed-optimizer --bucket-mb 0.01 && same zero2 one 5
+    train 4 dp4 "$model" --grad-accum 1 --bucket-mb 0.004 --overlap-grad-reduce 1 && same dp4 one 5
+    train 2 zero2 "$model" --grad-accum 2 --distributed-optimizer --bucket-mb 0.01 --overlap-grad-reduce 1 &&
+      same zero2 one 5
     grep -q "parallel dp 2 .*ZeRO-1" zero2.log || fail "the ZeRO-1 run's banner does not say so"
     # blocking reductions where the program places them: the same numbers
     train 2 block2 "$model" --grad-accum 2 --overlap-grad-reduce 0 --bucket-mb 0.004 && same block2 one 5
@@ -47,6 +51,18 @@ case "$MODE" in
       same blockz2 one 5
     grep -q "blocking where the program reduces" block2.log || fail "the blocking run's banner does not say so"
     grep -q "hidden behind backward" dp2.log || fail "the DP run does not report the hidden reduction time"
+    cores=$(getconf _NPROCESSORS_ONLN) # not nproc: it follows OMP_NUM_THREADS
+    if [ "$cores" -lt 4 ]; then
+      auto_line="dp: reduce blocking (auto: 2 ranks share one host, no spare core (2 ranks x 1 thread on $cores core"
+      auto_json='"grad_reduce":"blocking","grad_reduce_reason":"auto: 2 ranks share one host, no spare core'
+    else
+      auto_line="dp: reduce overlapped (auto: 2 ranks share one host with a spare core each"
+      auto_json='"grad_reduce":"overlapped","grad_reduce_reason":"auto: 2 ranks share one host with a spare core'
+    fi
+    grep -qF "$auto_line" dp2.log || { grep "dp:" dp2.log; fail "the default (auto) run's dp: line is not '$auto_line...'"; }
+    grep -qF "$auto_json" dp2/metrics.jsonl || fail "dp2/metrics.jsonl's summary does not record the auto choice"
+    grep -qF "dp: reduce overlapped (parallel.overlap_grad_reduce 1)" zero2.log || fail "zero2 did not overlap as told"
+    grep -qF "dp: reduce blocking (parallel.overlap_grad_reduce 0)" block2.log || fail "block2 did not block as told"
     one_printer dp4
     ;;
   resume)

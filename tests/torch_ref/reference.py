@@ -285,7 +285,11 @@ class MoE(nn.Module):
         cfg = self.cfg
         N, C = x.shape
         E, k = cfg.num_experts, cfg.top_k
-        z = x @ self.router.t()
+        # The router runs in fp32 even under bf16 autocast, as in Megatron-Core
+        # (and fivefold's bf16): a bf16 router would flip near-tied top-k
+        # choices. In fp32 both the cast and the disabled autocast are no-ops.
+        with torch.autocast("cpu", enabled=False):
+            z = x.float() @ self.router.float().t()
         w, idx, q = self.route(z)
         counts = torch.bincount(idx.reshape(-1), minlength=E)
         zero = x.new_zeros(())
@@ -307,7 +311,9 @@ class MoE(nn.Module):
             h = x[n_idx] @ self.experts.w_gate_up[e].t()  # [n_e, 2Fe]
             a = F.silu(h[:, :Fe]) * h[:, Fe:]
             y = a @ self.experts.w_down[e].t()  # [n_e, C]
-            out = out.index_add(0, n_idx, y * w[n_idx, j_idx].unsqueeze(1))
+            # Under bf16 autocast the expert GEMMs return bf16 while the
+            # combine accumulates in x's dtype; in fp32 the cast is a no-op.
+            out = out.index_add(0, n_idx, (y * w[n_idx, j_idx].unsqueeze(1)).to(out.dtype))
         if self.shared is not None:
             out = out + self.shared(x)
         stats = {"counts": counts, "dropped": int((~kept).sum()), "capacity": capacity}

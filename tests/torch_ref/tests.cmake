@@ -30,3 +30,18 @@ add_test(NAME torch_ref.self_check
                  ${TORCH_REF_DIR}/configs/moe_capacity_probs.json grad.layers.1.moe.router)
 set_tests_properties(torch_ref.self_check PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# conv2d / conv_transpose2d against PyTorch on fixed weights
+# (tests/tools/conv2d_dump), and proof that its comparison can fail.
+add_test(NAME torch_ref.conv2d COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/conv_parity.py $<TARGET_FILE:conv2d_dump>)
+add_test(NAME torch_ref.conv2d_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/conv_parity.py $<TARGET_FILE:conv2d_dump> --self-check)
+set_tests_properties(torch_ref.conv2d torch_ref.conv2d_self_check PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# The reference itself under bf16 autocast (what bench/torch_bench.py's bf16
+# rows run): dtype-clean, losses and gradients close to fp32.
+file(GLOB TORCH_REF_CONFIG_FILES ${TORCH_REF_DIR}/configs/*.json)
+add_test(NAME torch_ref.autocast_bf16 COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/autocast_check.py ${TORCH_REF_CONFIG_FILES})
+set_tests_properties(torch_ref.autocast_bf16 PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMP_NUM_THREADS=2")
