@@ -78,7 +78,8 @@ static void simulate_usage(FILE *f) {
           "  --mbs K                  micro-batch size in sequences (default 1)\n"
           "  --recompute R            none (default), selective (attention core) or full\n"
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
-          "  --schedule S             gpipe to force GPipe (default: none, 1f1b or interleaved from pp, vpp)\n"
+          "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
+          "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
           "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
           "  --moe-tp-replicated      TP without an MoE grid runs the MoE on the gathered sequence on every\n"
@@ -255,10 +256,13 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
           rc = -1;
         }
       } else if (!strcmp(name, "--schedule")) {
-        if (!strcmp(value, "gpipe")) c->cfg.schedule = SCHED_SCHEDULE_GPIPE;
-        else if (strcmp(value, "1f1b") && strcmp(value, "interleaved") && strcmp(value, "none")) {
+        SchedScheduleKind kind;
+        if (sched_schedule_from_name(value, &kind) || kind == SCHED_SCHEDULE_CUSTOM) {
           fprintf(stderr, "fivefold %s: --schedule must be none, gpipe, 1f1b or interleaved, got '%s'\n", c->cmd, value);
           rc = -1;
+        } else {
+          c->cfg.schedule = kind;
+          c->cfg.schedule_given = 1;
         }
       } else if (!strcmp(name, "--dispatcher")) {
         if (!strcmp(value, "allgather")) c->opt.moe_allgather = 1;
