@@ -94,7 +94,7 @@ static int sum_tied_gradients(Trainer *tr, Error *err) {
       const DpBucket *k = &g->buckets[b];
       if (k->begin < tr->tied_offset || k->end > tr->tied_offset + tr->tied_numel) continue;
       size_t lo, hi;
-      dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+      dp_grads_own_range(g, b, &lo, &hi);
       memcpy(tr->tied_send + n, g->shard + k->shard_offset, (hi - lo) * sizeof(float));
       n += hi - lo;
     }
@@ -118,7 +118,7 @@ static int sum_tied_gradients(Trainer *tr, Error *err) {
     const DpBucket *k = &g->buckets[b];
     if (k->begin < tr->tied_offset || k->end > tr->tied_offset + tr->tied_numel) continue;
     size_t lo, hi;
-    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    dp_grads_own_range(g, b, &lo, &hi);
     float *gr = g->shard + k->shard_offset;
     for (size_t i = 0; i < hi - lo; i++) gr[i] += tr->tied_recv[at + i];
     at += hi - lo;

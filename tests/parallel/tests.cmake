@@ -42,7 +42,7 @@ endforeach()
 # CP (dense, MoE), PP x EP, TP x PP x EP on 8 ranks and both dispatchers
 # against one rank; an EP4 checkpoint resumed at EP2 x ETP2 and on one rank;
 # layouts that do not fit the world or the model refused.
-foreach(mode golden-ep golden-fold golden-pp reshard config)
+foreach(mode golden-ep golden-fold golden-pp golden-zero reshard config)
   string(REPLACE "-" "_" name ${mode})
   add_test(NAME parallel.fold_${name}
            COMMAND bash ${PARALLEL_TEST_DIR}/fold_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
