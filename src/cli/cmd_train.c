@@ -119,6 +119,9 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
                      "--recompute-list none)",
                      path, why);
   char v[TRAIN_MAX_STAGES * 8];
+  /* The planner mirrors attention in a dense model's MoE grid (etp = tp);
+   * the runtime has no MoE grid without experts. */
+  if (cfg->model.num_experts <= 0) pc.ep = pc.etp = 1;
   struct {
     const char *flag;
     int value;

@@ -38,12 +38,13 @@ void plan_search_print_table(const PlanSearchResult *r, const ClusterSpec *cl, F
   plan_result_print_header(f);
   for (int i = 0; i < r->num_top; i++) plan_result_print_row(&r->top[i], i + 1, f);
   const PlanSearchStats *s = &r->stats;
-  long pruned = s->pruned_memory_lb + s->pruned_memory + s->pruned_dominated + s->pruned_bound;
+  long pruned = s->pruned_memory_lb + s->pruned_memory + s->pruned_dominated + s->pruned_bound + s->pruned_runtime;
   fprintf(f,
-          "\n%ld configurations considered, %ld pruned (%ld over memory by the state bound, %ld over memory at the "
-          "peak, %ld dominated, %ld by the step-time bound), %ld simulated; memory limit %.1f GiB per GPU\n",
-          s->considered, pruned, s->pruned_memory_lb, s->pruned_memory, s->pruned_dominated, s->pruned_bound,
-          s->simulated, plan_memory_capacity(cl) / GIB);
+          "\n%ld configurations considered, %ld pruned (%ld not run by the runtime, %ld over memory by the state "
+          "bound, %ld over memory at the peak, %ld dominated, %ld by the step-time bound), %ld simulated; memory "
+          "limit %.1f GiB per GPU\n",
+          s->considered, pruned, s->pruned_runtime, s->pruned_memory_lb, s->pruned_memory, s->pruned_dominated,
+          s->pruned_bound, s->simulated, plan_memory_capacity(cl) / GIB);
 }
 
 void plan_result_explain(const PlanResult *r, const ModelConfig *m, FILE *f) {
@@ -164,7 +165,8 @@ int plan_write_json(const PlanResult *r, const PlanSearchStats *stats, const cha
       if (s) {
         cJSON_AddNumberToObject(s, "considered", (double)stats->considered);
         cJSON_AddNumberToObject(s, "pruned", (double)(stats->pruned_memory_lb + stats->pruned_memory +
-                                                      stats->pruned_dominated + stats->pruned_bound));
+                                                      stats->pruned_dominated + stats->pruned_bound +
+                                                      stats->pruned_runtime));
         cJSON_AddNumberToObject(s, "simulated", (double)stats->simulated);
       }
     }

@@ -49,3 +49,9 @@ foreach(mode golden-ep golden-fold golden-pp golden-zero reshard config)
   set_tests_properties(parallel.fold_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+# The planner's best plan on the local spec (calibrate --quick) is one the
+# runtime trains, for several models (tests/parallel/plan_train_test.sh).
+add_test(NAME parallel.plan_train
+         COMMAND bash ${PARALLEL_TEST_DIR}/plan_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.plan_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")

@@ -79,7 +79,7 @@ static void test_help_lists_every_option(void **state) {
                                     "--dispatcher", "--moe-tp-replicated"};
   static const char *const plan[] = {"--top", "--out", "--explain", "--mbs-list", "--recompute-list", "--max-tp",
                                      "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp", "--no-folding",
-                                     "--no-distributed-optimizer", "--distributed-optimizer"};
+                                     "--no-distributed-optimizer", "--distributed-optimizer", "--runtime"};
   char path[] = "/tmp/fivefold_plan_help_XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
