@@ -509,7 +509,7 @@ int cmd_plan(int argc, char **argv) {
     plan_result_free(&r);
   }
   if (c->out_path) {
-    if (plan_write_json(&res.top[0], &res.stats, c->model, cluster.name, c->out_path, &err)) {
+    if (plan_write_json_for_model(&res.top[0], &res.stats, c->model, &model, cluster.name, c->out_path, &err)) {
       fprintf(stderr, "fivefold plan: %s\n", err.msg);
       goto out;
     }

@@ -86,5 +86,9 @@ void plan_result_print_row(const PlanResult *r, int rank, FILE *f);
  *  "search": {considered, pruned, simulated} (when a search produced it)} */
 int plan_write_json(const PlanResult *best, const PlanSearchStats *stats, const char *model_name,
                     const char *cluster_name, const char *path, Error *err);
+/* The same with "model_identity" (plan_file.h): the name, the model's
+ * fingerprint and summary, which `fivefold train --plan` checks. */
+int plan_write_json_for_model(const PlanResult *best, const PlanSearchStats *stats, const char *model_name,
+                              const ModelConfig *model, const char *cluster_name, const char *path, Error *err);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/plan_file.h"
 #include "plan/search.h"
 #include "sched/program.h"
 
@@ -114,6 +115,11 @@ void plan_result_explain(const PlanResult *r, const ModelConfig *m, FILE *f) {
 
 int plan_write_json(const PlanResult *r, const PlanSearchStats *stats, const char *model_name,
                     const char *cluster_name, const char *path, Error *err) {
+  return plan_write_json_for_model(r, stats, model_name, NULL, cluster_name, path, err);
+}
+
+int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats, const char *model_name,
+                              const ModelConfig *model, const char *cluster_name, const char *path, Error *err) {
   const PlanConfig *c = &r->cfg;
   const PlanParallel *p = &c->par;
   cJSON *root = cJSON_CreateObject();
@@ -127,6 +133,15 @@ int plan_write_json(const PlanResult *r, const PlanSearchStats *stats, const cha
     cJSON_AddNumberToObject(root, "gpus", plan_config_world(c));
     cJSON_AddNumberToObject(root, "seq_length", c->seq_len);
     cJSON_AddStringToObject(root, "dtype", plan_dtype_name(c->dtype));
+    cJSON *id = model ? cJSON_AddObjectToObject(root, "model_identity") : NULL;
+    if (id) {
+      char fp[PLAN_FINGERPRINT_MAX], summary[160];
+      plan_model_fingerprint(model, fp);
+      plan_model_summary(model, summary, sizeof summary);
+      cJSON_AddStringToObject(id, "name", model_name ? model_name : "");
+      cJSON_AddStringToObject(id, "fingerprint", fp);
+      cJSON_AddStringToObject(id, "summary", summary);
+    }
     par = cJSON_AddObjectToObject(root, "parallel");
     pred = cJSON_AddObjectToObject(root, "prediction");
     bad = !par || !pred;

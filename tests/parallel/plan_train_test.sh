@@ -4,7 +4,8 @@
 # tiny models (MoE with 8 and 4 experts, dense with tied embeddings) on 2
 # ranks writes its best plan, and `fivefold train --plan` trains each for 2
 # steps; a plan made with --runtime any and recomputation is still refused
-# by train, and the default (--runtime fivefold) never emits one.
+# by train, and the default (--runtime fivefold) never emits one; a plan
+# made for another model (same layer counts) is refused naming both.
 # usage: plan_train_test.sh FIVEFOLD MPIEXEC
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -37,6 +38,17 @@ for model in moe8 moe4 dense; do
   train 2 "planned-$model" "$model" --plan "plan-$model.json" || continue
   [ "$(grep -c '^step ' "planned-$model.log")" -eq 2 ] || fail "planned-$model: expected 2 step lines"
 done
+
+# A plan is for one model: another with the same layer and expert counts
+# (hidden 64 instead of 32) is refused with both models named, and so is
+# a plan without the model's identity.
+moe_json moe8-wide.json 4 8 64
+run_json run-moe8-wide.json moe8-wide.json steps=2 interval=0 global_batch_size=8 micro_batch_size=-
+refused 2 moe8-wide "made for model moe8.json (4 layers, hidden 32" --plan plan-moe8.json
+grep -q "moe8-wide.json (4 layers, hidden 64" bad.log || { cat bad.log; fail "the message does not name the run's model"; }
+$PY -c 'import json, sys; p = json.load(open(sys.argv[1])); del p["model_identity"]; json.dump(p, open(sys.argv[2], "w"))' \
+  plan-moe8.json plan-anonymous.json
+refused 2 moe8 "has no model_identity" --plan plan-anonymous.json
 
 # Planned for another runtime, recomputation is refused by train with a message.
 "$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
