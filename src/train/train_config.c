@@ -769,6 +769,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   if ((rc = check_files(cfg->train_paths, cfg->num_train, "data.train", origin, err))) return rc;
   if ((rc = check_files(cfg->val_paths, cfg->num_val, "data.val", origin, err))) return rc;
   if ((rc = check_tokenizer(cfg, origin, err))) return rc;
+  if ((rc = train_config_check_tokenizer_shards(cfg, origin, err))) return rc;
   if (!cfg->out_dir[0]) {
     const char *base = strrchr(origin, '/');
     base = base ? base + 1 : origin;

@@ -149,6 +149,11 @@ int train_config_check_trace(const TrainConfig *cfg, const char *origin, Error *
  * against the world (with_world) or against the model, sequence and
  * dispatcher name (!with_world). */
 int train_config_check_fold(const TrainConfig *cfg, const char *origin, int with_world, Error *err);
+/* The tokenizer against the shards' headers (train_config_data.c): a BPE
+ * tokenizer must have exactly the vocabulary every shard records, a
+ * byte-level one at most 256 ids in every shard; ERR_CONFIG naming the
+ * shard, the tokenizer and both sizes. Run by train_config_finalize. */
+int train_config_check_tokenizer_shards(const TrainConfig *cfg, const char *origin, Error *err);
 /* MODEL_MOE_ALLTOALL or MODEL_MOE_ALLGATHER from parallel.moe_dispatcher. */
 int train_config_moe_dispatcher(const TrainConfig *cfg);
 /* Ranks of the expert-data-parallel group: world / (etp x ep x pp). */

@@ -240,6 +240,8 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
             tr->val.num_batches, fmt_thousands(c, sizeof c, (double)tr->val.num_used));
   else
     fprintf(out, "           no validation data\n");
+  fprintf(out, "  tokens   %s%s\n", cfg->tokenizer,
+          strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL) ? "" : " (one token per byte)");
   fprintf(out, "  batch    %d x %d tokens x %d accumulation = %s tokens per step\n", cfg->micro_batch_size,
           cfg->seq_len, cfg->grad_accum_steps, fmt_thousands(a, sizeof a, (double)per_step));
   fprintf(out, "  optim    AdamW lr %.2e -> %.2e %s, warmup %d, wd %g, betas (%g, %g), eps %g, clip %g\n",
