@@ -74,7 +74,10 @@ static const FieldSpec FIELDS[] = {
     {"training", "eval_interval", "--eval-interval", "N", FIELD_INT, OFF(eval_interval), 0, 1 << 30, 0, 0,
      "validation every N steps (0: at the end only)"},
     {"training", "eval_batches", NULL, "N", FIELD_INT, OFF(eval_batches), 1, 1 << 20, 0, 0,
-     "micro-batches of fixed validation windows per evaluation"},
+     "sets eval_windows when that is not given: eval_batches x the config's micro_batch_size"},
+    {"training", "eval_windows", "--eval-windows", "N", FIELD_INT, OFF(eval_windows), 0, 1 << 30, 0, 0,
+     "fixed validation windows per evaluation, the same under every layout (default: eval_batches x "
+     "micro_batch_size as the config file sets them)"},
     {"training", "threads", "--threads", "N", FIELD_INT, OFF(threads), 0, 4096, 0, 0,
      "OpenMP and OpenBLAS threads (0: all cores)"},
     {"training", "peak_gflops", "--peak-gflops", "X", FIELD_DOUBLE, OFF(peak_gflops), 0, BIG, 1, 0,
@@ -537,6 +540,9 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
   if (!rc && !cfg->has_model)
     rc = error_set(err, ERR_CONFIG,
                    "%s: no \"model\" section (expected a model config object or a path to a config.json)", origin);
+  /* Fixed here, before flags and plans change the micro-batch: the
+   * validation set belongs to the config, not to the layout. */
+  if (!rc) train_config_default_eval_windows(cfg);
 done:
   cJSON_Delete(root);
   if (rc) train_config_free(cfg);
@@ -716,8 +722,15 @@ static int check_tokenizer(const TrainConfig *cfg, const char *origin, Error *er
   return 0;
 }
 
+void train_config_default_eval_windows(TrainConfig *cfg) {
+  if (cfg->eval_windows > 0) return;
+  long long n = (long long)cfg->eval_batches * cfg->micro_batch_size;
+  cfg->eval_windows = n > (1 << 30) ? 1 << 30 : n < 1 ? 1 : (int)n;
+}
+
 int train_config_finalize(TrainConfig *cfg, Error *err) {
   const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
+  train_config_default_eval_windows(cfg);
   if (!cfg->has_model) return error_set(err, ERR_CONFIG, "%s: no model configured", origin);
   int rc = model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
   if (rc) return rc;

@@ -235,9 +235,10 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           fmt_thousands(a, sizeof a, (double)tw->num_tokens), tw->num_shards,
           fmt_thousands(b, sizeof b, (double)tw->num_windows), cfg->seq_len + 1, epochs, cfg->steps);
   if (tr->has_val)
-    fprintf(out, "           val %s tokens in %d shard(s); %d batches (%s windows) per evaluation\n",
+    fprintf(out, "           val %s tokens in %d shard(s); %s windows per evaluation (%d batch%s per replica)\n",
             fmt_thousands(a, sizeof a, (double)tr->val.windows.num_tokens), tr->val.windows.num_shards,
-            tr->val.num_batches, fmt_thousands(c, sizeof c, (double)tr->val.num_used));
+            fmt_thousands(c, sizeof c, (double)tr->val.num_used), tr->val.num_batches,
+            tr->val.num_batches == 1 ? "" : "es");
   else
     fprintf(out, "           no validation data\n");
   fprintf(out, "  tokens   %s%s\n", cfg->tokenizer,
@@ -283,13 +284,14 @@ static void print_parallel(const Trainer *tr, FILE *out) {
 
 static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev) {
   char tok[32];
-  fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %d batches, %s tokens | %.1f s\n", step, total,
-          ev->loss, ev->loss / log(2.0), ev->batches, fmt_thousands(tok, sizeof tok, (double)ev->tokens),
-          ev->seconds);
+  char win[32];
+  fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %s windows, %s tokens | %.1f s\n", step, total,
+          ev->loss, ev->loss / log(2.0), fmt_thousands(win, sizeof win, (double)ev->windows),
+          fmt_thousands(tok, sizeof tok, (double)ev->tokens), ev->seconds);
   fflush(out);
   if (jsonl) {
-    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6g,\"tokens\":%ld,\"seconds\":%.6g}\n", step,
-            ev->loss, ev->tokens, ev->seconds);
+    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"windows\":%ld,\"tokens\":%ld,\"seconds\":%.6g}\n",
+            step, ev->loss, ev->windows, ev->tokens, ev->seconds);
     fflush(jsonl);
   }
 }

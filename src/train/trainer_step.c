@@ -326,8 +326,9 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
                         cfg->seed, (uint32_t)cfg->model.vocab_size, "data.train", err);
   if (rc) goto fail;
   if (cfg->num_val > 0) {
-    rc = val_loader_open(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, tr->dp_rank, tr->dp,
-                         cfg->eval_batches, (uint32_t)cfg->model.vocab_size, "data.val", err);
+    rc = val_loader_open_windows(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, tr->dp_rank,
+                                 tr->dp, (uint64_t)cfg->eval_windows, (uint32_t)cfg->model.vocab_size, "data.val",
+                                 err);
     if (rc) goto fail;
     tr->has_val = 1;
   }
@@ -497,6 +498,7 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   if (rc) return error_wrap(err, "validation: summing over the ranks");
   res->tokens = (long)(sums[1] / trainer_fold_loss_copies(tr));
   res->batches = (int)(sums[2] / trainer_fold_loss_copies(tr));
+  res->windows = (long)tr->val.num_used;
   res->loss = res->tokens > 0 ? sums[0] / (double)res->tokens : NAN;
   res->seconds = timer_now() - t0;
   return 0;

@@ -55,3 +55,10 @@ add_test(NAME parallel.plan_train
          COMMAND bash ${PARALLEL_TEST_DIR}/plan_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(parallel.plan_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "${PARALLEL_MPI_ENV}")
+# The validation set does not depend on the layout (tests/parallel/eval_test.sh):
+# one rank, DP2 with another micro-batch, TP2, PP2 and EP2 evaluate the same
+# windows to the same loss.
+add_test(NAME parallel.eval_fixed_windows
+         COMMAND bash ${PARALLEL_TEST_DIR}/eval_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.eval_fixed_windows PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")
