@@ -12,7 +12,9 @@
 #   golden-pp     PP2 x EP2 (4 ranks), TP2 x PP2 x EP4 (8 ranks)
 #   golden-zero   the distributed optimizer (ZeRO-1) with folding: dense state sharded over
 #                 DP x CP, expert state over EDP — EP2 (2 ranks: DP2 / EDP1), EP2 x EDP2
-#                 (4 ranks: DP4 / EDP2), TP2 + EP2 with DP2 (4 ranks) and CP2 on the MoE (2 ranks)
+#                 (4 ranks: DP4 / EDP2), TP2 + EP2 with DP2 (4 ranks), CP2 on the MoE (2 ranks),
+#                 TP2 x CP2 + EP4 (4 ranks: DP x CP 2 / EDP 1) and PP2 x EP2 (4 ranks); an EP2 x EDP2
+#                 ZeRO-1 checkpoint resumed on one rank
 #   reshard       an EP4 x ETP1 checkpoint at step 3 resumed at EP2 x ETP2 and on one
 #                 rank; both end where the uninterrupted one-rank run ends
 #   config        layouts that do not fit the world or the model are refused with a message
@@ -76,6 +78,9 @@ case "$MODE" in
     train 4 ep2edp2-zero moe --grad-accum 1 --ep 2 --distributed-optimizer && same ep2edp2-zero one-moe 5
     train 4 tp2ep2dp2-zero moe --grad-accum 2 --tp 2 --ep 2 --distributed-optimizer && same tp2ep2dp2-zero one-moe 5
     train 2 cp2-zero moe --grad-accum 4 --cp 2 --distributed-optimizer && same cp2-zero one-moe 5
+    train 4 tp2cp2ep4-zero moe --grad-accum 4 --tp 2 --cp 2 --ep 4 --distributed-optimizer &&
+      same tp2cp2ep4-zero one-moe 5
+    train 4 pp2ep2-zero moe --grad-accum 2 --pp 2 --ep 2 --distributed-optimizer && same pp2ep2-zero one-moe 5
     grep -q "ZeRO-1" ep2edp2-zero.log || fail "the banner does not show the distributed optimizer"
     # A ZeRO-1 checkpoint of EP2 x EDP2 resumes on one rank where the one-rank run ends.
     train 0 zero-resumed-one moe --grad-accum 4 --resume "$(ckpt ep2edp2-zero 3)" && same zero-resumed-one one-moe 5
