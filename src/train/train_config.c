@@ -114,7 +114,7 @@ static const FieldSpec FIELDS[] = {
     {"parallel", "bucket_mb", "--bucket-mb", "X", FIELD_DOUBLE, OFF(bucket_mb), 0, BIG, 1, 0,
      "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
     {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
-     1, 0, 0, "ZeRO-1: shard the AdamW state over the DP ranks (flag alone: 1)"},
+     1, 0, 0, "ZeRO-1: shard the AdamW state, dense over DP x CP and experts over EDP (flag alone: 1)"},
     {"parallel", "overlap_grad_reduce", "--overlap-grad-reduce", "0|1", FIELD_INT, OFF(overlap_grad_reduce), 0, 1, 0,
      0, "1 (default): start each gradient bucket's reduction as backward completes it; 0: blocking reductions "
         "where the program places them (faster where MPI cannot progress in the background)"},
