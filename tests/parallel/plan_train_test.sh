@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The planner's best plans are plans the runtime runs. On the local spec
 # (`fivefold calibrate --quick` on 2 ranks), `fivefold plan` for several
-# tiny models (MoE with 8 and 4 experts, dense with tied embeddings) on 2
+# tiny models (MoE with 8 and 4 experts, dense with tied embeddings) and the demo's model on 2
 # ranks writes its best plan, and `fivefold train --plan` trains each for 2
-# steps; a plan made with --runtime any and recomputation is still refused
+# steps, and the demo's model the same way; a plan made with --runtime any and recomputation is still refused
 # by train, and the default (--runtime fivefold) never emits one; a plan
 # made for another model (same layer counts) is refused naming both.
 # usage: plan_train_test.sh FIVEFOLD MPIEXEC
@@ -22,7 +22,10 @@ dense_json dense.json 4 tied
 "$MPIEXEC" -np 2 --oversubscribe "$FIVEFOLD" calibrate --quick --out spec.json >calibrate.log 2>&1 ||
   { cat calibrate.log; echo "FAIL: calibrate"; exit 1; }
 
-for model in moe8 moe4 dense; do
+# The demo's model (configs/demo-moe.json: 4 layers, hidden 192, 8 experts, vocabulary 4096).
+$PY -c 'import json, sys; json.dump(json.load(open(sys.argv[1]))["model"], open("demo.json", "w"))' \
+  "$(dirname "$0")/../../configs/demo-moe.json"
+for model in moe8 moe4 dense demo; do
   run_json "run-$model.json" "$model.json" steps=2 interval=0 global_batch_size=8 micro_batch_size=-
   # Every micro-batch size and recomputation option is offered; only what runs may win.
   if ! "$FIVEFOLD" plan --model "$model.json" --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
