@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The planner's best plans are plans the runtime runs. On the local spec
-# (`fivefold calibrate --quick` on 2 ranks), `fivefold plan` for several
-# tiny models (MoE with 8 and 4 experts, dense with tied embeddings) and the demo's model on 2
-# ranks writes its best plan, and `fivefold train --plan` trains each for 2
-# steps, and the demo's model the same way; a plan made with --runtime any and recomputation is still refused
-# by train, and the default (--runtime fivefold) never emits one; a plan
-# made for another model (same layer counts) is refused naming both.
+# (`fivefold calibrate --quick` on 2 ranks), `fivefold plan` for three tiny
+# models (MoE with 8 and 4 experts, dense with tied embeddings) and the
+# demo's model on 2 ranks writes its best plan, and `fivefold train --plan`
+# trains each for 2 steps. A plan made with --runtime any and recomputation
+# is still refused by train, and the default (--runtime fivefold) never
+# emits one; a plan made for another model (same layer counts) is refused
+# naming both.
 # usage: plan_train_test.sh FIVEFOLD MPIEXEC
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
