@@ -2,7 +2,8 @@
  * targets; the per-epoch order is a permutation, reproducible from the seed,
  * different across seeds and epochs, mixes shards, resumes from its state,
  * and splits by data-parallel rank; validation always walks the same
- * windows. Shards hold position-encoded tokens (shard k, position i ->
+ * windows, and a fixed list of K windows (val_loader_open_windows) is the
+ * same under any micro-batch and rank count, padding masked. Shards hold position-encoded tokens (shard k, position i ->
  * k * 100000 + i) so every window can be traced back to its origin. */
 #include <setjmp.h>
 #include <stdarg.h>
