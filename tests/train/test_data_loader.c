@@ -3,8 +3,9 @@
  * different across seeds and epochs, mixes shards, resumes from its state,
  * and splits by data-parallel rank; validation always walks the same
  * windows, and a fixed list of K windows (val_loader_open_windows) is the
- * same under any micro-batch and rank count, padding masked. Shards hold position-encoded tokens (shard k, position i ->
- * k * 100000 + i) so every window can be traced back to its origin. */
+ * same under any micro-batch and rank count, padding masked. Shards hold
+ * position-encoded tokens (shard k, position i -> k * 100000 + i) so every
+ * window can be traced back to its origin. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
