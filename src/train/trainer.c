@@ -67,8 +67,9 @@ static CheckpointShardInfo shard_info(const Trainer *tr) {
 }
 
 int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
-  /* Full logical tensors: the ZeRO-1 AdamW state is gathered over the DP
-   * group first, so every rank holds the moments of its whole shard. */
+  /* Full logical tensors: the ZeRO-1 AdamW state is gathered first (each
+   * bucket over its group), so every rank holds the moments of its whole
+   * shard. */
   Optimizer full = tr->opt;
   int rc = 0;
   if (tr->zero) {
@@ -505,7 +506,9 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     fprintf(out,
             "  parallel dp %d (mpi ranks), %d gradient bucket(s) of <= %.2f MB, %s, %s; blocking reduction %.2f ms\n",
             tr->dp, g->num_buckets, (double)(g->buckets[0].end - g->buckets[0].begin) * sizeof(float) / 1e6,
-            tr->zero ? "reduce-scatter + distributed optimizer (ZeRO-1)" : "all-reduce",
+            !tr->zero     ? "all-reduce"
+            : tr->folded ? "reduce-scatter + distributed optimizer (ZeRO-1: dense state over DP x CP, experts' over EDP)"
+                         : "reduce-scatter + distributed optimizer (ZeRO-1)",
             g->overlap ? "overlapped with backward" : "blocking where the program reduces",
             1e3 * g->calibrated_seconds);
   }
