@@ -34,6 +34,13 @@ STEPS=${2:-10}
 WARMUP=3
 FIVEFOLD=$(cd "$BUILD" && pwd)/fivefold
 [ -x "$FIVEFOLD" ] || { echo "plan_accuracy: $FIVEFOLD not built" >&2; exit 2; }
+# Checked before anything in a kept work directory is removed.
+for spec in "STEPS=$STEPS" "PLAN_ACC_PASSES=${PLAN_ACC_PASSES:-2}" "PLAN_ACC_QUIET_WAIT=${PLAN_ACC_QUIET_WAIT:-30}"; do
+  case ${spec#*=} in
+    '' | *[!0-9]* | 0) echo "plan_accuracy: ${spec%%=*} must be a positive integer, got '${spec#*=}'" >&2; exit 2 ;;
+  esac
+done
+[ "$STEPS" -gt "$WARMUP" ] || { echo "plan_accuracy: STEPS must exceed the $WARMUP warm-up steps, got $STEPS" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 PY=/usr/bin/python3
 if [ -n "${PLAN_ACC_KEEP:-}" ]; then WORK=$PLAN_ACC_KEEP; mkdir -p "$WORK"; else

@@ -5,7 +5,8 @@
 # along the way, saves a checkpoint, prints text the model generates from it
 # (`fivefold sample`), and ends with a short summary read from the run's
 # metrics.jsonl. Each demo starts a fresh run: a previous demo run in the
-# output directory is removed first.
+# output directory is set aside and removed once the new run has trained
+# (restored when training fails); arguments are checked before that.
 # It trains on 4 MPI ranks with MoE parallel folding (see below).
 # Extra arguments go to `fivefold train` (e.g. --steps 100).
 # Env: BUILD (default build), DEMO_RANKS (4, or 1 for one process),
@@ -19,6 +20,28 @@ OUT=${DEMO_OUT:-runs/demo-moe}
 PROMPT=${DEMO_PROMPT:-"And God said"}
 SAMPLE_TOKENS=${DEMO_SAMPLE_TOKENS:-200}
 
+# Every argument is checked before anything is built or removed: a rejected
+# value must leave the previous run as it was.
+RANKS=${DEMO_RANKS:-4}
+if [ "$RANKS" != 1 ] && [ "$RANKS" != 4 ]; then
+  echo "demo: DEMO_RANKS must be 1 or 4 (the folded layout is TP2 x DP2 / EP4), got '$RANKS'" >&2
+  exit 1
+fi
+case $SAMPLE_TOKENS in
+  '' | *[!0-9]*)
+    echo "demo: DEMO_SAMPLE_TOKENS must be a positive integer, got '$SAMPLE_TOKENS'" >&2
+    exit 1
+    ;;
+esac
+if [ ! -f "$CONFIG" ]; then
+  echo "demo: DEMO_CONFIG $CONFIG does not exist" >&2
+  exit 1
+fi
+if [ -z "$OUT" ] || [ "$OUT" = / ] || [ "$OUT" = . ]; then
+  echo "demo: DEMO_OUT must name a run directory, got '$OUT'" >&2
+  exit 1
+fi
+
 if [ ! -x "$BUILD/fivefold" ]; then
   echo "demo: $BUILD/fivefold is missing; run 'make' first" >&2
   exit 1
@@ -28,29 +51,39 @@ vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$CONFIG" | head -n 1)
 BUILD=$BUILD BPE_VOCAB=${vocab:-4096} bash scripts/prepare-corpus.sh
 echo
 
+# The previous demo run is set aside, not removed, until the new one has
+# trained: arguments that `fivefold train` rejects (they go to it as they
+# are) bring it back untouched.
+PREVIOUS=""
 if [ -d "$OUT/checkpoints" ] || [ -f "$OUT/metrics.jsonl" ]; then
-  echo "demo: removing the previous demo run in $OUT"
-  rm -rf "$OUT"
+  PREVIOUS="$OUT.previous.$$"
+  mv "$OUT" "$PREVIOUS"
+  restore_previous() {
+    rm -rf "$OUT"
+    mv "$PREVIOUS" "$OUT"
+    echo "demo: training failed; the previous demo run in $OUT is restored" >&2
+  }
+  trap 'rc=$?; if [ $rc != 0 ] && [ -d "$PREVIOUS" ]; then restore_previous; fi; exit $rc' EXIT
 fi
 # The default demo runs folded: 4 MPI ranks, attention on a TP2 x DP2 grid
 # and the MoE layers on EP4 x ETP1 over the same ranks (8 experts, 2 per
 # rank), all-to-all dispatcher; micro-batches of 8 per DP rank keep the
 # global batch at 16 sequences. One OpenMP thread per rank: the 4 ranks
 # share the cores. DEMO_RANKS=1 trains in one process instead.
-RANKS=${DEMO_RANKS:-4}
 if [ "$RANKS" = 1 ]; then
   LAYOUT="1 process"
   "$BUILD/fivefold" train --config "$CONFIG" --out "$OUT" "$@"
 else
-  if [ "$RANKS" != 4 ]; then
-    echo "demo: DEMO_RANKS must be 1 or 4 (the folded layout is TP2 x DP2 / EP4)" >&2
-    exit 1
-  fi
   LAYOUT="4 MPI ranks, parallel folding: attention TP2 x DP2 (sequence parallel), MoE EP4 x ETP1, all-to-all dispatcher"
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE \
     mpirun -np 4 --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY \
     "$BUILD/fivefold" train --config "$CONFIG" --out "$OUT" --tp 2 --ep 4 --micro-batch-size 8 \
     --global-batch-size 16 --threads 1 "$@"
+fi
+
+if [ -n "$PREVIOUS" ]; then
+  echo "demo: removing the previous demo run (set aside as $PREVIOUS)"
+  rm -rf "$PREVIOUS"
 fi
 
 METRICS=$OUT/metrics.jsonl

@@ -39,6 +39,25 @@ EVAL_INTERVAL=${EVAL_INTERVAL:-25}
 CONFIG=configs/upcycling/dense.json
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
+# Every value is checked before anything under OUT is removed.
+for var in THREADS PRETRAIN_STEPS CONTINUE_STEPS EVAL_INTERVAL; do
+  case ${!var} in
+    '' | *[!0-9]* | 0)
+      echo "upcycling: $var must be a positive integer, got '${!var}'" >&2
+      exit 1
+      ;;
+  esac
+done
+case $CONTINUE_LR in
+  '' | *[!0-9.eE+-]*)
+    echo "upcycling: CONTINUE_LR must be a number, got '$CONTINUE_LR'" >&2
+    exit 1
+    ;;
+esac
+if [ -z "$OUT" ] || [ "$OUT" = / ] || [ "$OUT" = . ]; then
+  echo "upcycling: OUT must name a directory for the runs, got '$OUT'" >&2
+  exit 1
+fi
 if [ ! -x "$FIVEFOLD" ]; then
   echo "upcycling: $FIVEFOLD is missing; run 'make' first (or set FIVEFOLD)" >&2
   exit 1

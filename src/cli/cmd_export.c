@@ -9,7 +9,7 @@
 
 static void export_help(FILE *f) {
   fprintf(f,
-          "usage: fivefold export --format hf --checkpoint DIR --out DIR\n\n"
+          "usage: fivefold export --format hf --checkpoint DIR --out DIR [--tokenizer FILE]\n\n"
           "Writes a trained model as a Hugging Face model directory: config.json\n"
           "(LlamaForCausalLM for dense models, MixtralForCausalLM for MoE models), model.safetensors\n"
           "(float32, Hugging Face tensor names) and tokenizer.json. MoE features Mixtral lacks (a\n"
@@ -22,6 +22,8 @@ static void export_help(FILE *f) {
           "                       valid checkpoint)\n"
           "  --out DIR            output directory (created if missing; its config.json,\n"
           "                       model.safetensors and tokenizer.json are replaced)\n"
+          "  --tokenizer FILE     use this tokenizer.json (or 'byte-level') instead of the copy the\n"
+          "                       checkpoint stores (which is checked against its recorded CRC-32)\n"
           "  -h, --help           show this help\n");
 }
 
@@ -37,7 +39,7 @@ static int fail(int code, const char *fmt, ...) {
 }
 
 int cmd_export(int argc, char **argv) {
-  const char *format = NULL, *checkpoint = NULL, *out = NULL;
+  const char *format = NULL, *checkpoint = NULL, *out = NULL, *tokenizer = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -47,6 +49,7 @@ int cmd_export(int argc, char **argv) {
     const char **slot = !strcmp(a, "--format") ? &format
                         : !strcmp(a, "--checkpoint") ? &checkpoint
                         : !strcmp(a, "--out") ? &out
+                        : !strcmp(a, "--tokenizer") ? &tokenizer
                         : NULL;
     if (!slot) return fail(2, "unknown option '%s' (see 'fivefold export --help')", a);
     if (i + 1 >= argc) return fail(2, "%s needs a value (see 'fivefold export --help')", a);
@@ -58,7 +61,7 @@ int cmd_export(int argc, char **argv) {
   if (!out) return fail(2, "no output directory given (--out DIR)");
   Error err = {0};
   ExportHfInfo info;
-  if (export_hf_checkpoint(checkpoint, out, &info, &err)) return fail(1, "%s", err.msg);
+  if (export_hf_checkpoint_with_tokenizer(checkpoint, tokenizer, out, &info, &err)) return fail(1, "%s", err.msg);
   printf("export: %s (step %d) -> %s/ as %s: config.json, model.safetensors (%d tensors, %zu parameters, "
          "float32), tokenizer.json\n",
          info.checkpoint, info.step, out, info.architecture, info.num_tensors, info.num_params);

@@ -78,7 +78,8 @@ static void simulate_usage(FILE *f) {
           "  --mbs K                  micro-batch size in sequences (default 1)\n"
           "  --recompute R            none (default), selective (attention core) or full\n"
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
-          "  --schedule S             gpipe to force GPipe (default: none, 1f1b or interleaved from pp, vpp)\n"
+          "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
+          "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
           "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
           "  --moe-tp-replicated      TP without an MoE grid runs the MoE on the gathered sequence on every\n"
@@ -105,7 +106,9 @@ static void plan_usage(FILE *f) {
           "                           upper limits (defaults: TP and ETP within a node, VPP 8)\n"
           "  --no-folding             keep the MoE grid coupled to attention (ETP = TP, EP inside DP)\n"
           "  --no-distributed-optimizer  never shard optimizer state\n"
-          "  --distributed-optimizer  always shard optimizer state\n");
+          "  --distributed-optimizer  always shard optimizer state\n"
+          "  --runtime R              fivefold (default): only what `fivefold train` runs (no recomputation);\n"
+          "                           any: every layout the rules allow, for another runtime\n");
 }
 
 static int parse_int(const PlanCli *c, const char *opt, const char *s, int lo, int *out) {
@@ -255,10 +258,13 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
           rc = -1;
         }
       } else if (!strcmp(name, "--schedule")) {
-        if (!strcmp(value, "gpipe")) c->cfg.schedule = SCHED_SCHEDULE_GPIPE;
-        else if (strcmp(value, "1f1b") && strcmp(value, "interleaved") && strcmp(value, "none")) {
+        SchedScheduleKind kind;
+        if (sched_schedule_from_name(value, &kind) || kind == SCHED_SCHEDULE_CUSTOM) {
           fprintf(stderr, "fivefold %s: --schedule must be none, gpipe, 1f1b or interleaved, got '%s'\n", c->cmd, value);
           rc = -1;
+        } else {
+          c->cfg.schedule = kind;
+          c->cfg.schedule_given = 1;
         }
       } else if (!strcmp(name, "--dispatcher")) {
         if (!strcmp(value, "allgather")) c->opt.moe_allgather = 1;
@@ -277,6 +283,12 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--out")) c->out_path = value;
       else if (!strcmp(name, "--mbs-list")) c->mbs_list = value;
       else if (!strcmp(name, "--recompute-list")) c->recompute_list = value;
+      else if (!strcmp(name, "--runtime")) {
+        if (plan_runtime_from_name(value, &sp->runtime)) {
+          fprintf(stderr, "fivefold %s: --runtime must be fivefold or any, got '%s'\n", c->cmd, value);
+          rc = -1;
+        }
+      }
       else if (!strcmp(name, "--max-tp")) rc = parse_int(c, name, value, 1, &sp->max_tp);
       else if (!strcmp(name, "--max-cp")) rc = parse_int(c, name, value, 1, &sp->max_cp);
       else if (!strcmp(name, "--max-pp")) rc = parse_int(c, name, value, 1, &sp->max_pp);
@@ -447,6 +459,7 @@ int cmd_plan(int argc, char **argv) {
   memset(&limits, 0, sizeof limits);
   c->space = limits;
   c->space.max_vpp = -1;
+  c->space.runtime = PLAN_RUNTIME_FIVEFOLD;
   int rc = parse_args(argc, argv, c, 0);
   if (rc) {
     if (rc > 0) plan_usage(stdout);
@@ -462,6 +475,7 @@ int cmd_plan(int argc, char **argv) {
   if (given.max_vpp > 0) c->space.max_vpp = given.max_vpp;
   c->space.max_ep = given.max_ep;
   c->space.max_etp = given.max_etp;
+  c->space.runtime = given.runtime;
   if (parse_search_lists(c)) {
     free(c);
     return 2;
@@ -474,8 +488,8 @@ int cmd_plan(int argc, char **argv) {
   PlanSearchResult res;
   memset(&res, 0, sizeof res);
   if (load_inputs(c, &model, &cluster)) goto out;
-  printf("planning %s on %d x %s, sequence %d, global batch %d, %s\n\n", c->model, c->gpus, cluster.name, c->seq,
-         c->global_batch, plan_dtype_name(c->dtype));
+  printf("planning %s on %d x %s, sequence %d, global batch %d, %s, for the %s runtime\n\n", c->model, c->gpus,
+         cluster.name, c->seq, c->global_batch, plan_dtype_name(c->dtype), plan_runtime_name(c->space.runtime));
   if (plan_search(&model, &cluster, &c->opt, &c->space, c->top, &res, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
@@ -495,7 +509,7 @@ int cmd_plan(int argc, char **argv) {
     plan_result_free(&r);
   }
   if (c->out_path) {
-    if (plan_write_json(&res.top[0], &res.stats, c->model, cluster.name, c->out_path, &err)) {
+    if (plan_write_json_for_model(&res.top[0], &res.stats, c->model, &model, cluster.name, c->out_path, &err)) {
       fprintf(stderr, "fivefold plan: %s\n", err.msg);
       goto out;
     }

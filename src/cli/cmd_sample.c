@@ -253,7 +253,9 @@ int cmd_sample(int argc, char **argv) {
   memset(&s, 0, sizeof s);
   char dir[4096], tokenizer[4096];
   int step = 0, rc = checkpoint_resolve(a.checkpoint, dir, sizeof dir, &err);
-  if (!rc) rc = checkpoint_read_model_config(dir, &s.cfg, tokenizer, sizeof tokenizer, &step, &err);
+  /* With --tokenizer the checkpoint's own copy is neither needed nor checked. */
+  if (!rc)
+    rc = checkpoint_read_model_config(dir, &s.cfg, a.tokenizer ? NULL : tokenizer, sizeof tokenizer, &step, &err);
   if (rc) return fail(1, "%s", err.msg);
   if (a.tokenizer) snprintf(tokenizer, sizeof tokenizer, "%s", a.tokenizer);
   if (strcmp(tokenizer, CHECKPOINT_BYTE_LEVEL) != 0 && (rc = tok_load_json(&s.tok, tokenizer, &err)))

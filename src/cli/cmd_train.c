@@ -103,6 +103,29 @@ typedef struct Override {
   char flag_buf[64];
 } Override;
 
+/* A plan fits one model: its layout divides that model's layers, heads and
+ * experts, and its prediction prices that model. The fingerprint covers
+ * every field of the model config, so a plan for another model is refused
+ * even when the layer counts agree. */
+static int check_plan_model(const TrainConfig *cfg, const char *path, const PlanChoice *pc, Error *err) {
+  const char *run_model = cfg->model_source[0] ? cfg->model_source : "the inline model";
+  char fp[PLAN_FINGERPRINT_MAX], summary[160];
+  plan_model_fingerprint(&cfg->model, fp);
+  plan_model_summary(&cfg->model, summary, sizeof summary);
+  if (!pc->has_identity)
+    return error_set(err, ERR_CONFIG,
+                     "--plan %s: the plan has no model_identity, so it cannot be checked against the run's model "
+                     "(%s of %s: %s); re-plan with `fivefold plan --model ... --out`",
+                     path, run_model, cfg->config_path, summary);
+  if (strcmp(pc->model_fingerprint, fp))
+    return error_set(err, ERR_CONFIG,
+                     "--plan %s: the plan was made for model %s (%s, fingerprint %s), but %s trains %s (%s, "
+                     "fingerprint %s); re-plan for this model",
+                     path, pc->model[0] ? pc->model : "?", pc->model_summary[0] ? pc->model_summary : "?",
+                     pc->model_fingerprint, cfg->config_path, run_model, summary, fp);
+  return 0;
+}
+
 /* The plan's layout as overrides, applied before the command line's so
  * that explicit flags win: all five dimensions with the MoE grid's ep and
  * etp. What the runtime cannot run yet (recomputation) is refused rather
@@ -110,6 +133,7 @@ typedef struct Override {
 static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   PlanChoice pc;
   if (plan_file_read(path, &pc, err)) return error_wrap(err, "--plan");
+  if (check_plan_model(cfg, path, &pc, err)) return err->code;
   const char *why = NULL;
   char what[128];
   if (pc.recompute != PLAN_RECOMPUTE_NONE) snprintf(what, sizeof what, "recompute (activation recomputation)"), why = what;
@@ -119,6 +143,9 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
                      "--recompute-list none)",
                      path, why);
   char v[TRAIN_MAX_STAGES * 8];
+  /* The planner mirrors attention in a dense model's MoE grid (etp = tp);
+   * the runtime has no MoE grid without experts. */
+  if (cfg->model.num_experts <= 0) pc.ep = pc.etp = 1;
   struct {
     const char *flag;
     int value;

@@ -11,9 +11,11 @@
  *    i % k == 0), else Qwen2-MoE's decoder_sparse_step / mlp_only_layers
  *    (MoE when (i + 1) % step == 0 and i not listed), else every layer.
  * Not modelled (accepted so that published configs load): Qwen2-MoE's
- * sigmoid gate on the shared expert and its q/k/v biases, sliding-window
- * attention (a window is ignored unless use_sliding_window is true, which is
- * refused), router jitter noise. */
+ * sigmoid gate on the shared expert, router jitter noise. Refused, because
+ * a model with them would train as a plain one: q/k/v biases (qkv_bias
+ * true) and sliding-window attention (use_sliding_window true, or a
+ * sliding_window smaller than max_position_embeddings without
+ * use_sliding_window false: Mistral applies a window whenever one is set). */
 #include "model/config.h"
 
 #include "base/file_text.h"
@@ -68,6 +70,8 @@ static const char *const PARSED_FIELDS[] = {
     "use_sliding_window",
     "rope_scaling",
     "layer_types",
+    "qkv_bias",
+    "sliding_window",
 };
 
 /* Hugging Face bookkeeping fields that do not change the computation. */
@@ -83,13 +87,11 @@ static const char *const IGNORED_FIELDS[] = {
     "attention_dropout",
     "output_router_logits",
     "router_jitter_noise",
-    "sliding_window",
     "max_window_layers",
     "pretraining_tp",
     "_name_or_path",
     "tokenizer_class",
     "return_dict",
-    "qkv_bias",
     "initializer_factor",
     "_attn_implementation",
 };
@@ -275,7 +277,9 @@ static int check_bookkeeping(const cJSON *obj, const char *origin, Error *err) {
                      origin);
   if (require_false(obj, origin, "attention_bias", "attention projections have no bias", err)) return err->code;
   if (require_false(obj, origin, "mlp_bias", "MLP projections have no bias", err)) return err->code;
-  if (require_false(obj, origin, "use_sliding_window", "sliding-window attention is not supported", err))
+  if (require_false(obj, origin, "use_sliding_window", "sliding-window attention is not implemented", err))
+    return err->code;
+  if (require_false(obj, origin, "qkv_bias", "q/k/v projections have no bias in fivefold's attention", err))
     return err->code;
   if (field(obj, "rope_scaling"))
     return error_set(err, ERR_CONFIG, "%s: field \"rope_scaling\": expected null (RoPE scaling is not supported)",
@@ -294,6 +298,25 @@ static int check_bookkeeping(const cJSON *obj, const char *origin, Error *err) {
     }
   }
   return 0;
+}
+
+/* A window at least as long as the longest sequence is full attention; a
+ * shorter one is refused unless use_sliding_window false switches it off
+ * (Qwen2 keeps a window value that is not used). */
+static int check_sliding_window(const cJSON *obj, const char *origin, int max_positions, Error *err) {
+  const cJSON *v = field(obj, "sliding_window");
+  if (!v || cJSON_IsNull(v)) return 0;
+  double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (!cJSON_IsNumber(v) || d != floor(d) || d < 1)
+    return error_set(err, ERR_CONFIG, "%s: field \"sliding_window\": expected null or a positive integer, got %s",
+                     origin, json_type_name(v));
+  const cJSON *use = field(obj, "use_sliding_window");
+  if (cJSON_IsFalse(use) || d >= max_positions) return 0;
+  return error_set(err, ERR_CONFIG,
+                   "%s: field \"sliding_window\": %.0f is smaller than max_position_embeddings %d, but "
+                   "sliding-window attention is not implemented (expected null, a window >= %d, or "
+                   "\"use_sliding_window\": false)",
+                   origin, d, max_positions, max_positions);
 }
 
 static int check_known_fields(const cJSON *obj, const char *origin, Error *err) {
@@ -407,6 +430,7 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *origi
   TRY(get_float(obj, origin, "rms_norm_eps", 0.0, 1, 1.0, &cfg->rms_norm_eps, err));
   TRY(get_bool(obj, origin, "tie_word_embeddings", &cfg->tie_word_embeddings, err));
   TRY(get_int(obj, origin, "max_position_embeddings", 1, INT_MAX, &cfg->max_position_embeddings, err));
+  TRY(check_sliding_window(obj, origin, cfg->max_position_embeddings, err));
   TRY(get_float(obj, origin, "initializer_range", 0.0, 1, 1e3, &cfg->init_std, err));
 
   /* MoE sizes */

@@ -149,7 +149,7 @@ int plan_config_finish(PlanConfig *c, const ModelConfig *m, const ClusterSpec *c
       return error_set(err, ERR_CONFIG, "tp %d must divide the vocabulary (%d) for the vocab-parallel LM head", p->tp,
                        m->vocab_size);
   }
-  if (c->schedule != SCHED_SCHEDULE_GPIPE)
+  if (!c->schedule_given && c->schedule != SCHED_SCHEDULE_GPIPE)
     c->schedule = p->vpp > 1 ? SCHED_SCHEDULE_INTERLEAVED : p->pp > 1 ? SCHED_SCHEDULE_1F1B : SCHED_SCHEDULE_NONE;
   else if (p->vpp > 1)
     return error_set(err, ERR_CONFIG, "schedule gpipe runs one chunk per rank: vpp must be 1 (got %d)", p->vpp);

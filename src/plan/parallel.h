@@ -44,7 +44,8 @@ typedef struct PlanConfig {
   PlanRecompute recompute;
   int distributed_optimizer; /* ZeRO-1: optimizer state sharded over the data-parallel group */
   PlanDtype dtype;           /* training precision: bf16 (mixed) or fp32 */
-  SchedScheduleKind schedule; /* derived by plan_config_finish unless set to gpipe */
+  SchedScheduleKind schedule; /* derived by plan_config_finish unless given (or set to gpipe) */
+  int schedule_given;         /* 1: `schedule` was asked for: kept and checked against pp, vpp */
   int num_given_layers;       /* entries in layers_per_stage; 0 = the planner chooses */
   int layers_per_stage[PLAN_MAX_STAGES];
 } PlanConfig;
@@ -92,7 +93,8 @@ typedef struct PlanOptions {
 void plan_options_default(PlanOptions *opt);
 
 /* Fills defaults into a config: dp, microbatches, edp, schedule (none for
- * pp 1, interleaved for vpp > 1, else 1f1b unless gpipe was asked for),
+ * pp 1, interleaved for vpp > 1, else 1f1b, unless schedule_given or
+ * gpipe: then the schedule asked for, refused when it does not fit),
  * and checks it against the model, the GPU count and the cluster: every
  * size divides what it must, the batch splits into micro-batches, the
  * schedule can be built, TP divides the heads, EP the experts, ETP the

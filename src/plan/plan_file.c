@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/crc32.h"
 #include "base/file_text.h"
 
 typedef struct Ctx {
@@ -177,6 +178,18 @@ int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Er
     return error_set(c->err, ERR_FORMAT, "%s: missing field \"parallel\" (an object with the chosen configuration)",
                      c->origin);
   TRY(read_parallel(c, par, p));
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "model_identity");
+  if (id) {
+    if (!cJSON_IsObject(id))
+      return error_set(c->err, ERR_FORMAT, "%s: field \"model_identity\": expected an object", c->origin);
+    TRY(get_string(c, id, "model_identity", "fingerprint", 0, &s));
+    snprintf(p->model_fingerprint, sizeof p->model_fingerprint, "%s", s);
+    TRY(get_string(c, id, "model_identity", "summary", 1, &s));
+    if (s) snprintf(p->model_summary, sizeof p->model_summary, "%s", s);
+    TRY(get_string(c, id, "model_identity", "name", 1, &s));
+    if (s && !p->model[0]) snprintf(p->model, sizeof p->model, "%s", s);
+    p->has_identity = 1;
+  }
   const cJSON *pred = cJSON_GetObjectItemCaseSensitive(root, "prediction");
   const cJSON *st = cJSON_IsObject(pred) ? cJSON_GetObjectItemCaseSensitive(pred, "step_time_s") : NULL;
   if (cJSON_IsNumber(st) && st->valuedouble > 0) p->predicted_step_time = st->valuedouble;
@@ -201,4 +214,20 @@ int plan_file_read(const char *path, PlanChoice *out, Error *err) {
   rc = plan_file_from_json(root, path, out, err);
   cJSON_Delete(root);
   return rc;
+}
+
+void plan_model_fingerprint(const ModelConfig *model, char out[PLAN_FINGERPRINT_MAX]) {
+  cJSON *j = model_config_to_json(model);
+  char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+  uint32_t crc = text ? crc32_update(0, text, strlen(text)) : 0;
+  snprintf(out, PLAN_FINGERPRINT_MAX, "crc32:%08x", (unsigned)crc);
+  free(text);
+  cJSON_Delete(j);
+}
+
+void plan_model_summary(const ModelConfig *m, char *out, size_t n) {
+  int at = snprintf(out, n, "%d layers, hidden %d, %d heads", m->num_layers, m->hidden_size, m->num_heads);
+  if (at > 0 && (size_t)at < n && m->num_experts > 0)
+    at += snprintf(out + at, n - (size_t)at, ", %d experts top-%d", m->num_experts, m->top_k);
+  if (at > 0 && (size_t)at < n) snprintf(out + at, n - (size_t)at, ", vocabulary %d", m->vocab_size);
 }

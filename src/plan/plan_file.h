@@ -4,6 +4,7 @@
  * The file (docs/planner.md):
  *   {"format": "fivefold.plan", "version": 1, "model", "cluster", "gpus",
  *    "seq_length", "dtype",
+ *    "model_identity": {"name", "fingerprint", "summary"},
  *    "parallel": {tp, cp, dp, pp, vpp, ep, etp, edp, micro_batch_size,
  *                 global_batch_size, microbatches, schedule, recompute,
  *                 distributed_optimizer, layers_per_stage}, "prediction": {...}}
@@ -11,16 +12,24 @@
  * multiply to gpus (tp cp dp pp = etp ep edp pp), the global batch splits
  * into dp x micro-batch x microbatches, the schedule is one the scheduler
  * knows and fits pp/vpp, layers_per_stage has pp x vpp entries >= 1.
+ * model_identity says which model the plan was made for: the name given
+ * to `fivefold plan` and a fingerprint of every field of its config
+ * (plan_model_fingerprint), so that `train --plan` can refuse a plan made
+ * for another model even when the layer counts agree. It is optional here
+ * (has_identity 0); the trainer decides what a missing one means.
  * Fields it does not know are ignored (prediction and search are for
  * people); missing or wrong ones are errors naming the file and the field. */
 #ifndef FIVEFOLD_PLAN_PLAN_FILE_H
 #define FIVEFOLD_PLAN_PLAN_FILE_H
 
 #include "base/error.h"
+#include "model/config.h"
 #include "plan/parallel.h"
 #include "sched/program.h"
 
 typedef struct cJSON cJSON;
+
+#define PLAN_FINGERPRINT_MAX 24
 
 typedef struct PlanChoice {
   char model[256];   /* as given to `fivefold plan` ("" when absent) */
@@ -39,7 +48,16 @@ typedef struct PlanChoice {
   int num_stages;    /* pp x vpp */
   int layers_per_stage[PLAN_MAX_STAGES]; /* by virtual stage (chunk x pp + rank) */
   double predicted_step_time; /* s; 0 when the file has no prediction */
+  int has_identity;           /* model_identity present */
+  char model_fingerprint[PLAN_FINGERPRINT_MAX];
+  char model_summary[160];
 } PlanChoice;
+
+/* "crc32:xxxxxxxx" of the model config's canonical JSON (every field,
+ * defaults filled in): two configs that train the same model agree. */
+void plan_model_fingerprint(const ModelConfig *model, char out[PLAN_FINGERPRINT_MAX]);
+/* A short description for messages: layers, width, heads, experts, vocabulary. */
+void plan_model_summary(const ModelConfig *model, char *out, size_t n);
 
 int plan_file_read(const char *path, PlanChoice *out, Error *err);
 /* The same from parsed JSON; origin names the file in messages. */

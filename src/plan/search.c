@@ -133,6 +133,10 @@ static int explore_layout(Search *S, PlanConfig *cfg, int mbs, Error *err) {
           continue;
         }
         cfg->distributed_optimizer = dist_options[k];
+        if (plan_runtime_check(sp->runtime, m, cfg, NULL)) {
+          S->stats.pruned_runtime++;
+          continue;
+        }
         if (state_lower_bound(S, cfg, dist_options[k]) > plan_memory_capacity(S->cluster)) {
           S->stats.pruned_memory_lb++;
           continue;

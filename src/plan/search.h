@@ -8,6 +8,7 @@
  * a node.
  *
  * Pruning, in order:
+ *  - runtime: variants the runtime planned for does not run (space.runtime);
  *  - memory lower bound: the model state of the average pipeline rank
  *    (before any partition is chosen) must fit;
  *  - memory: the chosen partition's peak over the schedule must fit;
@@ -27,6 +28,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "plan/runtime_caps.h"
 #include "plan/simulate.h"
 
 typedef struct PlanSearchSpace {
@@ -39,6 +41,7 @@ typedef struct PlanSearchSpace {
   int allow_recompute[PLAN_NUM_RECOMPUTE];
   int allow_distributed_optimizer; /* 1: may shard; 0: never */
   int require_distributed_optimizer;
+  PlanRuntime runtime; /* variants this runtime does not run are dropped (runtime_caps.h) */
 } PlanSearchSpace;
 
 void plan_search_space_default(PlanSearchSpace *space, int gpus, int seq_len, int global_batch_size);
@@ -49,6 +52,7 @@ typedef struct PlanSearchStats {
   long pruned_memory;    /* dropped because the peak does not fit */
   long pruned_dominated; /* more recomputation or an unsharded optimizer than a variant that fits */
   long pruned_bound;     /* lower bound no better than the K-th best */
+  long pruned_runtime;   /* the runtime planned for does not run them (runtime_caps.h) */
   long simulated;
 } PlanSearchStats;
 
@@ -82,5 +86,9 @@ void plan_result_print_row(const PlanResult *r, int rank, FILE *f);
  *  "search": {considered, pruned, simulated} (when a search produced it)} */
 int plan_write_json(const PlanResult *best, const PlanSearchStats *stats, const char *model_name,
                     const char *cluster_name, const char *path, Error *err);
+/* The same with "model_identity" (plan_file.h): the name, the model's
+ * fingerprint and summary, which `fivefold train --plan` checks. */
+int plan_write_json_for_model(const PlanResult *best, const PlanSearchStats *stats, const char *model_name,
+                              const ModelConfig *model, const char *cluster_name, const char *path, Error *err);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/plan_file.h"
 #include "plan/search.h"
 #include "sched/program.h"
 
@@ -38,12 +39,13 @@ void plan_search_print_table(const PlanSearchResult *r, const ClusterSpec *cl, F
   plan_result_print_header(f);
   for (int i = 0; i < r->num_top; i++) plan_result_print_row(&r->top[i], i + 1, f);
   const PlanSearchStats *s = &r->stats;
-  long pruned = s->pruned_memory_lb + s->pruned_memory + s->pruned_dominated + s->pruned_bound;
+  long pruned = s->pruned_memory_lb + s->pruned_memory + s->pruned_dominated + s->pruned_bound + s->pruned_runtime;
   fprintf(f,
-          "\n%ld configurations considered, %ld pruned (%ld over memory by the state bound, %ld over memory at the "
-          "peak, %ld dominated, %ld by the step-time bound), %ld simulated; memory limit %.1f GiB per GPU\n",
-          s->considered, pruned, s->pruned_memory_lb, s->pruned_memory, s->pruned_dominated, s->pruned_bound,
-          s->simulated, plan_memory_capacity(cl) / GIB);
+          "\n%ld configurations considered, %ld pruned (%ld not run by the runtime, %ld over memory by the state "
+          "bound, %ld over memory at the peak, %ld dominated, %ld by the step-time bound), %ld simulated; memory "
+          "limit %.1f GiB per GPU\n",
+          s->considered, pruned, s->pruned_runtime, s->pruned_memory_lb, s->pruned_memory, s->pruned_dominated,
+          s->pruned_bound, s->simulated, plan_memory_capacity(cl) / GIB);
 }
 
 void plan_result_explain(const PlanResult *r, const ModelConfig *m, FILE *f) {
@@ -113,6 +115,11 @@ void plan_result_explain(const PlanResult *r, const ModelConfig *m, FILE *f) {
 
 int plan_write_json(const PlanResult *r, const PlanSearchStats *stats, const char *model_name,
                     const char *cluster_name, const char *path, Error *err) {
+  return plan_write_json_for_model(r, stats, model_name, NULL, cluster_name, path, err);
+}
+
+int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats, const char *model_name,
+                              const ModelConfig *model, const char *cluster_name, const char *path, Error *err) {
   const PlanConfig *c = &r->cfg;
   const PlanParallel *p = &c->par;
   cJSON *root = cJSON_CreateObject();
@@ -126,6 +133,15 @@ int plan_write_json(const PlanResult *r, const PlanSearchStats *stats, const cha
     cJSON_AddNumberToObject(root, "gpus", plan_config_world(c));
     cJSON_AddNumberToObject(root, "seq_length", c->seq_len);
     cJSON_AddStringToObject(root, "dtype", plan_dtype_name(c->dtype));
+    cJSON *id = model ? cJSON_AddObjectToObject(root, "model_identity") : NULL;
+    if (id) {
+      char fp[PLAN_FINGERPRINT_MAX], summary[160];
+      plan_model_fingerprint(model, fp);
+      plan_model_summary(model, summary, sizeof summary);
+      cJSON_AddStringToObject(id, "name", model_name ? model_name : "");
+      cJSON_AddStringToObject(id, "fingerprint", fp);
+      cJSON_AddStringToObject(id, "summary", summary);
+    }
     par = cJSON_AddObjectToObject(root, "parallel");
     pred = cJSON_AddObjectToObject(root, "prediction");
     bad = !par || !pred;
@@ -164,7 +180,8 @@ int plan_write_json(const PlanResult *r, const PlanSearchStats *stats, const cha
       if (s) {
         cJSON_AddNumberToObject(s, "considered", (double)stats->considered);
         cJSON_AddNumberToObject(s, "pruned", (double)(stats->pruned_memory_lb + stats->pruned_memory +
-                                                      stats->pruned_dominated + stats->pruned_bound));
+                                                      stats->pruned_dominated + stats->pruned_bound +
+                                                      stats->pruned_runtime));
         cJSON_AddNumberToObject(s, "simulated", (double)stats->simulated);
       }
     }

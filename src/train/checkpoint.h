@@ -8,11 +8,16 @@
  *   state.json             {"format": "fivefold-checkpoint", "version": 1, "step": 120,
  *                           "model_config": <model_config_to_json>,
  *                           "train_config": <train_config_to_json>,
- *                           "tokenizer": "<absolute path of tokenizer.json>" | "byte-level",
+ *                           "tokenizer": "tokenizer.json" | "byte-level",
+ *                           "tokenizer_file": {"bytes": N, "crc32": "xxxxxxxx", "source": "<path>"},
  *                           "data_loader": {"seed", "epoch", "position", "num_windows"},
  *                           "rng": {"seed"},
  *                           "files": {"model.safetensors": {"bytes": N, "crc32": "xxxxxxxx"},
  *                                     "optimizer.safetensors": {...}}}
+ *   tokenizer.json         a copy of the run's tokenizer.json (not for byte-level
+ *                          runs), checked against "tokenizer_file" when sample or
+ *                          export read it (checkpoint_tokenizer.c); checkpoints of
+ *                          older builds record the tokenizer's absolute path instead
  * 64-bit integers in state.json are JSON numbers up to 2^53 and decimal
  * strings above (a double cannot hold them exactly). "rng" holds only the
  * seed: every random draw in fivefold is a pure function of (seed, stream,
@@ -64,6 +69,7 @@
 #define CHECKPOINT_OPTIMIZER_FILE "optimizer.safetensors"
 #define CHECKPOINT_STATE_FILE "state.json"
 #define CHECKPOINT_BYTE_LEVEL "byte-level"
+#define CHECKPOINT_TOKENIZER_FILE "tokenizer.json"
 #define CHECKPOINT_CRASH_ENV "FIVEFOLD_TEST_CRASH_IN_CHECKPOINT"
 #define CHECKPOINT_TEST_CRASH_EXIT 86
 /* Longest checkpoint directory path: a run directory plus its own names. */
@@ -77,8 +83,11 @@
  * out (size n). */
 int checkpoint_resolve(const char *path, char *out, size_t n, Error *err);
 /* Reads and validates state.json of a resolved checkpoint dir; fills the
- * model config. tokenizer (size tn) receives the "tokenizer" string (may be
- * "byte-level"). step may be NULL. */
+ * model config. tokenizer (size tn; NULL when the caller brings its own)
+ * receives the tokenizer to decode with: "byte-level", the path of the
+ * checkpoint's stored tokenizer.json after checking it against the size and
+ * CRC-32 state.json records (a changed copy is ERR_FORMAT), or an older
+ * checkpoint's recorded path. step may be NULL. */
 int checkpoint_read_model_config(const char *ckpt_dir, ModelConfig *cfg, char *tokenizer, size_t tn, int *step,
                                  Error *err);
 /* Loads all parameters into an already created Model with the same config

@@ -59,6 +59,24 @@ void ckpt_state_free(CkptState *st);
  * safetensors structure. */
 int ckpt_verify_file(const CkptState *st, int i, Error *err);
 
+/* ---- the stored tokenizer (checkpoint_tokenizer.c) ---- */
+
+typedef struct CkptTokenizerRecord {
+  int stored; /* 0: byte-level, nothing stored */
+  CkptFileRecord file;
+  char source[TRAIN_PATH_MAX];
+} CkptTokenizerRecord;
+
+/* Copies the run's tokenizer.json (not "byte-level") into tmp/tokenizer.json
+ * (synced) and records its size and CRC-32. */
+int ckpt_tokenizer_store(const char *tmp, const char *tokenizer, CkptTokenizerRecord *rec, Error *err);
+/* Points state.json's "tokenizer" at the stored copy and adds "tokenizer_file". */
+void ckpt_tokenizer_annotate(struct cJSON *state, const CkptTokenizerRecord *rec);
+/* The tokenizer to decode with: "byte-level", the stored copy (its size and
+ * CRC-32 checked against state.json: ERR_FORMAT naming both when changed,
+ * ERR_IO when missing) or an older checkpoint's recorded path. */
+int ckpt_tokenizer_resolve(const CkptState *st, char *out, size_t n, Error *err);
+
 /* ---- the writer side (checkpoint_write.c) ---- */
 
 /* Layout (and, with data, contents) of the two safetensors files for a

@@ -417,13 +417,11 @@ int checkpoint_read_model_config(const char *ckpt_dir, ModelConfig *cfg, char *t
   CkptState st;
   int rc = ckpt_state_read(ckpt_dir, &st, err);
   if (rc) return rc;
-  if (tokenizer && strlen(st.tokenizer) >= tn) {
+  if (tokenizer && (rc = ckpt_tokenizer_resolve(&st, tokenizer, tn, err))) {
     ckpt_state_free(&st);
-    return error_set(err, ERR_ARG, "%s/%s: the tokenizer path does not fit a buffer of %zu bytes", ckpt_dir,
-                     CHECKPOINT_STATE_FILE, tn);
+    return rc;
   }
   *cfg = st.model;
-  if (tokenizer) snprintf(tokenizer, tn, "%s", st.tokenizer);
   if (step) *step = st.step;
   ckpt_state_free(&st);
   return 0;

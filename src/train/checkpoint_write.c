@@ -261,7 +261,12 @@ int ckpt_save_finish_contents(const char *tmp, const CheckpointSource *src, uint
     *bytes += files[i].bytes;
   }
   maybe_crash_for_test();
+  CkptTokenizerRecord tok;
+  int trc = ckpt_tokenizer_store(tmp, src->train_config->tokenizer, &tok, err);
+  if (trc) return trc;
+  *bytes += tok.file.bytes;
   cJSON *json = state_json(src, files);
+  ckpt_tokenizer_annotate(json, &tok);
   char *text = json ? cJSON_Print(json) : NULL;
   cJSON_Delete(json);
   if (!text) return error_set(err, ERR_NOMEM, "out of memory rendering %s", CHECKPOINT_STATE_FILE);

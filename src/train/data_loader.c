@@ -182,6 +182,31 @@ int val_loader_open(ValLoader *vl, const char *const *paths, int num_paths, int 
   return 0;
 }
 
+int val_loader_open_windows(ValLoader *vl, const char *const *paths, int num_paths, int B, int T, int rank,
+                            int world, uint64_t num_windows, uint32_t max_vocab, const char *what, Error *err) {
+  memset(vl, 0, sizeof *vl);
+  if (B <= 0) return error_set(err, ERR_ARG, "%s: micro-batch size must be positive, got %d", what, B);
+  if (world <= 0 || rank < 0 || rank >= world)
+    return error_set(err, ERR_ARG, "%s: rank %d is outside a world of %d ranks", what, rank, world);
+  if (num_windows == 0) return error_set(err, ERR_ARG, "%s: eval windows must be positive", what);
+  int rc = token_windows_open(&vl->windows, paths, num_paths, T, max_vocab, 1, what, err);
+  if (rc) return rc;
+  if (vl->windows.num_windows == 0) {
+    error_set(err, ERR_CONFIG, "%s: no window of %d tokens in the validation data (expected more data or a shorter "
+              "seq_len)", what, T + 1);
+    token_windows_close(&vl->windows);
+    return ERR_CONFIG;
+  }
+  vl->num_used = num_windows < vl->windows.num_windows ? num_windows : vl->windows.num_windows;
+  uint64_t per_batch = (uint64_t)B * (uint64_t)world;
+  vl->num_batches = (int)((vl->num_used + per_batch - 1) / per_batch);
+  vl->B = B;
+  vl->rank = rank;
+  vl->world = world;
+  vl->padded = 1;
+  return 0;
+}
+
 void val_loader_close(ValLoader *vl) {
   token_windows_close(&vl->windows);
   memset(vl, 0, sizeof *vl);
@@ -196,6 +221,13 @@ int val_loader_next(ValLoader *vl, int *inputs, int *targets, uint64_t *window_i
   for (int b = 0; b < vl->B; b++) {
     /* Evenly spread: the j-th used window is floor(j * N / K). */
     uint64_t j = base + (uint64_t)b;
+    if (vl->padded && j >= vl->num_used) {
+      int *in = inputs + (size_t)b * w->T, *tg = targets + (size_t)b * w->T;
+      token_windows_read(w, 0, in, tg);
+      for (int t = 0; t < w->T; t++) tg[t] = -1;
+      if (window_ids) window_ids[b] = UINT64_MAX;
+      continue;
+    }
     uint64_t id = (uint64_t)((unsigned __int128)j * w->num_windows / vl->num_used);
     token_windows_read(w, id, inputs + (size_t)b * w->T, targets + (size_t)b * w->T);
     if (window_ids) window_ids[b] = id;

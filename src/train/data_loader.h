@@ -80,12 +80,23 @@ typedef struct ValLoader {
   int num_batches;   /* batches per full pass for this rank */
   int next_batch;
   uint64_t num_used; /* windows in the fixed list (all ranks) */
+  int padded;        /* opened by val_loader_open_windows: entries past num_used are padding */
 } ValLoader;
 
 /* Uses num_batches * B * world windows (fewer when the data has fewer: then
- * num_batches shrinks and each window appears at most once). */
+ * num_batches shrinks and each window appears at most once). The list
+ * depends on B and world: the trainer uses val_loader_open_windows. */
 int val_loader_open(ValLoader *vl, const char *const *paths, int num_paths, int B, int T, int rank, int world,
                     int num_batches, uint32_t max_vocab, const char *what, Error *err);
+/* A fixed list of num_windows windows (at most every window once), the same
+ * whatever B and world are: window j of the list is floor(j N / K) of the N
+ * windows. Rank r of `world` reads list entries b B world + r B + i in batch
+ * b; every rank has the same ceil(K / (B world)) batches, and entries past
+ * the list's end are padding: a copy of the first window with every target
+ * -1 (no loss, no token counted; window id UINT64_MAX). Sums over the ranks
+ * then cover exactly the K windows under any layout. */
+int val_loader_open_windows(ValLoader *vl, const char *const *paths, int num_paths, int B, int T, int rank,
+                            int world, uint64_t num_windows, uint32_t max_vocab, const char *what, Error *err);
 void val_loader_close(ValLoader *vl);
 void val_loader_reset(ValLoader *vl);
 /* Next batch of the pass; returns 0 when the pass is over. */

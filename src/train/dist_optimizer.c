@@ -50,7 +50,7 @@ double dist_optimizer_local_sumsq(const DistOptimizer *opt, const Model *model, 
   double sumsq = 0;
   for (int b = 0; b < g->num_buckets; b++) {
     size_t lo, hi;
-    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    dp_grads_own_range(g, b, &lo, &hi);
     const float *base = g->shard + g->buckets[b].shard_offset;
     for (size_t at = lo; at < hi;) {
       const ParamTensor *p = &model->tensors[tensor_at(model, at)];
@@ -86,7 +86,7 @@ int dist_optimizer_apply(DistOptimizer *opt, Model *model, double sumsq, Optimiz
   plain.weight_decay = 0.0f;
   for (int b = 0; b < g->num_buckets; b++) {
     size_t lo, hi;
-    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    dp_grads_own_range(g, b, &lo, &hi);
     size_t base = g->buckets[b].shard_offset;
     /* A block may straddle tensors with different weight decay. */
     for (size_t at = lo; at < hi;) {
@@ -103,15 +103,17 @@ int dist_optimizer_apply(DistOptimizer *opt, Model *model, double sumsq, Optimiz
    * through the stage. */
   for (int b = 0; b < g->num_buckets && !rc; b++) {
     DpBucket *k = &g->buckets[b];
+    if (k->group->size <= 1) continue; /* this rank updated the whole bucket */
     if (!k->staged) {
-      rc = comm_allgather_f32(g->group, NULL, model->params + k->begin, k->block, NULL, err);
+      rc = comm_allgather_f32(k->group, NULL, model->params + k->begin, k->block, NULL, err);
       continue;
     }
     size_t lo, hi;
-    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
-    memset(k->stage + (size_t)g->rank * k->block, 0, k->block * sizeof(float));
-    memcpy(k->stage + (size_t)g->rank * k->block, model->params + lo, (hi - lo) * sizeof(float));
-    rc = comm_allgather_f32(g->group, NULL, k->stage, k->block, NULL, err);
+    dp_grads_own_range(g, b, &lo, &hi);
+    float *mine = k->stage + (size_t)k->group->rank * k->block;
+    memset(mine, 0, k->block * sizeof(float));
+    memcpy(mine, model->params + lo, (hi - lo) * sizeof(float));
+    rc = comm_allgather_f32(k->group, NULL, k->stage, k->block, NULL, err);
     if (!rc) memcpy(model->params + k->begin, k->stage, (k->end - k->begin) * sizeof(float));
   }
   if (rc) return error_wrap(err, "distributed optimizer: parameter all-gather");
@@ -129,11 +131,15 @@ static int gather_state(const DpGrads *g, const float *shard, float *full, Error
   for (int b = 0; b < g->num_buckets && !rc; b++) {
     const DpBucket *k = &g->buckets[b];
     size_t len = k->end - k->begin;
-    if (!k->staged) {
-      rc = comm_allgather_f32(g->group, shard + k->shard_offset, full + k->begin, k->block, NULL, err);
+    if (k->group->size <= 1) {
+      memcpy(full + k->begin, shard + k->shard_offset, len * sizeof(float));
       continue;
     }
-    rc = comm_allgather_f32(g->group, shard + k->shard_offset, k->stage, k->block, NULL, err);
+    if (!k->staged) {
+      rc = comm_allgather_f32(k->group, shard + k->shard_offset, full + k->begin, k->block, NULL, err);
+      continue;
+    }
+    rc = comm_allgather_f32(k->group, shard + k->shard_offset, k->stage, k->block, NULL, err);
     if (!rc) memcpy(full + k->begin, k->stage, len * sizeof(float));
   }
   return rc;
@@ -155,7 +161,7 @@ void dist_optimizer_scatter(DistOptimizer *opt, const Optimizer *full) {
   const DpGrads *g = opt->grads;
   for (int b = 0; b < g->num_buckets; b++) {
     size_t lo, hi;
-    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    dp_grads_own_range(g, b, &lo, &hi);
     size_t k = g->buckets[b].shard_offset;
     memcpy(opt->m + k, full->m + lo, (hi - lo) * sizeof(float));
     memcpy(opt->v + k, full->v + lo, (hi - lo) * sizeof(float));

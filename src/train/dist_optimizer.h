@@ -1,17 +1,21 @@
 /* The distributed optimizer (ZeRO-1): AdamW whose fp32 moments are sharded
  * over the data-parallel ranks.
  *
- * The shard of rank r is block r of every gradient bucket (dp_grads.h, in
+ * The shard of a rank is its block of every gradient bucket (dp_grads.h, in
  * reduce-scatter mode), so the reduce-scatter that ends the backward leaves
- * each rank exactly the reduced gradient of the parameters it updates. A
- * step then
+ * each rank exactly the reduced gradient of the parameters it updates. Each
+ * bucket is sharded over the group it reduces over, as Megatron-Core does
+ * with expert parallelism or CP: dense buckets over DP x CP, expert buckets
+ * (dp_grads_route_ranges) over EDP — two sharded instances in one step,
+ * sharing one norm and one learning rate. A step then
  *   1. sums the squares of its shard (dist_optimizer_local_sumsq) and
  *      all-reduces them over every rank holding a part of the model: the
  *      global gradient norm, hence the same clipping factor on every rank;
  *   2. runs AdamW on its shard (weight decay per tensor as in optimizer.h:
  *      a block may straddle tensors, so it is cut at tensor boundaries);
- *   3. all-gathers the updated parameters bucket by bucket, so every rank
- *      holds the full model again for the next forward.
+ *   3. all-gathers the updated parameters bucket by bucket over the
+ *      bucket's group, so every rank holds its full shard of the model
+ *      again for the next forward.
  * The arithmetic per element is that of optimizer_step, so a ZeRO-1 run
  * trains the same model as a plain data-parallel one.
  *

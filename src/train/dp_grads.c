@@ -115,6 +115,43 @@ void dp_grads_free(DpGrads *g) {
   memset(g, 0, sizeof *g);
 }
 
+void dp_grads_own_range(const DpGrads *g, int b, size_t *begin, size_t *end) {
+  dp_grads_rank_range(g, b, g->buckets[b].group->rank, begin, end);
+}
+
+/* Reduce-scatter mode: blocks, shard offsets and staging from each
+ * bucket's group (its size sets the block), allocated anew. */
+static int layout_shard(DpGrads *g, Error *err) {
+  alloc_big_free(g->shard);
+  alloc_big_free(g->stage);
+  g->shard = g->stage = NULL;
+  size_t shard = 0, stage = 0;
+  for (int b = 0; b < g->num_buckets; b++) {
+    DpBucket *k = &g->buckets[b];
+    size_t len = k->end - k->begin, n = (size_t)k->group->size;
+    k->block = (len + n - 1) / n;
+    k->shard_offset = shard;
+    shard += k->block;
+    k->staged = len != k->block * n;
+    if (k->staged) stage += k->block * n;
+    k->stage = NULL;
+  }
+  g->shard_len = shard;
+  g->shard = alloc_big(shard * sizeof(float));
+  if (stage) g->stage = alloc_big(stage * sizeof(float));
+  if (!g->shard || (stage && !g->stage))
+    return error_set(err, ERR_NOMEM, "dp_grads: out of memory for the %.1f MB gradient shard",
+                     shard * sizeof(float) / 1e6);
+  size_t at = 0;
+  for (int b = 0; b < g->num_buckets; b++) {
+    DpBucket *k = &g->buckets[b];
+    if (!k->staged) continue;
+    k->stage = g->stage + at;
+    at += k->block * (size_t)k->group->size;
+  }
+  return 0;
+}
+
 void dp_grads_rank_range(const DpGrads *g, int b, int r, size_t *begin, size_t *end) {
   const DpBucket *k = &g->buckets[b];
   size_t lo = k->begin + (size_t)r * k->block, hi = lo + k->block;
@@ -188,10 +225,14 @@ static int start_bucket(DpGrads *g, int b, Error *err) {
   const float *send = g->grads + k->begin;
   if (k->staged) {
     memcpy(k->stage, send, len * sizeof(float));
-    memset(k->stage + len, 0, (k->block * (size_t)g->dp - len) * sizeof(float));
+    memset(k->stage + len, 0, (k->block * (size_t)k->group->size - len) * sizeof(float));
     send = k->stage;
   }
-  return comm_reduce_scatter_sum_f32(g->group, send, g->shard + k->shard_offset, k->block, req, err);
+  if (k->group->size <= 1) {
+    memcpy(g->shard + k->shard_offset, send, k->block * sizeof(float));
+    return 0;
+  }
+  return comm_reduce_scatter_sum_f32(k->group, send, g->shard + k->shard_offset, k->block, req, err);
 }
 
 void dp_grads_on_ready(void *ctx, size_t offset, size_t count) {
@@ -266,10 +307,6 @@ int dp_grads_route_ranges(DpGrads *g, const CommGroup *group, const size_t *begi
                           Error *err) {
   if (n <= 0) return 0;
   if (!group || group->size < 1) return error_set(err, ERR_ARG, "dp_grads_route_ranges: needs a process group");
-  if (g->scatter)
-    return error_set(err, ERR_ARG,
-                     "dp_grads_route_ranges: expert gradients on their own group need the all-reduce mode (the "
-                     "distributed optimizer shards over one group)");
   for (int b = 0; b < g->num_buckets; b++) {
     DpBucket *k = &g->buckets[b];
     for (int i = 0; i < n; i++) {
@@ -282,5 +319,6 @@ int dp_grads_route_ranges(DpGrads *g, const CommGroup *group, const size_t *begi
                          k->begin, k->end, begin[i], end[i]);
     }
   }
-  return 0;
+  /* ZeRO-1: a routed bucket's blocks split over its own group. */
+  return g->scatter ? layout_shard(g, err) : 0;
 }

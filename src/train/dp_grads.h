@@ -102,8 +102,11 @@ int dp_grads_choose_overlap(DpGrads *g, int setting, const CommHostLayout *host,
 /* MoE parallel folding: the buckets inside the ranges [begin[i], end[i])
  * (expert tensors, reduce_over_edp in model.h) reduce over `group` (the EDP
  * group) instead. The ranges must be among the cuts given to create, so no
- * bucket straddles one; all-reduce mode only (ERR_ARG with reduce-scatter).
- * A bucket whose group has one rank is left as it is. Every rank of both
+ * bucket straddles one. In reduce-scatter mode (ZeRO-1 with expert
+ * parallelism) a routed bucket is cut into blocks over its own group: the
+ * shard then holds this rank's DP x CP block of every dense bucket and its
+ * EDP block of every expert bucket (layout and shard buffer rebuilt). In
+ * all-reduce mode a bucket whose group has one rank is left as it is. Every rank of both
  * groups must have the same bucket layout (same shard shapes: true for the
  * ranks of one pipeline stage). */
 int dp_grads_route_ranges(DpGrads *g, const CommGroup *group, const size_t *begin, const size_t *end, int n,
@@ -123,7 +126,10 @@ int dp_grads_finish(DpGrads *g, Error *err);
  * gradient's contents: call where it is about to be zeroed). */
 int dp_grads_calibrate(DpGrads *g, Error *err);
 
-/* Rank r's part of bucket b in the flat buffer: [*begin, *end) (may be empty). */
+/* Rank r's part of bucket b in the flat buffer: [*begin, *end) (may be empty);
+ * r is a rank of the bucket's group (DpBucket.group). */
 void dp_grads_rank_range(const DpGrads *g, int b, int r, size_t *begin, size_t *end);
+/* This rank's part of bucket b: its rank in the bucket's group. */
+void dp_grads_own_range(const DpGrads *g, int b, size_t *begin, size_t *end);
 
 #endif

@@ -348,13 +348,21 @@ int export_hf_write(const Model *m, const char *tokenizer, const char *out_dir, 
 }
 
 int export_hf_checkpoint(const char *checkpoint, const char *out_dir, ExportHfInfo *info, Error *err) {
+  return export_hf_checkpoint_with_tokenizer(checkpoint, NULL, out_dir, info, err);
+}
+
+int export_hf_checkpoint_with_tokenizer(const char *checkpoint, const char *given_tokenizer, const char *out_dir,
+                                        ExportHfInfo *info, Error *err) {
   ExportHfInfo local;
   if (!info) info = &local;
   memset(info, 0, sizeof *info);
   ModelConfig cfg;
   char tokenizer[4096];
   int rc = checkpoint_resolve(checkpoint, info->checkpoint, sizeof info->checkpoint, err);
-  if (!rc) rc = checkpoint_read_model_config(info->checkpoint, &cfg, tokenizer, sizeof tokenizer, &info->step, err);
+  if (!rc)
+    rc = checkpoint_read_model_config(info->checkpoint, &cfg, given_tokenizer ? NULL : tokenizer, sizeof tokenizer,
+                                      &info->step, err);
+  if (!rc && given_tokenizer) snprintf(tokenizer, sizeof tokenizer, "%s", given_tokenizer);
   /* Refuse before reading gigabytes of weights. */
   if (!rc) rc = export_hf_check(&cfg, err);
   if (rc) return rc;

@@ -61,5 +61,10 @@ typedef struct ExportHfInfo {
  * directory or a run directory), reads its config, refuses unrepresentable
  * models before reading weights, loads them and writes out_dir. */
 int export_hf_checkpoint(const char *checkpoint, const char *out_dir, ExportHfInfo *info, Error *err);
+/* The same with the tokenizer given ("byte-level" or a tokenizer.json path)
+ * instead of the checkpoint's stored one (NULL: the checkpoint's, checked
+ * against its recorded CRC-32). */
+int export_hf_checkpoint_with_tokenizer(const char *checkpoint, const char *tokenizer, const char *out_dir,
+                                        ExportHfInfo *info, Error *err);
 
 #endif

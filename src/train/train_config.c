@@ -75,7 +75,10 @@ static const FieldSpec FIELDS[] = {
     {"training", "eval_interval", "--eval-interval", "N", FIELD_INT, OFF(eval_interval), 0, 1 << 30, 0, 0,
      "validation every N steps (0: at the end only)"},
     {"training", "eval_batches", NULL, "N", FIELD_INT, OFF(eval_batches), 1, 1 << 20, 0, 0,
-     "micro-batches of fixed validation windows per evaluation"},
+     "sets eval_windows when that is not given: eval_batches x the config's micro_batch_size"},
+    {"training", "eval_windows", "--eval-windows", "N", FIELD_INT, OFF(eval_windows), 0, 1 << 30, 0, 0,
+     "fixed validation windows per evaluation, the same under every layout (default: eval_batches x "
+     "micro_batch_size as the config file sets them)"},
     {"training", "threads", "--threads", "N", FIELD_INT, OFF(threads), 0, 4096, 0, 0,
      "OpenMP and OpenBLAS threads (0: all cores)"},
     {"training", "peak_gflops", "--peak-gflops", "X", FIELD_DOUBLE, OFF(peak_gflops), 0, BIG, 1, 0,
@@ -112,7 +115,7 @@ static const FieldSpec FIELDS[] = {
     {"parallel", "bucket_mb", "--bucket-mb", "X", FIELD_DOUBLE, OFF(bucket_mb), 0, BIG, 1, 0,
      "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
     {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
-     1, 0, 0, "ZeRO-1: shard the AdamW state over the DP ranks (flag alone: 1)"},
+     1, 0, 0, "ZeRO-1: shard the AdamW state, dense over DP x CP and experts over EDP (flag alone: 1)"},
     {"parallel", "overlap_grad_reduce", "--overlap-grad-reduce", "auto|0|1", FIELD_AUTO_SWITCH,
      OFF(overlap_grad_reduce), 0, 1, 0, 0,
      "1: start each gradient bucket's reduction as backward completes it; 0: blocking reductions where the "
@@ -554,6 +557,9 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
   if (!rc && !cfg->has_model)
     rc = error_set(err, ERR_CONFIG,
                    "%s: no \"model\" section (expected a model config object or a path to a config.json)", origin);
+  /* Fixed here, before flags and plans change the micro-batch: the
+   * validation set belongs to the config, not to the layout. */
+  if (!rc) train_config_default_eval_windows(cfg);
 done:
   cJSON_Delete(root);
   if (rc) train_config_free(cfg);
@@ -734,8 +740,15 @@ static int check_tokenizer(const TrainConfig *cfg, const char *origin, Error *er
   return 0;
 }
 
+void train_config_default_eval_windows(TrainConfig *cfg) {
+  if (cfg->eval_windows > 0) return;
+  long long n = (long long)cfg->eval_batches * cfg->micro_batch_size;
+  cfg->eval_windows = n > (1 << 30) ? 1 << 30 : n < 1 ? 1 : (int)n;
+}
+
 int train_config_finalize(TrainConfig *cfg, Error *err) {
   const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
+  train_config_default_eval_windows(cfg);
   if (!cfg->has_model) return error_set(err, ERR_CONFIG, "%s: no model configured", origin);
   int rc = model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
   if (rc) return rc;
@@ -787,6 +800,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   if ((rc = check_files(cfg->train_paths, cfg->num_train, "data.train", origin, err))) return rc;
   if ((rc = check_files(cfg->val_paths, cfg->num_val, "data.val", origin, err))) return rc;
   if ((rc = check_tokenizer(cfg, origin, err))) return rc;
+  if ((rc = train_config_check_tokenizer_shards(cfg, origin, err))) return rc;
   if (!cfg->out_dir[0]) {
     const char *base = strrchr(origin, '/');
     base = base ? base + 1 : origin;

@@ -59,6 +59,7 @@ typedef struct TrainConfig {
   int log_interval;
   int eval_interval; /* 0: evaluate only at the end */
   int eval_batches;
+  int eval_windows;   /* validation windows per evaluation, whatever the layout (0 until parsed) */
   int threads;        /* 0: every core OpenMP offers */
   double peak_gflops; /* 0: measure at startup */
 
@@ -151,6 +152,15 @@ int train_config_check_trace(const TrainConfig *cfg, const char *origin, Error *
  * against the world (with_world) or against the model, sequence and
  * dispatcher name (!with_world). */
 int train_config_check_fold(const TrainConfig *cfg, const char *origin, int with_world, Error *err);
+/* The tokenizer against the shards' headers (train_config_data.c): a BPE
+ * tokenizer must have exactly the vocabulary every shard records, a
+ * byte-level one at most 256 ids in every shard; ERR_CONFIG naming the
+ * shard, the tokenizer and both sizes. Run by train_config_finalize. */
+int train_config_check_tokenizer_shards(const TrainConfig *cfg, const char *origin, Error *err);
+/* eval_windows when unset: eval_batches x micro_batch_size (parse and
+ * finalize call it; parse comes first, so flags that change the
+ * micro-batch later leave the validation set as the file defines it). */
+void train_config_default_eval_windows(TrainConfig *cfg);
 /* MODEL_MOE_ALLTOALL or MODEL_MOE_ALLGATHER from parallel.moe_dispatcher. */
 int train_config_moe_dispatcher(const TrainConfig *cfg);
 /* Ranks of the expert-data-parallel group: world / (etp x ep x pp). */

@@ -79,11 +79,5 @@ int train_config_check_fold(const TrainConfig *cfg, const char *origin, int with
                      "%s: micro_batch_size %d x seq_len %d / cp %d = %lld rows per context-parallel rank are not "
                      "divisible by tp %d",
                      origin, cfg->micro_batch_size, cfg->seq_len, cp, rows, tp);
-  if (cfg->distributed_optimizer && m->num_experts > 0 && (ep * etp > 1 || cp > 1))
-    return error_set(err, ERR_CONFIG,
-                     "%s: parallel.distributed_optimizer is not supported with expert parallelism or context "
-                     "parallelism on a MoE model (expert gradients reduce over the EDP group, the others over "
-                     "DP x CP; expected distributed_optimizer 0)",
-                     origin);
   return 0;
 }

@@ -67,8 +67,9 @@ static CheckpointShardInfo shard_info(const Trainer *tr) {
 }
 
 int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
-  /* Full logical tensors: the ZeRO-1 AdamW state is gathered over the DP
-   * group first, so every rank holds the moments of its whole shard. */
+  /* Full logical tensors: the ZeRO-1 AdamW state is gathered first (each
+   * bucket over its group), so every rank holds the moments of its whole
+   * shard. */
   Optimizer full = tr->opt;
   int rc = 0;
   if (tr->zero) {
@@ -235,11 +236,14 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           fmt_thousands(a, sizeof a, (double)tw->num_tokens), tw->num_shards,
           fmt_thousands(b, sizeof b, (double)tw->num_windows), cfg->seq_len + 1, epochs, cfg->steps);
   if (tr->has_val)
-    fprintf(out, "           val %s tokens in %d shard(s); %d batches (%s windows) per evaluation\n",
+    fprintf(out, "           val %s tokens in %d shard(s); %s windows per evaluation (%d batch%s per replica)\n",
             fmt_thousands(a, sizeof a, (double)tr->val.windows.num_tokens), tr->val.windows.num_shards,
-            tr->val.num_batches, fmt_thousands(c, sizeof c, (double)tr->val.num_used));
+            fmt_thousands(c, sizeof c, (double)tr->val.num_used), tr->val.num_batches,
+            tr->val.num_batches == 1 ? "" : "es");
   else
     fprintf(out, "           no validation data\n");
+  fprintf(out, "  tokens   %s%s\n", cfg->tokenizer,
+          strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL) ? "" : " (one token per byte)");
   fprintf(out, "  batch    %d x %d tokens x %d accumulation = %s tokens per step\n", cfg->micro_batch_size,
           cfg->seq_len, cfg->grad_accum_steps, fmt_thousands(a, sizeof a, (double)per_step));
   fprintf(out, "  optim    AdamW lr %.2e -> %.2e %s, warmup %d, wd %g, betas (%g, %g), eps %g, clip %g\n",
@@ -281,13 +285,14 @@ static void print_parallel(const Trainer *tr, FILE *out) {
 
 static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev) {
   char tok[32];
-  fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %d batches, %s tokens | %.1f s\n", step, total,
-          ev->loss, ev->loss / log(2.0), ev->batches, fmt_thousands(tok, sizeof tok, (double)ev->tokens),
-          ev->seconds);
+  char win[32];
+  fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %s windows, %s tokens | %.1f s\n", step, total,
+          ev->loss, ev->loss / log(2.0), fmt_thousands(win, sizeof win, (double)ev->windows),
+          fmt_thousands(tok, sizeof tok, (double)ev->tokens), ev->seconds);
   fflush(out);
   if (jsonl) {
-    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6g,\"tokens\":%ld,\"seconds\":%.6g}\n", step,
-            ev->loss, ev->tokens, ev->seconds);
+    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"windows\":%ld,\"tokens\":%ld,\"seconds\":%.6g}\n",
+            step, ev->loss, ev->windows, ev->tokens, ev->seconds);
     fflush(jsonl);
   }
 }
@@ -502,7 +507,9 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
             "  parallel dp %d (mpi ranks), %d gradient bucket(s) of <= %.2f MB, %s, %s (%s); blocking reduction "
             "%.2f ms\n",
             tr->dp, g->num_buckets, (double)(g->buckets[0].end - g->buckets[0].begin) * sizeof(float) / 1e6,
-            tr->zero ? "reduce-scatter + distributed optimizer (ZeRO-1)" : "all-reduce",
+            !tr->zero     ? "all-reduce"
+            : tr->folded ? "reduce-scatter + distributed optimizer (ZeRO-1: dense state over DP x CP, experts' over EDP)"
+                         : "reduce-scatter + distributed optimizer (ZeRO-1)",
             g->overlap ? "overlapped with backward" : "blocking where the program reduces", g->overlap_reason,
             1e3 * g->calibrated_seconds);
   }

@@ -138,7 +138,8 @@ typedef struct TrainStepResult {
 typedef struct EvalResult {
   double loss; /* mean LM loss per validation token */
   long tokens;
-  int batches;
+  int batches;  /* micro-batches over all replicas, padding included */
+  long windows; /* validation windows: training.eval_windows (or all there are), whatever the layout */
   double seconds;
 } EvalResult;
 

@@ -94,7 +94,7 @@ static int sum_tied_gradients(Trainer *tr, Error *err) {
       const DpBucket *k = &g->buckets[b];
       if (k->begin < tr->tied_offset || k->end > tr->tied_offset + tr->tied_numel) continue;
       size_t lo, hi;
-      dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+      dp_grads_own_range(g, b, &lo, &hi);
       memcpy(tr->tied_send + n, g->shard + k->shard_offset, (hi - lo) * sizeof(float));
       n += hi - lo;
     }
@@ -118,7 +118,7 @@ static int sum_tied_gradients(Trainer *tr, Error *err) {
     const DpBucket *k = &g->buckets[b];
     if (k->begin < tr->tied_offset || k->end > tr->tied_offset + tr->tied_numel) continue;
     size_t lo, hi;
-    dp_grads_rank_range(g, b, g->rank, &lo, &hi);
+    dp_grads_own_range(g, b, &lo, &hi);
     float *gr = g->shard + k->shard_offset;
     for (size_t i = 0; i < hi - lo; i++) gr[i] += tr->tied_recv[at + i];
     at += hi - lo;
@@ -326,8 +326,9 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
                         cfg->seed, (uint32_t)cfg->model.vocab_size, "data.train", err);
   if (rc) goto fail;
   if (cfg->num_val > 0) {
-    rc = val_loader_open(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, tr->dp_rank, tr->dp,
-                         cfg->eval_batches, (uint32_t)cfg->model.vocab_size, "data.val", err);
+    rc = val_loader_open_windows(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, tr->dp_rank,
+                                 tr->dp, (uint64_t)cfg->eval_windows, (uint32_t)cfg->model.vocab_size, "data.val",
+                                 err);
     if (rc) goto fail;
     tr->has_val = 1;
   }
@@ -504,6 +505,7 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   if (rc) return error_wrap(err, "validation: summing over the ranks");
   res->tokens = (long)(sums[1] / trainer_fold_loss_copies(tr));
   res->batches = (int)(sums[2] / trainer_fold_loss_copies(tr));
+  res->windows = (long)tr->val.num_used;
   res->loss = res->tokens > 0 ? sums[0] / (double)res->tokens : NAN;
   res->seconds = timer_now() - t0;
   return 0;

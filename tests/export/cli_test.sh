@@ -5,7 +5,10 @@
 # its checkpoint, `fivefold sample` (help, prompt echo, greedy and seeded
 # reproducibility, option errors) and `fivefold export` (help, usage errors,
 # the BPE tokenizer copied byte for byte with its <|endoftext|> id as
-# bos/eos). Usage: cli_test.sh path/to/fivefold
+# bos/eos); the checkpoint's stored tokenizer (a moved run still exports
+# and samples, a rebuilt file at the old path is not used, a changed copy is
+# refused, --tokenizer overrides it) and tokenizers that do not match the
+# shards refused. Usage: cli_test.sh path/to/fivefold
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-export-cli-XXXXXX")
@@ -81,7 +84,7 @@ cat >"$WORK/run.json" <<JSON
   "out": "run"
 }
 JSON
-expect 0 -- "$FIVEFOLD" train --config "$WORK/run.json" --no-progress
+expect 0 "tokens   $WORK/bpe/tokenizer.json" -- "$FIVEFOLD" train --config "$WORK/run.json" --no-progress
 ls -d "$WORK"/run/checkpoints/step-* >/dev/null 2>&1 || fail "training wrote no checkpoint"
 
 # --- sample
@@ -116,6 +119,50 @@ cmp -s "$WORK/bpe/tokenizer.json" "$WORK/hf/tokenizer.json" || fail "export did 
 eot=$(( $(u32 "$WORK/bpe/train.bin" 64) & 0xffff )) # every part starts with <|endoftext|>
 grep -q "\"eos_token_id\":[[:space:]]*$eot," "$WORK/hf/config.json" || fail "config.json lacks eos_token_id $eot"
 grep -q '"model_type":[[:space:]]*"mixtral"' "$WORK/hf/config.json" || fail "config.json is not mixtral"
+
+# --- the checkpoint carries its tokenizer: a copy and its CRC-32
+last=$(ls -d "$WORK"/run/checkpoints/step-* | tail -n 1)
+cmp -s "$WORK/bpe/tokenizer.json" "$last/tokenizer.json" || fail "the checkpoint holds no copy of the tokenizer"
+grep -q '"tokenizer":[[:space:]]*"tokenizer.json"' "$last/state.json" || fail "state.json does not name the stored tokenizer"
+grep -q '"crc32":[[:space:]]*"[0-9a-f]\{8\}"' "$last/state.json" || fail "state.json records no CRC-32"
+# A moved run samples and exports with it, even with the original tokenizer gone.
+mv "$WORK/run" "$WORK/moved-run"
+mv "$WORK/bpe/tokenizer.json" "$WORK/bpe/tokenizer.json.away"
+expect 0 "MixtralForCausalLM" -- "$FIVEFOLD" export --format hf --checkpoint "$WORK/moved-run" --out "$WORK/hf-moved"
+cmp -s "$WORK/bpe/tokenizer.json.away" "$WORK/hf-moved/tokenizer.json" || fail "the moved run exported another tokenizer"
+moved=$("$FIVEFOLD" sample --checkpoint "$WORK/moved-run" --threads 1 --max-tokens 24 --prompt "And God" \
+  --temperature 0 2>/dev/null)
+[ "$moved" = "$greedy1" ] || fail "the moved run samples differently: '$moved' vs '$greedy1'"
+# A tokenizer rebuilt at the original path is not used: the stored copy is.
+"$FIVEFOLD" tokenize --vocab-size 280 --input "$WORK/b.txt" --out "$WORK/bpe-other" >/dev/null 2>&1
+cp "$WORK/bpe-other/tokenizer.json" "$WORK/bpe/tokenizer.json"
+expect 0 -- "$FIVEFOLD" export --format hf --checkpoint "$WORK/moved-run" --out "$WORK/hf-moved"
+cmp -s "$WORK/bpe/tokenizer.json.away" "$WORK/hf-moved/tokenizer.json" || fail "export used the tokenizer rebuilt at the old path"
+# A tampered stored copy is refused by both, naming the file; --tokenizer overrides it.
+last=$(ls -d "$WORK"/moved-run/checkpoints/step-* | tail -n 1)
+cp "$WORK/bpe-other/tokenizer.json" "$last/tokenizer.json"
+expect 1 "fivefold export:" "$last/tokenizer.json does not match" "CRC-32" -- \
+  "$FIVEFOLD" export --format hf --checkpoint "$last" --out "$WORK/hf-bad"
+expect 1 "fivefold sample:" "$last/tokenizer.json does not match" -- \
+  "$FIVEFOLD" sample --checkpoint "$last" --prompt "And" --max-tokens 2
+expect 0 -- "$FIVEFOLD" export --format hf --checkpoint "$last" --out "$WORK/hf-given" --tokenizer "$WORK/bpe/tokenizer.json.away"
+cmp -s "$WORK/bpe/tokenizer.json.away" "$WORK/hf-given/tokenizer.json" || fail "export --tokenizer did not use the given file"
+expect 0 -- "$FIVEFOLD" sample --checkpoint "$last" --prompt "And" --max-tokens 2 --tokenizer "$WORK/bpe/tokenizer.json.away"
+rm "$last/tokenizer.json"
+expect 1 "fivefold export:" "stored tokenizer is missing" -- "$FIVEFOLD" export --format hf --checkpoint "$last" --out "$WORK/hf-bad"
+mv "$WORK/bpe/tokenizer.json.away" "$WORK/bpe/tokenizer.json"
+expect 0 "--tokenizer FILE" -- "$FIVEFOLD" export --help
+
+# --- a tokenizer that does not match the shards is refused, naming both files and sizes
+"$FIVEFOLD" tokenize --byte-level --input "$WORK/a.txt" --out "$WORK/bytes" >/dev/null 2>&1
+sed 's#"bpe/train.bin", "val": "bpe/val.bin"#"bytes/train.bin", "val": "bytes/val.bin"#; s#"out": "run"#"out": "run-x"#' \
+  "$WORK/run.json" >"$WORK/run-bytes-bpe.json"
+expect 1 "$WORK/bytes/train.bin has a vocabulary of 256 ids" "$WORK/bpe/tokenizer.json has 300" -- \
+  "$FIVEFOLD" train --config "$WORK/run-bytes-bpe.json" --no-progress
+sed 's#, "tokenizer": "bpe/tokenizer.json"##; s#"out": "run"#"out": "run-x"#' "$WORK/run.json" >"$WORK/run-bpe-bytes.json"
+expect 1 "$WORK/bpe/train.bin has a vocabulary of 300 ids" "byte-level" -- \
+  "$FIVEFOLD" train --config "$WORK/run-bpe-bytes.json" --no-progress
+[ ! -d "$WORK/run-x/checkpoints" ] || fail "a refused run trained"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"

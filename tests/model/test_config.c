@@ -189,6 +189,31 @@ static void test_errors(void **state) {
   expect_error("{" BASE "\"intermediate_size\":8,\"model_type\":\"gpt2\"}", "model_type", "\"llama\"");
 }
 
+/* Attention features fivefold does not compute are refused, naming the
+ * field, rather than trained as plain attention. */
+static void accept(const char *json) {
+  ModelConfig c;
+  Error err = {0};
+  if (parse_string(&c, json, &err)) fail_msg("refused %s: %s", json, err.msg);
+}
+
+static void test_unimplemented_attention_refused(void **state) {
+  (void)state;
+  expect_error("{" BASE "\"intermediate_size\":8,\"qkv_bias\":true}", "\"qkv_bias\"", "must be false");
+  expect_error("{" BASE "\"intermediate_size\":8,\"use_sliding_window\":true,\"sliding_window\":4}",
+               "\"use_sliding_window\"", "must be false");
+  /* Mistral semantics: a window applies whenever it is set. */
+  expect_error("{" BASE "\"intermediate_size\":8,\"max_position_embeddings\":64,\"sliding_window\":16}",
+               "\"sliding_window\"", "smaller than max_position_embeddings 64");
+  expect_error("{" BASE "\"intermediate_size\":8,\"sliding_window\":\"wide\"}", "\"sliding_window\"",
+               "positive integer");
+  accept("{" BASE "\"intermediate_size\":8,\"qkv_bias\":false}");
+  accept("{" BASE "\"intermediate_size\":8,\"sliding_window\":null}");
+  accept("{" BASE "\"intermediate_size\":8,\"max_position_embeddings\":64,\"sliding_window\":64}");
+  accept("{" BASE "\"intermediate_size\":8,\"max_position_embeddings\":64,\"sliding_window\":16,"
+         "\"use_sliding_window\":false}");
+}
+
 static void test_load_errors(void **state) {
   (void)state;
   ModelConfig c;
@@ -278,6 +303,7 @@ int main(void) {
       cmocka_unit_test(test_mixed_fivefold),
       cmocka_unit_test(test_decoder_sparse_step),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_unimplemented_attention_refused),
       cmocka_unit_test(test_load_errors),
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_programmatic_defaults),

@@ -10,6 +10,11 @@
 #   golden-fold   TP2 attention with EP2 MoE (2 ranks, folded), TP2 x CP2 attention with
 #                 EP4 x ETP1 MoE (4 ranks, folded; both dispatchers), CP2 (dense and MoE)
 #   golden-pp     PP2 x EP2 (4 ranks), TP2 x PP2 x EP4 (8 ranks)
+#   golden-zero   the distributed optimizer (ZeRO-1) with folding: dense state sharded over
+#                 DP x CP, expert state over EDP — EP2 (2 ranks: DP2 / EDP1), EP2 x EDP2
+#                 (4 ranks: DP4 / EDP2), TP2 + EP2 with DP2 (4 ranks), CP2 on the MoE (2 ranks),
+#                 TP2 x CP2 + EP4 (4 ranks: DP x CP 2 / EDP 1) and PP2 x EP2 (4 ranks); an EP2 x EDP2
+#                 ZeRO-1 checkpoint resumed on one rank
 #   reshard       an EP4 x ETP1 checkpoint at step 3 resumed at EP2 x ETP2 and on one
 #                 rank; both end where the uninterrupted one-rank run ends
 #   config        layouts that do not fit the world or the model are refused with a message
@@ -67,6 +72,19 @@ case "$MODE" in
     train 8 tp2pp2ep4 moe --grad-accum 2 --tp 2 --pp 2 --ep 4 && same tp2pp2ep4 one-moe 5
     one_step_log tp2pp2ep4
     ;;
+  golden-zero)
+    train 0 one-moe moe --grad-accum 4 || exit 1
+    train 2 ep2-zero moe --grad-accum 2 --ep 2 --distributed-optimizer && same ep2-zero one-moe 5
+    train 4 ep2edp2-zero moe --grad-accum 1 --ep 2 --distributed-optimizer && same ep2edp2-zero one-moe 5
+    train 4 tp2ep2dp2-zero moe --grad-accum 2 --tp 2 --ep 2 --distributed-optimizer && same tp2ep2dp2-zero one-moe 5
+    train 2 cp2-zero moe --grad-accum 4 --cp 2 --distributed-optimizer && same cp2-zero one-moe 5
+    train 4 tp2cp2ep4-zero moe --grad-accum 4 --tp 2 --cp 2 --ep 4 --distributed-optimizer &&
+      same tp2cp2ep4-zero one-moe 5
+    train 4 pp2ep2-zero moe --grad-accum 2 --pp 2 --ep 2 --distributed-optimizer && same pp2ep2-zero one-moe 5
+    grep -q "ZeRO-1" ep2edp2-zero.log || fail "the banner does not show the distributed optimizer"
+    # A ZeRO-1 checkpoint of EP2 x EDP2 resumes on one rank where the one-rank run ends.
+    train 0 zero-resumed-one moe --grad-accum 4 --resume "$(ckpt ep2edp2-zero 3)" && same zero-resumed-one one-moe 5
+    ;;
   reshard)
     train 0 one-moe moe --grad-accum 4 || exit 1
     train 4 ep4 moe --grad-accum 1 --ep 4 || exit 1
@@ -81,7 +99,6 @@ case "$MODE" in
     refused 2 moe "tp 2 x cp 2 x dp 1 x pp 1 = 4 ranks" --tp 2 --cp 2 --dp 1
     refused 4 moe "seq_len 12 is not divisible by 2 x cp = 8" --cp 4 --seq-len 12
     refused 2 moe "dispatcher must be" --ep 2 --dispatcher ring
-    refused 2 moe "distributed_optimizer is not supported" --ep 2 --distributed-optimizer
     ;;
   *)
     echo "unknown mode $MODE"

@@ -42,10 +42,23 @@ endforeach()
 # CP (dense, MoE), PP x EP, TP x PP x EP on 8 ranks and both dispatchers
 # against one rank; an EP4 checkpoint resumed at EP2 x ETP2 and on one rank;
 # layouts that do not fit the world or the model refused.
-foreach(mode golden-ep golden-fold golden-pp reshard config)
+foreach(mode golden-ep golden-fold golden-pp golden-zero reshard config)
   string(REPLACE "-" "_" name ${mode})
   add_test(NAME parallel.fold_${name}
            COMMAND bash ${PARALLEL_TEST_DIR}/fold_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
   set_tests_properties(parallel.fold_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+# The planner's best plan on the local spec (calibrate --quick) is one the
+# runtime trains, for several models (tests/parallel/plan_train_test.sh).
+add_test(NAME parallel.plan_train
+         COMMAND bash ${PARALLEL_TEST_DIR}/plan_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.plan_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")
+# The validation set does not depend on the layout (tests/parallel/eval_test.sh):
+# one rank, DP2 with another micro-batch, TP2, PP2 and EP2 evaluate the same
+# windows to the same loss.
+add_test(NAME parallel.eval_fixed_windows
+         COMMAND bash ${PARALLEL_TEST_DIR}/eval_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.eval_fixed_windows PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")

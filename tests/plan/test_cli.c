@@ -79,7 +79,7 @@ static void test_help_lists_every_option(void **state) {
                                     "--dispatcher", "--moe-tp-replicated"};
   static const char *const plan[] = {"--top", "--out", "--explain", "--mbs-list", "--recompute-list", "--max-tp",
                                      "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp", "--no-folding",
-                                     "--no-distributed-optimizer", "--distributed-optimizer"};
+                                     "--no-distributed-optimizer", "--distributed-optimizer", "--runtime"};
   char path[] = "/tmp/fivefold_plan_help_XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
@@ -163,6 +163,67 @@ static void test_simulate_with_trace(void **state) {
                    0);
 }
 
+/* --schedule is what simulates: every name is stored, and one that does not
+ * fit pp / vpp is refused instead of replaced by the derived schedule. */
+static void test_simulate_schedule_is_used(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    SchedScheduleKind kind;
+  } cases[] = {{"none", SCHED_SCHEDULE_NONE},
+               {"gpipe", SCHED_SCHEDULE_GPIPE},
+               {"1f1b", SCHED_SCHEDULE_1F1B},
+               {"interleaved", SCHED_SCHEDULE_INTERLEAVED}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    PlanCli *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    init_cli(c, "simulate");
+    char *argv[] = {"simulate", "--model", "m", "--cluster", "x", "--gpus", "2", "--seq", "8", "--global-batch", "2",
+                    "--schedule", (char *)cases[i].name};
+    assert_int_equal(parse_args((int)(sizeof argv / sizeof argv[0]), argv, c, 1), 0);
+    assert_int_equal(c->cfg.schedule, cases[i].kind);
+    assert_true(c->cfg.schedule_given);
+    free(c);
+  }
+  /* Given schedules that do not fit are errors (exit 2), not silently 1F1B. */
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-a100", "--gpus", "16",
+                       "--seq", "2048", "--global-batch", "32", "--pp", "2", "--schedule", "none", "--quiet"),
+                   2);
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-a100", "--gpus", "16",
+                       "--seq", "2048", "--global-batch", "32", "--pp", "2", "--vpp", "2", "--schedule", "1f1b",
+                       "--quiet"),
+                   2);
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-a100", "--gpus", "16",
+                       "--seq", "2048", "--global-batch", "32", "--pp", "2", "--schedule", "1f1b", "--quiet"),
+                   0);
+  /* The same through the library: a given schedule survives plan_config_finish. */
+  ModelConfig model;
+  ClusterSpec cluster;
+  memset(&cluster, 0, sizeof cluster);
+  char path[4200];
+  Error err = {0, ""};
+  assert_int_equal(plan_find_config("models", "llama-3-8b", path, sizeof path, &err), 0);
+  assert_int_equal(model_config_load(&model, path, &err), 0);
+  assert_int_equal(plan_find_config("clusters", "dgx-a100", path, sizeof path, &err), 0);
+  assert_int_equal(cluster_spec_load(&cluster, path, &err), 0);
+  PlanConfig cfg;
+  plan_config_init(&cfg, 2048, 32, 1);
+  cfg.par.dp = 0;
+  cfg.par.pp = 2;
+  cfg.schedule = SCHED_SCHEDULE_GPIPE;
+  cfg.schedule_given = 1;
+  assert_int_equal(plan_config_finish(&cfg, &model, &cluster, 16, &err), 0);
+  assert_int_equal(cfg.schedule, SCHED_SCHEDULE_GPIPE);
+  plan_config_init(&cfg, 2048, 32, 1);
+  cfg.par.dp = 0;
+  cfg.par.pp = 2;
+  cfg.schedule = SCHED_SCHEDULE_NONE;
+  cfg.schedule_given = 1;
+  assert_int_not_equal(plan_config_finish(&cfg, &model, &cluster, 16, &err), 0);
+  assert_non_null(strstr(err.msg, "schedule none"));
+  cluster_spec_free(&cluster);
+}
+
 static void test_plan_writes_plan_json(void **state) {
   (void)state;
   char out[] = "/tmp/fivefold_plan_cli_plan_XXXXXX";
@@ -208,6 +269,7 @@ int main(void) {
       cmocka_unit_test(test_help_lists_every_option),
       cmocka_unit_test(test_bad_usage),
       cmocka_unit_test(test_simulate_with_trace),
+      cmocka_unit_test(test_simulate_schedule_is_used),
       cmocka_unit_test(test_plan_writes_plan_json),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

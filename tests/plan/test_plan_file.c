@@ -176,11 +176,68 @@ static void test_bad_fields(void **state) {
   assert_non_null(strstr(err.msg, g_path));
 }
 
+/* The plan's model identity: written by plan_write_json_for_model, read
+ * back, equal for two loads of one model and different for a model that
+ * differs in one field (the layer count included or not). */
+static void test_model_identity(void **state) {
+  (void)state;
+  ModelConfig m, again, wider;
+  ClusterSpec cl;
+  assert_int_equal(plan_test_load_model(&m, "mixtral-8x7b"), 0);
+  assert_int_equal(plan_test_load_model(&again, "mixtral-8x7b"), 0);
+  assert_int_equal(plan_test_load_cluster(&cl, "dgx-h100"), 0);
+  wider = m;
+  wider.intermediate_size += 128; /* same layers, heads and experts */
+  char a[PLAN_FINGERPRINT_MAX], b[PLAN_FINGERPRINT_MAX], c[PLAN_FINGERPRINT_MAX];
+  plan_model_fingerprint(&m, a);
+  plan_model_fingerprint(&again, b);
+  plan_model_fingerprint(&wider, c);
+  assert_string_equal(a, b);
+  assert_string_not_equal(a, c);
+  assert_int_equal(strncmp(a, "crc32:", 6), 0);
+  PlanConfig cfg;
+  plan_config_init(&cfg, 4096, 256, 2);
+  cfg.par.tp = 2, cfg.par.pp = 4, cfg.par.ep = 8, cfg.par.dp = 0;
+  Error err = {0, ""};
+  assert_int_equal(plan_config_finish(&cfg, &m, &cl, 64, &err), 0);
+  PlanOptions opt;
+  plan_options_default(&opt);
+  PlanResult r;
+  assert_int_equal(plan_simulate(&m, &cl, &opt, &cfg, NULL, NULL, &r, &err), 0);
+  assert_int_equal(plan_write_json_for_model(&r, NULL, "mixtral-8x7b", &m, cl.name, g_path, &err), 0);
+  plan_result_free(&r);
+  cluster_spec_free(&cl);
+  PlanChoice p;
+  assert_int_equal(plan_file_read(g_path, &p, &err), 0);
+  assert_true(p.has_identity);
+  assert_string_equal(p.model_fingerprint, a);
+  assert_non_null(strstr(p.model_summary, "32 layers"));
+  assert_non_null(strstr(p.model_summary, "8 experts top-2"));
+  /* A plain plan_write_json has none (the trainer refuses such a plan). */
+  write_plan();
+  assert_int_equal(plan_file_read(g_path, &p, &err), 0);
+  assert_false(p.has_identity);
+  unlink(g_path);
+}
+
+static void identity_string(cJSON *r) { cJSON_AddStringToObject(r, "model_identity", "mixtral"); }
+static void identity_no_fingerprint(cJSON *r) { cJSON_AddObjectToObject(r, "model_identity"); }
+
+static void test_bad_identity(void **state) {
+  (void)state;
+  write_plan();
+  expect_error(identity_string, "\"model_identity\"");
+  expect_error(identity_no_fingerprint, "model_identity.fingerprint");
+  unlink(g_path);
+}
+
 int main(void) {
   snprintf(g_path, sizeof g_path, "/tmp/fivefold-plan-file-%d.json", (int)getpid());
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reads_what_the_planner_writes),
       cmocka_unit_test(test_bad_fields),
+      cmocka_unit_test(test_model_identity),
+      cmocka_unit_test(test_bad_identity),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,11 +9,17 @@
  *                            and backward, "moe.expert_counts" I64 [L, E] and
  *                            "moe.dropped_assignments" of that forward,
  *                            "steps.loss_lm" / "steps.loss_aux" /
- *                            "steps.loss_z" / "steps.grad_norm" (F64 [N]) of
- *                            N AdamW steps on the same batch, and
- *                            "final.<name>" after them.
- * AdamW: lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 except on
- * tensors marked no_weight_decay, gradients clipped to global norm 1.0.
+ *                            "steps.loss_z" / "steps.grad_norm" / "steps.lr"
+ *                            (F64 [N]) of N optimizer steps on the same batch,
+ *                            and "final.<name>" after them.
+ * The steps are the trainer's own (train/optimizer.h: optimizer_step with
+ * the learning-rate schedule and clipping as trainer_step applies them), so
+ * a bug in bias correction, the schedule's step offset, the weight-decay
+ * mask or clipping shows against torch.optim.AdamW: peak lr 1e-3, linear
+ * warm-up over 3 steps, cosine decay to 1e-4 at step N, betas (0.9, 0.95),
+ * eps 1e-8, weight decay 0.1 except on tensors marked no_weight_decay,
+ * gradients clipped to a global norm of 1.6 (the compare.py constants: the
+ * tiny models start above it and end below, so both sides of the clip run).
  *
  * usage: model_dump --config MODEL.json --out DIR [--steps N] [--seed S]
  *                   [--batch B] [--seq T] */
@@ -27,16 +33,18 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/safetensors.h"
-#include "kern/adamw.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "train/optimizer.h"
 
 #define LR 1e-3f
+#define MIN_LR 1e-4f
+#define WARMUP_STEPS 3
 #define BETA1 0.9f
 #define BETA2 0.95f
 #define ADAM_EPS 1e-8f
 #define WEIGHT_DECAY 0.1f
-#define MAX_GRAD_NORM 1.0f
+#define MAX_GRAD_NORM 1.6f
 
 typedef struct Args {
   const char *config, *out;
@@ -137,16 +145,27 @@ static int run(const Args *a, Error *err) {
   int *tokens = malloc((size_t)N * sizeof *tokens), *targets = malloc((size_t)N * sizeof *targets);
   float *logits = malloc((size_t)N * V * sizeof *logits);
   float *grads0 = malloc(m.num_params * sizeof *grads0);
-  float *adam_m = calloc(m.num_params, sizeof *adam_m), *adam_v = calloc(m.num_params, sizeof *adam_v);
+  Optimizer opt;
+  OptimizerConfig oc = {.schedule = {LR, MIN_LR, WARMUP_STEPS, a->steps, LR_DECAY_COSINE},
+                        .beta1 = BETA1,
+                        .beta2 = BETA2,
+                        .eps = ADAM_EPS,
+                        .weight_decay = WEIGHT_DECAY,
+                        .grad_clip = MAX_GRAD_NORM};
+  if (optimizer_create(&opt, &m, &oc, err)) {
+    model_free(&m);
+    return err->code;
+  }
   int steps_alloc = a->steps > 0 ? a->steps : 1;
   double *step_lm = calloc((size_t)steps_alloc, sizeof(double)), *step_aux = calloc((size_t)steps_alloc, sizeof(double));
   double *step_z = calloc((size_t)steps_alloc, sizeof(double)), *step_norm = calloc((size_t)steps_alloc, sizeof(double));
+  double *step_lr = calloc((size_t)steps_alloc, sizeof(double));
   int L = cfg.num_layers, E = cfg.num_experts > 0 ? cfg.num_experts : 1;
   int64_t *counts = calloc((size_t)L * E, sizeof *counts);
   char path[4096];
   SafetensorsWriter *w = NULL;
-  if (!tokens || !targets || !logits || !grads0 || !adam_m || !adam_v || !step_lm || !step_aux || !step_z ||
-      !step_norm || !counts) {
+  if (!tokens || !targets || !logits || !grads0 || !step_lm || !step_aux || !step_z || !step_norm || !step_lr ||
+      !counts) {
     error_set(err, ERR_NOMEM, "out of memory for a %d x %d batch", B, T);
     goto done;
   }
@@ -182,27 +201,23 @@ static int run(const Args *a, Error *err) {
   if (cfg.num_experts > 0)
     for (int i = 0; i < L * cfg.num_experts; i++) counts[i] = m.expert_counts[i];
 
-  /* AdamW on the same batch. */
+  /* The trainer's optimizer on the same batch: one-rank trainer_step does
+   * exactly this after the backward (optimizer_step: global norm, clipping,
+   * the scheduled lr of step opt.step, AdamW with the decay mask). */
   for (int step = 1; step <= a->steps; step++) {
     ModelLoss loss;
     model_zero_grad(&m);
     if ((rc = model_forward(&m, tokens, targets, B, T, 1, 1.0f, &loss, err))) goto done;
     if ((rc = model_backward(&m, err))) goto done;
-    double sumsq = 0.0;
-    for (size_t i = 0; i < m.num_params; i++) sumsq += (double)m.grads[i] * (double)m.grads[i];
-    float scale = clip_grad_scale(sumsq, MAX_GRAD_NORM);
-    for (int i = 0; i < m.num_tensors; i++) {
-      const ParamTensor *t = &m.tensors[i];
-      AdamWHyper h = {LR, BETA1, BETA2, ADAM_EPS, t->no_weight_decay ? 0.0f : WEIGHT_DECAY};
-      adamw_update(m.params + t->offset, m.grads + t->offset, adam_m + t->offset, adam_v + t->offset, t->numel,
-                   step, &h, scale);
-    }
+    OptimizerStepInfo info;
+    if ((rc = optimizer_step(&opt, &m, &info, err))) goto done;
     step_lm[step - 1] = loss.lm;
     step_aux[step - 1] = loss.aux;
     step_z[step - 1] = loss.z;
-    step_norm[step - 1] = sqrt(sumsq);
-    fprintf(stderr, "step %2d  lm %.6f  aux %.6g  z %.6g  grad norm %.6g\n", step, loss.lm, loss.aux, loss.z,
-            sqrt(sumsq));
+    step_norm[step - 1] = info.grad_norm;
+    step_lr[step - 1] = info.lr;
+    fprintf(stderr, "step %2d  lm %.6f  aux %.6g  z %.6g  grad norm %.6g  lr %.3g  clip %.3g\n", step, loss.lm,
+            loss.aux, loss.z, info.grad_norm, (double)info.lr, (double)info.clip_scale);
   }
 
   w = safetensors_writer_new();
@@ -227,10 +242,13 @@ static int run(const Args *a, Error *err) {
   if ((rc = add_f64(w, "steps.loss_aux", 1, a->steps, step_aux, err))) goto done;
   if ((rc = add_f64(w, "steps.loss_z", 1, a->steps, step_z, err))) goto done;
   if ((rc = add_f64(w, "steps.grad_norm", 1, a->steps, step_norm, err))) goto done;
+  if ((rc = add_f64(w, "steps.lr", 1, a->steps, step_lr, err))) goto done;
   if ((rc = add_params(w, &m, m.params, "final.", err))) goto done;
-  char hyper[160];
-  snprintf(hyper, sizeof hyper, "lr=%g beta1=%g beta2=%g eps=%g weight_decay=%g max_grad_norm=%g", (double)LR,
-           (double)BETA1, (double)BETA2, (double)ADAM_EPS, (double)WEIGHT_DECAY, (double)MAX_GRAD_NORM);
+  char hyper[200];
+  snprintf(hyper, sizeof hyper,
+           "lr=%g min_lr=%g warmup=%d decay=cosine beta1=%g beta2=%g eps=%g weight_decay=%g max_grad_norm=%g",
+           (double)LR, (double)MIN_LR, WARMUP_STEPS, (double)BETA1, (double)BETA2, (double)ADAM_EPS,
+           (double)WEIGHT_DECAY, (double)MAX_GRAD_NORM);
   if ((rc = safetensors_writer_set_metadata(w, "adamw", hyper, err))) goto done;
   snprintf(path, sizeof path, "%s/results.safetensors", a->out);
   rc = safetensors_writer_write(w, path, err);
@@ -241,12 +259,12 @@ done:
   free(targets);
   free(logits);
   free(grads0);
-  free(adam_m);
-  free(adam_v);
+  optimizer_free(&opt);
   free(step_lm);
   free(step_aux);
   free(step_z);
   free(step_norm);
+  free(step_lr);
   free(counts);
   model_free(&m);
   return rc;

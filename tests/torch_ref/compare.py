@@ -39,7 +39,37 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
 import safetensors_io  # noqa: E402
 
-LR, BETAS, EPS, WEIGHT_DECAY, MAX_NORM = 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
+# The optimizer tests/tools/model_dump runs through fivefold's trainer
+# optimizer (train/optimizer.h), defined here from the documented rules
+# (README "The run configuration"), not from fivefold's code: peak LR with a
+# linear warm-up of WARMUP steps (0-based step s uses LR (s+1) / WARMUP),
+# then cosine decay to MIN_LR at the last step; decoupled weight decay on
+# everything but the norm weights; the global gradient norm clipped to
+# MAX_NORM.
+LR, MIN_LR, WARMUP, BETAS, EPS, WEIGHT_DECAY, MAX_NORM = 1e-3, 1e-4, 3, (0.9, 0.95), 1e-8, 0.1, 1.6
+
+
+def scheduled_lr(step, total):
+    """Learning rate of 0-based step `step` of `total`."""
+    if step < WARMUP:
+        return LR * (step + 1) / WARMUP
+    if step >= total:
+        return MIN_LR
+    progress = (step - WARMUP) / (total - WARMUP)
+    return MIN_LR + 0.5 * (LR - MIN_LR) * (1.0 + math.cos(math.pi * progress))
+
+
+def reference_optimizer(model, params, total_steps):
+    """torch.optim.AdamW with the decay mask of reference.py and the schedule
+    as a LambdaLR: call clip_grad_norm_(..., MAX_NORM), opt.step(), sched.step()."""
+    decay = [p for n, p in params.items() if not model.no_weight_decay(n)]
+    no_decay = [p for n, p in params.items() if model.no_weight_decay(n)]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=LR, betas=BETAS, eps=EPS,
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: scheduled_lr(s, total_steps) / LR)
+    return opt, sched
 FREE_GRAD_REL = 1e-5  # |g| below this fraction of the tensor's max |g| is rounding noise
 
 
@@ -175,15 +205,11 @@ def main():
         g = p.grad if p.grad is not None else torch.zeros_like(p)
         report.tensor(f"grad.{name}", results[f"grad.{name}"], g, args.tol)
 
-    # 3. AdamW steps on the same batch.
-    decay = [p for n, p in params.items() if not model.no_weight_decay(n)]
-    no_decay = [p for n, p in params.items() if model.no_weight_decay(n)]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=LR, betas=BETAS, eps=EPS,
-    )
+    # 3. Optimizer steps on the same batch: fivefold's trainer optimizer
+    #    against torch.optim.AdamW with the same schedule, mask and clipping.
     steps = results["steps.loss_lm"].numel()
-    ref_steps = {"lm": [], "aux": [], "z": [], "norm": []}
+    opt, sched = reference_optimizer(model, params, steps)
+    ref_steps = {"lm": [], "aux": [], "z": [], "norm": [], "lr": []}
     # Adam divides each gradient element by its own running RMS, so an element
     # whose gradient is zero up to float32 rounding takes a step of arbitrary
     # sign (up to lr): such elements cannot be compared tightly. Exact zeros
@@ -200,11 +226,18 @@ def main():
             g = p.grad.abs()  # exact zeros (unused rows, idle experts) stay checked tightly
             free[n] |= (g > 0) & (g <= FREE_GRAD_REL * g.max())
         norm = torch.nn.utils.clip_grad_norm_(list(params.values()), MAX_NORM)
+        ref_steps["lr"].append(opt.param_groups[0]["lr"])
         opt.step()
+        sched.step()
         for key in ("lm", "aux", "z"):
             ref_steps[key].append(losses[key].item())
         ref_steps["norm"].append(norm.item())
-    for key, c_name in (("lm", "loss_lm"), ("aux", "loss_aux"), ("z", "loss_z"), ("norm", "grad_norm")):
+    if "steps.lr" not in results:
+        report.fail("steps.lr", "the dump has no per-step learning rate (not made by the trainer's optimizer)")
+    for key, c_name in (("lm", "loss_lm"), ("aux", "loss_aux"), ("z", "loss_z"), ("norm", "grad_norm"),
+                        ("lr", "lr")):
+        if f"steps.{c_name}" not in results:
+            continue
         c_vals = results[f"steps.{c_name}"].tolist()
         if not c_vals:
             continue

@@ -22,7 +22,7 @@ except ImportError:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
 import safetensors_io  # noqa: E402
-from compare import BETAS, EPS, LR, MAX_NORM, WEIGHT_DECAY  # noqa: E402
+from compare import MAX_NORM, reference_optimizer  # noqa: E402
 
 
 def main():
@@ -72,13 +72,8 @@ def main():
         res["moe.expert_counts"] = counts
         res["moe.dropped_assignments"] = torch.tensor(sum(s["dropped"] for s in model.last_moe_stats))
 
-    decay = [p for n, p in params.items() if not model.no_weight_decay(n)]
-    no_decay = [p for n, p in params.items() if model.no_weight_decay(n)]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=LR, betas=BETAS, eps=EPS,
-    )
-    hist = {"loss_lm": [], "loss_aux": [], "loss_z": [], "grad_norm": []}
+    opt, sched = reference_optimizer(model, params, args.steps)
+    hist = {"loss_lm": [], "loss_aux": [], "loss_z": [], "grad_norm": [], "lr": []}
     for _ in range(args.steps):
         opt.zero_grad(set_to_none=False)
         _, losses = model(tokens, targets)
@@ -87,7 +82,9 @@ def main():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         norm = torch.nn.utils.clip_grad_norm_(list(params.values()), MAX_NORM)
+        hist["lr"].append(opt.param_groups[0]["lr"])
         opt.step()
+        sched.step()
         hist["loss_lm"].append(float(losses["lm"]))
         hist["loss_aux"].append(float(losses["aux"]))
         hist["loss_z"].append(float(losses["z"]))

@@ -2,7 +2,7 @@
 # Driver of the PyTorch reference tests (registered by tests.cmake).
 #
 #   run_compare.sh MODEL_DUMP CONFIG [compare.py flags...]
-#       runs fivefold's model (tests/tools/model_dump) on CONFIG for 10 AdamW
+#       runs fivefold's model (tests/tools/model_dump) on CONFIG for 10 optimizer
 #       steps and checks everything it wrote against the PyTorch reference.
 #   run_compare.sh --self-check CONFIG TENSOR
 #       proves the comparison can fail: a dump made by the reference itself

@@ -1,6 +1,8 @@
 # PyTorch reference tests: fivefold's model (tests/tools/model_dump) against
 # an independent PyTorch implementation (reference.py) on tiny configs —
-# logits, losses, every gradient, 10 AdamW steps. Label "torch"; skipped
+# logits, losses, every gradient, 10 steps of the trainer's optimizer
+# (train/optimizer.h, schedule and clipping included) against
+# torch.optim.AdamW. Label "torch"; skipped
 # (exit 77) where PyTorch is not installed.
 set(TORCH_REF_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(TORCH_REF_CONFIGS

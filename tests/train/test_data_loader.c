@@ -2,8 +2,10 @@
  * targets; the per-epoch order is a permutation, reproducible from the seed,
  * different across seeds and epochs, mixes shards, resumes from its state,
  * and splits by data-parallel rank; validation always walks the same
- * windows. Shards hold position-encoded tokens (shard k, position i ->
- * k * 100000 + i) so every window can be traced back to its origin. */
+ * windows, and a fixed list of K windows (val_loader_open_windows) is the
+ * same under any micro-batch and rank count, padding masked. Shards hold
+ * position-encoded tokens (shard k, position i -> k * 100000 + i) so every
+ * window can be traced back to its origin. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -226,6 +228,74 @@ static void test_validation_is_stable(void **state) {
   assert_non_null(strstr(err.msg, "fewer than one validation batch"));
 }
 
+/* Collects the window ids every rank of `world` reads from a fixed list of
+ * K windows with micro-batches of B, checking each batch: real windows are
+ * well formed, padding has every target -1. Returns the batches per rank. */
+static int collect_fixed(int B, int world, uint64_t K, uint64_t *ids, int *n_ids) {
+  int batches = -1;
+  *n_ids = 0;
+  for (int r = 0; r < world; r++) {
+    ValLoader vl;
+    Error err = {0};
+    assert_int_equal(val_loader_open_windows(&vl, g_paths, NUM_SHARDS, B, T, r, world, K, 0, "val", &err), 0);
+    assert_int_equal(vl.num_used, K);
+    int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    uint64_t *got = malloc(sizeof(uint64_t) * B);
+    int n = 0;
+    while (val_loader_next(&vl, in, tg, got)) {
+      n++;
+      for (int b = 0; b < B; b++) {
+        if (got[b] == UINT64_MAX) {
+          for (int t = 0; t < T; t++) assert_int_equal(tg[b * T + t], -1);
+          continue;
+        }
+        check_window(in + b * T, tg + b * T, got[b]);
+        ids[(*n_ids)++] = got[b];
+      }
+    }
+    if (batches >= 0) assert_int_equal(n, batches); /* every rank runs the same batches */
+    batches = n;
+    free(in);
+    free(tg);
+    free(got);
+    val_loader_close(&vl);
+  }
+  return batches;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The fixed list is the same K windows whatever B and world are. */
+static void test_validation_windows_fixed(void **state) {
+  (void)state;
+  const uint64_t K = 13;
+  uint64_t one[64], other[64];
+  int n_one, n_other;
+  assert_int_equal(collect_fixed(4, 1, K, one, &n_one), 4);   /* 13 windows: 3 full batches and a padded one */
+  assert_int_equal(collect_fixed(2, 3, K, other, &n_other), 3); /* 3 ranks x 2: 18 slots, 5 padded */
+  assert_int_equal(n_one, (int)K);
+  assert_int_equal(n_other, (int)K);
+  qsort(one, K, sizeof *one, cmp_u64);
+  qsort(other, K, sizeof *other, cmp_u64);
+  for (uint64_t i = 0; i < K; i++) {
+    assert_int_equal(one[i], other[i]);
+    if (i) assert_true(one[i] > one[i - 1]); /* each window once */
+  }
+  /* More windows asked for than there are: all of them, once. */
+  uint64_t all[EXPECTED_WINDOWS + 8];
+  int n_all;
+  ValLoader vl;
+  Error err = {0};
+  assert_int_equal(val_loader_open_windows(&vl, g_paths, NUM_SHARDS, 8, T, 0, 1, 100000, 0, "val", &err), 0);
+  assert_int_equal(vl.num_used, EXPECTED_WINDOWS);
+  val_loader_close(&vl);
+  collect_fixed(8, 2, EXPECTED_WINDOWS, all, &n_all);
+  assert_int_equal(n_all, EXPECTED_WINDOWS);
+}
+
 static void test_open_errors(void **state) {
   (void)state;
   DataLoader dl;
@@ -253,7 +323,7 @@ int main(void) {
       cmocka_unit_test(test_windows_inside_data),  cmocka_unit_test(test_permutation_is_bijection),
       cmocka_unit_test(test_seed_determinism),     cmocka_unit_test(test_resume_from_state),
       cmocka_unit_test(test_rank_sharding),        cmocka_unit_test(test_validation_is_stable),
-      cmocka_unit_test(test_open_errors),
+      cmocka_unit_test(test_open_errors),          cmocka_unit_test(test_validation_windows_fixed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,31 @@
+/* The runtime-capabilities filter of the planner: what fivefold's runtime
+ * refuses, stated once for the search and for `fivefold plan`. See
+ * runtime_caps.h. */
+#include "plan/runtime_caps.h"
+
+#include <string.h>
+
+int plan_runtime_from_name(const char *name, PlanRuntime *out) {
+  if (!strcmp(name, "any")) *out = PLAN_RUNTIME_ANY;
+  else if (!strcmp(name, "fivefold")) *out = PLAN_RUNTIME_FIVEFOLD;
+  else return -1;
+  return 0;
+}
+
+const char *plan_runtime_name(PlanRuntime rt) { return rt == PLAN_RUNTIME_FIVEFOLD ? "fivefold" : "any"; }
+
+int plan_runtime_check(PlanRuntime rt, const ModelConfig *model, const PlanConfig *cfg, Error *err) {
+  (void)model;
+  if (rt == PLAN_RUNTIME_ANY) return 0;
+  if (cfg->recompute != PLAN_RECOMPUTE_NONE)
+    return error_set(err, ERR_CONFIG, "recompute %s: fivefold train does not run activation recomputation",
+                     plan_recompute_name(cfg->recompute));
+  const PlanParallel *p = &cfg->par;
+  long long rows = (long long)cfg->micro_batch_size * cfg->seq_len / (p->cp > 0 ? p->cp : 1);
+  if (p->tp > 1 && rows % p->tp)
+    return error_set(err, ERR_CONFIG,
+                     "micro-batch %d x sequence %d / cp %d = %lld rows do not split over tp %d (fivefold's sequence "
+                     "parallelism splits the rows)",
+                     cfg->micro_batch_size, cfg->seq_len, p->cp, rows, p->tp);
+  return 0;
+}

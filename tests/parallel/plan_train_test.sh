@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The planner's best plans are plans the runtime runs. On the local spec
+# (`fivefold calibrate --quick` on 2 ranks), `fivefold plan` for three tiny
+# models (MoE with 8 and 4 experts, dense with tied embeddings) and the
+# demo's model on 2 ranks writes its best plan, and `fivefold train --plan`
+# trains each for 2 steps. A plan made with --runtime any and recomputation
+# is still refused by train, and the default (--runtime fivefold) never
+# emits one; a plan made for another model (same layer counts) is refused
+# naming both.
+# usage: plan_train_test.sh FIVEFOLD MPIEXEC
+set -u
+FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+MPIEXEC=$2
+MODE=plan-train
+# shellcheck source=tests/parallel/lib.sh
+. "$(dirname "$0")/lib.sh"
+work_dir plan-train
+
+make_corpus
+moe_json moe8.json 4 8
+moe_json moe4.json 2 4 64
+dense_json dense.json 4 tied
+"$MPIEXEC" -np 2 --oversubscribe "$FIVEFOLD" calibrate --quick --out spec.json >calibrate.log 2>&1 ||
+  { cat calibrate.log; echo "FAIL: calibrate"; exit 1; }
+
+# The demo's model (configs/demo-moe.json: 4 layers, hidden 192, 8 experts, vocabulary 4096).
+$PY -c 'import json, sys; json.dump(json.load(open(sys.argv[1]))["model"], open("demo.json", "w"))' \
+  "$(dirname "$0")/../../configs/demo-moe.json"
+for model in moe8 moe4 dense demo; do
+  run_json "run-$model.json" "$model.json" steps=2 interval=0 global_batch_size=8 micro_batch_size=-
+  # Every micro-batch size and recomputation option is offered; only what runs may win.
+  if ! "$FIVEFOLD" plan --model "$model.json" --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
+    --top 5 --mbs-list 1,2,4 --recompute-list none,selective,full --out "plan-$model.json" >"plan-$model.log" 2>&1; then
+    cat "plan-$model.log"
+    fail "plan for $model"
+    continue
+  fi
+  layout=$($PY -c 'import json, sys; p = json.load(open(sys.argv[1]))["parallel"]; print(" ".join(f"{k}={v}" for k, v in p.items()))' "plan-$model.json")
+  echo "$model: $layout"
+  case " $layout " in *" recompute=none "*) ;; *) fail "$model: the plan recomputes";; esac
+  grep -Eq '(selective|full)' "plan-$model.log" && fail "$model: the table ranks recomputation"
+  train 2 "planned-$model" "$model" --plan "plan-$model.json" || continue
+  [ "$(grep -c '^step ' "planned-$model.log")" -eq 2 ] || fail "planned-$model: expected 2 step lines"
+done
+
+# A plan is for one model: another with the same layer and expert counts
+# (hidden 64 instead of 32) is refused with both models named, and so is
+# a plan without the model's identity.
+moe_json moe8-wide.json 4 8 64
+run_json run-moe8-wide.json moe8-wide.json steps=2 interval=0 global_batch_size=8 micro_batch_size=-
+refused 2 moe8-wide "made for model moe8.json (4 layers, hidden 32" --plan plan-moe8.json
+grep -q "moe8-wide.json (4 layers, hidden 64" bad.log || { cat bad.log; fail "the message does not name the run's model"; }
+$PY -c 'import json, sys; p = json.load(open(sys.argv[1])); del p["model_identity"]; json.dump(p, open(sys.argv[2], "w"))' \
+  plan-moe8.json plan-anonymous.json
+refused 2 moe8 "has no model_identity" --plan plan-anonymous.json
+
+# Planned for another runtime, recomputation is refused by train with a message.
+"$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
+  --recompute-list full --runtime any --out plan-full.json >plan-full.log 2>&1 || fail "plan --runtime any"
+refused 2 moe8 "does not run yet" --plan plan-full.json
+# For fivefold, recomputation alone leaves nothing to plan.
+if "$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
+  --recompute-list full >plan-none.log 2>&1; then
+  fail "plan with --recompute-list full found a configuration fivefold runs"
+fi
+grep -q "not run by the runtime" plan-full.log || fail "the table does not count what the runtime does not run"
+finish plan_train_test
