@@ -32,6 +32,17 @@ run_setting() {
       local ours theirs
       ours=$("$@" env OMP_NUM_THREADS="$threads" "$BUILD/bench/bench_train" "$model" 8 256 "$STEPS" "$threads")
       echo "$ours"
+      # bf16 mixed precision on the same model (MFU against the bf16 peak);
+      # skipped with its reason on a CPU without avx512_bf16.
+      local ours_bf16
+      if ours_bf16=$("$@" env OMP_NUM_THREADS="$threads" "$BUILD/bench/bench_train" "$model" 8 256 "$STEPS" "$threads" bf16 2>&1); then
+        echo "$ours_bf16"
+        printf 'ratio model=%s threads=%d bf16_over_fp32=%s bf16_rss_over_fp32=%s\n' "$model" "$threads" \
+          "$(awk -v a="$(field tokens_per_s "$ours_bf16")" -v b="$(field tokens_per_s "$ours")" 'BEGIN{printf "%.2fx", a/b}')" \
+          "$(awk -v a="$(field peak_rss_mb "$ours_bf16")" -v b="$(field peak_rss_mb "$ours")" 'BEGIN{printf "%.2fx", a/b}')"
+      else
+        echo "bf16 skipped: $ours_bf16"
+      fi
       theirs=$("$@" env OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=PASSIVE \
         "$TORCH_PY" bench/torch_bench.py "$model" 8 256 "$STEPS" "$threads")
       echo "$theirs"
