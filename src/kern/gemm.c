@@ -1,7 +1,9 @@
 /* gemm() dispatch: the empty and beta cases every backend shares, the
  * choice between oneDNN and OpenBLAS and between fp32 and bf16, and the
- * linear-layer wrappers (which send very narrow layers, the MoE router, to
- * the direct kernels of gemm_skinny.c, fp32 in every precision). */
+ * linear-layer wrappers (which send very narrow fp32 layers, the MoE
+ * router, to the direct kernels of gemm_skinny.c). Which products are
+ * bf16 depends only on the layer, never on its shape, so that a TP shard
+ * (narrower) runs in the same precision as the whole layer on one rank. */
 #include "kern/gemm.h"
 
 #include <stdatomic.h>
@@ -13,9 +15,6 @@
 
 static _Atomic int selected_backend = GEMM_BACKEND_ONEDNN;
 static atomic_flag fallback_warned = ATOMIC_FLAG_INIT;
-
-/* Linear layers with at most this many outputs stay fp32 (the router). */
-enum { GEMM_NARROW_FP32_MAX_N = 16 };
 
 const char *kern_gemm_backend_name(GemmBackend backend) {
   return backend == GEMM_BACKEND_OPENBLAS ? "openblas" : "onednn";
@@ -106,23 +105,40 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
   gemm_in(kern_precision(), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void linear_forward(float *y, const float *x, const float *w, int M, int K, int N, int accumulate) {
-  if (gemm_skinny_applies(M, K, N)) {
+static void linear_forward_in(KernPrecision p, float *y, const float *x, const float *w, int M, int K, int N,
+                              int accumulate) {
+  if (p == KERN_PRECISION_FP32 && gemm_skinny_applies(M, K, N)) {
     gemm_skinny_forward(y, x, w, M, K, N, accumulate);
     return;
   }
-  const KernPrecision p = N <= GEMM_NARROW_FP32_MAX_N ? KERN_PRECISION_FP32 : kern_precision();
   gemm_in(p, 0, 1, M, N, K, 1.0f, x, K, w, K, accumulate ? 1.0f : 0.0f, y, N);
 }
 
-void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int M, int K,
-                     int N, int accumulate_dx) {
-  if (gemm_skinny_applies(M, K, N)) {
+static void linear_backward_in(KernPrecision p, float *dx, float *dw, const float *dy, const float *x, const float *w,
+                               int M, int K, int N, int accumulate_dx) {
+  if (p == KERN_PRECISION_FP32 && gemm_skinny_applies(M, K, N)) {
     if (dx) gemm_skinny_backward_dx(dx, dy, w, M, K, N, accumulate_dx);
     if (dw) gemm_skinny_backward_dw(dw, dy, x, M, K, N);
     return;
   }
-  const KernPrecision p = N <= GEMM_NARROW_FP32_MAX_N ? KERN_PRECISION_FP32 : kern_precision();
   if (dx) gemm_in(p, 0, 0, M, K, N, 1.0f, dy, N, w, K, accumulate_dx ? 1.0f : 0.0f, dx, K);
   if (dw) gemm_in(p, 1, 0, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
+}
+
+void linear_forward(float *y, const float *x, const float *w, int M, int K, int N, int accumulate) {
+  linear_forward_in(kern_precision(), y, x, w, M, K, N, accumulate);
+}
+
+void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int M, int K,
+                     int N, int accumulate_dx) {
+  linear_backward_in(kern_precision(), dx, dw, dy, x, w, M, K, N, accumulate_dx);
+}
+
+void linear_forward_fp32(float *y, const float *x, const float *w, int M, int K, int N, int accumulate) {
+  linear_forward_in(KERN_PRECISION_FP32, y, x, w, M, K, N, accumulate);
+}
+
+void linear_backward_fp32(float *dx, float *dw, const float *dy, const float *x, const float *w, int M, int K, int N,
+                          int accumulate_dx) {
+  linear_backward_in(KERN_PRECISION_FP32, dx, dw, dy, x, w, M, K, N, accumulate_dx);
 }

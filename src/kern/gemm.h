@@ -59,4 +59,10 @@ void linear_forward(float *y, const float *x, const float *w, int M, int K, int 
 void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int M, int K,
                      int N, int accumulate_dx);
 
+/* The same in fp32 whatever the process-wide precision: for the layers
+ * Megatron-Core keeps in fp32 under bf16 (the MoE router). */
+void linear_forward_fp32(float *y, const float *x, const float *w, int M, int K, int N, int accumulate);
+void linear_backward_fp32(float *dx, float *dw, const float *dy, const float *x, const float *w, int M, int K, int N,
+                          int accumulate_dx);
+
 #endif

@@ -1,6 +1,6 @@
 /* Direct kernels for linear layers with very few outputs (the MoE
- * router: N = experts), used by gemm.c's linear_forward/linear_backward
- * in every precision: the router stays fp32 as in Megatron-Core.
+ * router: N = experts), used by gemm.c's fp32 linear_forward/backward
+ * (the router stays fp32 under bf16, as in Megatron-Core).
  *
  * Why the skinny path: inside a training step of the reference MoE, OpenBLAS
  * took ~1.1 ms per router product ([2048 x 512] x [512 x 8], about 15
