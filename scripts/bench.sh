@@ -59,6 +59,10 @@ echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}"
 run_setting "environment as is (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>})" env
 run_setting "OPENBLAS_CORETYPE unset" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 
+echo
+echo "=== bf16 against fp32 on the demo model (bench/bench_bf16_demo.sh; BENCH_BF16_DEMO=0 skips) ==="
+if [ "${BENCH_BF16_DEMO:-1}" = 1 ]; then bash bench/bench_bf16_demo.sh "$BUILD" || echo "bf16 demo skipped"; fi
+
 if [ -x "$BUILD/bench/bench_attention" ]; then
   echo
   echo "=== attention kernel ==="
