@@ -7,6 +7,7 @@
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,7 +46,13 @@ void bf16_round_array(float *x, long n) {
   for (long i = 0; i < n; i++) x[i] = bf16_round(x[i]);
 }
 
-int kern_bf16_supported(char *why, size_t why_len) {
+/* The answer cannot change while the process runs (oneDNN fixes its ISA at
+ * the first query), and GEMMs ask on every bf16 call: decided once. */
+static pthread_once_t support_once = PTHREAD_ONCE_INIT;
+static int support_ok;
+static char support_why[512];
+
+static int decide_support(char *why, size_t why_len) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512bf16")) {
     if (why && why_len)
@@ -65,4 +72,12 @@ int kern_bf16_supported(char *why, size_t why_len) {
     return 0;
   }
   return 1;
+}
+
+static void decide_support_once(void) { support_ok = decide_support(support_why, sizeof support_why); }
+
+int kern_bf16_supported(char *why, size_t why_len) {
+  pthread_once(&support_once, decide_support_once);
+  if (!support_ok && why && why_len) snprintf(why, why_len, "%s", support_why);
+  return support_ok;
 }

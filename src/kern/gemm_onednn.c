@@ -35,7 +35,7 @@ typedef struct ThreadState {
   void *scratchpad;
   size_t scratchpad_bytes;
   kern_bf16 *a16, *b16;
-  size_t a16_elems, b16_elems;
+  size_t a16_bytes, b16_bytes;
   struct ThreadState *next;
 } ThreadState;
 
@@ -201,8 +201,8 @@ int gemm_onednn(int bf16, int transA, int transB, int M, int N, int K, float alp
   if (bf16) {
     /* Stored shapes: A is [M, K] or, transposed, [K, M]; B [K, N] or [N, K]. */
     const long a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-    if (ensure_bytes((void **)&ts->a16, &ts->a16_elems, (size_t)a_rows * a_cols * sizeof(kern_bf16)) != 0 ||
-        ensure_bytes((void **)&ts->b16, &ts->b16_elems, (size_t)b_rows * b_cols * sizeof(kern_bf16)) != 0) {
+    if (ensure_bytes((void **)&ts->a16, &ts->a16_bytes, (size_t)a_rows * a_cols * sizeof(kern_bf16)) != 0 ||
+        ensure_bytes((void **)&ts->b16, &ts->b16_bytes, (size_t)b_rows * b_cols * sizeof(kern_bf16)) != 0) {
       if (err && err_len) snprintf(err, err_len, "out of memory for bf16 GEMM operands");
       return -1;
     }
