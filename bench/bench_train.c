@@ -1,8 +1,9 @@
 /* bench_train: training throughput of one model config on random tokens —
  * forward, backward and the AdamW update, exactly the work of a training step
- * without data loading. Prints tokens/s, model GFLOP/s, MFU against the FMA
- * peak measured in the same process, and peak resident memory.
- * Usage: bench_train MODEL.json [batch seq steps threads]
+ * without data loading. Prints tokens/s, model GFLOP/s, MFU against the peak
+ * of the precision used (fp32: the FMA loop; bf16: the vdpbf16ps loop)
+ * measured in the same process, and peak resident memory.
+ * Usage: bench_train MODEL.json [batch seq steps threads [fp32|bf16 [onednn|openblas]]]
  *
  * The machine is shared, so next to wall time it prints the process CPU time
  * per step (cpu_ms_per_step): at one thread that is what the step costs when
@@ -21,6 +22,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "kern/adamw.h"
+#include "kern/gemm.h"
 #include "kern/peak.h"
 #include "kern/vecops.h"
 #include "model/flops.h"
@@ -62,7 +64,7 @@ static int fail(const Error *err) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_train MODEL.json [batch seq steps threads]\n");
+    fprintf(stderr, "usage: bench_train MODEL.json [batch seq steps threads [fp32|bf16 [onednn|openblas]]]\n");
     return 2;
   }
   int B = argc > 2 ? atoi(argv[2]) : 8;
@@ -70,6 +72,21 @@ int main(int argc, char **argv) {
   int steps = argc > 4 ? atoi(argv[4]) : 10;
   int threads = argc > 5 ? atoi(argv[5]) : omp_get_max_threads();
   omp_set_num_threads(threads);
+  KernPrecision precision = KERN_PRECISION_FP32;
+  GemmBackend backend = GEMM_BACKEND_ONEDNN;
+  char why[512];
+  if (argc > 6 && kern_precision_parse(argv[6], &precision) != 0) {
+    fprintf(stderr, "bench_train: precision must be fp32 or bf16, got %s\n", argv[6]);
+    return 2;
+  }
+  if (argc > 7 && kern_gemm_backend_parse(argv[7], &backend) != 0) {
+    fprintf(stderr, "bench_train: backend must be onednn or openblas, got %s\n", argv[7]);
+    return 2;
+  }
+  if (kern_gemm_set_backend(backend, why, sizeof why) != 0 || kern_set_precision(precision, why, sizeof why) != 0) {
+    fprintf(stderr, "bench_train: %s\n", why);
+    return 1;
+  }
 
   Error err = {0};
   ModelConfig cfg;
@@ -93,7 +110,7 @@ int main(int argc, char **argv) {
   float *adam_v = alloc_big(m.num_params * sizeof(float));
   AdamWHyper hyper = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
 
-  double peak = peak_fma_gflops(threads, 0.5);
+  double peak = precision == KERN_PRECISION_BF16 ? peak_bf16_gflops(threads, 0.5) : peak_fma_gflops(threads, 0.5);
   double flops_step = model_flops_per_sequence(&cfg, T) * B;
   int warmup = 2;
   double t0 = 0, cpu0 = 0, loss_sum = 0;
@@ -122,10 +139,11 @@ int main(int argc, char **argv) {
   perf_control("disable");
   double tok_s = (double)B * T / dt;
   double gflops = flops_step / dt * 1e-9;
-  printf("train model=%s threads=%d batch=%d seq=%d params=%zu ms_per_step=%.1f tokens_per_s=%.0f "
-         "model_gflops=%.1f fma_peak_gflops=%.1f mfu_pct=%.1f cpu_ms_per_step=%.1f mfu_cpu_pct=%.1f peak_rss_mb=%.0f "
+  printf("train model=%s precision=%s backend=%s isa=%s threads=%d batch=%d seq=%d params=%zu ms_per_step=%.1f "
+         "tokens_per_s=%.0f model_gflops=%.1f %s_peak_gflops=%.1f mfu_pct=%.1f cpu_ms_per_step=%.1f mfu_cpu_pct=%.1f peak_rss_mb=%.0f "
          "mean_loss=%.3f init_ms=%.0f\n",
-         argv[1], threads, B, T, m.num_params, dt * 1e3, tok_s, gflops, peak, 100.0 * gflops / peak, cpu_dt * 1e3,
+         argv[1], kern_precision_name(precision), kern_gemm_backend_name(backend), kern_gemm_isa_name(), threads, B,
+         T, m.num_params, dt * 1e3, tok_s, gflops, precision == KERN_PRECISION_BF16 ? "bf16" : "fma", peak, 100.0 * gflops / peak, cpu_dt * 1e3,
          100.0 * flops_step / cpu_dt * 1e-9 / (peak / threads),
          (double)alloc_peak_rss_bytes() / 1048576.0, loss_sum / (warmup + steps), init_s * 1e3);
   model_free(&m);

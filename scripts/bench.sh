@@ -34,6 +34,17 @@ run_setting() {
       local ours theirs
       ours=$("$@" env OMP_NUM_THREADS="$threads" "$BUILD/bench/bench_train" "$model" 8 256 "$STEPS" "$threads")
       echo "$ours"
+      # bf16 mixed precision on the same model (MFU against the bf16 peak);
+      # skipped with its reason on a CPU without avx512_bf16.
+      local ours_bf16
+      if ours_bf16=$("$@" env OMP_NUM_THREADS="$threads" "$BUILD/bench/bench_train" "$model" 8 256 "$STEPS" "$threads" bf16 2>&1); then
+        echo "$ours_bf16"
+        printf 'ratio model=%s threads=%d bf16_over_fp32=%s bf16_rss_over_fp32=%s\n' "$model" "$threads" \
+          "$(awk -v a="$(field tokens_per_s "$ours_bf16")" -v b="$(field tokens_per_s "$ours")" 'BEGIN{printf "%.2fx", a/b}')" \
+          "$(awk -v a="$(field peak_rss_mb "$ours_bf16")" -v b="$(field peak_rss_mb "$ours")" 'BEGIN{printf "%.2fx", a/b}')"
+      else
+        echo "bf16 skipped: $ours_bf16"
+      fi
       theirs=$("$@" env OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=PASSIVE \
         "$TORCH_PY" bench/torch_bench.py "$model" 8 256 "$STEPS" "$threads")
       echo "$theirs"
@@ -43,6 +54,13 @@ run_setting() {
       c=$(field tokens_per_s "$(grep 'precision=bf16-autocast' <<<"$theirs")")
       printf 'ratio model=%s threads=%d fivefold_tokens_per_s=%s pytorch_tokens_per_s=%s fivefold_over_pytorch=%s mfu_pct=%s pytorch_bf16_autocast_tokens_per_s=%s\n' \
         "$model" "$threads" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2fx", a/b}')" "$(field mfu_pct "$ours")" "$c"
+      # bf16 against bf16: fivefold's --precision bf16 over PyTorch's autocast.
+      local d
+      d=$(field tokens_per_s "$ours_bf16" 2>/dev/null || true)
+      if [ -n "$d" ] && [ -n "$c" ]; then
+        printf 'ratio model=%s threads=%d fivefold_bf16_over_pytorch_bf16_autocast=%s\n' "$model" "$threads" \
+          "$(awk -v a="$d" -v b="$c" 'BEGIN{printf "%.2fx", a/b}')"
+      fi
     done
   done
 }
@@ -51,6 +69,10 @@ echo "fivefold benchmarks on $(nproc) cores ($(grep -m1 'model name' /proc/cpuin
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}"
 run_setting "environment as is (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>})" env
 run_setting "OPENBLAS_CORETYPE unset" env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
+
+echo
+echo "=== bf16 against fp32 on the demo model (bench/bench_bf16_demo.sh; BENCH_BF16_DEMO=0 skips) ==="
+if [ "${BENCH_BF16_DEMO:-1}" = 1 ]; then bash bench/bench_bf16_demo.sh "$BUILD" || echo "bf16 demo skipped"; fi
 
 if [ -x "$BUILD/bench/bench_attention" ]; then
   echo

@@ -38,8 +38,10 @@
 #include "cli/cmd_calibrate.h"
 #include "comm/world.h"
 #include "kern/attention.h"
+#include "kern/bf16.h"
 #include "kern/gemm.h"
 #include "kern/peak.h"
+#include "kern/precision.h"
 #include "kern/rmsnorm.h"
 #include "model/attention_cp.h"
 #include "plan/calibrate_fit.h"
@@ -495,9 +497,11 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
    * has cores for), the others sleeping: a repetition longer than a
    * scheduler time slice would otherwise include the time its core served
    * another rank, and the share below would count that a second time. */
-  CalibGemmSample samples[MAX_SAMPLES];
-  double fl = 0, v[2 * MAX_SAMPLES + 16];
-  double fma = 0, sgemm = 0, peak = 0;
+  CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES];
+  double fl = 0, fl_bf16 = 0, v[2 * MAX_SAMPLES + 16];
+  double fma = 0, sgemm = 0, peak = 0, peak_bf16 = 0;
+  int ns_bf16 = 0;
+  const int bf16 = kern_bf16_supported(NULL, 0);
   int ns = 0, T1 = c->quick ? 128 : 512, T0 = T1 / 4, failed = 0;
   double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0;
   int turns = mpi && mc.share < 1 && mc.ranks_on_node > 1 ? (int)ceil(1.0 / mc.share - 1e-9) : 1;
@@ -507,6 +511,14 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       fma = peak_fma_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
       sgemm = peak_sgemm_gflops(c->quick ? 256 : 768, c->quick ? 0.03 : 0.2) * 1e9;
       ns = measure_gemms(c->quick, samples, &fl);
+      if (bf16) {
+        /* The bf16 peak (vdpbf16ps loop) and the same shapes in bf16, so that
+         * plan/simulate --dtype bf16 price a bf16 run on this CPU. */
+        peak_bf16 = peak_bf16_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
+        kern_set_precision(KERN_PRECISION_BF16, NULL, 0);
+        ns_bf16 = measure_gemms(c->quick, samples_bf16, &fl_bf16);
+        kern_set_precision(KERN_PRECISION_FP32, NULL, 0);
+      }
       peak = fma; /* efficiencies are of the dedicated core rate; the share scales the spec's peak below */
       failed = ns < 2 || measure_attention(T1, c->quick, peak, &af1, &ab1) ||
                measure_attention(T0, c->quick, peak, &af0, &ab0) || measure_ring_attention(T0, c->quick, peak, &rf, &rb) ||
@@ -517,18 +529,28 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   if (failed) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
   int nv = 0;
   v[nv++] = peak, v[nv++] = sgemm, v[nv++] = fl, v[nv++] = af1, v[nv++] = ab1, v[nv++] = af0;
-  v[nv++] = ab0, v[nv++] = bw, v[nv++] = beff, v[nv++] = rf, v[nv++] = rb;
+  v[nv++] = ab0, v[nv++] = bw, v[nv++] = beff, v[nv++] = rf, v[nv++] = rb, v[nv++] = peak_bf16;
   for (int i = 0; i < ns; i++) v[nv++] = samples[i].seconds;
+  for (int i = 0; i < ns_bf16; i++) v[nv++] = samples_bf16[i].seconds;
   average_over_ranks(&mc, v, nv, mpi);
   peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8], rf = v[9], rb = v[10];
-  for (int i = 0; i < ns; i++) samples[i].seconds = v[11 + i];
+  peak_bf16 = v[11];
+  for (int i = 0; i < ns; i++) samples[i].seconds = v[12 + i];
+  for (int i = 0; i < ns_bf16; i++) samples_bf16[i].seconds = v[12 + ns + i];
 
   for (int d = 0; d < PLAN_NUM_DTYPES; d++) spec.peak_flops[d] = 0;
-  /* The CPU trains in fp32; bf16 (the field every spec needs) gets the same
-   * figure, so plan and simulate price either dtype at the measured rate. */
+  /* fp32 at the FMA peak; bf16 at the measured vdpbf16ps peak with its own
+   * GEMM curve where the CPU has it, else (the field every spec needs) the
+   * fp32 figure, so that either dtype is priced at a measured rate. */
   spec.peak_flops[PLAN_DTYPE_FP32] = spec.peak_flops[PLAN_DTYPE_BF16] = peak * mc.share;
   rc = calib_fit_gemm_curve(samples, ns, peak, 0.5, &spec.gemm_efficiency, err);
   if (rc) return rc;
+  spec.gemm_efficiency_bf16.n = 0;
+  if (ns_bf16 >= 2 && peak_bf16 > 0) {
+    spec.peak_flops[PLAN_DTYPE_BF16] = peak_bf16 * mc.share;
+    rc = calib_fit_gemm_curve(samples_bf16, ns_bf16, peak_bf16, 0.5, &spec.gemm_efficiency_bf16, err);
+    if (rc) return rc;
+  }
   spec.attention_fwd_efficiency = fmin(1.0, af1);
   spec.attention_bwd_efficiency = fmin(1.0, ab1);
   spec.attention_ref_tokens = T1;
@@ -552,7 +574,18 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     fprintf(out, "  GEMM efficiency ");
     for (int i = 0; i < spec.gemm_efficiency.n; i++)
       fprintf(out, "%s%.2g: %.2f", i ? ", " : "", spec.gemm_efficiency.x[i], spec.gemm_efficiency.y[i]);
-    fprintf(out, "  (%d shapes)\n", ns);
+    fprintf(out, "  (%d shapes, %s, oneDNN ISA %s)\n", ns, kern_gemm_backend_name(kern_gemm_backend()),
+            kern_gemm_isa_name());
+    if (spec.gemm_efficiency_bf16.n > 0) {
+      fprintf(out, "  bf16 peak       %8.1f GFLOP/s per rank (vdpbf16ps loop x core share %.2f)\n",
+              peak_bf16 * mc.share / 1e9, mc.share);
+      fprintf(out, "  bf16 GEMM eff.  ");
+      for (int i = 0; i < spec.gemm_efficiency_bf16.n; i++)
+        fprintf(out, "%s%.2g: %.2f", i ? ", " : "", spec.gemm_efficiency_bf16.x[i], spec.gemm_efficiency_bf16.y[i]);
+      fprintf(out, "  (%d shapes)\n", ns_bf16);
+    } else {
+      fprintf(out, "  bf16            not measured (no avx512_bf16 here): priced at the fp32 figures\n");
+    }
     fprintf(out, "  attention       %.2f forward, %.2f backward at %d tokens; length exponent %.2f\n", af1, ab1, T1,
             spec.attention_length_exponent);
     fprintf(out, "  ring attention  %.2f forward, %.2f backward (CP 2, chunks of %d queries)\n", rf, rb, T0 / 4);
@@ -573,8 +606,9 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   snprintf(desc, sizeof desc,
            "Calibrated by fivefold calibrate%s: %d rank(s) x %d thread(s) on %d node(s) of %d core(s); one device "
            "= one rank with core share %.2f (peak and bandwidth scaled by it). fp32 FMA peak %.1f GFLOP/s per core, "
-           "SGEMM %.1f GFLOP/s.%s",
+           "SGEMM %.1f GFLOP/s (%s), bf16 peak %.1f GFLOP/s (0: not measured).%s",
            c->quick ? " --quick" : "", mc.world, mc.threads, mc.nodes, mc.cores, mc.share, peak / 1e9, sgemm / 1e9,
+           kern_gemm_backend_name(kern_gemm_backend()), peak_bf16 / 1e9,
            mpi && mc.world > 1 ? "" : " Links not measured (one rank).");
   rc = calib_spec_write(&spec, desc, c->out, err);
   if (!rc && out) fprintf(out, "spec written to %s (%.1f s)\n", c->out, now_s() - t_start);

@@ -14,7 +14,8 @@
  * a head are each written by a single thread (no atomics, no partials).
  *
  * Tile products use a register-blocked AVX2/FMA micro-kernel (6 x 16
- * outputs; a transposed A operand is just swapped strides). Measured single
+ * outputs; a transposed A operand is just swapped strides) in fp32 runs,
+ * attention_bf16.c's vdpbf16ps kernel in bf16 runs. Measured single
  * threaded at the bench shapes it was 15-20% faster end to end than
  * cblas_sgemm per tile: OpenBLAS packs both operands on every call, which
  * 64 x 64 x 64 products cannot amortise. Operand tiles whose rows lie far
@@ -25,6 +26,8 @@
  * parallelism). Positions must be non-decreasing; key j is visible from query
  * i iff kpos[j] <= qpos[i]. */
 #include "kern/attention.h"
+#include "kern/attention_internal.h"
+#include "kern/precision.h"
 
 #include <assert.h>
 #include <math.h>
@@ -201,7 +204,7 @@ __attribute__((noinline)) static void gemm_block_any(int mr, int nw, int k, cons
 }
 #undef GEMM_BLOCK_ROWS
 
-static void tile_gemm(int m, int n, int k, const float *a, long rsa, long csa, const float *b, long ldb, float *c,
+static void tile_gemm_fp32(int m, int n, int k, const float *a, long rsa, long csa, const float *b, long ldb, float *c,
                       long ldc, int accumulate) {
   /* Column panels outside: a k x 16 panel of B stays in L1 while every row
    * block of A streams past it. */
@@ -215,7 +218,7 @@ static void tile_gemm(int m, int n, int k, const float *a, long rsa, long csa, c
 
 #else /* portable fallback */
 
-static void tile_gemm(int m, int n, int k, const float *a, long rsa, long csa, const float *b, long ldb, float *c,
+static void tile_gemm_fp32(int m, int n, int k, const float *a, long rsa, long csa, const float *b, long ldb, float *c,
                       long ldc, int accumulate) {
   for (int i = 0; i < m; i++) {
     float *cr = c + i * ldc;
@@ -229,6 +232,17 @@ static void tile_gemm(int m, int n, int k, const float *a, long rsa, long csa, c
   }
 }
 #endif
+
+/* The two matmuls run in the process-wide precision: bf16 inputs with fp32
+ * sums (attention_bf16.c) in a bf16 run, the fp32 kernel above otherwise.
+ * The softmax pieces below are fp32 in both. */
+static void tile_gemm(int m, int n, int k, const float *a, long rsa, long csa, const float *b, long ldb, float *c,
+                      long ldc, int accumulate) {
+  if (kern_precision() == KERN_PRECISION_BF16)
+    attn_tile_gemm_bf16(m, n, k, a, rsa, csa, b, ldb, c, ldc, accumulate);
+  else
+    tile_gemm_fp32(m, n, k, a, rsa, csa, b, ldb, c, ldc, accumulate);
+}
 
 /* ---------------------------------------------------------------------------
  * Row helpers for the softmax pieces. */

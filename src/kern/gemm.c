@@ -1,211 +1,144 @@
-/* GEMM wrappers over cblas_sgemm in the row-major layouts the model uses
- * (weights [out, in], activations [tokens, features]), plus direct kernels
- * for linear layers with very few outputs (the MoE router: N = experts).
- *
- * Why the skinny path: inside a training step of the reference MoE, OpenBLAS
- * took ~1.1 ms per router product ([2048 x 512] x [512 x 8], about 15
- * GFLOP/s, one thread): it packs both operands, its register tiles are
- * mostly padding at N = 8, and with two threads it also splits and
- * synchronises a product this small. The direct kernels took ~0.7 ms per
- * product in the same step (perf, one thread). With N <= SKINNY_MAX_N the
- * whole weight ([N, K], 16 KiB for the router) stays in L1: each output row
- * is N dot products (forward), N broadcast-FMAs per 8 outputs (dx), or N
- * sums over the tokens (dw). Every output element is computed by one thread
- * in a fixed order, so results do not depend on the thread count. */
+/* gemm() dispatch: the empty and beta cases every backend shares, the
+ * choice between oneDNN and OpenBLAS and between fp32 and bf16, and the
+ * linear-layer wrappers (which send very narrow fp32 layers, the MoE
+ * router, to the direct kernels of gemm_skinny.c). Which products are
+ * bf16 depends only on the layer, never on its shape, so that a TP shard
+ * (narrower) runs in the same precision as the whole layer on one rank. */
 #include "kern/gemm.h"
 
-#include <cblas.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define GEMM_SKINNY 1
-#endif
+#include "kern/bf16.h"
+#include "kern/gemm_internal.h"
+
+static _Atomic int selected_backend = GEMM_BACKEND_ONEDNN;
+static atomic_flag fallback_warned = ATOMIC_FLAG_INIT;
+
+const char *kern_gemm_backend_name(GemmBackend backend) {
+  return backend == GEMM_BACKEND_OPENBLAS ? "openblas" : "onednn";
+}
+
+int kern_gemm_backend_parse(const char *name, GemmBackend *out) {
+  if (!name) return -1;
+  if (strcmp(name, "onednn") == 0) {
+    *out = GEMM_BACKEND_ONEDNN;
+    return 0;
+  }
+  if (strcmp(name, "openblas") == 0) {
+    *out = GEMM_BACKEND_OPENBLAS;
+    return 0;
+  }
+  return -1;
+}
+
+int kern_gemm_set_backend(GemmBackend backend, char *err, size_t err_len) {
+  if (backend != GEMM_BACKEND_ONEDNN && backend != GEMM_BACKEND_OPENBLAS) {
+    if (err && err_len) snprintf(err, err_len, "unknown GEMM backend %d (expected onednn or openblas)", (int)backend);
+    return -1;
+  }
+  if (backend == GEMM_BACKEND_ONEDNN) {
+    /* One tiny product proves the engine and a primitive can be made, so a
+     * broken oneDNN is reported here rather than warned about mid-run. */
+    const float a = 1.0f, b = 2.0f;
+    float c = 0.0f;
+    if (gemm_onednn(0, 0, 0, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1, err, err_len) != 0) return -1;
+  }
+  atomic_store(&selected_backend, (int)backend);
+  return 0;
+}
+
+GemmBackend kern_gemm_backend(void) { return (GemmBackend)atomic_load_explicit(&selected_backend, memory_order_relaxed); }
+
+const char *kern_gemm_isa_name(void) { return gemm_onednn_isa_name(); }
+
+int kern_gemm_primitive_count(void) { return gemm_onednn_primitive_count(); }
+
+/* Applies C = beta * C; returns 1 when that finished the product (K == 0). */
+static int apply_beta(int M, int N, int K, float *beta, float *C, int ldc) {
+  if (K > 0 && (*beta == 0.0f || *beta == 1.0f)) return 0;
+  for (int i = 0; i < M; i++) {
+    float *row = C + (long)i * ldc;
+    for (int j = 0; j < N; j++) row[j] = *beta == 0.0f ? 0.0f : *beta * row[j];
+  }
+  *beta = 1.0f;
+  return K <= 0;
+}
+
+int gemm_with(GemmBackend backend, KernPrecision precision, int transA, int transB, int M, int N, int K,
+              float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+              char *err, size_t err_len) {
+  if (precision == KERN_PRECISION_BF16 && !kern_bf16_supported(err, err_len)) return -1;
+  if (M <= 0 || N <= 0) return 0;
+  /* BLAS implementations differ on whether they touch C at all when K is
+   * 0, and oneDNN's accumulation is a sum post-op of scale 1: betas other
+   * than 0 and 1, and empty products, are applied here. */
+  if (apply_beta(M, N, K, &beta, C, ldc)) return 0;
+  if (precision == KERN_PRECISION_BF16 || backend == GEMM_BACKEND_ONEDNN) {
+    if (gemm_onednn(precision == KERN_PRECISION_BF16, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                    err, err_len) == 0)
+      return 0;
+    /* oneDNN left C as it was (beta already applied): finish in fp32. */
+    gemm_openblas_f32(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return -1;
+  }
+  gemm_openblas_f32(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  return 0;
+}
+
+static void gemm_in(KernPrecision precision, int transA, int transB, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  char err[256];
+  if (gemm_with(kern_gemm_backend(), precision, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, err,
+                sizeof err) == 0)
+    return;
+  /* C holds the product, computed by OpenBLAS in fp32 (kern_set_precision
+   * refuses bf16 where it cannot run, so it is never left undone). */
+  if (!atomic_flag_test_and_set(&fallback_warned))
+    fprintf(stderr, "warning: GEMM backend %s (%s) failed: %s; such products are computed by OpenBLAS in fp32\n",
+            kern_gemm_backend_name(kern_gemm_backend()), kern_precision_name(precision), err);
+}
 
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
           const float *B, int ldb, float beta, float *C, int ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    /* An empty product: BLAS implementations differ on whether they touch C
-     * at all here, so apply beta ourselves (beta == 0 overwrites, even NaN). */
-    for (int i = 0; i < M; i++) {
-      float *row = C + (long)i * ldc;
-      for (int j = 0; j < N; j++) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
-    }
+  gemm_in(kern_precision(), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void linear_forward_in(KernPrecision p, float *y, const float *x, const float *w, int M, int K, int N,
+                              int accumulate) {
+  if (p == KERN_PRECISION_FP32 && gemm_skinny_applies(M, K, N)) {
+    gemm_skinny_forward(y, x, w, M, K, N, accumulate);
     return;
   }
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K,
-              alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_in(p, 0, 1, M, N, K, 1.0f, x, K, w, K, accumulate ? 1.0f : 0.0f, y, N);
 }
 
-#ifdef GEMM_SKINNY
-
-/* Outputs per pass (one accumulator register each) and the largest N that
- * takes the direct path: two passes at most. */
-enum { SKINNY_LANES = 8, SKINNY_MAX_N = 16 };
-
-/* Below this many multiply-adds a product runs on the calling thread. */
-#define SKINNY_PAR_MIN_FMAS ((long)1 << 20)
-
-static int skinny_applies(int M, int K, int N) { return N <= SKINNY_MAX_N && K >= SKINNY_LANES && M > 0 && N > 0; }
-
-static inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-/* y[m, n0 + j] (+)= x[m] . w[n0 + j] for j < nb <= 8. Rows past nb reuse the
- * last valid row so the loop stays branch-free; their sums are dropped. */
-static void skinny_forward_row(float *y, const float *xr, const float *w, int K, int n0, int nb, int accumulate) {
-  const float *wr[SKINNY_LANES];
-  for (int j = 0; j < SKINNY_LANES; j++) wr[j] = w + (long)(n0 + (j < nb ? j : nb - 1)) * K;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  int k = 0;
-  for (; k + 8 <= K; k += 8) {
-    const __m256 xv = _mm256_loadu_ps(xr + k);
-    a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[0] + k), a0);
-    a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[1] + k), a1);
-    a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[2] + k), a2);
-    a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[3] + k), a3);
-    a4 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[4] + k), a4);
-    a5 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[5] + k), a5);
-    a6 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[6] + k), a6);
-    a7 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[7] + k), a7);
+static void linear_backward_in(KernPrecision p, float *dx, float *dw, const float *dy, const float *x, const float *w,
+                               int M, int K, int N, int accumulate_dx) {
+  if (p == KERN_PRECISION_FP32 && gemm_skinny_applies(M, K, N)) {
+    if (dx) gemm_skinny_backward_dx(dx, dy, w, M, K, N, accumulate_dx);
+    if (dw) gemm_skinny_backward_dw(dw, dy, x, M, K, N);
+    return;
   }
-  float sums[SKINNY_LANES] = {hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3),
-                              hsum8(a4), hsum8(a5), hsum8(a6), hsum8(a7)};
-  for (; k < K; k++)
-    for (int j = 0; j < SKINNY_LANES; j++) sums[j] += xr[k] * wr[j][k];
-  for (int j = 0; j < nb; j++) y[n0 + j] = accumulate ? y[n0 + j] + sums[j] : sums[j];
+  if (dx) gemm_in(p, 0, 0, M, K, N, 1.0f, dy, N, w, K, accumulate_dx ? 1.0f : 0.0f, dx, K);
+  if (dw) gemm_in(p, 1, 0, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
 }
-
-static void skinny_forward(float *y, const float *x, const float *w, int M, int K, int N, int accumulate) {
-#pragma omp parallel for schedule(static) if ((long)M * K * N >= SKINNY_PAR_MIN_FMAS)
-  for (int m = 0; m < M; m++)
-    for (int n0 = 0; n0 < N; n0 += SKINNY_LANES)
-      skinny_forward_row(y + (long)m * N, x + (long)m * K, w, K, n0,
-                         N - n0 < SKINNY_LANES ? N - n0 : SKINNY_LANES, accumulate);
-}
-
-/* Column blocks of 64 outputs: eight accumulator registers, so eight
- * independent FMA chains (one chain per block would wait on the FMA latency
- * at every step). */
-enum { SKINNY_COLS = 64 };
-
-#define ACC8_DECL __m256 c0, c1, c2, c3, c4, c5, c6, c7
-#define ACC8_ZERO c0 = c1 = c2 = c3 = c4 = c5 = c6 = c7 = _mm256_setzero_ps()
-#define ACC8_LOAD(p)                                                                       \
-  c0 = _mm256_loadu_ps((p)), c1 = _mm256_loadu_ps((p) + 8), c2 = _mm256_loadu_ps((p) + 16), \
-  c3 = _mm256_loadu_ps((p) + 24), c4 = _mm256_loadu_ps((p) + 32), c5 = _mm256_loadu_ps((p) + 40), \
-  c6 = _mm256_loadu_ps((p) + 48), c7 = _mm256_loadu_ps((p) + 56)
-#define ACC8_FMA(s, p)                                                                     \
-  c0 = _mm256_fmadd_ps(s, _mm256_loadu_ps((p)), c0), c1 = _mm256_fmadd_ps(s, _mm256_loadu_ps((p) + 8), c1), \
-  c2 = _mm256_fmadd_ps(s, _mm256_loadu_ps((p) + 16), c2),                                   \
-  c3 = _mm256_fmadd_ps(s, _mm256_loadu_ps((p) + 24), c3),                                   \
-  c4 = _mm256_fmadd_ps(s, _mm256_loadu_ps((p) + 32), c4),                                   \
-  c5 = _mm256_fmadd_ps(s, _mm256_loadu_ps((p) + 40), c5),                                   \
-  c6 = _mm256_fmadd_ps(s, _mm256_loadu_ps((p) + 48), c6),                                   \
-  c7 = _mm256_fmadd_ps(s, _mm256_loadu_ps((p) + 56), c7)
-#define ACC8_STORE(p)                                                                      \
-  _mm256_storeu_ps((p), c0), _mm256_storeu_ps((p) + 8, c1), _mm256_storeu_ps((p) + 16, c2), \
-  _mm256_storeu_ps((p) + 24, c3), _mm256_storeu_ps((p) + 32, c4), _mm256_storeu_ps((p) + 40, c5), \
-  _mm256_storeu_ps((p) + 48, c6), _mm256_storeu_ps((p) + 56, c7)
-
-/* dx[m] (+)= sum_n dy[m, n] w[n], the weight rows (N x K floats) read from
- * L1. */
-static void skinny_backward_dx(float *dx, const float *dy, const float *w, int M, int K, int N, int accumulate) {
-  const int kfull = K / SKINNY_COLS * SKINNY_COLS;
-#pragma omp parallel for schedule(static) if ((long)M * K * N >= SKINNY_PAR_MIN_FMAS)
-  for (int m = 0; m < M; m++) {
-    const float *g = dy + (long)m * N;
-    float *out = dx + (long)m * K;
-    for (int k = 0; k < kfull; k += SKINNY_COLS) {
-      ACC8_DECL;
-      if (accumulate)
-        ACC8_LOAD(out + k);
-      else
-        ACC8_ZERO;
-      for (int n = 0; n < N; n++) {
-        const __m256 gn = _mm256_broadcast_ss(g + n);
-        ACC8_FMA(gn, w + (long)n * K + k);
-      }
-      ACC8_STORE(out + k);
-    }
-    for (int k = kfull; k < K; k++) {
-      float acc = accumulate ? out[k] : 0.0f;
-      for (int n = 0; n < N; n++) acc += g[n] * w[(long)n * K + k];
-      out[k] = acc;
-    }
-  }
-}
-
-/* dw[n, k] += sum_m dy[m, n] x[m, k]. A thread owns a block of 64 columns;
- * the tokens go by in L1-sized chunks, and for each output row the block's
- * partial sums sit in registers while the chunk is read. Tokens are summed
- * in order within a block, so the result does not depend on the threads. */
-enum { SKINNY_DW_ROWS = 64 };
-
-static void skinny_backward_dw(float *dw, const float *dy, const float *x, int M, int K, int N) {
-  const int blocks = K / SKINNY_COLS;
-#pragma omp parallel for schedule(static) if ((long)M * K * N >= SKINNY_PAR_MIN_FMAS)
-  for (int b = 0; b < blocks; b++) {
-    const int k = b * SKINNY_COLS;
-    float part[SKINNY_MAX_N][SKINNY_COLS] __attribute__((aligned(32)));
-    for (int n = 0; n < N; n++)
-      for (int j = 0; j < SKINNY_COLS; j++) part[n][j] = 0.0f;
-    for (int m0 = 0; m0 < M; m0 += SKINNY_DW_ROWS) {
-      const int m1 = M - m0 < SKINNY_DW_ROWS ? M : m0 + SKINNY_DW_ROWS;
-      for (int n = 0; n < N; n++) {
-        ACC8_DECL;
-        ACC8_LOAD(part[n]);
-        for (int m = m0; m < m1; m++) {
-          const __m256 gm = _mm256_broadcast_ss(dy + (long)m * N + n);
-          ACC8_FMA(gm, x + (long)m * K + k);
-        }
-        ACC8_STORE(part[n]);
-      }
-    }
-    for (int n = 0; n < N; n++) {
-      float *d = dw + (long)n * K + k;
-      for (int j = 0; j < SKINNY_COLS; j++) d[j] += part[n][j];
-    }
-  }
-  for (int k = blocks * SKINNY_COLS; k < K; k++)
-    for (int n = 0; n < N; n++) {
-      float acc = 0.0f;
-      for (int m = 0; m < M; m++) acc += dy[(long)m * N + n] * x[(long)m * K + k];
-      dw[(long)n * K + k] += acc;
-    }
-}
-
-#undef ACC8_DECL
-#undef ACC8_ZERO
-#undef ACC8_LOAD
-#undef ACC8_FMA
-#undef ACC8_STORE
-
-#endif /* GEMM_SKINNY */
 
 void linear_forward(float *y, const float *x, const float *w, int M, int K, int N, int accumulate) {
-#ifdef GEMM_SKINNY
-  if (skinny_applies(M, K, N)) {
-    skinny_forward(y, x, w, M, K, N, accumulate);
-    return;
-  }
-#endif
-  gemm(0, 1, M, N, K, 1.0f, x, K, w, K, accumulate ? 1.0f : 0.0f, y, N);
+  linear_forward_in(kern_precision(), y, x, w, M, K, N, accumulate);
 }
 
 void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int M, int K,
                      int N, int accumulate_dx) {
-#ifdef GEMM_SKINNY
-  if (skinny_applies(M, K, N)) {
-    if (dx) skinny_backward_dx(dx, dy, w, M, K, N, accumulate_dx);
-    if (dw) skinny_backward_dw(dw, dy, x, M, K, N);
-    return;
-  }
-#endif
-  if (dx) gemm(0, 0, M, K, N, 1.0f, dy, N, w, K, accumulate_dx ? 1.0f : 0.0f, dx, K);
-  if (dw) gemm(1, 0, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
+  linear_backward_in(kern_precision(), dx, dw, dy, x, w, M, K, N, accumulate_dx);
+}
+
+void linear_forward_fp32(float *y, const float *x, const float *w, int M, int K, int N, int accumulate) {
+  linear_forward_in(KERN_PRECISION_FP32, y, x, w, M, K, N, accumulate);
+}
+
+void linear_backward_fp32(float *dx, float *dw, const float *dy, const float *x, const float *w, int M, int K, int N,
+                          int accumulate_dx) {
+  linear_backward_in(KERN_PRECISION_FP32, dx, dw, dy, x, w, M, K, N, accumulate_dx);
 }

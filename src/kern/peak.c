@@ -1,12 +1,17 @@
-/* Measured fp32 peaks: a register-resident FMA loop per OpenMP thread, and
- * square SGEMM through the BLAS. */
+/* Measured peaks: a register-resident FMA loop and a bf16 dot-product loop
+ * per OpenMP thread, and square GEMMs through the backends. */
 #include "kern/peak.h"
 
 #include <omp.h>
 #include <stdlib.h>
 
 #include "base/timer.h"
+#include "kern/bf16.h"
 #include "kern/gemm.h"
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 /* Independent accumulator chains: FMA latency (4-5 cycles) times FMA issue
  * width (2 per cycle) is 8-10 chains in flight; 12 covers both and still
@@ -88,32 +93,84 @@ double peak_fma_gflops(int threads, double seconds) {
   return total_gflops;
 }
 
-double peak_sgemm_gflops(int n, double seconds) {
+/* Best single n x n x n product on (backend, precision), as for the FMA
+ * loop: robust to a shared machine. */
+double peak_gemm_gflops(GemmBackend backend, KernPrecision precision, int n, double seconds) {
   if (n <= 0) return 0.0;
   size_t elems = (size_t)n * (size_t)n;
   float *a = malloc(elems * sizeof *a), *b = malloc(elems * sizeof *b), *c = malloc(elems * sizeof *c);
-  if (!a || !b || !c) {
-    free(a);
-    free(b);
-    free(c);
-    return 0.0;
-  }
+  double gflops = 0.0;
+  if (!a || !b || !c) goto out;
   for (size_t i = 0; i < elems; i++) {
     a[i] = (float)(i % 17) * 0.01f;
     b[i] = (float)(i % 13) * 0.01f;
     c[i] = 0.0f;
   }
-  gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up: thread pool, page faults */
-  /* Best single product, as for the FMA loop: robust to a shared machine. */
+  /* warm-up: thread pool, page faults, the primitive's creation */
+  if (gemm_with(backend, precision, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, NULL, 0) != 0) goto out;
   double start = timer_now(), now = start, best = 1e30;
   do {
     double rep_start = now;
-    gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    gemm_with(backend, precision, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, NULL, 0);
     now = timer_now();
     if (now - rep_start < best) best = now - rep_start;
   } while (now - start < seconds);
+  gflops = 2.0 * (double)n * (double)n * (double)n / best * 1e-9;
+out:
   free(a);
   free(b);
   free(c);
-  return 2.0 * (double)n * (double)n * (double)n / best * 1e-9;
+  return gflops;
+}
+
+double peak_sgemm_gflops(int n, double seconds) {
+  return peak_gemm_gflops(kern_gemm_backend(), KERN_PRECISION_FP32, n, seconds);
+}
+
+#if defined(__AVX512BF16__)
+/* PEAK_CHAINS independent vdpbf16ps chains, each 16 lanes x 2 bf16 pairs
+ * = 64 FLOPs per instruction. The bf16 inputs are constants near 1 and
+ * tiny, so the fp32 accumulators grow slowly and never overflow. */
+__attribute__((noinline)) static float bf16_dot_rounds(long iters, float seed) {
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-7f), _mm512_set1_ps(1e-7f));
+  const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.5f));
+  __m512 acc[PEAK_CHAINS];
+  for (int j = 0; j < PEAK_CHAINS; j++) acc[j] = _mm512_set1_ps(seed + (float)j);
+  for (long it = 0; it < iters; it++)
+    for (int j = 0; j < PEAK_CHAINS; j++) acc[j] = _mm512_dpbf16_ps(acc[j], x, y);
+  __m512 total = acc[0];
+  for (int j = 1; j < PEAK_CHAINS; j++) total = _mm512_add_ps(total, acc[j]);
+  return _mm512_reduce_add_ps(total);
+}
+#endif
+
+double peak_bf16_gflops(int threads, double seconds) {
+#if defined(__AVX512BF16__)
+  if (!kern_bf16_supported(NULL, 0)) return 0.0;
+  if (threads <= 0) threads = omp_get_max_threads();
+  if (seconds <= 0.0) seconds = 0.1;
+  const long rounds_per_batch = 1L << 14;
+  const double flops_per_batch = 64.0 * PEAK_CHAINS * (double)rounds_per_batch;
+  double total_gflops = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : total_gflops)
+  {
+    float sink = 0.0f;
+    double warm_end = timer_now() + 0.1 * seconds;
+    while (timer_now() < warm_end) sink += bf16_dot_rounds(rounds_per_batch, sink * 1e-30f);
+#pragma omp barrier
+    double start = timer_now(), now = start, best_batch = 1e30;
+    do {
+      double batch_start = now;
+      sink += bf16_dot_rounds(rounds_per_batch, sink * 1e-30f);
+      now = timer_now();
+      if (now - batch_start < best_batch) best_batch = now - batch_start;
+    } while (now - start < seconds);
+    peak_sink = sink;
+    total_gflops += flops_per_batch / best_batch * 1e-9;
+  }
+  return total_gflops;
+#else
+  (void)threads, (void)seconds;
+  return 0.0;
+#endif
 }

@@ -1,8 +1,11 @@
-/* The machine's measured fp32 FMA peak: a register-resident FMA loop run on
- * every thread of the OpenMP pool. This is the "stated peak" MFU is measured
- * against when no peak is given. */
+/* The machine's measured peaks: a register-resident fp32 FMA loop and a
+ * bf16 dot-product loop (vdpbf16ps) run on every thread of the OpenMP pool.
+ * These are the "stated peaks" MFU is measured against when no peak is
+ * given: fp32 runs against the FMA peak, bf16 runs against the bf16 one. */
 #ifndef FIVEFOLD_KERN_PEAK_H
 #define FIVEFOLD_KERN_PEAK_H
+
+#include "kern/gemm.h"
 
 /* GFLOP/s (1 FMA = 2 FLOPs) summed over `threads` threads (<= 0: the
  * OpenMP default), measured for about `seconds` after a short warm-up; each
@@ -15,5 +18,15 @@ double peak_fma_gflops(int threads, double seconds);
  * the fastest of the products run in about `seconds` after a warm-up one.
  * 0 if n <= 0 or the three matrices cannot be allocated. */
 double peak_sgemm_gflops(int n, double seconds);
+
+/* GFLOP/s of the bf16 dot-product instruction (vdpbf16ps: 2 FLOPs per bf16
+ * pair, fp32 accumulation), measured as peak_fma_gflops measures the FMA.
+ * 0 where bf16 compute cannot run (kern_bf16_supported()) or the build has
+ * no AVX-512 BF16. */
+double peak_bf16_gflops(int threads, double seconds);
+
+/* As peak_sgemm_gflops, on an explicit GEMM backend and precision. 0 if
+ * that combination cannot run here. */
+double peak_gemm_gflops(GemmBackend backend, KernPrecision precision, int n, double seconds);
 
 #endif

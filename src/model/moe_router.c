@@ -36,7 +36,7 @@ static int picks_logits(const MoeSpec *s) {
 
 void moe_router_forward(MoeRouting *r, const float *x, const float *w_router, int N, const MoeSpec *s) {
   const int E = s->E, K = s->K;
-  linear_forward(r->logits, x, w_router, N, s->C, E, 0);
+  linear_forward_fp32(r->logits, x, w_router, N, s->C, E, 0); /* fp32 under bf16 too */
   if (s->score == ROUTER_SCORE_SOFTMAX)
     softmax_forward(r->scores, r->logits, N, E);
   else
@@ -164,5 +164,5 @@ void moe_router_backward(float *dx, float *dw_router, float *dz, float *dscore, 
       for (int e = 0; e < E; e++) dzn[e] += g * (sigmoid ? expf(zn[e] - lse) : sc[e]);
     }
   }
-  linear_backward(dx, dw_router, dz, x, w_router, N, s->C, E, 1);
+  linear_backward_fp32(dx, dw_router, dz, x, w_router, N, s->C, E, 1);
 }

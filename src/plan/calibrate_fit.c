@@ -204,6 +204,15 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
       cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->gemm_efficiency.y[i]));
       cJSON_AddItemToArray(curve, pt);
     }
+    if (s->gemm_efficiency_bf16.n > 0) {
+      cJSON *curve_bf16 = cJSON_AddArrayToObject(comp, "gemm_efficiency_bf16");
+      for (int i = 0; curve_bf16 && i < s->gemm_efficiency_bf16.n; i++) {
+        cJSON *pt = cJSON_CreateArray();
+        cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->gemm_efficiency_bf16.x[i]));
+        cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->gemm_efficiency_bf16.y[i]));
+        cJSON_AddItemToArray(curve_bf16, pt);
+      }
+    }
     cJSON *att = cJSON_AddObjectToObject(comp, "attention_efficiency");
     if (att) {
       cJSON_AddNumberToObject(att, "forward", s->attention_fwd_efficiency);

@@ -306,10 +306,13 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
 
   TRY(get_object(c, json, "compute", 0, &o));
   if (o) {
-    static const char *const comp[] = {"gemm_efficiency", "attention_efficiency", "kernel_floor_us"};
+    static const char *const comp[] = {"gemm_efficiency", "gemm_efficiency_bf16", "attention_efficiency",
+                                       "kernel_floor_us"};
     TRY(check_fields(c, o, "compute", comp, COUNT(comp)));
     const cJSON *curve = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency");
     if (curve) TRY(parse_curve(c, curve, "compute.gemm_efficiency", &s->gemm_efficiency));
+    const cJSON *curve_bf16 = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency_bf16");
+    if (curve_bf16) TRY(parse_curve(c, curve_bf16, "compute.gemm_efficiency_bf16", &s->gemm_efficiency_bf16));
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attention_efficiency");
     if (att) {
       if (!cJSON_IsObject(att))

@@ -12,6 +12,9 @@
  *       bandwidth per device and direction; efficiency = the share of it a
  *       collective library achieves (so calibration can fit it)
  *   compute (optional) {gemm_efficiency: [[flops, fraction of peak], ...],
+ *                       gemm_efficiency_bf16: the same for bf16 GEMMs against
+ *                                             peak_tflops.bf16 (optional;
+ *                                             absent: gemm_efficiency),
  *                       attention_efficiency: {forward, backward,
  *                                              reference_tokens, length_exponent,
  *                                              [ring_forward, ring_backward, ring_query_tokens]},
@@ -87,6 +90,7 @@ typedef struct ClusterSpec {
   PlanLink collective[PLAN_NUM_COLLECTIVES][PLAN_NUM_LEVELS];
   int has_collective[PLAN_NUM_COLLECTIVES][PLAN_NUM_LEVELS];
   PlanCurve gemm_efficiency; /* GEMM FLOPs -> fraction of peak */
+  PlanCurve gemm_efficiency_bf16; /* bf16 GEMMs where measured apart (calibrate on a CPU); n 0: gemm_efficiency */
   double attention_fwd_efficiency, attention_bwd_efficiency;
   /* Attention kernels over fewer query tokens than attention_ref_tokens run
    * at efficiency x (tokens / ref)^attention_length_exponent. */

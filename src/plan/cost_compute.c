@@ -31,7 +31,9 @@ double plan_memory_time(const ClusterSpec *cl, double bytes) {
 double plan_gemm_time(const ClusterSpec *cl, PlanDtype dtype, double m, double n, double k) {
   if (!(m > 0) || !(n > 0) || !(k > 0)) return 0.0;
   double flops = 2.0 * m * n * k;
-  double eff = plan_curve_eval(&cl->gemm_efficiency, flops);
+  const PlanCurve *curve =
+      dtype == PLAN_DTYPE_BF16 && cl->gemm_efficiency_bf16.n > 0 ? &cl->gemm_efficiency_bf16 : &cl->gemm_efficiency;
+  double eff = plan_curve_eval(curve, flops);
   double compute = flops / (plan_peak_flops(cl, dtype) * eff);
   double bytes = (m * k + k * n + m * n) * plan_dtype_bytes(dtype);
   double memory = bytes / (cl->memory_bandwidth * cl->memory_efficiency);

@@ -82,7 +82,11 @@ static const FieldSpec FIELDS[] = {
     {"training", "threads", "--threads", "N", FIELD_INT, OFF(threads), 0, 4096, 0, 0,
      "OpenMP and OpenBLAS threads (0: all cores)"},
     {"training", "peak_gflops", "--peak-gflops", "X", FIELD_DOUBLE, OFF(peak_gflops), 0, BIG, 1, 0,
-     "peak MFU is stated against (default: measured)"},
+     "peak MFU is stated against (default: measured, of the precision used)"},
+    {"training", "gemm_backend", "--gemm-backend", "NAME", FIELD_TEXT, OFF(gemm_backend), 0, 0, 0, 0,
+     "matrix-product library: onednn (default) | openblas"},
+    {"training", "precision", "--precision", "NAME", FIELD_TEXT, OFF(precision), 0, 0, 0, 0,
+     "fp32 (default) | bf16: bf16 GEMM inputs with fp32 accumulation, fp32 master weights (needs avx512_bf16)"},
     {"data", "train", "--train-data", "PATHS", FIELD_PATHS, OFF(train_paths), 0, 0, 0, 0,
      "training shard(s), comma-separated"},
     {"data", "val", "--val-data", "PATHS", FIELD_PATHS, OFF(val_paths), 0, 0, 0, 0,
@@ -162,6 +166,8 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->log_interval = 10;
   cfg->eval_interval = 100;
   cfg->eval_batches = 20;
+  snprintf(cfg->gemm_backend, sizeof cfg->gemm_backend, "onednn");
+  snprintf(cfg->precision, sizeof cfg->precision, "fp32");
   cfg->world_size = 1;
   cfg->world_ranks = 1;
   cfg->tp = cfg->pp = cfg->vpp = 1;
@@ -784,6 +790,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   if ((rc = train_config_check_pipeline(cfg, origin, err))) return rc;
   if ((rc = train_config_check_trace(cfg, origin, err))) return rc;
   if ((rc = train_config_check_fold(cfg, origin, 0, err))) return rc;
+  if ((rc = train_config_check_compute(cfg, origin, err))) return rc;
   if (cfg->min_lr < 0) cfg->min_lr = cfg->lr * 0.1f;
   if (cfg->min_lr > cfg->lr)
     return error_set(err, ERR_CONFIG, "%s: training.min_lr %g is above lr %g (expected min_lr <= lr)", origin,

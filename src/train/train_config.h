@@ -62,6 +62,9 @@ typedef struct TrainConfig {
   int eval_windows;   /* validation windows per evaluation, whatever the layout (0 until parsed) */
   int threads;        /* 0: every core OpenMP offers */
   double peak_gflops; /* 0: measure at startup */
+  /* compute (train_config_compute.c): checked at finalize */
+  char gemm_backend[64]; /* "onednn" (default) | "openblas" */
+  char precision[64];    /* "fp32" (default) | "bf16": GEMM inputs, fp32 accumulation */
 
   /* data */
   char **train_paths;
@@ -126,6 +129,12 @@ int train_config_set_world_fold(TrainConfig *cfg, int world_ranks, Error *err);
 /* Cross-field checks and derived defaults; data files must exist. */
 int train_config_finalize(TrainConfig *cfg, Error *err);
 void train_config_free(TrainConfig *cfg);
+/* training.gemm_backend and training.precision are known names
+ * (train_config_compute.c; called by finalize). */
+int train_config_check_compute(const TrainConfig *cfg, const char *origin, Error *err);
+/* Selects the GEMM backend and precision process-wide (kern); ERR_CONFIG
+ * naming the missing CPU feature when bf16 cannot run here. */
+int train_config_apply_compute(const TrainConfig *cfg, Error *err);
 
 /* Lines "  --flag ARG   explanation" for every override flag. */
 void train_config_print_flags(FILE *f);

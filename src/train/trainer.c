@@ -13,12 +13,14 @@
 
 #include "base/log.h"
 #include "base/timer.h"
+#include "kern/gemm.h"
 #include "kern/peak.h"
+#include "kern/precision.h"
 #include "sched/partition.h"
 #include "train/checkpoint_dist.h"
 #include "train/trace_session.h"
 
-/* Seconds the FMA loop runs when no peak is configured. */
+/* Seconds the FMA (or bf16 dot-product) loop runs when no peak is configured. */
 #define PEAK_MEASURE_SECONDS 0.3
 
 void trainer_param_counts(const Model *m, double *total, double *active) {
@@ -250,9 +252,18 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           (double)cfg->lr, (double)cfg->min_lr, lr_decay_name(cfg->decay), cfg->warmup_steps,
           (double)cfg->weight_decay, (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
           (double)cfg->grad_clip);
-  fprintf(out, "  compute  %s FLOP per token (fwd+bwd), %d thread%s per rank, peak %.0f GFLOP/s (%s",
-          fmt_si(d, sizeof d, tr->flops_per_token), tr->threads, tr->threads == 1 ? "" : "s", peak,
-          peak_measured ? "measured: FMA loop on every thread" : "stated: training.peak_gflops");
+  const int bf16 = kern_precision() == KERN_PRECISION_BF16;
+  fprintf(out, "  gemm     %s (oneDNN ISA %s), precision %s\n", kern_gemm_backend_name(kern_gemm_backend()),
+          kern_gemm_isa_name(),
+          bf16 ? "bf16 (bf16 GEMM and attention inputs, fp32 accumulation; fp32 weights, gradients, optimizer, "
+                 "norms, softmax, router, loss; bf16 GEMMs on oneDNN)"
+               : "fp32");
+  fprintf(out, "  compute  %s FLOP per token (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s",
+          fmt_si(d, sizeof d, tr->flops_per_token), tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
+          peak,
+          !peak_measured ? "stated: training.peak_gflops"
+          : bf16         ? "measured: vdpbf16ps loop on every thread"
+                         : "measured: FMA loop on every thread");
   if (tr->cfg->world_ranks > 1)
     fprintf(out, "; per thread, times the %d core%s the job's ranks can use", job_cores, job_cores == 1 ? "" : "s");
   fprintf(out, ")\n");
@@ -482,7 +493,9 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   double peak = cfg->peak_gflops;
   int peak_measured = 0;
   if (!(peak > 0) && root) {
-    peak = peak_fma_gflops(tr->threads, PEAK_MEASURE_SECONDS);
+    /* MFU is stated against the peak of the precision the GEMMs run in. */
+    peak = kern_precision() == KERN_PRECISION_BF16 ? peak_bf16_gflops(tr->threads, PEAK_MEASURE_SECONDS)
+                                                   : peak_fma_gflops(tr->threads, PEAK_MEASURE_SECONDS);
     peak_measured = 1;
   }
   /* The peak above is one rank's threads; the job's is that per thread

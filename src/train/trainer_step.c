@@ -292,6 +292,10 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   tr->threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
   omp_set_num_threads(tr->threads);
   openblas_set_num_threads(tr->threads);
+  /* Backend and precision before anything runs: a CPU without bf16 stops
+   * here, before any rank builds a model. */
+  int rc = train_config_apply_compute(cfg, err);
+  if (rc) return rc;
 
   int B = cfg->micro_batch_size, T = cfg->seq_len, accum = cfg->grad_accum_steps;
   tr->tp = cfg->tp > 0 ? cfg->tp : 1;
@@ -301,7 +305,6 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   trainer_fold_sizes(tr);
   tr->world = tr->tp * tr->cp * tr->pp * tr->dp;
   tr->grad_scale = 1.0f / ((float)accum * (float)tr->dp);
-  int rc = 0;
   if (tr->world > 1 && (rc = setup_grid(tr, err))) goto fail;
 
   SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = tr->pp, .vpp = tr->vpp, .microbatches = accum};

@@ -62,3 +62,15 @@ add_test(NAME parallel.eval_fixed_windows
          COMMAND bash ${PARALLEL_TEST_DIR}/eval_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(parallel.eval_fixed_windows PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "${PARALLEL_MPI_ENV}")
+# GEMM backends and bf16 (tests/parallel/precision_test.sh): every layout
+# kind on the OpenBLAS backend against one rank; bf16 DP2, TP2, PP2, EP2
+# against a bf16 rank; bf16 stop-and-resume bit for bit, and bf16 <-> fp32
+# through one checkpoint; --precision bf16 refused with oneDNN capped to
+# AVX2. Exit 77: skipped on a CPU without avx512_bf16.
+foreach(mode golden-openblas golden-bf16 resume-bf16 refuse-bf16)
+  string(REPLACE "-" "_" name ${mode})
+  add_test(NAME parallel.precision_${name}
+           COMMAND bash ${PARALLEL_TEST_DIR}/precision_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
+  set_tests_properties(parallel.precision_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${PARALLEL_MPI_ENV}")
+endforeach()

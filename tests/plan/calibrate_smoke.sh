@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of `fivefold calibrate --quick`: it writes a spec that the
 # planner loads and simulates with, with the collectives section when run
-# on 2 ranks under mpirun and without it on one rank.
+# on 2 ranks under mpirun and without it on one rank; on a CPU with
+# avx512_bf16 also the bf16 GEMM curve, and simulate --dtype bf16 then
+# predicts a faster step than --dtype fp32 (the bf16 peak is measured).
 # usage: calibrate_smoke.sh FIVEFOLD NP [MPIEXEC]     (NP 0: no mpirun)
 set -eu
 FIVEFOLD=$1
@@ -34,4 +36,13 @@ fi
   --seq 256 --global-batch 8 --dtype fp32 --quiet >"$WORK/sim" 2>&1 || { cat "$WORK/sim"; exit 1; }
 grep -q "predicted: step" "$WORK/sim" || { cat "$WORK/sim"; exit 1; }
 cat "$WORK/sim"
+if grep -qw avx512_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}${DNNL_MAX_CPU_ISA:-}" ]; then
+  grep -q '"gemm_efficiency_bf16"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency_bf16 in the spec"; exit 1; }
+  grep -q "bf16 peak .*vdpbf16ps" "$WORK/log" || { echo "calibrate does not report the bf16 peak"; exit 1; }
+  "$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec.json" --gpus "$GPUS" \
+    --seq 256 --global-batch 8 --dtype bf16 --quiet >"$WORK/sim16" 2>&1 || { cat "$WORK/sim16"; exit 1; }
+  step() { sed -n 's/.*predicted: step \([0-9.]*\).*/\1/p' "$1" | head -1; }
+  awk -v a="$(step "$WORK/sim16")" -v b="$(step "$WORK/sim")" 'BEGIN { exit !(a > 0 && a < b) }' ||
+    { echo "bf16 step $(step "$WORK/sim16") not below fp32 step $(step "$WORK/sim")"; exit 1; }
+fi
 echo "calibrate smoke test passed ($NP ranks)"

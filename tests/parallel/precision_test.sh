@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Compute backends and precisions through `fivefold train`, against one
+# rank (the golden rule, DESIGN.md), on the tiny models of lib.sh.
+#
+# usage: precision_test.sh FIVEFOLD MPIEXEC MODE
+#   golden-openblas  --gemm-backend openblas: DP2, TP2, PP2, EP2 and CP2
+#                    against a one-rank OpenBLAS run with the fp32
+#                    tolerances of the other golden tests (1e-4 relative,
+#                    1e-5 absolute), and one rank on OpenBLAS against one
+#                    rank on oneDNN (the backends agree to fp32 rounding)
+#   golden-bf16      --precision bf16: DP2, TP2, PP2 and EP2 against a bf16
+#                    one-rank run. Tolerance: per-step losses and grad norm
+#                    within 2e-3 relative, final weights and optimizer state
+#                    within 2e-3 relative + 1e-3 absolute. Why that much: the
+#                    layouts sum in other orders (fp32 differences of ~1e-7),
+#                    and a GEMM input on the other side of a bf16 rounding
+#                    boundary moves by one bf16 step (2^-8 relative). Losses
+#                    then differ by ~1e-4 relative (measured up to 2.4e-4,
+#                    TP2); Adam divides each gradient by its own magnitude,
+#                    so a weight whose gradient is near zero can move by a
+#                    fraction of a step of lr (3e-3) either way (measured up
+#                    to 3.4e-4, TP2). A wrong gradient or a missing reduction
+#                    is off by O(1) in the losses.
+#   resume-bf16      a bf16 run stopped at step 3 and resumed ends bit for
+#                    bit where the straight bf16 run ends (losses, model,
+#                    optimizer); a bf16 checkpoint continues in fp32 and that
+#                    one in bf16 again (the checkpoint format is the same
+#                    fp32 master weights)
+#   refuse-bf16      with oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2),
+#                    --precision bf16 stops before training with a message
+#                    naming avx512_bf16; fp32 still trains; bad names for
+#                    --precision / --gemm-backend are refused
+# golden-bf16 and resume-bf16 exit 77 (skipped) on a CPU without avx512_bf16.
+set -u
+FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+MPIEXEC=$2
+MODE=$3
+# shellcheck source=tests/parallel/lib.sh
+. "$(dirname "$0")/lib.sh"
+work_dir precision-test
+
+make_corpus
+dense_json dense.json 4 tied
+moe_json moe.json 4 4
+for model in dense moe; do run_json "run-$model.json" "$model.json"; done
+
+bf16_or_skip() {
+  if ! "$FIVEFOLD" train --config run-moe.json --out probe --no-progress --precision bf16 --steps 1 >probe.log 2>&1; then
+    if grep -q "avx512_bf16" probe.log; then
+      echo "SKIP: bf16 cannot run here: $(tail -1 probe.log)"
+      exit 77
+    fi
+    cat probe.log
+    fail "a one-step bf16 run failed"
+    finish precision_test
+  fi
+}
+
+case "$MODE" in
+  golden-openblas)
+    for model in dense moe; do train 0 one-$model $model --grad-accum 4 --gemm-backend openblas || exit 1; done
+    grep -q "gemm     openblas" one-moe.log || fail "the banner does not name the openblas backend"
+    train 0 dnnl-moe moe --grad-accum 4 || exit 1
+    grep -q "gemm     onednn (oneDNN ISA [a-z0-9_]*), precision fp32" dnnl-moe.log ||
+      fail "the default banner does not name oneDNN, its ISA and fp32"
+    same dnnl-moe one-moe 5
+    train 2 dp2 moe --grad-accum 2 --gemm-backend openblas && same dp2 one-moe 5
+    train 2 tp2 dense --grad-accum 4 --tp 2 --gemm-backend openblas && same tp2 one-dense 5
+    train 2 pp2 dense --grad-accum 4 --pp 2 --gemm-backend openblas && same pp2 one-dense 5
+    train 2 ep2 moe --grad-accum 2 --ep 2 --gemm-backend openblas && same ep2 one-moe 5
+    train 2 cp2 moe --grad-accum 4 --cp 2 --gemm-backend openblas && same cp2 one-moe 5
+    ;;
+  golden-bf16)
+    bf16_or_skip
+    SAME_RTOL=2e-3
+    SAME_ATOL=1e-3
+    for model in dense moe; do train 0 one-$model $model --grad-accum 4 --precision bf16 || exit 1; done
+    grep -q "precision bf16" one-moe.log || fail "the banner does not say bf16"
+    grep -q "bf16 peak [0-9]* GFLOP/s" one-moe.log || fail "the banner does not state the bf16 peak"
+    # bf16 really ran: the one-rank bf16 run differs from fp32.
+    train 0 fp32-moe moe --grad-accum 4 || exit 1
+    if $PY "$COMPARE" tensors "$(ckpt one-moe 5)/model.safetensors" "$(ckpt fp32-moe 5)/model.safetensors" 0 0 \
+      >/dev/null; then
+      fail "the bf16 run's weights equal the fp32 run's: bf16 did not run"
+    fi
+    train 2 dp2 moe --grad-accum 2 --precision bf16 && same dp2 one-moe 5
+    train 2 tp2 dense --grad-accum 4 --tp 2 --precision bf16 && same tp2 one-dense 5
+    train 2 pp2 dense --grad-accum 4 --pp 2 --precision bf16 && same pp2 one-dense 5
+    train 2 ep2 moe --grad-accum 2 --ep 2 --precision bf16 && same ep2 one-moe 5
+    ;;
+  resume-bf16)
+    bf16_or_skip
+    run_json run-moe.json moe.json steps=6 interval=3
+    train 0 straight moe --precision bf16 || exit 1
+    train 0 first moe --precision bf16 --steps 3 || exit 1
+    train 0 resumed moe --precision bf16 --resume "$(ckpt first 3)" || exit 1
+    $PY "$COMPARE" losses resumed straight 0 || fail "the resumed bf16 run's losses differ from the straight run's"
+    for f in model optimizer; do
+      cmp -s "$(ckpt straight 6)/$f.safetensors" "$(ckpt resumed 6)/$f.safetensors" ||
+        fail "the resumed bf16 run's $f.safetensors differs from the straight run's"
+    done
+    # bf16 -> fp32 -> bf16 through the same checkpoint format.
+    train 0 to-fp32 moe --precision fp32 --resume "$(ckpt first 3)" || exit 1
+    train 0 back-bf16 moe --precision bf16 --steps 8 --resume "$(ckpt to-fp32 6)" || exit 1
+    [ -f "$(ckpt back-bf16 8)/model.safetensors" ] || fail "the bf16 continuation of an fp32 checkpoint saved nothing"
+    SAME_RTOL=2e-3
+    SAME_ATOL=1e-3
+    same to-fp32 straight 6 # fp32 steps 4-6 stay near the bf16 ones
+    ;;
+  refuse-bf16)
+    if ONEDNN_MAX_CPU_ISA=AVX2 "$FIVEFOLD" train --config run-moe.json --out capped --no-progress --precision bf16 \
+      >capped.log 2>&1; then
+      fail "--precision bf16 was accepted with oneDNN capped to AVX2"
+    fi
+    grep -q "avx512_bf16" capped.log || { cat capped.log; fail "the refusal does not name the avx512_bf16 feature"; }
+    grep -q "ONEDNN_MAX_CPU_ISA" capped.log || fail "the refusal does not name the ISA cap"
+    grep -q "^step " capped.log && fail "training started before the refusal"
+    [ -e "capped/metrics.jsonl" ] && fail "the refused run wrote metrics"
+    ONEDNN_MAX_CPU_ISA=AVX2 train 0 capped-fp32 moe || exit 1
+    grep -q "oneDNN ISA avx2" capped-fp32.log || fail "the capped fp32 run's banner does not say avx2"
+    if "$FIVEFOLD" train --config run-moe.json --out bad1 --no-progress --precision fp16 >bad1.log 2>&1; then
+      fail "--precision fp16 was accepted"
+    fi
+    grep -q 'training.precision must be "fp32" or "bf16", got "fp16"' bad1.log || fail "no clear message for fp16"
+    if "$FIVEFOLD" train --config run-moe.json --out bad2 --no-progress --gemm-backend mkl >bad2.log 2>&1; then
+      fail "--gemm-backend mkl was accepted"
+    fi
+    grep -q 'training.gemm_backend must be "onednn" or "openblas", got "mkl"' bad2.log ||
+      fail "no clear message for mkl"
+    ;;
+  *)
+    echo "unknown mode $MODE"
+    exit 2
+    ;;
+esac
+finish precision_test
