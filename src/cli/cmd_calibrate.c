@@ -34,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/options.h"
 #include "base/timer.h"
 #include "cli/cmd_calibrate.h"
 #include "comm/world.h"
@@ -582,25 +583,33 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
 }
 
 static int parse_args(int argc, char **argv, CalibCli *c) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
-    if (!strcmp(a, "--quick")) {
+  static const char *const KNOWN[] = {"--quick", "--out", "--spec", "--from-trace", "--name", "--devices", "--help"};
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "calibrate", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  while (option_next(&op)) {
+    if (option_is_help(&op)) return 1;
+    if (option_is(&op, "--quick")) {
+      if (option_switch(&op, &perr)) {
+        fprintf(stderr, "fivefold calibrate: %s\n", perr.msg);
+        return -1;
+      }
       c->quick = 1;
       continue;
     }
-    const char **target = !strcmp(a, "--out") ? &c->out : !strcmp(a, "--spec") ? &c->spec
-                        : !strcmp(a, "--from-trace") ? &c->trace : !strcmp(a, "--name") ? &c->name : NULL;
-    int is_devices = !strcmp(a, "--devices");
+    const char **target = option_is(&op, "--out") ? &c->out : option_is(&op, "--spec") ? &c->spec
+                        : option_is(&op, "--from-trace") ? &c->trace : option_is(&op, "--name") ? &c->name : NULL;
+    int is_devices = option_is(&op, "--devices");
     if (!target && !is_devices) {
-      fprintf(stderr, "fivefold calibrate: unknown option '%s' (see --help)\n", a);
+      option_unknown(&op, &perr);
+      fprintf(stderr, "fivefold calibrate: %s\n", perr.msg);
       return -1;
     }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "fivefold calibrate: %s needs a value (see --help)\n", a);
+    const char *value = NULL;
+    if (option_value(&op, &value, &perr)) {
+      fprintf(stderr, "fivefold calibrate: %s\n", perr.msg);
       return -1;
     }
-    const char *value = argv[++i];
     if (target) {
       *target = value;
       continue;

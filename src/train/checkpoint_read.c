@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "base/crc32.h"
+#include "base/json_util.h"
 #include "base/log.h"
 #include "base/safetensors.h"
 #include "train/checkpoint_internal.h"
@@ -117,16 +118,6 @@ cJSON *ckpt_u64_json(uint64_t x) {
   return cJSON_CreateString(buf);
 }
 
-static const char *type_name(const cJSON *v) {
-  if (!v) return "nothing (the field is missing)";
-  if (cJSON_IsNumber(v)) return "a number";
-  if (cJSON_IsString(v)) return "a string";
-  if (cJSON_IsBool(v)) return "a boolean";
-  if (cJSON_IsNull(v)) return "null";
-  if (cJSON_IsArray(v)) return "a list";
-  return "an object";
-}
-
 static int read_u64(const cJSON *obj, const char *key, const char *file, const char *where, uint64_t *out,
                     Error *err) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -145,12 +136,12 @@ static int read_u64(const cJSON *obj, const char *key, const char *file, const c
     }
   }
   return error_set(err, ERR_FORMAT, "%s: %s%s must be a non-negative integer (a number, or a decimal string), got %s",
-                   file, where, key, type_name(v));
+                   file, where, key, json_type_name(v));
 }
 
 static const cJSON *need_object(const cJSON *root, const char *key, const char *file, Error *err) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-  if (!cJSON_IsObject(v)) error_set(err, ERR_FORMAT, "%s: \"%s\" must be an object, got %s", file, key, type_name(v));
+  if (!cJSON_IsObject(v)) error_set(err, ERR_FORMAT, "%s: \"%s\" must be an object, got %s", file, key, json_type_name(v));
   return cJSON_IsObject(v) ? v : NULL;
 }
 
@@ -178,14 +169,14 @@ static int parse_files(const cJSON *files, const char *file, CkptState *st, Erro
     snprintf(where, sizeof where, "files.\"%s\".", CKPT_FILES[i]);
     if (!cJSON_IsObject(rec))
       return error_set(err, ERR_FORMAT, "%s: files.\"%s\" must be an object {bytes, crc32}, got %s", file,
-                       CKPT_FILES[i], type_name(rec));
+                       CKPT_FILES[i], json_type_name(rec));
     int rc = read_u64(rec, "bytes", file, where, &st->files[i].bytes, err);
     if (rc) return rc;
     const cJSON *crc = cJSON_GetObjectItemCaseSensitive(rec, "crc32");
     const char *s = cJSON_IsString(crc) ? crc->valuestring : NULL;
     if (!s || strlen(s) != 8 || strspn(s, "0123456789abcdef") != 8)
       return error_set(err, ERR_FORMAT, "%s: %scrc32 must be 8 lower-case hex digits, got %s%s%s", file, where,
-                       s ? "\"" : type_name(crc), s ? s : "", s ? "\"" : "");
+                       s ? "\"" : json_type_name(crc), s ? s : "", s ? "\"" : "");
     st->files[i].crc32 = (uint32_t)strtoul(s, NULL, 16);
   }
   return 0;
@@ -210,7 +201,7 @@ int ckpt_state_read(const char *dir, CkptState *st, Error *err) {
   const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
   if (!cJSON_IsString(format) || strcmp(format->valuestring, CHECKPOINT_FORMAT)) {
     rc = error_set(err, ERR_FORMAT, "%s: \"format\" must be \"%s\", got %s%s%s", file, CHECKPOINT_FORMAT,
-                   cJSON_IsString(format) ? "\"" : type_name(format), cJSON_IsString(format) ? format->valuestring : "",
+                   cJSON_IsString(format) ? "\"" : json_type_name(format), cJSON_IsString(format) ? format->valuestring : "",
                    cJSON_IsString(format) ? "\"" : "");
     goto fail;
   }
@@ -222,14 +213,14 @@ int ckpt_state_read(const char *dir, CkptState *st, Error *err) {
                      version->valuedouble > CHECKPOINT_VERSION ? "written by a newer fivefold" : "unknown version");
     else
       rc = error_set(err, ERR_FORMAT, "%s: \"version\" must be the number %d, got %s", file, CHECKPOINT_VERSION,
-                     type_name(version));
+                     json_type_name(version));
     goto fail;
   }
   const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step");
   if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble > INT_MAX ||
       step->valuedouble != floor(step->valuedouble)) {
     rc = error_set(err, ERR_FORMAT, "%s: \"step\" must be a non-negative integer, got %s", file,
-                   cJSON_IsNumber(step) ? "a number out of range" : type_name(step));
+                   cJSON_IsNumber(step) ? "a number out of range" : json_type_name(step));
     goto fail;
   }
   st->step = (int)step->valuedouble;
@@ -251,7 +242,7 @@ int ckpt_state_read(const char *dir, CkptState *st, Error *err) {
   const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
   if (!cJSON_IsString(tok) || !tok->valuestring[0] || strlen(tok->valuestring) >= sizeof st->tokenizer) {
     rc = error_set(err, ERR_FORMAT, "%s: \"tokenizer\" must be \"%s\" or the path of a tokenizer.json, got %s", file,
-                   CHECKPOINT_BYTE_LEVEL, cJSON_IsString(tok) ? "an empty or overlong string" : type_name(tok));
+                   CHECKPOINT_BYTE_LEVEL, cJSON_IsString(tok) ? "an empty or overlong string" : json_type_name(tok));
     goto fail;
   }
   snprintf(st->tokenizer, sizeof st->tokenizer, "%s", tok->valuestring);

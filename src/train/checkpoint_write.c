@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "base/crc32.h"
 #include "base/log.h"
 #include "base/safetensors.h"
@@ -32,25 +33,6 @@ static int fsync_dir(const char *path, Error *err) {
   return 0;
 }
 
-static int mkdir_p(const char *path, Error *err) {
-  char buf[CKPT_PATH_MAX];
-  if (strlen(path) >= sizeof buf) return error_set(err, ERR_ARG, "directory path %.64s... is too long", path);
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1;; p++) {
-    if (*p == '/' || *p == '\0') {
-      char saved = *p;
-      *p = '\0';
-      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return error_set(err, ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
-      *p = saved;
-      if (!saved) break;
-    }
-  }
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return error_set(err, ERR_IO, "%s exists and is not a directory", path);
-  return 0;
-}
 
 int ckpt_remove_dir_flat(const char *path, Error *err) {
   DIR *d = opendir(path);
@@ -285,7 +267,7 @@ int ckpt_save_finish_contents(const char *tmp, const CheckpointSource *src, uint
 int ckpt_save_begin(const char *run_dir, int step, char *root, char *final_dir, char *tmp, Error *err) {
   char name[96];
   int rc = ckpt_join(root, CKPT_PATH_MAX, run_dir, CHECKPOINT_SUBDIR, err);
-  if (!rc) rc = mkdir_p(root, err);
+  if (!rc) rc = fs_mkdir_p(root, err);
   if (!rc) rc = checkpoint_dir_name(root, step, final_dir, CKPT_PATH_MAX, err);
   if (rc) return rc;
   remove_stale_dirs(root);

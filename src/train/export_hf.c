@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file_text.h"
+#include "base/fs.h"
 #include "base/safetensors.h"
 #include "train/checkpoint.h"
 
@@ -147,23 +149,6 @@ int export_hf_byte_level_tokenizer(Tokenizer **out, Error *err) {
 
 /* ---- files ---- */
 
-static int make_dirs(const char *dir, Error *err) {
-  char p[4096];
-  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return error_set(err, ERR_ARG, "path too long: %s", dir);
-  size_t n = strlen(p);
-  for (size_t i = 1; i <= n; i++) {
-    if (p[i] != '/' && p[i] != '\0') continue;
-    char saved = p[i];
-    p[i] = '\0';
-    struct stat st;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST)
-      return error_set(err, ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
-    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
-      return error_set(err, ERR_IO, "%s exists and is not a directory", p);
-    p[i] = saved;
-  }
-  return 0;
-}
 
 /* PATH.tmp, fsync, rename: a reader never sees half a file. */
 static int write_file_atomic(const char *path, const void *data, size_t n, Error *err) {
@@ -185,39 +170,6 @@ static int write_file_atomic(const char *path, const void *data, size_t n, Error
   if (!rc && rename(tmp, path) != 0) rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
   if (rc) unlink(tmp);
   return rc;
-}
-
-static int read_file(const char *path, char **out, size_t *len, Error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open %s: %s", path, strerror(errno));
-  char *buf = NULL;
-  size_t n = 0, cap = 0;
-  int rc = 0;
-  for (;;) {
-    if (n == cap) {
-      cap = cap ? 2 * cap : 1 << 16;
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        rc = error_set(err, ERR_NOMEM, "out of memory reading %s", path);
-        break;
-      }
-      buf = nb;
-    }
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) {
-      if (ferror(f)) rc = error_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
-  if (rc) {
-    free(buf);
-    return rc;
-  }
-  *out = buf;
-  *len = n;
-  return 0;
 }
 
 /* Writes out_dir/tokenizer.json and reports its end-of-text id (-1: none). */
@@ -242,7 +194,7 @@ static int export_tokenizer(const char *tokenizer, int vocab_size, const char *o
   tok_free(tok);
   char *text = NULL;
   size_t n = 0;
-  if (!rc) rc = read_file(tokenizer, &text, &n, err);
+  if (!rc) rc = file_read_text(tokenizer, "tokenizer", (size_t)1 << 30, &text, &n, err);
   if (!rc) rc = write_file_atomic(path, text, n, err);
   free(text);
   return rc;
@@ -329,7 +281,7 @@ static int export_weights(const Model *m, const char *out_dir, Error *err) {
 
 int export_hf_write(const Model *m, const char *tokenizer, const char *out_dir, Error *err) {
   int rc = export_hf_check(&m->cfg, err);
-  if (!rc) rc = make_dirs(out_dir, err);
+  if (!rc) rc = fs_mkdir_p(out_dir, err);
   int eot = -1;
   if (!rc) rc = export_tokenizer(tokenizer, m->cfg.vocab_size, out_dir, &eot, err);
   if (!rc) rc = export_weights(m, out_dir, err);

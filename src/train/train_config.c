@@ -11,6 +11,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file_text.h"
+#include "base/json_util.h"
+#include "base/near_miss.h"
 #include "sched/partition.h"
 #include "tok/tokenizer.h"
 
@@ -181,47 +184,11 @@ void train_config_free(TrainConfig *cfg) {
 
 /* ---- helpers ---- */
 
-static int edit_distance(const char *a, const char *b) {
-  size_t n = strlen(a), m = strlen(b);
-  if (n > 63 || m > 63) return 99;
-  int row[64];
-  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int up = row[j];
-      int sub = diag + (a[i - 1] != b[j - 1]);
-      int best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
-      row[j] = sub < best ? sub : best;
-      diag = up;
-    }
-  }
-  return row[m];
-}
-
 /* " (did you mean 'x'?)" for the closest candidate within a few edits. */
 static void suggest(char *out, size_t cap, const char *name, const char *const *candidates, int n) {
-  const char *best = NULL;
-  int best_d = 99;
-  for (int i = 0; i < n; i++) {
-    int d = edit_distance(name, candidates[i]);
-    if (d < best_d) best_d = d, best = candidates[i];
-  }
-  int limit = (int)strlen(name) / 3 + 1;
-  if (limit < 2) limit = 2;
-  if (best && best_d <= limit) snprintf(out, cap, " (did you mean '%s'?)", best);
+  const char *best = near_miss(name, candidates, n);
+  if (best) snprintf(out, cap, " (did you mean '%s'?)", best);
   else out[0] = '\0';
-}
-
-static const char *json_type_name(const cJSON *v) {
-  if (cJSON_IsNumber(v)) return "a number";
-  if (cJSON_IsString(v)) return "a string";
-  if (cJSON_IsBool(v)) return "a boolean";
-  if (cJSON_IsNull(v)) return "null";
-  if (cJSON_IsArray(v)) return "a list";
-  if (cJSON_IsObject(v)) return "an object";
-  return "an unknown value";
 }
 
 /* `dir_of` + path unless path is absolute or dir_of has no directory part. */
@@ -545,33 +512,10 @@ done:
 
 int train_config_load(TrainConfig *cfg, const char *path, Error *err) {
   train_config_defaults(cfg);
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open config %s: %s", path, strerror(errno));
   char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? cap * 2 : 16384;
-      char *grown = realloc(text, cap);
-      if (!grown) {
-        free(text);
-        fclose(f);
-        return error_set(err, ERR_NOMEM, "%s: out of memory reading the config", path);
-      }
-      text = grown;
-    }
-    size_t got = fread(text + len, 1, 4096, f);
-    len += got;
-    if (got < 4096) break;
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(text);
-    return error_set(err, ERR_IO, "cannot read config %s", path);
-  }
-  text[len] = '\0';
-  int rc = train_config_parse(cfg, text, path, err);
+  int rc = file_read_text(path, "config", (size_t)64 << 20, &text, NULL, err);
+  if (rc) return rc;
+  rc = train_config_parse(cfg, text, path, err);
   free(text);
   return rc;
 }
@@ -586,6 +530,16 @@ static const FieldSpec *find_flag(const char *flag) {
 
 int train_config_is_flag(const char *flag) { return find_flag(flag) != NULL; }
 
+int train_config_flag_names(const char **names, int cap) {
+  int n = 0;
+  for (int i = 0; i < NUM_FIELDS; i++)
+    if (FIELDS[i].flag) {
+      if (n < cap) names[n] = FIELDS[i].flag;
+      n++;
+    }
+  return n;
+}
+
 int train_config_override(TrainConfig *cfg, const char *flag, const char *value, Error *err) {
   const FieldSpec *f = find_flag(flag);
   if (!f) {
@@ -595,7 +549,7 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
       if (FIELDS[i].flag) flags[n++] = FIELDS[i].flag;
     char hint[128];
     suggest(hint, sizeof hint, flag, flags, n);
-    return error_set(err, ERR_ARG, "unknown option %s%s (see 'fivefold train --help')", flag, hint);
+    return error_set(err, ERR_ARG, "unknown option '%s'%s (see 'fivefold train --help')", flag, hint);
   }
   if (!value) return error_set(err, ERR_ARG, "%s needs a value (%s)", flag, f->arg);
   char shown[256];

@@ -111,6 +111,9 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
 int train_config_override(TrainConfig *cfg, const char *flag, const char *value, Error *err);
 /* 1 if `flag` is one train_config_override accepts. */
 int train_config_is_flag(const char *flag);
+/* The flags train_config_override accepts (for near-miss hints of a
+ * command-line parser): fills names[0, cap) and returns how many there are. */
+int train_config_flag_names(const char **names, int cap);
 /* Resolves the parallel sizes against the number of ranks the job runs on:
  * tp x pp x dp must equal it (dp 0 is derived), else an ERR_CONFIG that says
  * which product fails and what would fit; sets world_size (= dp) and

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "kern/peak.h"
@@ -165,24 +166,6 @@ void trainer_options_default(TrainerOptions *o) {
   o->eval_at_start = 1;
 }
 
-static int mkdir_p(const char *path, Error *err) {
-  char buf[TRAIN_PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1;; p++) {
-    if (*p == '/' || *p == '\0') {
-      char saved = *p;
-      *p = '\0';
-      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return error_set(err, ERR_IO, "cannot create output directory %s: %s", buf, strerror(errno));
-      *p = saved;
-      if (!saved) break;
-    }
-  }
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return error_set(err, ERR_IO, "output path %s exists and is not a directory", path);
-  return 0;
-}
 
 /* Writes text to path through a temporary file and a rename. */
 static int write_file_atomic(const char *path, const char *text, Error *err) {
@@ -326,7 +309,7 @@ static int keep_metrics_up_to(const char *path, int step, Error *err) {
 
 static int open_run_files(const Trainer *tr, FILE **jsonl, Error *err) {
   const TrainConfig *cfg = tr->cfg;
-  int rc = mkdir_p(cfg->out_dir, err);
+  int rc = fs_mkdir_p(cfg->out_dir, err);
   if (rc) return rc;
   char path[TRAIN_PATH_MAX + 32]; /* out_dir + a file name */
   cJSON *json = train_config_to_json(cfg);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "base/rng.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
@@ -219,25 +220,6 @@ int upcycle_weights(const Model *dense, Model *moe, const UpcycleOptions *o, Err
 
 /* ---- the run directory ---- */
 
-static int mkdir_p(const char *path, Error *err) {
-  char buf[CHECKPOINT_PATH_MAX];
-  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-    return error_set(err, ERR_ARG, "--out %s: path too long", path);
-  for (char *p = buf + 1;; p++) {
-    if (*p == '/' || *p == '\0') {
-      char saved = *p;
-      *p = '\0';
-      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return error_set(err, ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
-      *p = saved;
-      if (!saved) break;
-    }
-  }
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return error_set(err, ERR_IO, "--out %s exists and is not a directory", path);
-  return 0;
-}
 
 static int write_text(const char *path, const char *text, Error *err) {
   char tmp[CHECKPOINT_PATH_MAX + 32];
@@ -324,7 +306,7 @@ int upcycle_checkpoint(const char *dense_path, const char *out_dir, const Upcycl
     return error_set(err, ERR_ARG,
                      "--out %s already holds %d checkpoint(s) in %s: upcycle into a new directory (or remove it)",
                      out_dir, nsteps, ckroot);
-  if ((rc = mkdir_p(out_dir, err))) return rc;
+  if ((rc = fs_mkdir_p(out_dir, err))) return rc;
   char *out_abs = realpath(out_dir, NULL);
   if (!out_abs) return error_set(err, ERR_IO, "cannot resolve --out %s: %s", out_dir, strerror(errno));
 
