@@ -1,12 +1,12 @@
 /* `fivefold export --format hf --checkpoint DIR --out DIR`: writes a
- * Hugging Face model directory (train/export_hf.h; docs/export.md). */
+ * Hugging Face model directory (convert/export_hf.h; docs/export.md). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/options.h"
 #include "cli/cmd_export.h"
-#include "train/export_hf.h"
+#include "convert/export_hf.h"
 
 static void export_help(FILE *f) {
   fprintf(f,

@@ -1,6 +1,6 @@
 /* `fivefold sample --checkpoint DIR --prompt TEXT`: loads a checkpoint and
  * its tokenizer, encodes the prompt and streams generated text to stdout
- * token by token (train/sampler.h does the picking and the loop). Tokens are
+ * token by token (infer/sampler.h does the picking and the loop). Tokens are
  * written as raw bytes, so a UTF-8 character split across two tokens
  * appears whole once its last byte is out. Statistics go to stderr, so
  * stdout holds only the text. */
@@ -18,8 +18,8 @@
 #include "base/timer.h"
 #include "cli/cmd_sample.h"
 #include "tok/tokenizer.h"
-#include "train/checkpoint.h"
-#include "train/sampler.h"
+#include "ckpt/checkpoint.h"
+#include "infer/sampler.h"
 
 static void sample_help(FILE *f) {
   fprintf(f,

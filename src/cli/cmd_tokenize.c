@@ -22,7 +22,7 @@
 #include "cli/cli.h"
 #include "train/metrics.h"
 #include "tok/tokenizer.h"
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 typedef struct TextEncoder {
   const char *name;

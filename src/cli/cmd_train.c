@@ -22,7 +22,7 @@
 #include "cli/cli.h"
 #include "comm/world.h"
 #include "plan/plan_file.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 

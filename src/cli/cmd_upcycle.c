@@ -1,6 +1,6 @@
 /* `fivefold upcycle --checkpoint DENSE --experts E --topk K [--granularity G]
  * [options] --out DIR`: option parsing, the checks that need no checkpoint,
- * and the summary of what train/upcycle.c wrote. */
+ * and the summary of what convert/upcycle.c wrote. */
 #include "cli/cmd_upcycle.h"
 
 #include <errno.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/options.h"
-#include "train/upcycle.h"
+#include "convert/upcycle.h"
 
 static void upcycle_help(FILE *f) {
   fprintf(f,

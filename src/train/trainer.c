@@ -16,7 +16,7 @@
 #include "base/timer.h"
 #include "kern/peak.h"
 #include "sched/partition.h"
-#include "train/checkpoint_dist.h"
+#include "ckpt/checkpoint_dist.h"
 #include "train/trace_session.h"
 
 /* Seconds the FMA loop runs when no peak is configured. */

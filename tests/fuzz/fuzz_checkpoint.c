@@ -1,4 +1,4 @@
-/* Fuzz harness of the checkpoint reader (src/train/checkpoint.h): state.json
+/* Fuzz harness of the checkpoint reader (src/ckpt/checkpoint.h): state.json
  * and everything that trusts it.
  *
  * At start-up a real checkpoint of a tiny MoE model is saved with
@@ -22,7 +22,7 @@
 
 #include "base/log.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 

@@ -2,8 +2,8 @@
  * It builds this rank's shard of a tiny model for a TP x DP x PP layout
  * (tp fastest, then dp, then pp, as the attention grid orders them) with
  * model_create_shard, and saves or loads distributed checkpoints
- * (train/checkpoint_dist.h), or does the same with the one-process
- * functions of train/checkpoint.h on the whole model.
+ * (ckpt/checkpoint_dist.h), or does the same with the one-process
+ * functions of ckpt/checkpoint.h on the whole model.
  *
  * Values: the weights of the checkpoint of step S are model_init_weights
  * with seed 1000 + S; the AdamW moments of element i of logical tensor NAME
@@ -48,8 +48,8 @@
 #include "comm/comm.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_dist.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_dist.h"
 #include "train/optimizer.h"
 #include "train/tp_ops.h"
 #include "train/train_config.h"

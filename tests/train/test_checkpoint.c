@@ -29,8 +29,8 @@
 #include "base/crc32.h"
 #include "base/rng.h"
 #include "base/safetensors.h"
-#include "train/checkpoint.h"
-#include "train/token_shard.h"
+#include "ckpt/checkpoint.h"
+#include "data/token_shard.h"
 #include "train/trainer.h"
 
 /* ---- scratch space (nested directories, removed at exit) ---- */

@@ -1,4 +1,4 @@
-/* Upcycling (train/upcycle.h): the MoE made from a dense model computes the
+/* Upcycling (convert/upcycle.h): the MoE made from a dense model computes the
  * dense logits at initialisation for every configuration where the math
  * says so (granularity 1, 2 and 4; both router orders; renormalised and
  * sigmoid routing), and only approximately for unnormalised
@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 
-#include "train/upcycle.h"
+#include "convert/upcycle.h"
 #include "upcycle/upcycle_test_util.h"
 
 enum { B = 2, T = 16 };

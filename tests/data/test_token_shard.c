@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "train/token_shard.h"
-#include "train_test_util.h"
+#include "data/token_shard.h"
+#include "train/train_test_util.h"
 
 static void assert_contains(const char *haystack, const char *needle) {
   if (!strstr(haystack, needle)) fail_msg("expected \"%s\" in message: %s", needle, haystack);

@@ -2,7 +2,7 @@
  * scale, the weight mapping (slices, copies, virtual-group router rows) and
  * the run directory `fivefold train --resume` continues. See upcycle.h and
  * docs/upcycling.md. */
-#include "train/upcycle.h"
+#include "convert/upcycle.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -19,7 +19,7 @@
 #include "base/crc32.h"
 #include "base/log.h"
 #include "base/safetensors.h"
-#include "train/checkpoint_internal.h"
+#include "ckpt/checkpoint_internal.h"
 
 /* ---- file-system helpers ---- */
 

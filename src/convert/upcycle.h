@@ -29,7 +29,7 @@
 #include "base/error.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 
 typedef struct UpcycleOptions {
   int num_experts; /* E: routed experts of every MoE layer */

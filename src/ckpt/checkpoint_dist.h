@@ -44,7 +44,7 @@
 #include "base/error.h"
 #include "comm/comm.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/optimizer.h"
 
 #define CHECKPOINT_DIST_BATCH_ENV "FIVEFOLD_TEST_CKPT_BATCH_BYTES"

@@ -1,6 +1,6 @@
 /* Next-token sampling (temperature, top-k, top-p) and the generation loop;
  * see sampler.h for the exact filtering order and tie rules. */
-#include "train/sampler.h"
+#include "infer/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* Token shard writer (temporary file + fsync + rename) and mmap reader with
  * header validation. The format is described in token_shard.h. */
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 #include <errno.h>
 #include <fcntl.h>

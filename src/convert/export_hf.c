@@ -2,7 +2,7 @@
  * renaming / splitting into model.safetensors, and the tokenizer file. The
  * split tensors are views into the model's parameter buffer (row blocks of
  * [out, in] matrices are contiguous), so nothing is copied on the way. */
-#include "train/export_hf.h"
+#include "convert/export_hf.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -17,7 +17,7 @@
 #include "base/file_text.h"
 #include "base/fs.h"
 #include "base/safetensors.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 
 /* ---- what Mixtral can express ---- */
 

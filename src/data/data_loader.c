@@ -1,6 +1,6 @@
 /* Windows over token shards, the seeded per-epoch permutation that orders
  * them for training, and the fixed validation walk. See data_loader.h. */
-#include "train/data_loader.h"
+#include "data/data_loader.h"
 
 #include <stdlib.h>
 #include <string.h>

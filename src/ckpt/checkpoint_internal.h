@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "base/safetensors.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 
 #define CKPT_PATH_MAX CHECKPOINT_PATH_MAX
 #define CKPT_STEP_PREFIX "step-"

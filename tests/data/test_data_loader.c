@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "train/data_loader.h"
-#include "train_test_util.h"
+#include "data/data_loader.h"
+#include "train/train_test_util.h"
 
 #define NUM_SHARDS 3
 #define T 16

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 /* Shards cut into windows of T + 1 tokens. */
 typedef struct TokenWindows {

@@ -4,7 +4,7 @@
  * identical. The files themselves, the temporary directory and state.json
  * come from checkpoint_write.c / checkpoint_read.c, shared through
  * checkpoint_internal.h, so the bytes match a one-rank checkpoint_save. */
-#include "train/checkpoint_dist.h"
+#include "ckpt/checkpoint_dist.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "base/crc32.h"
-#include "train/checkpoint_internal.h"
+#include "ckpt/checkpoint_internal.h"
 
 /* ---- agreement ---- */
 

@@ -53,7 +53,7 @@
 #include "base/error.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "train/data_loader.h"
+#include "data/data_loader.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 

@@ -16,7 +16,7 @@
 #include "base/json_util.h"
 #include "base/log.h"
 #include "base/safetensors.h"
-#include "train/checkpoint_internal.h"
+#include "ckpt/checkpoint_internal.h"
 
 #include "base/file_text.h"
 
