@@ -44,8 +44,8 @@
  *
  * Implementation: checkpoint_write.c (save, prune, run-directory checks) and
  * checkpoint_read.c (listing, validation, resolution, loading). */
-#ifndef FIVEFOLD_TRAIN_CHECKPOINT_H
-#define FIVEFOLD_TRAIN_CHECKPOINT_H
+#ifndef FIVEFOLD_CKPT_CHECKPOINT_H
+#define FIVEFOLD_CKPT_CHECKPOINT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -54,8 +54,8 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "data/data_loader.h"
-#include "train/optimizer.h"
-#include "train/train_config.h"
+
+struct cJSON;
 
 #define CHECKPOINT_FORMAT "fivefold-checkpoint"
 #define CHECKPOINT_VERSION 1
@@ -66,8 +66,10 @@
 #define CHECKPOINT_BYTE_LEVEL "byte-level"
 #define CHECKPOINT_CRASH_ENV "FIVEFOLD_TEST_CRASH_IN_CHECKPOINT"
 #define CHECKPOINT_TEST_CRASH_EXIT 86
+/* Longest run directory and tokenizer path a checkpoint records. */
+#define CHECKPOINT_NAME_MAX 4096
 /* Longest checkpoint directory path: a run directory plus its own names. */
-#define CHECKPOINT_PATH_MAX (TRAIN_PATH_MAX + 128)
+#define CHECKPOINT_PATH_MAX (CHECKPOINT_NAME_MAX + 128)
 
 /* ---- the functions `fivefold sample` and `fivefold export` rely on ---- */
 
@@ -87,14 +89,27 @@ int checkpoint_load_weights(const char *ckpt_dir, Model *m, Error *err);
 
 /* ---- saving ---- */
 
-/* What a training run puts in a checkpoint besides its tensors. */
+/* The optimizer state a checkpoint holds, as the runtime lends it: AdamW's
+ * two moments, laid out like the parameters, and its step count. The
+ * checkpoint module knows no optimizer type, only these buffers. */
+typedef struct CheckpointOptimizer {
+  float *m, *v; /* num_params floats each */
+  size_t num_params;
+  int step; /* optimizer steps taken */
+} CheckpointOptimizer;
+
+/* What a training run puts in a checkpoint besides its tensors. The run
+ * configuration is an opaque record: the runtime hands it as JSON and gets
+ * the same JSON back (checkpoint_read_train_config). */
 typedef struct CheckpointSource {
   int step; /* optimizer steps done */
   const Model *model;
-  const Optimizer *opt;
+  CheckpointOptimizer opt;
   DataLoaderState data_loader;
-  uint64_t data_windows;       /* windows in the training data (a resume on other data is reported) */
-  const TrainConfig *train_config; /* the resolved run config; its tokenizer and seed are recorded */
+  uint64_t data_windows;            /* windows in the training data (a resume on other data is reported) */
+  const struct cJSON *train_config; /* the resolved run config, recorded as is (not taken over) */
+  const char *tokenizer;            /* its tokenizer.json, or "byte-level" */
+  uint64_t seed;                    /* its seed: every random draw derives from it */
 } CheckpointSource;
 
 typedef struct CheckpointSaveInfo {
@@ -144,8 +159,10 @@ typedef struct CheckpointTrainState {
 
 /* Everything a resume needs: verifies the checkpoint, checks that its model
  * config equals m->cfg (naming the first field that differs), loads the
- * weights into m, the AdamW moments and step into opt, and fills st. */
-int checkpoint_load_training(const char *ckpt_dir, Model *m, Optimizer *opt, CheckpointTrainState *st, Error *err);
+ * weights into m, the AdamW moments into opt's buffers and its step into
+ * opt->step, and fills st. */
+int checkpoint_load_training(const char *ckpt_dir, Model *m, CheckpointOptimizer *opt, CheckpointTrainState *st,
+                             Error *err);
 
 /* The "train_config" object of a checkpoint's state.json (caller frees with
  * cJSON_Delete), to report what a resume changed. */

@@ -430,9 +430,9 @@ static int plan_writes(const FileLayouts *f, const CheckpointSource *src, const 
     coverage_add(cover, f->offsets[0][gi] / sizeof(float), &v);
     rc = slices_add(&lists[0], (MPI_Aint)f->offsets[0][gi], &v, m->params + p->offset, p->numel, err);
     if (!rc)
-      rc = slices_add(&lists[1], (MPI_Aint)f->offsets[1][1 + gi], &v, src->opt->m + p->offset, p->numel, err);
+      rc = slices_add(&lists[1], (MPI_Aint)f->offsets[1][1 + gi], &v, src->opt.m + p->offset, p->numel, err);
     if (!rc)
-      rc = slices_add(&lists[1], (MPI_Aint)f->offsets[1][1 + f->num_global + gi], &v, src->opt->v + p->offset,
+      rc = slices_add(&lists[1], (MPI_Aint)f->offsets[1][1 + f->num_global + gi], &v, src->opt.v + p->offset,
                       p->numel, err);
     if (rc) return rc;
   }
@@ -475,7 +475,7 @@ static int write_headers(const char *tmp, const FileLayouts *f, Error *err) {
   return 0;
 }
 
-static int check_shard_args(const CheckpointShardInfo *sh, const Model *m, const Optimizer *opt, Error *err) {
+static int check_shard_args(const CheckpointShardInfo *sh, const Model *m, const CheckpointOptimizer *opt, Error *err) {
   if (!sh || !sh->world || sh->world->comm == MPI_COMM_NULL)
     return error_set(err, ERR_ARG, "sharded checkpoint: the world group is not set up");
   if (sh->dp_rank < 0 || sh->tp_rank < 0)
@@ -497,12 +497,12 @@ int checkpoint_save_sharded(const char *run_dir, const CheckpointSource *src, co
   const int is_root = g->rank == 0;
   /* Every phase ends in agree(), after which rc is the same on every rank,
    * so all ranks take the same branches and meet in the same collectives. */
-  int rc = check_shard_args(sh, src->model, src->opt, err);
+  int rc = check_shard_args(sh, src->model, &src->opt, err);
   if (!rc && src->step < 0) rc = error_set(err, ERR_ARG, "checkpoint step must be >= 0, got %d", src->step);
   FileLayouts f = {0};
   SliceList lists[CKPT_NUM_FILES] = {{0}};
   Coverage mine = {0, 0, 0}, all = {0, 0, 0};
-  if (!rc) rc = layouts_build(&src->model->cfg, src->step, src->opt->step, &f, err);
+  if (!rc) rc = layouts_build(&src->model->cfg, src->step, src->opt.step, &f, err);
   if (!rc) rc = plan_writes(&f, src, sh, lists, &mine, err);
   rc = agree(g, rc, err);
   if (!rc) {
@@ -698,7 +698,7 @@ static int data_section_start(const char *path, uint64_t *start, Error *err) {
 
 /* The slices of one file this rank reads: every local tensor (replicas and
  * tied copies included), at the offsets the file's own header gives. */
-static int plan_reads(const char *dir, int file, const Model *m, Optimizer *opt, const ParamTensor *g, int ng,
+static int plan_reads(const char *dir, int file, const Model *m, CheckpointOptimizer *opt, const ParamTensor *g, int ng,
                       SliceList *list, Error *err) {
   char path[CKPT_PATH_MAX];
   int rc = ckpt_join(path, sizeof path, dir, CKPT_FILES[file], err);
@@ -735,7 +735,7 @@ static int plan_reads(const char *dir, int file, const Model *m, Optimizer *opt,
   return rc;
 }
 
-int checkpoint_load_training_sharded(const char *ckpt_dir, Model *m, Optimizer *opt, CheckpointTrainState *st,
+int checkpoint_load_training_sharded(const char *ckpt_dir, Model *m, CheckpointOptimizer *opt, CheckpointTrainState *st,
                                      const CheckpointShardInfo *sh, Error *err) {
   if (!sh || !sh->world || sh->world->comm == MPI_COMM_NULL)
     return error_set(err, ERR_ARG, "sharded checkpoint: the world group is not set up");

@@ -38,14 +38,13 @@
  * Requirements: the run directory is on a file system every rank sees
  * (one node, or a shared/parallel file system); a local slice holds fewer
  * than 2^31 elements (MPI's int counts). */
-#ifndef FIVEFOLD_TRAIN_CHECKPOINT_DIST_H
-#define FIVEFOLD_TRAIN_CHECKPOINT_DIST_H
+#ifndef FIVEFOLD_CKPT_CHECKPOINT_DIST_H
+#define FIVEFOLD_CKPT_CHECKPOINT_DIST_H
 
 #include "base/error.h"
 #include "comm/comm.h"
 #include "model/model.h"
 #include "ckpt/checkpoint.h"
-#include "train/optimizer.h"
 
 #define CHECKPOINT_DIST_BATCH_ENV "FIVEFOLD_TEST_CKPT_BATCH_BYTES"
 
@@ -74,7 +73,7 @@ int checkpoint_save_sharded(const char *run_dir, const CheckpointSource *src, co
  * whole local flat buffer) and its step, and fills st. A tensor missing from
  * a file or with another global shape is an ERR_CONFIG naming file and
  * tensor. */
-int checkpoint_load_training_sharded(const char *ckpt_dir, Model *m, Optimizer *opt, CheckpointTrainState *st,
+int checkpoint_load_training_sharded(const char *ckpt_dir, Model *m, CheckpointOptimizer *opt, CheckpointTrainState *st,
                                      const CheckpointShardInfo *sh, Error *err);
 
 #endif

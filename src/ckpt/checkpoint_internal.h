@@ -3,8 +3,8 @@
  * parsed into a struct, and the pieces of a save that the one-process and
  * the MPI-IO writers share (so both write the same bytes and follow the same
  * temporary-directory protocol). See checkpoint.h for the format. */
-#ifndef FIVEFOLD_TRAIN_CHECKPOINT_INTERNAL_H
-#define FIVEFOLD_TRAIN_CHECKPOINT_INTERNAL_H
+#ifndef FIVEFOLD_CKPT_CHECKPOINT_INTERNAL_H
+#define FIVEFOLD_CKPT_CHECKPOINT_INTERNAL_H
 
 #include <stdint.h>
 
@@ -44,7 +44,7 @@ typedef struct CkptState {
   char dir[CKPT_PATH_MAX];
   int step;
   ModelConfig model;
-  char tokenizer[TRAIN_PATH_MAX];
+  char tokenizer[CHECKPOINT_NAME_MAX];
   DataLoaderState data_loader;
   uint64_t data_windows;
   uint64_t seed;

@@ -505,12 +505,15 @@ int checkpoint_load_weights(const char *ckpt_dir, Model *m, Error *err) {
   CkptState st;
   int rc = ckpt_state_read(ckpt_dir, &st, err);
   if (rc) return rc;
-  rc = load_weights_from_state(&st, m, err);
+  /* A checkpoint is valid only as a whole (checkpoint_verify): weights are
+   * not taken from one whose optimizer file is damaged either. */
+  for (int i = 1; !rc && i < CKPT_NUM_FILES; i++) rc = ckpt_verify_file(&st, i, err);
+  if (!rc) rc = load_weights_from_state(&st, m, err);
   ckpt_state_free(&st);
   return rc;
 }
 
-static int load_optimizer(const CkptState *st, const Model *m, Optimizer *opt, Error *err) {
+static int load_optimizer(const CkptState *st, const Model *m, CheckpointOptimizer *opt, Error *err) {
   if (opt->num_params != m->num_params)
     return error_set(err, ERR_INTERNAL, "optimizer built for %zu parameters, model has %zu", opt->num_params,
                      m->num_params);
@@ -536,7 +539,7 @@ static int load_optimizer(const CkptState *st, const Model *m, Optimizer *opt, E
   return rc;
 }
 
-int checkpoint_load_training(const char *ckpt_dir, Model *m, Optimizer *opt, CheckpointTrainState *out,
+int checkpoint_load_training(const char *ckpt_dir, Model *m, CheckpointOptimizer *opt, CheckpointTrainState *out,
                              Error *err) {
   CkptState st;
   int rc = ckpt_state_read(ckpt_dir, &st, err);

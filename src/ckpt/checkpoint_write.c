@@ -175,7 +175,7 @@ static int write_model_file(const char *path, const Model *m, int step, Error *e
   return rc;
 }
 
-static int write_optimizer_file(const char *path, const Model *m, const Optimizer *opt, Error *err) {
+static int write_optimizer_file(const char *path, const Model *m, const CheckpointOptimizer *opt, Error *err) {
   if (opt->num_params != m->num_params)
     return error_set(err, ERR_INTERNAL, "optimizer holds %zu parameters, model %zu", opt->num_params, m->num_params);
   int64_t step = opt->step;
@@ -187,18 +187,19 @@ static int write_optimizer_file(const char *path, const Model *m, const Optimize
 }
 
 static cJSON *state_json(const CheckpointSource *src, const CkptFileRecord *files) {
-  const TrainConfig *cfg = src->train_config;
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", CHECKPOINT_FORMAT);
   cJSON_AddNumberToObject(root, "version", CHECKPOINT_VERSION);
   cJSON_AddNumberToObject(root, "step", src->step);
   cJSON_AddItemToObject(root, "model_config", model_config_to_json(&src->model->cfg));
-  cJSON_AddItemToObject(root, "train_config", train_config_to_json(cfg));
-  if (!strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL)) {
+  cJSON_AddItemToObject(root, "train_config",
+                        src->train_config ? cJSON_Duplicate(src->train_config, 1) : cJSON_CreateObject());
+  const char *tokenizer = src->tokenizer ? src->tokenizer : CHECKPOINT_BYTE_LEVEL;
+  if (!strcmp(tokenizer, CHECKPOINT_BYTE_LEVEL)) {
     cJSON_AddStringToObject(root, "tokenizer", CHECKPOINT_BYTE_LEVEL);
   } else {
-    char *abs = realpath(cfg->tokenizer, NULL);
-    cJSON_AddStringToObject(root, "tokenizer", abs ? abs : cfg->tokenizer);
+    char *abs = realpath(tokenizer, NULL);
+    cJSON_AddStringToObject(root, "tokenizer", abs ? abs : tokenizer);
     free(abs);
   }
   cJSON *dl = cJSON_AddObjectToObject(root, "data_loader");
@@ -207,7 +208,7 @@ static cJSON *state_json(const CheckpointSource *src, const CkptFileRecord *file
   cJSON_AddItemToObject(dl, "position", ckpt_u64_json(src->data_loader.position));
   cJSON_AddItemToObject(dl, "num_windows", ckpt_u64_json(src->data_windows));
   cJSON *rng = cJSON_AddObjectToObject(root, "rng");
-  cJSON_AddItemToObject(rng, "seed", ckpt_u64_json(cfg->seed));
+  cJSON_AddItemToObject(rng, "seed", ckpt_u64_json(src->seed));
   cJSON *fs = cJSON_AddObjectToObject(root, "files");
   for (int i = 0; i < CKPT_NUM_FILES; i++) {
     cJSON *rec = cJSON_AddObjectToObject(fs, CKPT_FILES[i]);
@@ -225,7 +226,7 @@ static int write_contents(const char *tmp, const CheckpointSource *src, uint64_t
   for (int i = 0; i < CKPT_NUM_FILES; i++) {
     int rc = ckpt_join(path, sizeof path, tmp, CKPT_FILES[i], err);
     if (!rc) rc = i == 0 ? write_model_file(path, src->model, src->step, err)
-                         : write_optimizer_file(path, src->model, src->opt, err);
+                         : write_optimizer_file(path, src->model, &src->opt, err);
     if (rc) return rc;
   }
   return ckpt_save_finish_contents(tmp, src, bytes, err);

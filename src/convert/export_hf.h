@@ -19,8 +19,8 @@
  *   lm_head.weight                -> lm_head.weight (absent when tied)
  * RoPE needs no permutation of wq / wk: fivefold rotates in HF's
  * rotate_half convention already. Every tensor is written as F32. */
-#ifndef FIVEFOLD_TRAIN_EXPORT_HF_H
-#define FIVEFOLD_TRAIN_EXPORT_HF_H
+#ifndef FIVEFOLD_CONVERT_EXPORT_HF_H
+#define FIVEFOLD_CONVERT_EXPORT_HF_H
 
 #include "base/error.h"
 #include "model/config.h"

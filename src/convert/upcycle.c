@@ -314,6 +314,7 @@ int upcycle_checkpoint(const char *dense_path, const char *out_dir, const Upcycl
   Optimizer dopt, mopt;
   TrainConfig tc;
   CheckpointTrainState st;
+  cJSON *run_config = NULL;
   memset(&dense, 0, sizeof dense);
   memset(&moe, 0, sizeof moe);
   memset(&dopt, 0, sizeof dopt);
@@ -325,20 +326,24 @@ int upcycle_checkpoint(const char *dense_path, const char *out_dir, const Upcycl
    * to get its data-loader position; the MoE's starts at zero. */
   if ((rc = model_create(&dense, &dcfg, 1, 1, err))) goto done;
   if ((rc = optimizer_create(&dopt, &dense, &oc, err))) goto done;
-  if ((rc = checkpoint_load_training(info->dense_checkpoint, &dense, &dopt, &st, err))) goto done;
+  CheckpointOptimizer dense_moments = {.m = dopt.m, .v = dopt.v, .num_params = dopt.num_params};
+  if ((rc = checkpoint_load_training(info->dense_checkpoint, &dense, &dense_moments, &st, err))) goto done;
   if ((rc = model_create(&moe, &mcfg, 1, 1, err))) goto done;
   if ((rc = upcycle_weights(&dense, &moe, o, err))) goto done;
   if ((rc = optimizer_create(&mopt, &moe, &oc, err))) goto done;
   mopt.step = 0;
   snprintf(info->run_config, sizeof info->run_config, "%s/%s", out_abs, UPCYCLE_RUN_CONFIG);
   if ((rc = write_run_config(info->dense_checkpoint, &mcfg, out_abs, info->run_config, o, &tc, err))) goto done;
+  run_config = train_config_to_json(&tc);
   CheckpointSource src = {
       .step = 0,
       .model = &moe,
-      .opt = &mopt,
+      .opt = {.m = mopt.m, .v = mopt.v, .num_params = mopt.num_params, .step = mopt.step},
       .data_loader = st.data_loader,
       .data_windows = st.data_windows,
-      .train_config = &tc,
+      .train_config = run_config,
+      .tokenizer = tc.tokenizer,
+      .seed = tc.seed,
   };
   CheckpointSaveInfo saved;
   if ((rc = checkpoint_save(out_abs, &src, 0, &saved, err))) goto done;
@@ -346,6 +351,7 @@ int upcycle_checkpoint(const char *dense_path, const char *out_dir, const Upcycl
   info->dense_params = dense.num_params;
   info->params = moe.num_params;
 done:
+  cJSON_Delete(run_config);
   train_config_free(&tc);
   optimizer_free(&mopt);
   optimizer_free(&dopt);

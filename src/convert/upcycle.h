@@ -20,8 +20,8 @@
  *   the factor that undoes the routing weights (upcycle_expert_scale).
  * Attention, embeddings, norms, the LM head and the MLPs of layers that stay
  * dense are copied unchanged. */
-#ifndef FIVEFOLD_TRAIN_UPCYCLE_H
-#define FIVEFOLD_TRAIN_UPCYCLE_H
+#ifndef FIVEFOLD_CONVERT_UPCYCLE_H
+#define FIVEFOLD_CONVERT_UPCYCLE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -19,8 +19,8 @@
  *
  * Validation (ValLoader) walks a fixed list of windows evenly spread over the
  * validation shards, the same list on every call, independent of any seed. */
-#ifndef FIVEFOLD_TRAIN_DATA_LOADER_H
-#define FIVEFOLD_TRAIN_DATA_LOADER_H
+#ifndef FIVEFOLD_DATA_DATA_LOADER_H
+#define FIVEFOLD_DATA_DATA_LOADER_H
 
 #include <stdint.h>
 

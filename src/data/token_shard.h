@@ -14,8 +14,8 @@
  * file atomically (temporary file, fsync, rename), so a reader never sees a
  * half-written shard. Readers mmap the file and validate the header against
  * the file size before touching a token. */
-#ifndef FIVEFOLD_TRAIN_TOKEN_SHARD_H
-#define FIVEFOLD_TRAIN_TOKEN_SHARD_H
+#ifndef FIVEFOLD_DATA_TOKEN_SHARD_H
+#define FIVEFOLD_DATA_TOKEN_SHARD_H
 
 #include <stddef.h>
 #include <stdint.h>

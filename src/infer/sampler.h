@@ -13,8 +13,8 @@
  * The generation loop re-runs the model over the whole window for every new
  * token (model_logits has no key/value cache); the window is the last
  * `context` tokens, so positions restart at 0 once the text outgrows it. */
-#ifndef FIVEFOLD_TRAIN_SAMPLER_H
-#define FIVEFOLD_TRAIN_SAMPLER_H
+#ifndef FIVEFOLD_INFER_SAMPLER_H
+#define FIVEFOLD_INFER_SAMPLER_H
 
 #include <stdint.h>
 

@@ -67,6 +67,11 @@ static CheckpointShardInfo shard_info(const Trainer *tr) {
   return sh;
 }
 
+/* The optimizer's buffers as the checkpoint module sees them (lent, not copied). */
+static CheckpointOptimizer checkpoint_optimizer_of(Optimizer *opt) {
+  return (CheckpointOptimizer){.m = opt->m, .v = opt->v, .num_params = opt->num_params, .step = opt->step};
+}
+
 int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   /* Full logical tensors: the ZeRO-1 AdamW state is gathered over the DP
    * group first, so every rank holds the moments of its whole shard. */
@@ -76,13 +81,16 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
     if ((rc = optimizer_create(&full, &tr->model, &tr->opt.cfg, err))) return rc;
     rc = dist_optimizer_gather(&tr->dist_opt, &full, err);
   }
+  cJSON *run_config = train_config_to_json(tr->cfg);
   CheckpointSource src = {
       .step = tr->step,
       .model = &tr->model,
-      .opt = &full,
+      .opt = checkpoint_optimizer_of(&full),
       .data_loader = tr->train.state,
       .data_windows = tr->train.windows.num_windows,
-      .train_config = tr->cfg,
+      .train_config = run_config,
+      .tokenizer = tr->cfg->tokenizer,
+      .seed = tr->cfg->seed,
   };
   if (tr->world > 1) {
     /* Every rank writes its slices; the function agrees on the outcome. */
@@ -92,6 +100,7 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   } else if (!rc) {
     rc = checkpoint_save(tr->cfg->out_dir, &src, tr->cfg->keep_last, info, err);
   }
+  cJSON_Delete(run_config);
   if (tr->zero) optimizer_free(&full);
   return rc;
 }
@@ -119,13 +128,15 @@ int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
    * keeps its part of the moments. */
   Optimizer full = tr->opt;
   int rc = tr->zero ? optimizer_create(&full, &tr->model, &tr->opt.cfg, err) : 0;
+  CheckpointOptimizer moments = checkpoint_optimizer_of(&full);
   if (tr->world > 1) {
     CheckpointShardInfo sh = shard_info(tr);
     if (rc) comm_abort(rc, "%s", err->msg);
-    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->model, &full, &st, &sh, err);
+    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->model, &moments, &st, &sh, err);
   } else if (!rc) {
-    rc = checkpoint_load_training(ckpt_dir, &tr->model, &full, &st, err);
+    rc = checkpoint_load_training(ckpt_dir, &tr->model, &moments, &st, err);
   }
+  if (!rc) full.step = moments.step;
   if (tr->zero) {
     if (!rc) dist_optimizer_scatter(&tr->dist_opt, &full);
     optimizer_free(&full);
