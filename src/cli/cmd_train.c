@@ -264,9 +264,7 @@ int cmd_train(int argc, char **argv) {
    * and MPI starts once per process, so a second run inside one process
    * (tests call cmd_train directly) after it was shut down trains as one
    * rank too. */
-  int mpi_done = 0;
-  MPI_Finalized(&mpi_done);
-  if (!mpi_done && started_by_mpi_launcher() && comm_init(&argc, &argv, &err)) {
+  if (!comm_mpi_finalized() && started_by_mpi_launcher() && comm_init(&argc, &argv, &err)) {
     free(args.overrides);
     return fail(1, err.msg);
   }
