@@ -61,12 +61,14 @@
 #include "train/dp_grads.h"
 #include "train/executor.h"
 #include "train/metrics.h"
+#include "train/network.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 
 typedef struct Trainer {
   const TrainConfig *cfg; /* finalized; must outlive the trainer */
   Model model;
+  Network net; /* the model as the runtime's reductions see it (train/network.h) */
   Optimizer opt;
   DataLoader train;
   ValLoader val;

@@ -12,6 +12,7 @@
 #include "model/flops.h"
 #include "sched/builders.h"
 #include "sched/partition.h"
+#include "train/net_transformer.h"
 #include "train/trace_session.h"
 #include "train/trainer.h"
 #include "train/trainer_fold.h"
@@ -318,6 +319,7 @@ static int create_model(Trainer *tr, Error *err) {
   rc = model_create_shard(&tr->model, &cfg->model, &shard, model_ops, cfg->micro_batch_size, cfg->seq_len, err);
   if (rc) return error_wrap(err, "creating the model (tp %d, pipeline rank %d of %d)", tr->tp, tr->pp_rank, tr->pp);
   model_init_weights(&tr->model, cfg->seed);
+  if ((rc = net_transformer_bind(&tr->net, &tr->model, err))) return rc;
   return find_tied(tr, err);
 }
 
@@ -420,6 +422,7 @@ void trainer_free(Trainer *tr) {
   dist_optimizer_free(&tr->dist_opt);
   dp_grads_free(&tr->dp_grads);
   optimizer_free(&tr->opt);
+  network_free(&tr->net);
   model_free(&tr->model);
   tp_ops_free(&tr->tp_ops);
   fold_ops_free(&tr->fold_ops);
