@@ -7,7 +7,7 @@
 #define FIVEFOLD_TRAIN_NET_TRANSFORMER_H
 
 #include "model/model.h"
-#include "train/network.h"
+#include "nets/network.h"
 
 /* net borrows m's table and buffers: m must outlive it (network_free). */
 int net_transformer_bind(Network *net, Model *m, Error *err);

@@ -61,7 +61,7 @@
 #include "train/dp_grads.h"
 #include "train/executor.h"
 #include "train/metrics.h"
-#include "train/network.h"
+#include "nets/network.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 

@@ -1,6 +1,6 @@
 /* The parts of the network interface that do not depend on a family:
  * lookups over the parameter table and the metrics. */
-#include "train/network.h"
+#include "nets/network.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "train/net_transformer.h"
-#include "train/network.h"
+#include "nets/network.h"
 
 static void load_tiny(ModelConfig *cfg) {
   char here[4096], path[4200];

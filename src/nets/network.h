@@ -23,8 +23,8 @@
  * critic phases, then a generator phase), each phase a sched/ program whose
  * OPTIM action names the group it steps; GRAD_REDUCE buckets never mix
  * groups. A network with one group (the transformer, the MLP) uses 0. */
-#ifndef FIVEFOLD_TRAIN_NETWORK_H
-#define FIVEFOLD_TRAIN_NETWORK_H
+#ifndef FIVEFOLD_NETS_NETWORK_H
+#define FIVEFOLD_NETS_NETWORK_H
 
 #include <stddef.h>
 #include <stdint.h>
