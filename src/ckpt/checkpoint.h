@@ -108,6 +108,8 @@ typedef struct CheckpointSource {
   DataLoaderState data_loader;
   uint64_t data_windows;            /* windows in the training data (a resume on other data is reported) */
   const struct cJSON *train_config; /* the resolved run config, recorded as is (not taken over) */
+  const struct cJSON *model_record; /* a network of nets/: its config (with "family"), recorded as
+                                       model_config instead of model->cfg; NULL for a transformer */
   const char *tokenizer;            /* its tokenizer.json, or "byte-level" */
   uint64_t seed;                    /* its seed: every random draw derives from it */
 } CheckpointSource;

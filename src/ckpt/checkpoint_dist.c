@@ -332,10 +332,22 @@ static void layouts_free(FileLayouts *f) {
   memset(f, 0, sizeof *f);
 }
 
-static int layouts_build(const ModelConfig *cfg, int step, int64_t opt_step, FileLayouts *f, Error *err) {
+/* The full logical tensors of the files: the transformer config's, or for a
+ * network of nets/ (no transformer config; whole tensors on every rank)
+ * the local table itself. *out is malloc'd either way. */
+static int global_tensor_table(const ModelConfig *cfg, const Model *local, ParamTensor **out, int *n, Error *err) {
+  if (cfg->num_layers > 0 || cfg->vocab_size > 0) return model_global_tensors(cfg, out, n, err);
+  *out = malloc((size_t)(local->num_tensors > 0 ? local->num_tensors : 1) * sizeof **out);
+  if (!*out) return error_set(err, ERR_NOMEM, "out of memory for the tensor table");
+  memcpy(*out, local->tensors, (size_t)local->num_tensors * sizeof **out);
+  *n = local->num_tensors;
+  return 0;
+}
+
+static int layouts_build(const Model *m, int step, int64_t opt_step, FileLayouts *f, Error *err) {
   memset(f, 0, sizeof *f);
   f->step = opt_step;
-  int rc = model_global_tensors(cfg, &f->global, &f->num_global, err);
+  int rc = global_tensor_table(&m->cfg, m, &f->global, &f->num_global, err);
   if (!rc) rc = ckpt_model_writer(f->global, f->num_global, NULL, step, &f->writer[0], err);
   if (!rc) rc = ckpt_optimizer_writer(f->global, f->num_global, NULL, NULL, &f->step, &f->writer[1], err);
   for (int i = 0; i < CKPT_NUM_FILES && !rc; i++) {
@@ -502,7 +514,7 @@ int checkpoint_save_sharded(const char *run_dir, const CheckpointSource *src, co
   FileLayouts f = {0};
   SliceList lists[CKPT_NUM_FILES] = {{0}};
   Coverage mine = {0, 0, 0}, all = {0, 0, 0};
-  if (!rc) rc = layouts_build(&src->model->cfg, src->step, src->opt.step, &f, err);
+  if (!rc) rc = layouts_build(src->model, src->step, src->opt.step, &f, err);
   if (!rc) rc = plan_writes(&f, src, sh, lists, &mine, err);
   rc = agree(g, rc, err);
   if (!rc) {
@@ -637,7 +649,8 @@ static int check_file_tensors(const SafetensorsReader *r, int file, const ParamT
 
 /* Rank 0: the whole checkpoint is intact (sizes, CRC-32s, structure), holds
  * exactly this model's tensors, and its optimizer step matches. */
-static int root_verify(const char *dir, const ModelConfig *cfg, LoadedState *out, Error *err) {
+static int root_verify(const char *dir, const Model *m, LoadedState *out, Error *err) {
+  const ModelConfig *cfg = &m->cfg;
   CkptState st;
   int rc = ckpt_state_read(dir, &st, err);
   if (rc) return rc;
@@ -648,7 +661,7 @@ static int root_verify(const char *dir, const ModelConfig *cfg, LoadedState *out
     rc = checkpoint_compare_model_configs(&st.model, "the checkpoint", cfg, "the model being loaded", err);
     if (rc) error_wrap(err, "%s", dir);
   }
-  if (!rc) rc = model_global_tensors(&st.model, &g, &ng, err);
+  if (!rc) rc = global_tensor_table(&st.model, m, &g, &ng, err);
   for (int i = 0; i < CKPT_NUM_FILES && !rc; i++) {
     char path[CKPT_PATH_MAX];
     SafetensorsReader *r = NULL;
@@ -743,7 +756,7 @@ int checkpoint_load_training_sharded(const char *ckpt_dir, Model *m, CheckpointO
   int rc = check_shard_args(sh, m, opt, err);
   LoadedState ls;
   memset(&ls, 0, sizeof ls);
-  if (!rc && g->rank == 0) rc = root_verify(ckpt_dir, &m->cfg, &ls, err);
+  if (!rc && g->rank == 0) rc = root_verify(ckpt_dir, m, &ls, err);
   rc = agree(g, rc, err);
   if (!rc) rc = comm_bcast_bytes(g, 0, &ls, sizeof ls, NULL, err);
   if (!rc) {
@@ -755,7 +768,7 @@ int checkpoint_load_training_sharded(const char *ckpt_dir, Model *m, CheckpointO
   int ng = 0;
   SliceList lists[CKPT_NUM_FILES] = {{0}};
   if (!rc) {
-    int local = model_global_tensors(&m->cfg, &global, &ng, err);
+    int local = global_tensor_table(&m->cfg, m, &global, &ng, err);
     for (int i = 0; i < CKPT_NUM_FILES && !local; i++)
       local = plan_reads(ckpt_dir, i, m, opt, global, ng, &lists[i], err);
     rc = agree(g, local, err);

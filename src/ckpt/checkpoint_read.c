@@ -236,8 +236,12 @@ int ckpt_state_read(const char *dir, CkptState *st, Error *err) {
   if (!mc) goto fail_code;
   char where[CKPT_PATH_MAX + 32];
   snprintf(where, sizeof where, "%s: model_config", file);
-  if ((rc = model_config_from_json(&st->model, mc, where, err))) goto fail;
-  if ((rc = model_config_validate(&st->model, where, err))) goto fail;
+  /* A network of nets/ records its own config, which names its family;
+   * its tensors are still checked by name and shape when loaded. */
+  if (!cJSON_GetObjectItemCaseSensitive(mc, "family")) {
+    if ((rc = model_config_from_json(&st->model, mc, where, err))) goto fail;
+    if ((rc = model_config_validate(&st->model, where, err))) goto fail;
+  }
   if (!need_object(root, "train_config", file, err)) goto fail_code;
   const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
   if (!cJSON_IsString(tok) || !tok->valuestring[0] || strlen(tok->valuestring) >= sizeof st->tokenizer) {

@@ -191,7 +191,8 @@ static cJSON *state_json(const CheckpointSource *src, const CkptFileRecord *file
   cJSON_AddStringToObject(root, "format", CHECKPOINT_FORMAT);
   cJSON_AddNumberToObject(root, "version", CHECKPOINT_VERSION);
   cJSON_AddNumberToObject(root, "step", src->step);
-  cJSON_AddItemToObject(root, "model_config", model_config_to_json(&src->model->cfg));
+  cJSON_AddItemToObject(root, "model_config", src->model_record ? cJSON_Duplicate(src->model_record, 1)
+                                                                : model_config_to_json(&src->model->cfg));
   cJSON_AddItemToObject(root, "train_config",
                         src->train_config ? cJSON_Duplicate(src->train_config, 1) : cJSON_CreateObject());
   const char *tokenizer = src->tokenizer ? src->tokenizer : CHECKPOINT_BYTE_LEVEL;

@@ -431,6 +431,15 @@ static int parse_model(TrainConfig *cfg, const cJSON *v, const char *origin, Err
     int rc = model_config_load(&cfg->model, path, err);
     free(path);
     if (rc) return error_wrap(err, "%s: model", origin);
+  } else if (cJSON_IsObject(v) && cJSON_GetObjectItemCaseSensitive(v, "family")) {
+    const cJSON *family = cJSON_GetObjectItemCaseSensitive(v, "family");
+    if (!cJSON_IsString(family) || strcmp(family->valuestring, "mlp"))
+      return error_set(err, ERR_CONFIG, "%s: model.family: expected \"mlp\" (or no family: a transformer), got %s",
+                       origin, cJSON_IsString(family) ? family->valuestring : json_type_name(family));
+    cfg->model_source[0] = '\0';
+    int rc = mlp_config_from_json(&cfg->mlp, v, origin, err);
+    if (rc) return rc;
+    cfg->family = TRAIN_FAMILY_MLP;
   } else if (cJSON_IsObject(v)) {
     cfg->model_source[0] = '\0';
     /* The model parser prefixes its messages with this origin. */

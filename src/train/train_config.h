@@ -32,17 +32,24 @@
 #include "base/error.h"
 #include "kern/lr_schedule.h"
 #include "model/config.h"
+#include "nets/mlp.h"
 #include "sched/program.h"
 
 #define TRAIN_PATH_MAX 4096
 #define TRAIN_TOKENIZER_BYTE_LEVEL "byte-level"
 #define TRAIN_MAX_STAGES 256 /* pp x vpp */
 
+/* The network family of a run: the model section's "family" ("mlp"), or a
+ * transformer (a model config without "family"). */
+typedef enum TrainFamily { TRAIN_FAMILY_TRANSFORMER = 0, TRAIN_FAMILY_MLP } TrainFamily;
+
 typedef struct TrainConfig {
   char config_path[TRAIN_PATH_MAX];  /* file it was read from */
   char model_source[TRAIN_PATH_MAX]; /* model config file, or "" when inline */
   int has_model;
-  ModelConfig model;
+  TrainFamily family;
+  ModelConfig model; /* the transformer's (TRAIN_FAMILY_TRANSFORMER) */
+  MlpConfig mlp;     /* TRAIN_FAMILY_MLP: trained on its synthetic task, no data files */
 
   /* training */
   int micro_batch_size;  /* B */

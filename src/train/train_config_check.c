@@ -57,10 +57,38 @@ static int check_tokenizer(const TrainConfig *cfg, const char *origin, Error *er
   return 0;
 }
 
+/* runs/<config name> unless the run names its directory. */
+static int finish_out_dir(TrainConfig *cfg, const char *origin) {
+  if (!cfg->out_dir[0]) {
+    const char *base = strrchr(origin, '/');
+    base = base ? base + 1 : origin;
+    size_t len = strlen(base);
+    if (len > 5 && !strcmp(base + len - 5, ".json")) len -= 5;
+    snprintf(cfg->out_dir, sizeof cfg->out_dir, "runs/%.*s", (int)len, base);
+  }
+  return 0;
+}
+
+/* A network of nets/ trains data-parallel only (one chunk, whole tensors)
+ * on its own synthetic data. */
+static int check_network_layout(const TrainConfig *cfg, const char *origin, Error *err) {
+  if (cfg->tp > 1 || cfg->pp > 1 || cfg->vpp > 1 || cfg->cp > 1 || cfg->ep > 1 || cfg->etp > 1)
+    return error_set(err, ERR_CONFIG,
+                     "%s: an mlp trains data-parallel only (expected tp, pp, vpp, cp, ep and etp of 1; the ranks "
+                     "become data-parallel replicas)",
+                     origin);
+  if (cfg->num_train || cfg->num_val)
+    return error_set(err, ERR_CONFIG, "%s: data: an mlp trains on its synthetic task (expected no data.train / "
+                     "data.val)", origin);
+  return 0;
+}
+
 int train_config_finalize(TrainConfig *cfg, Error *err) {
   const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
   if (!cfg->has_model) return error_set(err, ERR_CONFIG, "%s: no model configured", origin);
-  int rc = model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
+  int rc = cfg->family == TRAIN_FAMILY_MLP
+               ? check_network_layout(cfg, origin, err)
+               : model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
   if (rc) return rc;
   /* Products in 64 bits: each factor is range-checked, their product is not. */
   long long per_step_ll = (long long)cfg->micro_batch_size * cfg->world_size;
@@ -103,6 +131,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
                      "%s: training.seq_len %d exceeds the model's max_position_embeddings %d (expected seq_len <= "
                      "%d)",
                      origin, cfg->seq_len, cfg->model.max_position_embeddings, cfg->model.max_position_embeddings);
+  if (cfg->family == TRAIN_FAMILY_MLP) return finish_out_dir(cfg, origin);
   if (cfg->num_train == 0)
     return error_set(err, ERR_CONFIG,
                      "%s: no training data (expected data.train in the config or --train-data on the command line)",
@@ -110,14 +139,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   if ((rc = check_files(cfg->train_paths, cfg->num_train, "data.train", origin, err))) return rc;
   if ((rc = check_files(cfg->val_paths, cfg->num_val, "data.val", origin, err))) return rc;
   if ((rc = check_tokenizer(cfg, origin, err))) return rc;
-  if (!cfg->out_dir[0]) {
-    const char *base = strrchr(origin, '/');
-    base = base ? base + 1 : origin;
-    size_t len = strlen(base);
-    if (len > 5 && !strcmp(base + len - 5, ".json")) len -= 5;
-    snprintf(cfg->out_dir, sizeof cfg->out_dir, "runs/%.*s", (int)len, base);
-  }
-  return 0;
+  return finish_out_dir(cfg, origin);
 }
 
 long train_config_tokens_per_step(const TrainConfig *cfg) {
@@ -170,7 +192,8 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
 cJSON *train_config_to_json(const TrainConfig *cfg) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
-  cJSON_AddItemToObject(root, "model", model_config_to_json(&cfg->model));
+  cJSON_AddItemToObject(root, "model", cfg->family == TRAIN_FAMILY_MLP ? mlp_config_to_json(&cfg->mlp)
+                                                                     : model_config_to_json(&cfg->model));
   section_to_json(cfg, "training", cJSON_AddObjectToObject(root, "training"));
   cJSON *d = cJSON_AddObjectToObject(root, "data");
   cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));

@@ -18,6 +18,7 @@
 #include "sched/partition.h"
 #include "ckpt/checkpoint_dist.h"
 #include "train/trace_session.h"
+#include "train/trainer_net.h"
 
 /* Seconds the FMA loop runs when no peak is configured. */
 #define PEAK_MEASURE_SECONDS 0.3
@@ -82,13 +83,18 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
     rc = dist_optimizer_gather(&tr->dist_opt, &full, err);
   }
   cJSON *run_config = train_config_to_json(tr->cfg);
+  /* A network of nets/ records its own config; its synthetic data has no
+   * windows, its position is the step (one "window" keeps the record valid). */
+  int network = tr->cfg->family != TRAIN_FAMILY_TRANSFORMER;
+  cJSON *model_record = network ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(run_config, "model"), 1) : NULL;
   CheckpointSource src = {
       .step = tr->step,
       .model = &tr->model,
       .opt = checkpoint_optimizer_of(&full),
       .data_loader = tr->train.state,
-      .data_windows = tr->train.windows.num_windows,
+      .data_windows = network ? 1 : tr->train.windows.num_windows,
       .train_config = run_config,
+      .model_record = model_record,
       .tokenizer = tr->cfg->tokenizer,
       .seed = tr->cfg->seed,
   };
@@ -100,8 +106,29 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   } else if (!rc) {
     rc = checkpoint_save(tr->cfg->out_dir, &src, tr->cfg->keep_last, info, err);
   }
+  cJSON_Delete(model_record);
   cJSON_Delete(run_config);
   if (tr->zero) optimizer_free(&full);
+  return rc;
+}
+
+/* A network of nets/ is resumed only into the same network: its config
+ * (the run config's model section) must equal the checkpoint's. */
+static int check_network_record(const Trainer *tr, const char *ckpt_dir, Error *err) {
+  cJSON *saved = NULL;
+  int rc = checkpoint_read_train_config(ckpt_dir, &saved, err);
+  if (rc) return rc;
+  cJSON *now = train_config_to_json(tr->cfg);
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, "model"), *b = cJSON_GetObjectItemCaseSensitive(now, "model");
+  if (!a || !cJSON_Compare(a, b, 1)) {
+    char *sa = a ? cJSON_PrintUnformatted(a) : NULL, *sb = cJSON_PrintUnformatted(b);
+    rc = error_set(err, ERR_CONFIG, "%s holds the model %.300s, the run config %s has %.300s (expected the same)",
+                   ckpt_dir, sa ? sa : "(none)", tr->cfg->config_path, sb ? sb : "?");
+    free(sa);
+    free(sb);
+  }
+  cJSON_Delete(now);
+  cJSON_Delete(saved);
   return rc;
 }
 
@@ -124,6 +151,11 @@ static void warn_config_changes(const cJSON *saved, const cJSON *now, const char
 
 int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
   CheckpointTrainState st;
+  int network = tr->cfg->family != TRAIN_FAMILY_TRANSFORMER;
+  if (network) {
+    int rc = check_network_record(tr, ckpt_dir, err);
+    if (rc) return rc;
+  }
   /* Every rank reads its slices of the full tensors; a ZeRO-1 rank then
    * keeps its part of the moments. */
   Optimizer full = tr->opt;
@@ -157,7 +189,7 @@ int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
   }
   uint64_t windows = tr->train.windows.num_windows;
   tr->train.state = st.data_loader;
-  if (st.data_windows != windows) {
+  if (!network && st.data_windows != windows) {
     log_warn("the training data has %llu windows but the checkpoint was saved on %llu: the data changed, so the "
              "order from here on is not that of the original run",
              (unsigned long long)windows, (unsigned long long)st.data_windows);
@@ -194,13 +226,13 @@ static int write_file_atomic(const char *path, const char *text, Error *err) {
   return 0;
 }
 
-static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_measured, int job_cores) {
+/* The model, data and batch lines of the banner (a transformer's). */
+static void print_model(const Trainer *tr, FILE *out) {
   const TrainConfig *cfg = tr->cfg;
   const ModelConfig *mc = &cfg->model;
-  char a[32], b[32], c[32], d[32];
+  char a[32], b[32], c[32];
   double total, active;
   trainer_param_counts(&tr->model, &total, &active);
-  fprintf(out, "fivefold train: %s\n", cfg->config_path);
   int moe_layers = model_config_num_moe_layers(mc);
   fprintf(out, "  model    %s: %d layers, hidden %d, %d heads (%d kv, head_dim %d), vocab %d%s\n", mc->model_type,
           mc->num_layers, mc->hidden_size, mc->num_heads, model_config_kv_heads(mc),
@@ -236,6 +268,14 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
     fprintf(out, "           no validation data\n");
   fprintf(out, "  batch    %d x %d tokens x %d accumulation = %s tokens per step\n", cfg->micro_batch_size,
           cfg->seq_len, cfg->grad_accum_steps, fmt_thousands(a, sizeof a, (double)per_step));
+}
+
+static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_measured, int job_cores) {
+  const TrainConfig *cfg = tr->cfg;
+  char d[32];
+  fprintf(out, "fivefold train: %s\n", cfg->config_path);
+  if (cfg->family == TRAIN_FAMILY_TRANSFORMER) print_model(tr, out);
+  else trainer_net_print_model(tr, out);
   fprintf(out, "  optim    AdamW lr %.2e -> %.2e %s, warmup %d, wd %g, betas (%g, %g), eps %g, clip %g\n",
           (double)cfg->lr, (double)cfg->min_lr, lr_decay_name(cfg->decay), cfg->warmup_steps,
           (double)cfg->weight_decay, (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
@@ -505,7 +545,7 @@ static void run_print_header(const Trainer *tr, const RunState *rs) {
   const TrainConfig *cfg = tr->cfg;
   FILE *out = rs->out;
   print_banner(tr, out, rs->peak, rs->peak_measured, rs->job_cores);
-  if (tr->world > 1) print_parallel(tr, out);
+  if (tr->world > 1 && cfg->family == TRAIN_FAMILY_TRANSFORMER) print_parallel(tr, out);
   if (tr->dp > 1) {
     const DpGrads *g = &tr->dp_grads;
     fprintf(out,

@@ -68,7 +68,10 @@
 typedef struct Trainer {
   const TrainConfig *cfg; /* finalized; must outlive the trainer */
   Model model;
-  Network net; /* the model as the runtime's reductions see it (train/network.h) */
+  Network net; /* the model as the runtime sees it (nets/network.h); for a network of nets/ the
+                  network itself, and `model` only a view of its table (train/trainer_net.h) */
+  float *net_x;  /* a network of nets/: one micro-batch of features and classes */
+  int *net_y;
   Optimizer opt;
   DataLoader train;
   ValLoader val;

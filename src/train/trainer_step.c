@@ -16,6 +16,7 @@
 #include "train/trace_session.h"
 #include "train/trainer.h"
 #include "train/trainer_fold.h"
+#include "train/trainer_net.h"
 
 /* ---- the step's actions (executor handlers) ---- */
 
@@ -400,6 +401,11 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
   tr->tied_peer = -1;
+  if (cfg->family != TRAIN_FAMILY_TRANSFORMER) {
+    int rc = trainer_net_create(tr, cfg, err);
+    if (rc) trainer_free(tr);
+    return rc;
+  }
   int rc = create_layout(tr, err);
   if (!rc) rc = create_model(tr, err);
   if (!rc) rc = open_data(tr, err);
@@ -422,6 +428,7 @@ void trainer_free(Trainer *tr) {
   dist_optimizer_free(&tr->dist_opt);
   dp_grads_free(&tr->dp_grads);
   optimizer_free(&tr->opt);
+  if (tr->cfg && tr->cfg->family != TRAIN_FAMILY_TRANSFORMER) trainer_net_free(tr);
   network_free(&tr->net);
   model_free(&tr->model);
   tp_ops_free(&tr->tp_ops);
@@ -456,6 +463,7 @@ static int sum_over_replicas_and_stages(Trainer *tr, double *x, int n, int64_t *
 }
 
 int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
+  if (tr->cfg->family != TRAIN_FAMILY_TRANSFORMER) return trainer_net_step(tr, res, err);
   const TrainConfig *cfg = tr->cfg;
   const ModelConfig *mc = &cfg->model;
   int B = cfg->micro_batch_size, T = cfg->seq_len, accum = cfg->grad_accum_steps;
@@ -511,6 +519,7 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
 
 int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   memset(res, 0, sizeof *res);
+  if (tr->has_val && tr->cfg->family != TRAIN_FAMILY_TRANSFORMER) return trainer_net_evaluate(tr, res, err);
   if (!tr->has_val) return error_set(err, ERR_CONFIG, "no validation data (set data.val or --val-data)");
   double t0 = timer_now();
   /* Counted once per replica: on the rank that holds the loss. */
