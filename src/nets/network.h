@@ -73,8 +73,12 @@ typedef struct Network Network;
 
 typedef struct NetworkOps {
   const char *family; /* "transformer", "mlp", ... */
-  /* One micro-batch through one chunk. loss_scale multiplies the gradient
-   * (1 / (accumulation x replicas)); gradients add into the buffer. */
+  /* One micro-batch through one chunk. What `batch` points at is the
+   * network's business: an MlpBatch for the MLP; for the transformer the
+   * program's action (sched/program.h), whose micro-batch its pipeline
+   * holds. loss_scale multiplies the gradient (1 / (accumulation x
+   * replicas); the transformer's pipeline carries its own); gradients add
+   * into the buffer. */
   int (*forward)(Network *net, int chunk, const void *batch, Error *err);
   int (*backward)(Network *net, int chunk, const void *batch, float loss_scale, Error *err);
   /* The metrics of the last forward; metrics[0] is the loss. Returns the count. */

@@ -4,6 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/pipeline.h"
+
+/* What the adapter keeps: the model it describes and the pipeline that runs it. */
+typedef struct TransformerNet {
+  Model *model;
+  Pipeline *pipe;
+} TransformerNet;
+
 /* Routed experts on the dispatcher path sum over EDP; a tensor every TP
  * rank holds whole (norms, the router under sequence parallelism) also
  * over TP; everything else over the data-parallel replicas. */
@@ -20,12 +28,43 @@ static int is_slice(const ParamTensor *p) {
   return 0;
 }
 
-static const NetworkOps TRANSFORMER_OPS = {.family = "transformer"};
+static int transformer_forward(Network *net, int chunk, const void *batch, Error *err) {
+  TransformerNet *t = net->impl;
+  (void)chunk; /* the action names it */
+  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
+  return pipeline_forward(t->pipe, batch, err);
+}
+
+static int transformer_backward(Network *net, int chunk, const void *batch, float loss_scale, Error *err) {
+  TransformerNet *t = net->impl;
+  (void)chunk;
+  (void)loss_scale; /* the pipeline scales by the step's 1 / (accumulation x replicas) */
+  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
+  return pipeline_backward(t->pipe, batch, err);
+}
+
+static void transformer_free(Network *net) { free(net->impl); }
+
+static const NetworkOps TRANSFORMER_OPS = {
+    .family = "transformer", .forward = transformer_forward, .backward = transformer_backward,
+    .free = transformer_free};
+
+void net_transformer_set_pipeline(Network *net, Pipeline *pipe) {
+  TransformerNet *t = net->impl;
+  if (t) t->pipe = pipe;
+}
 
 int net_transformer_bind(Network *net, Model *m, Error *err) {
   memset(net, 0, sizeof *net);
+  TransformerNet *t = calloc(1, sizeof *t);
   net->params = calloc((size_t)(m->num_tensors > 0 ? m->num_tensors : 1), sizeof *net->params);
-  if (!net->params) return error_set(err, ERR_NOMEM, "out of memory for the parameter table");
+  if (!t || !net->params) {
+    free(t);
+    free(net->params);
+    net->params = NULL;
+    return error_set(err, ERR_NOMEM, "out of memory for the parameter table");
+  }
+  t->model = m;
   for (int i = 0; i < m->num_tensors; i++) {
     const ParamTensor *p = &m->tensors[i];
     NetParam *q = &net->params[i];
@@ -40,7 +79,7 @@ int net_transformer_bind(Network *net, Model *m, Error *err) {
     q->param_group = 0;
   }
   net->ops = &TRANSFORMER_OPS;
-  net->impl = m;
+  net->impl = t;
   net->num_tensors = m->num_tensors;
   net->values = m->params;
   net->grads = m->grads;

@@ -20,14 +20,15 @@
 
 /* ---- the step's actions (executor handlers) ---- */
 
+/* FWD and BWD run the network's chunk passes through the network interface. */
 static int run_forward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_forward(&tr->pipe, a, err);
+  return tr->net.ops->forward(&tr->net, a->chunk, a, err);
 }
 
 static int run_backward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_backward(&tr->pipe, a, err);
+  return tr->net.ops->backward(&tr->net, a->chunk, a, tr->grad_scale, err);
 }
 
 static int run_send(void *ctx, const SchedAction *a, Error *err) {
@@ -382,6 +383,7 @@ static int create_executor(Trainer *tr, Error *err) {
   if (rc) return rc;
   tr->pipe.dp_grads = tr->reduce_grads ? &tr->dp_grads : NULL;
   tr->pipe.last_backward = tr->exec.last_backward;
+  net_transformer_set_pipeline(&tr->net, &tr->pipe);
   return 0;
 }
 
