@@ -70,8 +70,9 @@ typedef struct Trainer {
   Model model;
   Network net; /* the model as the runtime sees it (nets/network.h); for a network of nets/ the
                   network itself, and `model` only a view of its table (train/trainer_net.h) */
-  float *net_x;  /* a network of nets/: one micro-batch of features and classes */
+  float *net_x;  /* a network of nets/: the step's micro-batches of features and classes */
   int *net_y;
+  double net_loss; /* the running step's summed micro-batch losses */
   Optimizer opt;
   DataLoader train;
   ValLoader val;

@@ -1,7 +1,9 @@
 /* The trainer's steps for a network of nets/ (cfg->family other than the
  * transformer): the same Trainer, loop, log line, metrics.jsonl,
  * checkpoints and Ctrl-C handling as the transformer's (trainer.c), with the
- * network driven only through nets/network.h. Such a network trains
+ * network driven only through nets/network.h, by the executor of the
+ * step's sched/ program (schedule none: FWD and BWD per micro-batch,
+ * GRAD_REDUCE, OPTIM) with handlers of its own. Such a network trains
  * data-parallel over every rank (one chunk, whole tensors): gradients are
  * summed over the replicas in buckets (dp_grads.h), and AdamW runs whole on
  * every rank or sharded (ZeRO-1, dist_optimizer.h). The optimizer and the
