@@ -26,7 +26,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <mpi.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdio.h>
@@ -34,8 +33,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/options.h"
 #include "base/timer.h"
 #include "cli/cmd_calibrate.h"
+#include "comm/collectives.h"
 #include "comm/world.h"
 #include "kern/attention.h"
 #include "kern/bf16.h"
@@ -312,31 +313,34 @@ static int measure_memory(int quick, double *bandwidth, double *efficiency) {
 
 /* ------------------------------------------------------------ collectives */
 
-/* One collective of `bytes` (cost.h's meaning per kind) on all ranks. */
+/* One collective of `bytes` (cost.h's meaning per kind) on all ranks. A
+ * failure aborts the job (comm/world.h), so there is nothing to return. */
 static void run_collective(PlanCollective kind, float *send, float *recv, size_t bytes, int n, int rank) {
-  int count = (int)(bytes / sizeof(float));
-  int part = count / n > 0 ? count / n : 1;
+  const CommGroup *world = comm_world();
+  size_t count = bytes / sizeof(float);
+  size_t part = count / (size_t)n > 0 ? count / (size_t)n : 1;
+  Error err = {0};
+  int rc = 0;
   switch (kind) {
-    case PLAN_COLL_ALL_REDUCE: MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
-    case PLAN_COLL_REDUCE_SCATTER:
-      MPI_Reduce_scatter_block(send, recv, part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      break;
-    case PLAN_COLL_ALL_GATHER: MPI_Allgather(send, part, MPI_FLOAT, recv, part, MPI_FLOAT, MPI_COMM_WORLD); break;
-    case PLAN_COLL_ALL_TO_ALL: MPI_Alltoall(send, part, MPI_FLOAT, recv, part, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case PLAN_COLL_ALL_REDUCE: rc = comm_allreduce_f32(world, recv, count, COMM_SUM, NULL, &err); break;
+    case PLAN_COLL_REDUCE_SCATTER: rc = comm_reduce_scatter_sum_f32(world, send, recv, part, NULL, &err); break;
+    case PLAN_COLL_ALL_GATHER: rc = comm_allgather_f32(world, send, recv, part, NULL, &err); break;
+    case PLAN_COLL_ALL_TO_ALL: rc = comm_alltoall_f32(world, send, recv, part, NULL, &err); break;
     default: {
       /* Ping-pong between even and odd neighbours; half the round trip. */
       int peer = rank ^ 1;
       if (peer >= n) break;
       if (rank % 2 == 0) {
-        MPI_Send(send, count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD);
-        MPI_Recv(recv, count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (!(rc = comm_send_f32(world, peer, 7, send, count, NULL, &err)))
+          rc = comm_recv_f32(world, peer, 7, recv, count, NULL, &err);
       } else {
-        MPI_Recv(recv, count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Send(send, count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD);
+        if (!(rc = comm_recv_f32(world, peer, 7, recv, count, NULL, &err)))
+          rc = comm_send_f32(world, peer, 7, send, count, NULL, &err);
       }
       break;
     }
   }
+  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
 }
 
 /* Times every kind over message sizes (the slowest rank's time of each
@@ -355,6 +359,7 @@ static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, 
     return error_set(err, ERR_NOMEM, "calibrate: out of memory for %zu-byte message buffers", max_bytes);
   }
   fill(send, max_bytes / sizeof(float), 1.0f);
+  fill(recv, max_bytes / sizeof(float), 1.0f); /* the all-reduce runs in place on it */
   int level = mc->nodes > 1 ? PLAN_LEVEL_INTER : PLAN_LEVEL_INTRA;
   int rc = 0;
   for (int kind = 0; kind < PLAN_NUM_COLLECTIVES && !rc; kind++) {
@@ -363,12 +368,12 @@ static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, 
       double t[16];
       run_collective((PlanCollective)kind, send, recv, (size_t)sizes[s], n, mc->rank);
       for (int r = 0; r < reps; r++) {
-        MPI_Barrier(MPI_COMM_WORLD);
+        if ((rc = comm_barrier(comm_world(), NULL, err))) break;
         double t0 = now_s();
         run_collective((PlanCollective)kind, send, recv, (size_t)sizes[s], n, mc->rank);
         double dt = now_s() - t0;
         if (kind == PLAN_COLL_P2P) dt *= 0.5;
-        MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if ((rc = comm_allreduce_f64(comm_world(), &dt, 1, COMM_MAX, NULL, err))) break;
         t[r] = dt;
       }
       bytes[s] = sizes[s];
@@ -420,20 +425,13 @@ static void describe_machine(Machine *mc, int mpi) {
   mc->threads = omp_get_max_threads();
   cpu_set_t cores = my_cores();
   if (mpi) {
-    MPI_Comm_size(MPI_COMM_WORLD, &mc->world);
-    MPI_Comm_rank(MPI_COMM_WORLD, &mc->rank);
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mc->rank, MPI_INFO_NULL, &node);
-    int node_rank = 0;
-    MPI_Comm_size(node, &mc->ranks_on_node);
-    MPI_Comm_rank(node, &node_rank);
     /* The node's cores are the union of its ranks' affinity masks: a
      * launcher that binds each rank to one core has not oversubscribed. */
-    MPI_Allreduce(MPI_IN_PLACE, &cores, (int)sizeof cores, MPI_BYTE, MPI_BOR, node);
-    mc->node_rank = node_rank;
-    int leader = node_rank == 0;
-    MPI_Allreduce(&leader, &mc->nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Comm_free(&node);
+    mc->world = comm_world_size();
+    mc->rank = comm_world_rank();
+    Error err = {0};
+    if (comm_node_info(&mc->ranks_on_node, &mc->node_rank, &mc->nodes, &cores, sizeof cores, &err))
+      comm_abort(1, "calibrate: %s", err.msg);
   }
   mc->cores = CPU_COUNT(&cores) > 0 ? CPU_COUNT(&cores) : 1;
   double want = (double)mc->ranks_on_node * mc->threads;
@@ -443,19 +441,22 @@ static void describe_machine(Machine *mc, int mpi) {
 /* A barrier whose waiting ranks sleep instead of polling, so that they leave
  * the cores to the ranks measuring. */
 static void sleeping_barrier(void) {
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) usleep(2000);
+  CommRequest req;
+  comm_request_init(&req);
+  Error err = {0};
+  int done = 0, rc = comm_barrier(comm_world(), &req, &err);
+  while (!rc && !done) {
+    rc = comm_test(&req, &done, &err);
+    if (!rc && !done) usleep(2000);
   }
+  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
 }
 
 /* Averages v over the ranks (every rank measured at the same time). */
 static void average_over_ranks(const Machine *mc, double *v, int n, int mpi) {
   if (!mpi || mc->world == 1 || n <= 0) return;
-  MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  Error err = {0};
+  if (comm_allreduce_f64(comm_world(), v, (size_t)n, COMM_SUM, NULL, &err)) comm_abort(1, "calibrate: %s", err.msg);
   for (int i = 0; i < n; i++) v[i] /= mc->world;
 }
 
@@ -616,25 +617,33 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
 }
 
 static int parse_args(int argc, char **argv, CalibCli *c) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
-    if (!strcmp(a, "--quick")) {
+  static const char *const KNOWN[] = {"--quick", "--out", "--spec", "--from-trace", "--name", "--devices", "--help"};
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "calibrate", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  while (option_next(&op)) {
+    if (option_is_help(&op)) return 1;
+    if (option_is(&op, "--quick")) {
+      if (option_switch(&op, &perr)) {
+        fprintf(stderr, "fivefold calibrate: %s\n", perr.msg);
+        return -1;
+      }
       c->quick = 1;
       continue;
     }
-    const char **target = !strcmp(a, "--out") ? &c->out : !strcmp(a, "--spec") ? &c->spec
-                        : !strcmp(a, "--from-trace") ? &c->trace : !strcmp(a, "--name") ? &c->name : NULL;
-    int is_devices = !strcmp(a, "--devices");
+    const char **target = option_is(&op, "--out") ? &c->out : option_is(&op, "--spec") ? &c->spec
+                        : option_is(&op, "--from-trace") ? &c->trace : option_is(&op, "--name") ? &c->name : NULL;
+    int is_devices = option_is(&op, "--devices");
     if (!target && !is_devices) {
-      fprintf(stderr, "fivefold calibrate: unknown option '%s' (see --help)\n", a);
+      option_unknown(&op, &perr);
+      fprintf(stderr, "fivefold calibrate: %s\n", perr.msg);
       return -1;
     }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "fivefold calibrate: %s needs a value (see --help)\n", a);
+    const char *value = NULL;
+    if (option_value(&op, &value, &perr)) {
+      fprintf(stderr, "fivefold calibrate: %s\n", perr.msg);
       return -1;
     }
-    const char *value = argv[++i];
     if (target) {
       *target = value;
       continue;
@@ -697,9 +706,8 @@ int cmd_calibrate(int argc, char **argv) {
     if (rc) fprintf(stderr, "fivefold calibrate: %s\n", err.msg);
     return rc ? 1 : 0;
   }
-  int mpi_done = 0, mpi = 0;
-  MPI_Finalized(&mpi_done);
-  if (!mpi_done && under_mpi_launcher()) {
+  int mpi = 0;
+  if (!comm_mpi_finalized() && under_mpi_launcher()) {
     if (comm_init(&argc, &argv, &err)) {
       fprintf(stderr, "fivefold calibrate: %s\n", err.msg);
       return 1;

@@ -1,11 +1,12 @@
 /* `fivefold export --format hf --checkpoint DIR --out DIR`: writes a
- * Hugging Face model directory (train/export_hf.h; docs/export.md). */
+ * Hugging Face model directory (convert/export_hf.h; docs/export.md). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "cli/cmd_export.h"
-#include "train/export_hf.h"
+#include "convert/export_hf.h"
 
 static void export_help(FILE *f) {
   fprintf(f,
@@ -40,26 +41,27 @@ static int fail(int code, const char *fmt, ...) {
 
 int cmd_export(int argc, char **argv) {
   const char *format = NULL, *checkpoint = NULL, *out = NULL, *tokenizer = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+  static const char *const KNOWN[] = {"--format", "--checkpoint", "--out", "--tokenizer", "--help"};
+  OptionParser op;
+  Error err = {0};
+  option_parser_init(&op, "export", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  while (option_next(&op)) {
+    if (option_is_help(&op)) {
       export_help(stdout);
       return 0;
     }
-    const char **slot = !strcmp(a, "--format") ? &format
-                        : !strcmp(a, "--checkpoint") ? &checkpoint
-                        : !strcmp(a, "--out") ? &out
-                        : !strcmp(a, "--tokenizer") ? &tokenizer
+    const char **slot = option_is(&op, "--format") ? &format
+                        : option_is(&op, "--checkpoint") ? &checkpoint
+                        : option_is(&op, "--out") ? &out
+                        : option_is(&op, "--tokenizer") ? &tokenizer
                         : NULL;
-    if (!slot) return fail(2, "unknown option '%s' (see 'fivefold export --help')", a);
-    if (i + 1 >= argc) return fail(2, "%s needs a value (see 'fivefold export --help')", a);
-    *slot = argv[++i];
+    if (!slot) return fail(2, "%s", (option_unknown(&op, &err), err.msg));
+    if (option_value(&op, slot, &err)) return fail(2, "%s", err.msg);
   }
   if (!format) return fail(2, "no format given (--format hf)");
   if (strcmp(format, "hf") != 0) return fail(2, "unknown format '%s' (supported: hf)", format);
   if (!checkpoint) return fail(2, "no checkpoint given (--checkpoint DIR)");
   if (!out) return fail(2, "no output directory given (--out DIR)");
-  Error err = {0};
   ExportHfInfo info;
   if (export_hf_checkpoint_with_tokenizer(checkpoint, tokenizer, out, &info, &err)) return fail(1, "%s", err.msg);
   printf("export: %s (step %d) -> %s/ as %s: config.json, model.safetensors (%d tensors, %zu parameters, "

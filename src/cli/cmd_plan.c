@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "plan/config_paths.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
@@ -163,25 +164,36 @@ static const char *const kFlags[] = {"--distributed-optimizer", "--no-distribute
                                      "--no-folding", "--quiet", "--moe-tp-replicated"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
+static const char *const kCommonOptions[] = {
+    "--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype", "--moe-imbalance", "--expert-load",
+    "--tp-overlap", "--cp-overlap", "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--bucket-params",
+    "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--help"};
+static const char *const kSimulateOptions[] = {"--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
+                                               "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
+                                               "--trace", "--quiet", "--moe-tp-replicated"};
+static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
+                                           "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
+                                           "--no-distributed-optimizer", "--no-folding"};
+#define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) return 1;
-    char name[64];
-    const char *value = NULL;
-    const char *eq = strchr(arg, '=');
-    if (eq && (size_t)(eq - arg) < sizeof name) {
-      memcpy(name, arg, (size_t)(eq - arg));
-      name[eq - arg] = '\0';
-      value = eq + 1;
-    } else {
-      snprintf(name, sizeof name, "%s", arg);
-    }
+  const char *known_names[COUNT_OF(kCommonOptions) + COUNT_OF(kSimulateOptions) + COUNT_OF(kPlanOptions)];
+  int n_known = 0;
+  for (int k = 0; k < COUNT_OF(kCommonOptions); k++) known_names[n_known++] = kCommonOptions[k];
+  for (int k = 0; k < (simulate ? COUNT_OF(kSimulateOptions) : COUNT_OF(kPlanOptions)); k++)
+    known_names[n_known++] = simulate ? kSimulateOptions[k] : kPlanOptions[k];
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, c->cmd, argc, argv, known_names, n_known);
+  while (option_next(&op)) {
+    if (option_is_help(&op)) return 1;
+    const char *name = op.name, *value = op.inline_value;
     int is_flag = 0;
     for (size_t k = 0; k < sizeof kFlags / sizeof kFlags[0]; k++) is_flag |= !strcmp(name, kFlags[k]);
     if (is_flag) {
-      if (value) {
-        fprintf(stderr, "fivefold %s: %s takes no value\n", c->cmd, name);
+      if (option_switch(&op, &perr)) {
+        fprintf(stderr, "fivefold %s: %s\n", c->cmd, perr.msg);
         return -1;
       }
       if (!strcmp(name, "--distributed-optimizer")) c->cfg.distributed_optimizer = c->force_distopt = 1;
@@ -196,14 +208,18 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       }
       continue;
     }
-    if (!value) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "fivefold %s: %s needs a value (see --help)\n", c->cmd, name);
-        return -1;
-      }
-      value = argv[++i];
-    }
     int rc = 0, known = 1;
+    for (int k = 0; k < n_known && known; k++) known = !option_is(&op, known_names[k]);
+    if (known) {
+      option_unknown(&op, &perr);
+      fprintf(stderr, "fivefold %s: %s\n", c->cmd, perr.msg);
+      return -1;
+    }
+    known = 1;
+    if (option_value(&op, &value, &perr)) {
+      fprintf(stderr, "fivefold %s: %s\n", c->cmd, perr.msg);
+      return -1;
+    }
     PlanParallel *p = &c->cfg.par;
     if (!strcmp(name, "--model")) c->model = value;
     else if (!strcmp(name, "--cluster")) c->cluster = value;
@@ -298,7 +314,8 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else known = 0;
     }
     if (!known) {
-      fprintf(stderr, "fivefold %s: unknown option '%s' (see --help)\n", c->cmd, arg);
+      option_unknown(&op, &perr);
+      fprintf(stderr, "fivefold %s: %s\n", c->cmd, perr.msg);
       return -1;
     }
     if (rc) return -1;

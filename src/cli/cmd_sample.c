@@ -1,6 +1,6 @@
 /* `fivefold sample --checkpoint DIR --prompt TEXT`: loads a checkpoint and
  * its tokenizer, encodes the prompt and streams generated text to stdout
- * token by token (train/sampler.h does the picking and the loop). Tokens are
+ * token by token (infer/sampler.h does the picking and the loop). Tokens are
  * written as raw bytes, so a UTF-8 character split across two tokens
  * appears whole once its last byte is out. Statistics go to stderr, so
  * stdout holds only the text. */
@@ -13,11 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file_text.h"
+#include "base/options.h"
 #include "base/timer.h"
 #include "cli/cmd_sample.h"
 #include "tok/tokenizer.h"
-#include "train/checkpoint.h"
-#include "train/sampler.h"
+#include "ckpt/checkpoint.h"
+#include "infer/sampler.h"
 
 static void sample_help(FILE *f) {
   fprintf(f,
@@ -91,27 +93,28 @@ static int parse_args(int argc, char **argv, SampleArgs *a) {
   a->threads = 1;
   a->echo = 1;
   sampler_options_default(&a->opts);
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+  static const char *const KNOWN[] = {"--checkpoint", "--prompt",  "--tokenizer", "--max-tokens",  "--context",
+                                      "--threads",    "--top-k",   "--seed",      "--temperature", "--top-p",
+                                      "--no-echo",    "--help"};
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "sample", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  while (option_next(&op)) {
+    if (option_is_help(&op)) {
       sample_help(stdout);
       return 1;
     }
-    if (!strcmp(arg, "--no-echo")) {
+    if (option_is(&op, "--no-echo")) {
+      if (option_switch(&op, &perr)) return fail(2, "%s", perr.msg);
       a->echo = 0;
       continue;
     }
-    if (strncmp(arg, "--", 2) != 0) return fail(2, "unexpected argument '%s' (see 'fivefold sample --help')", arg);
-    char name[64];
-    const char *v, *eq = strchr(arg, '=');
-    if (eq) {
-      snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
-      v = eq + 1;
-    } else {
-      snprintf(name, sizeof name, "%s", arg);
-      if (i + 1 >= argc) return fail(2, "%s needs a value (see 'fivefold sample --help')", arg);
-      v = argv[++i];
-    }
+    const char *name = op.name, *v = NULL;
+    int known = 0;
+    for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= option_is(&op, KNOWN[k]);
+    if (!known) return fail(2, "%s", (option_unknown(&op, &perr), perr.msg));
+    /* A value that itself starts with "--" is written --prompt=--text. */
+    if (option_value(&op, &v, &perr)) return fail(2, "%s", perr.msg);
     long n = 0;
     int rc = 0;
     if (!strcmp(name, "--checkpoint")) a->checkpoint = v;
@@ -133,7 +136,6 @@ static int parse_args(int argc, char **argv, SampleArgs *a) {
       a->opts.seed = s;
     } else if (!strcmp(name, "--temperature")) rc = parse_float(name, v, &a->opts.temperature);
     else if (!strcmp(name, "--top-p")) rc = parse_float(name, v, &a->opts.top_p);
-    else rc = fail(2, "unknown option '%s' (see 'fivefold sample --help')", name);
     if (rc) return 2;
   }
   if (!a->checkpoint) return fail(2, "no checkpoint given (--checkpoint DIR; see --help)");
@@ -148,23 +150,8 @@ static int parse_args(int argc, char **argv, SampleArgs *a) {
 static int recorded_seq_len(const char *ckpt_dir) {
   char path[4200];
   snprintf(path, sizeof path, "%s/state.json", ckpt_dir);
-  FILE *f = fopen(path, "rb");
-  if (!f) return 0;
   char *text = NULL;
-  size_t n = 0, cap = 0, got;
-  do {
-    if (n + 4096 > cap) {
-      cap = 2 * (n + 4096);
-      char *nt = realloc(text, cap);
-      if (!nt) break;
-      text = nt;
-    }
-    got = fread(text + n, 1, cap - n - 1, f);
-    n += got;
-  } while (got > 0);
-  fclose(f);
-  if (!text) return 0;
-  text[n] = '\0';
+  if (file_read_text(path, "checkpoint state", (size_t)64 << 20, &text, NULL, NULL)) return 0;
   cJSON *root = cJSON_Parse(text);
   free(text);
   const cJSON *seq = cJSON_GetObjectItemCaseSensitive(

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "sched/builders.h"
 #include "sched/check.h"
 #include "sched/evaluate.h"
@@ -91,25 +92,27 @@ static int parse_options(int argc, char **argv, ScheduleOptions *o) {
   o->cfg.pp = 1;
   o->cfg.vpp = 1;
   o->costs = sched_unit_costs_default();
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) return 1;
-    char name[64];
-    const char *value = NULL;
-    const char *eq = strchr(arg, '=');
-    if (eq && (size_t)(eq - arg) < sizeof name) {
-      memcpy(name, arg, (size_t)(eq - arg));
-      name[eq - arg] = '\0';
-      value = eq + 1;
-    } else {
-      snprintf(name, sizeof name, "%s", arg);
-    }
-    static const char *const kFlags[] = {"--allow-empty-stages", "--layer-costs", "--blocking"};
+  static const char *const kFlags[] = {"--allow-empty-stages", "--layer-costs", "--blocking"};
+  static const char *const kValued[] = {"--pp",          "--vpp",         "--microbatches", "--schedule",
+                                        "--layers",      "--layers-per-stage", "--embedding-weight",
+                                        "--head-weight", "--fwd-cost",    "--bwd-cost",     "--comm-cost",
+                                        "--trace",       "--json",        "--view"};
+  const char *known_names[sizeof kFlags / sizeof kFlags[0] + sizeof kValued / sizeof kValued[0] + 1];
+  int n_known = 0;
+  for (size_t k = 0; k < sizeof kFlags / sizeof kFlags[0]; k++) known_names[n_known++] = kFlags[k];
+  for (size_t k = 0; k < sizeof kValued / sizeof kValued[0]; k++) known_names[n_known++] = kValued[k];
+  known_names[n_known++] = "--help";
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "schedule", argc, argv, known_names, n_known);
+  while (option_next(&op)) {
+    if (option_is_help(&op)) return 1;
+    const char *name = op.name, *value = NULL;
     int is_flag = 0;
     for (size_t k = 0; k < sizeof kFlags / sizeof kFlags[0]; k++) is_flag |= !strcmp(name, kFlags[k]);
     if (is_flag) {
-      if (value) {
-        fprintf(stderr, "fivefold schedule: %s takes no value\n", name);
+      if (option_switch(&op, &perr)) {
+        fprintf(stderr, "fivefold schedule: %s\n", perr.msg);
         return -1;
       }
       if (!strcmp(name, "--allow-empty-stages")) o->allow_empty = 1;
@@ -117,22 +120,16 @@ static int parse_options(int argc, char **argv, ScheduleOptions *o) {
       if (!strcmp(name, "--blocking")) o->blocking = 1;
       continue;
     }
-    static const char *const kValued[] = {"--pp",          "--vpp",         "--microbatches", "--schedule",
-                                          "--layers",      "--layers-per-stage", "--embedding-weight",
-                                          "--head-weight", "--fwd-cost",    "--bwd-cost",     "--comm-cost",
-                                          "--trace",       "--json",        "--view"};
     int known = 0;
     for (size_t k = 0; k < sizeof kValued / sizeof kValued[0]; k++) known |= !strcmp(name, kValued[k]);
     if (!known) {
-      fprintf(stderr, "fivefold schedule: unknown option '%s' (see --help)\n", arg);
+      option_unknown(&op, &perr);
+      fprintf(stderr, "fivefold schedule: %s\n", perr.msg);
       return -1;
     }
-    if (!value) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "fivefold schedule: %s needs a value (see --help)\n", name);
-        return -1;
-      }
-      value = argv[++i];
+    if (option_value(&op, &value, &perr)) {
+      fprintf(stderr, "fivefold schedule: %s\n", perr.msg);
+      return -1;
     }
     int rc = 0;
     if (!strcmp(name, "--pp")) rc = parse_int_arg(name, value, 1, &o->cfg.pp);

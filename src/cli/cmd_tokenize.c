@@ -17,10 +17,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
+#include "base/options.h"
 #include "cli/cli.h"
 #include "train/metrics.h"
 #include "tok/tokenizer.h"
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 
 typedef struct TextEncoder {
   const char *name;
@@ -77,22 +79,6 @@ static int fail(int code, const char *fmt, ...) {
   return code;
 }
 
-static int mkdir_p(const char *path) {
-  char buf[4096];
-  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return ENAMETOOLONG;
-  for (char *p = buf + 1;; p++) {
-    if (*p == '/' || !*p) {
-      char saved = *p;
-      *p = '\0';
-      if (mkdir(buf, 0777) != 0 && errno != EEXIST) return errno;
-      *p = saved;
-      if (!saved) break;
-    }
-  }
-  struct stat st;
-  if (stat(path, &st) != 0) return errno;
-  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-}
 
 static int write_shard(const TextEncoder *enc, const char *path, const unsigned char *text, size_t n,
                        uint64_t *count, Error *err) {
@@ -164,39 +150,49 @@ int cmd_tokenize(int argc, char **argv) {
   int n_inputs = 0, code = 0;
   unsigned char *text = NULL;
   if (!inputs) return fail(1, "out of memory");
-  for (int i = 1; i < argc && !code; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+  static const char *const KNOWN[] = {"--byte-level", "--input", "--out", "--val-fraction",
+                                      "--vocab-size", "--tokenizer", "--help"};
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "tokenize", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  while (!code && option_next(&op)) {
+    const char *v = NULL;
+    if (option_is_help(&op)) {
       tokenize_help(stdout);
       free(inputs);
       return 0;
-    } else if (!strcmp(a, "--byte-level")) {
+    } else if (option_is(&op, "--byte-level")) {
+      if (option_switch(&op, &perr)) code = fail(2, "%s", perr.msg);
       byte_level = 1;
-    } else if (!strcmp(a, "--input")) {
-      while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) inputs[n_inputs++] = argv[++i];
+    } else if (option_is(&op, "--input")) {
+      /* A list: --input=A counts A as the first file, then the arguments up to the next option. */
+      if (op.inline_value && op.inline_value[0]) inputs[n_inputs++] = op.inline_value;
+      const char **more;
+      int n_more = 0;
+      option_values_until_option(&op, &more, &n_more);
+      for (int k = 0; k < n_more; k++) inputs[n_inputs++] = more[k];
       if (n_inputs == 0) code = fail(2, "--input needs one or more files");
-    } else if (!strcmp(a, "--out")) {
-      if (i + 1 >= argc) code = fail(2, "--out needs a directory");
-      else out = argv[++i];
-    } else if (!strcmp(a, "--val-fraction")) {
+    } else if (option_is(&op, "--out")) {
+      if (option_value(&op, &out, &perr)) code = fail(2, "%s", perr.msg);
+    } else if (option_is(&op, "--val-fraction")) {
       char *end;
-      const char *v = i + 1 < argc ? argv[++i] : "";
+      if (option_value(&op, &v, &perr)) v = "";
       val_fraction = strtod(v, &end);
       if (!*v || *end || !(val_fraction >= 0 && val_fraction < 1))
         code = fail(2, "--val-fraction must be a number with 0 <= X < 1, got '%s'", v);
-    } else if (!strcmp(a, "--vocab-size")) {
+    } else if (option_is(&op, "--vocab-size")) {
       char *end;
-      const char *v = i + 1 < argc ? argv[++i] : "";
+      if (option_value(&op, &v, &perr)) v = "";
       long n = strtol(v, &end, 10);
       if (!*v || *end || n < 257 || n > TOK_MAX_ID)
         code = fail(2, "--vocab-size must be an integer in 257..%d (256 bytes + merges + <|endoftext|>), got '%s'",
                     TOK_MAX_ID, v);
       vocab_size = (int)n;
-    } else if (!strcmp(a, "--tokenizer")) {
-      if (i + 1 >= argc) code = fail(2, "--tokenizer needs a tokenizer.json file");
-      else tokenizer = argv[++i];
+    } else if (option_is(&op, "--tokenizer")) {
+      if (option_value(&op, &tokenizer, &perr)) code = fail(2, "%s", perr.msg);
     } else {
-      code = fail(2, "unknown option '%s' (see 'fivefold tokenize --help')", a);
+      option_unknown(&op, &perr);
+      code = fail(2, "%s", perr.msg);
     }
   }
   if (!code && byte_level + (vocab_size > 0) + (tokenizer != NULL) != 1)
@@ -216,8 +212,8 @@ int cmd_tokenize(int argc, char **argv) {
   }
   if (!code && total == 0) code = fail(1, "the input files are empty (expected text)");
   if (!code) {
-    int e = mkdir_p(out);
-    if (e) code = fail(1, "cannot create output directory %s: %s", out, strerror(e));
+    Error err = {0};
+    if (fs_mkdir_p(out, &err)) code = fail(1, "%s", err.msg);
   }
   if (!code && !byte_level) {
     code = tokenize_bpe(inputs, n_inputs, total, vocab_size, tokenizer, out, val_fraction);

@@ -19,6 +19,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/file_text.h"
+#include "base/options.h"
 #include "model/config.h"
 #include "plan/cluster.h"
 #include "plan/config_paths.h"
@@ -150,35 +152,40 @@ static int convert_raw(const RecordOptions *o, const char *raw_path, long lost) 
 
 static int cmd_record(int argc, char **argv) {
   RecordOptions o = {.with_sched = 1, .out = "trace.json", .first_step = 0, .last_step = -1};
-  int i = 1;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--")) {
-      i++;
+  static const char *const KNOWN[] = {"--out", "-o", "--program", "--binary", "--raw", "--from-raw", "--bpftrace",
+                                      "--steps", "--ebpf", "--no-sched", "--help"};
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "trace record", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  int i = argc;
+  while (option_next(&op)) {
+    if (!strcmp(op.arg, "--")) {
+      i = op.index + 1;
       break;
     }
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if (option_is_help(&op)) {
       trace_usage(stdout);
       return 0;
     }
-    static const char *const VALUED[] = {"-o", "--out", "--program", "--binary", "--raw", "--from-raw", "--bpftrace",
-                                         "--steps"};
-    int valued = 0;
-    for (size_t k = 0; k < sizeof VALUED / sizeof *VALUED; k++) valued |= !strcmp(a, VALUED[k]);
-    if (valued && i + 1 >= argc) return usage_error("record: %s needs a value", a);
-    if (!strcmp(a, "--ebpf")) o.ebpf = 1;
-    else if (!strcmp(a, "--no-sched")) o.with_sched = 0;
-    else if (!strcmp(a, "-o") || !strcmp(a, "--out")) o.out = argv[++i];
-    else if (!strcmp(a, "--program")) o.program = argv[++i];
-    else if (!strcmp(a, "--binary")) o.binary = argv[++i];
-    else if (!strcmp(a, "--raw")) o.raw = argv[++i];
-    else if (!strcmp(a, "--from-raw")) o.from_raw = argv[++i];
-    else if (!strcmp(a, "--bpftrace")) o.bpftrace = argv[++i];
-    else if (!strcmp(a, "--steps")) {
-      Error err = {0};
-      if (trace_steps_parse(argv[++i], &o.first_step, &o.last_step, &err)) return usage_error("record: %s", err.msg);
-    } else
-      return usage_error("record: unknown option '%s'", a);
+    const char *v = NULL;
+    if (option_is(&op, "--ebpf") || option_is(&op, "--no-sched")) {
+      if (option_switch(&op, &perr)) return usage_error("record: %s", perr.msg);
+      if (option_is(&op, "--ebpf")) o.ebpf = 1;
+      else o.with_sched = 0;
+      continue;
+    }
+    const char **slot = option_is(&op, "-o") || option_is(&op, "--out") ? &o.out
+                        : option_is(&op, "--program")                   ? &o.program
+                        : option_is(&op, "--binary")                    ? &o.binary
+                        : option_is(&op, "--raw")                       ? &o.raw
+                        : option_is(&op, "--from-raw")                  ? &o.from_raw
+                        : option_is(&op, "--bpftrace")                  ? &o.bpftrace
+                        : option_is(&op, "--steps")                     ? &v
+                                                                        : NULL;
+    if (!slot) return usage_error("record: %s", (option_unknown(&op, &perr), perr.msg));
+    if (option_value(&op, slot, &perr)) return usage_error("record: %s", perr.msg);
+    if (slot == &v && trace_steps_parse(v, &o.first_step, &o.last_step, &perr))
+      return usage_error("record: %s", perr.msg);
   }
   if (!o.ebpf)
     return usage_error("%s",
@@ -221,24 +228,31 @@ static int read_and_analyze(const char *file, int iteration, TraceRun *run, Trac
 static int cmd_analyze(int argc, char **argv) {
   const char *file = NULL, *dot = NULL;
   int critical_only = 0, iteration = -1, all_path = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+  static const char *const KNOWN[] = {"--critical-only", "--all-path", "--dot", "--iteration", "--help"};
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "trace analyze", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  while (option_next(&op)) {
+    const char *v = NULL;
+    if (option_is_help(&op)) {
       trace_usage(stdout);
       return 0;
     }
-    if (!strcmp(a, "--critical-only")) critical_only = 1;
-    else if (!strcmp(a, "--all-path")) all_path = 1;
-    else if (!strcmp(a, "--dot") || !strcmp(a, "--iteration")) {
-      if (i + 1 >= argc) return usage_error("analyze: %s needs a value", a);
-      if (!strcmp(a, "--dot")) dot = argv[++i];
-      else if (parse_int(argv[++i], &iteration)) return usage_error("analyze: --iteration '%s': expected an iteration number", argv[i]);
-    } else if (a[0] == '-' && a[1])
-      return usage_error("analyze: unknown option '%s'", a);
+    if (option_is(&op, "--critical-only") || option_is(&op, "--all-path")) {
+      if (option_switch(&op, &perr)) return usage_error("analyze: %s", perr.msg);
+      if (option_is(&op, "--critical-only")) critical_only = 1;
+      else all_path = 1;
+    } else if (option_is(&op, "--dot")) {
+      if (option_value(&op, &dot, &perr)) return usage_error("analyze: %s", perr.msg);
+    } else if (option_is(&op, "--iteration")) {
+      if (option_value(&op, &v, &perr)) return usage_error("analyze: %s", perr.msg);
+      if (parse_int(v, &iteration)) return usage_error("analyze: --iteration '%s': expected an iteration number", v);
+    } else if (!option_is_positional(&op) || (op.arg[0] == '-' && op.arg[1]))
+      return usage_error("analyze: %s", (option_unknown(&op, &perr), perr.msg));
     else if (file)
-      return usage_error("analyze: one trace file at a time ('%s' is extra)", a);
+      return usage_error("analyze: one trace file at a time ('%s' is extra)", op.arg);
     else
-      file = a;
+      file = op.arg;
   }
   if (!file) return usage_error("%s", "analyze: no trace file given");
   if (critical_only && !dot) return usage_error("%s", "analyze: --critical-only applies to --dot FILE");
@@ -270,20 +284,10 @@ static int cmd_analyze(int argc, char **argv) {
 
 /* ---- compare-ready ---- */
 
+/* The whole of a (trace) file, or NULL. */
 static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  if (fseek(f, 0, SEEK_END) != 0) {
-    fclose(f);
-    return NULL;
-  }
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-  if (buf) buf[got] = '\0';
-  fclose(f);
-  return buf;
+  char *text = NULL;
+  return file_read_text(path, "trace", (size_t)1 << 30, &text, NULL, NULL) ? NULL : text;
 }
 
 /* Compares a predicted trace (sched/trace_json.h: pid = pipeline rank,
@@ -361,21 +365,23 @@ static int count_acausal_messages(const TraceReport *rep) {
 
 static int cmd_compare_ready(int argc, char **argv) {
   const char *file = NULL, *predicted = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+  static const char *const KNOWN[] = {"--predicted", "--help"};
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "trace compare-ready", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  while (option_next(&op)) {
+    if (option_is_help(&op)) {
       trace_usage(stdout);
       return 0;
     }
-    if (!strcmp(a, "--predicted")) {
-      if (i + 1 >= argc) return usage_error("compare-ready: %s needs a value", a);
-      predicted = argv[++i];
-    } else if (a[0] == '-' && a[1])
-      return usage_error("compare-ready: unknown option '%s'", a);
+    if (option_is(&op, "--predicted")) {
+      if (option_value(&op, &predicted, &perr)) return usage_error("compare-ready: %s", perr.msg);
+    } else if (!option_is_positional(&op) || (op.arg[0] == '-' && op.arg[1]))
+      return usage_error("compare-ready: %s", (option_unknown(&op, &perr), perr.msg));
     else if (file)
-      return usage_error("compare-ready: one trace file at a time ('%s' is extra)", a);
+      return usage_error("compare-ready: one trace file at a time ('%s' is extra)", op.arg);
     else
-      file = a;
+      file = op.arg;
   }
   if (!file) return usage_error("%s", "compare-ready: no trace file given");
   Error err = {0};
@@ -570,22 +576,27 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
 static int cmd_compare(int argc, char **argv) {
   const char *file = NULL, *cluster = NULL;
   int iteration = -1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+  static const char *const KNOWN[] = {"--cluster", "--iteration", "--help"};
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "trace compare", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
+  while (option_next(&op)) {
+    const char *v = NULL;
+    if (option_is_help(&op)) {
       trace_usage(stdout);
       return 0;
     }
-    if (!strcmp(a, "--cluster") || !strcmp(a, "--iteration")) {
-      if (i + 1 >= argc) return usage_error("compare: %s needs a value", a);
-      if (!strcmp(a, "--cluster")) cluster = argv[++i];
-      else if (parse_int(argv[++i], &iteration)) return usage_error("compare: --iteration '%s': expected an iteration number", argv[i]);
-    } else if (a[0] == '-' && a[1])
-      return usage_error("compare: unknown option '%s'", a);
+    if (option_is(&op, "--cluster")) {
+      if (option_value(&op, &cluster, &perr)) return usage_error("compare: %s", perr.msg);
+    } else if (option_is(&op, "--iteration")) {
+      if (option_value(&op, &v, &perr)) return usage_error("compare: %s", perr.msg);
+      if (parse_int(v, &iteration)) return usage_error("compare: --iteration '%s': expected an iteration number", v);
+    } else if (!option_is_positional(&op) || (op.arg[0] == '-' && op.arg[1]))
+      return usage_error("compare: %s", (option_unknown(&op, &perr), perr.msg));
     else if (file)
-      return usage_error("compare: one trace file at a time ('%s' is extra)", a);
+      return usage_error("compare: one trace file at a time ('%s' is extra)", op.arg);
     else
-      file = a;
+      file = op.arg;
   }
   if (!file) return usage_error("%s", "compare: no trace file given");
   Error err = {0};

@@ -18,10 +18,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/options.h"
 #include "cli/cli.h"
 #include "comm/world.h"
 #include "plan/plan_file.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -98,11 +99,6 @@ static int started_by_mpi_launcher(void) {
   return 0;
 }
 
-typedef struct Override {
-  const char *flag, *value;
-  char flag_buf[64];
-} Override;
-
 /* A plan fits one model: its layout divides that model's layers, heads and
  * experts, and its prediction prices that model. The fingerprint covers
  * every field of the model config, so a plan for another model is refused
@@ -170,153 +166,145 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   return 0;
 }
 
-int cmd_train(int argc, char **argv) {
-  const char *config = NULL, *resume_path = NULL, *plan = NULL;
-  int no_progress = 0, resume = 0;
-  Override *ov = calloc((size_t)argc, sizeof *ov);
-  int n_ov = 0, code = 0;
-  char msg[1200];
-  if (!ov) return fail(1, "out of memory");
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      train_help(stdout);
-      free(ov);
-      return 0;
-    }
-    if (!strcmp(a, "--no-progress")) {
-      no_progress = 1;
-      continue;
-    }
-    /* A switch that may also take 0 or 1: alone (or before another option) it means 1. */
-    if (!strcmp(a, "--distributed-optimizer") &&
-        (i + 1 >= argc || (strcmp(argv[i + 1], "0") && strcmp(argv[i + 1], "1")))) {
-      snprintf(ov[n_ov].flag_buf, sizeof ov[n_ov].flag_buf, "%s", a);
-      ov[n_ov].flag = ov[n_ov].flag_buf;
-      ov[n_ov].value = "1";
-      n_ov++;
-      continue;
-    }
-    /* --resume takes an optional PATH: the next argument when it is not an option. */
-    if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) {
-      resume = 1;
-      if (a[8] == '=') resume_path = a + 9;
-      else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) resume_path = argv[++i];
-      if (resume_path && !resume_path[0]) {
-        free(ov);
-        return fail(2, "--resume= needs a path (or give --resume alone for the run's output directory)");
-      }
-      continue;
-    }
-    const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
-    char name[64];
-    const char *value;
-    if (eq) {
-      snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
-      value = eq + 1;
-    } else {
-      snprintf(name, sizeof name, "%s", a);
-      value = i + 1 < argc ? argv[i + 1] : NULL;
-      if (value && !strncmp(name, "--", 2)) i++;
-    }
-    if (!strcmp(name, "--config")) {
-      if (!value) {
-        free(ov);
-        return fail(2, "--config needs a file (usage: fivefold train --config FILE)");
-      }
-      config = value;
-      continue;
-    }
-    if (!strcmp(name, "--plan")) {
-      if (!value || !strncmp(value, "--", 2)) {
-        free(ov);
-        return fail(2, "--plan needs a file (a plan written by `fivefold plan --out FILE`)");
-      }
-      plan = value;
-      continue;
-    }
-    if (strncmp(name, "--", 2) != 0) {
-      snprintf(msg, sizeof msg, "unexpected argument '%s' (options start with --; see 'fivefold train --help')", a);
-      free(ov);
-      return fail(2, msg);
-    }
-    Error err = {0};
-    if (!train_config_is_flag(name)) {
-      TrainConfig probe;
-      train_config_defaults(&probe);
-      train_config_override(&probe, name, "", &err); /* builds the "did you mean" message */
-      free(ov);
-      return fail(2, err.msg);
-    }
-    if (!value) {
-      snprintf(msg, sizeof msg, "%s needs a value (see 'fivefold train --help')", name);
-      free(ov);
-      return fail(2, msg);
-    }
-    snprintf(ov[n_ov].flag_buf, sizeof ov[n_ov].flag_buf, "%s", name);
-    ov[n_ov].flag = ov[n_ov].flag_buf;
-    ov[n_ov].value = value;
-    n_ov++;
-  }
-  if (!config) {
-    free(ov);
-    return fail(2, "no config given (usage: fivefold train --config FILE [options]; see --help)");
-  }
+/* A config-field flag and its value, in command-line order. */
+typedef struct Override {
+  const char *value;
+  char flag[64];
+} Override;
 
+typedef struct TrainArgs {
+  const char *config, *resume_path, *plan;
+  int no_progress, resume;
+  Override *overrides; /* argc entries */
+  int n_overrides;
+} TrainArgs;
+
+static int is_zero_or_one(const char *s) { return !strcmp(s, "0") || !strcmp(s, "1"); }
+
+static int add_override(TrainArgs *a, const char *flag, const char *value) {
+  snprintf(a->overrides[a->n_overrides].flag, sizeof a->overrides[0].flag, "%s", flag);
+  a->overrides[a->n_overrides++].value = value;
+  return 0;
+}
+
+/* 0: parsed; -1: --help shown; ERR_ARG: a usage error in err. */
+static int parse_train_args(int argc, char **argv, TrainArgs *a, Error *err) {
+  static const char *const OWN[] = {"--config", "--plan", "--resume", "--no-progress", "--help"};
+  enum { NUM_OWN = (int)(sizeof OWN / sizeof OWN[0]) };
+  int n_flags = train_config_flag_names(NULL, 0);
+  const char **known = malloc((size_t)(n_flags + NUM_OWN) * sizeof *known);
+  if (!known) return error_set(err, ERR_NOMEM, "out of memory");
+  train_config_flag_names(known, n_flags);
+  for (int k = 0; k < NUM_OWN; k++) known[n_flags + k] = OWN[k];
+  OptionParser op;
+  option_parser_init(&op, "train", argc, argv, known, n_flags + NUM_OWN);
+  int rc = 0;
+  while (!rc && option_next(&op)) {
+    const char *value = NULL;
+    if (option_is_help(&op)) {
+      train_help(stdout);
+      rc = -1;
+    } else if (option_is(&op, "--no-progress")) {
+      rc = option_switch(&op, err);
+      a->no_progress = 1;
+    } else if (option_is(&op, "--resume")) {
+      /* An optional PATH: the next argument when it is not an option. */
+      a->resume = 1;
+      a->resume_path = option_optional_value(&op, NULL);
+      if (a->resume_path && !a->resume_path[0])
+        rc = error_set(err, ERR_ARG, "--resume= needs a path (or give --resume alone for the run's output directory)");
+    } else if (option_is(&op, "--config")) {
+      rc = option_value(&op, &a->config, err);
+    } else if (option_is(&op, "--plan")) {
+      rc = option_value(&op, &a->plan, err);
+    } else if (option_is(&op, "--distributed-optimizer")) {
+      /* A switch that may also take 0 or 1: alone (or before another option) it means 1. */
+      value = option_optional_value(&op, is_zero_or_one);
+      rc = add_override(a, op.name, value ? value : "1");
+    } else if (train_config_is_flag(op.name)) {
+      if (!(rc = option_value(&op, &value, err))) rc = add_override(a, op.name, value);
+    } else {
+      rc = option_unknown(&op, err);
+    }
+  }
+  free(known);
+  if (!rc && !a->config)
+    rc = error_set(err, ERR_ARG, "no config given (usage: fivefold train --config FILE [options]; see --help)");
+  return rc;
+}
+
+/* The run config: the file, then the plan's layout, then the command
+ * line's overrides, then the world size; returns the exit code (2: the
+ * inputs are wrong, 1: they do not fit together). */
+static int build_config(const TrainArgs *a, TrainConfig *cfg, Error *err) {
+  if (train_config_load(cfg, a->config, err)) return 1;
+  if (a->plan && apply_plan(cfg, a->plan, err)) return 2;
+  for (int i = 0; i < a->n_overrides; i++)
+    if (train_config_override(cfg, a->overrides[i].flag, a->overrides[i].value, err)) return 2;
+  if (train_config_set_world(cfg, comm_initialized() ? comm_world_size() : 1, err)) return 2;
+  if (train_config_finalize(cfg, err)) return 1;
+  return 0;
+}
+
+/* --resume: restores the checkpoint; *nothing_to_do when it is at the end already. */
+static int resume_run(Trainer *tr, const TrainConfig *cfg, const TrainArgs *a, int *nothing_to_do, Error *err) {
+  char dir[CHECKPOINT_PATH_MAX];
+  const char *where = a->resume_path ? a->resume_path : cfg->out_dir;
+  if (checkpoint_resolve(where, dir, sizeof dir, err) || trainer_resume(tr, dir, err))
+    return error_wrap(err, "--resume");
+  if (tr->step >= cfg->steps) {
+    if (comm_world_rank() == 0)
+      printf("fivefold train: %s is at step %d, training.steps is %d: nothing to train (raise --steps to go on)\n",
+             dir, tr->step, cfg->steps);
+    *nothing_to_do = 1;
+  }
+  return 0;
+}
+
+/* The training itself, with Ctrl-C / SIGTERM asking for a clean stop. */
+static int run_training(Trainer *tr, const TrainArgs *a, Error *err) {
+  TrainerOptions opts;
+  trainer_options_default(&opts);
+  if (a->no_progress) opts.progress = 0;
+  opts.stop = &g_stop;
+  opts.save_checkpoints = 1;
+  signal(SIGINT, on_interrupt);
+  signal(SIGTERM, on_interrupt);
+  TrainSummary summary;
+  int rc = trainer_run(tr, &opts, &summary, err);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+  TrainArgs args = {.overrides = calloc((size_t)argc, sizeof(Override))};
   Error err = {0};
-  TrainConfig cfg;
-  Trainer tr;
-  int have_trainer = 0;
+  if (!args.overrides) return fail(1, "out of memory");
+  int rc = parse_train_args(argc, argv, &args, &err);
+  if (rc) {
+    free(args.overrides);
+    return rc < 0 ? 0 : fail(2, err.msg);
+  }
   /* MPI starts only under a launcher: a plain start is one rank without
    * MPI (no start-up cost, nothing of MPI's own left for leak checkers),
    * and MPI starts once per process, so a second run inside one process
    * (tests call cmd_train directly) after it was shut down trains as one
    * rank too. */
-  int mpi_done = 0;
-  MPI_Finalized(&mpi_done);
-  if (!mpi_done && started_by_mpi_launcher() && comm_init(&argc, &argv, &err)) {
-    free(ov);
+  if (!comm_mpi_finalized() && started_by_mpi_launcher() && comm_init(&argc, &argv, &err)) {
+    free(args.overrides);
     return fail(1, err.msg);
   }
-  if (train_config_load(&cfg, config, &err)) {
-    free(ov);
-    return finish(1, err.msg, NULL);
-  }
-  if (plan && apply_plan(&cfg, plan, &err)) code = 2;
-  for (int i = 0; i < n_ov && !code; i++)
-    if (train_config_override(&cfg, ov[i].flag, ov[i].value, &err)) code = 2;
-  free(ov);
-  if (!code && train_config_set_world(&cfg, comm_initialized() ? comm_world_size() : 1, &err)) code = 2;
-  if (!code && train_config_finalize(&cfg, &err)) code = 1;
+  TrainConfig cfg;
+  train_config_defaults(&cfg);
+  int code = build_config(&args, &cfg, &err);
+  Trainer tr;
+  int have_trainer = 0, nothing_to_do = 0;
   if (!code && trainer_create(&tr, &cfg, &err)) code = 1;
   have_trainer = !code;
-  int nothing_to_do = 0;
-  if (!code && resume) {
-    char dir[CHECKPOINT_PATH_MAX];
-    const char *where = resume_path ? resume_path : cfg.out_dir;
-    if (checkpoint_resolve(where, dir, sizeof dir, &err) || trainer_resume(&tr, dir, &err)) {
-      error_wrap(&err, "--resume");
-      code = 1;
-    } else if (tr.step >= cfg.steps) {
-      if (comm_world_rank() == 0)
-        printf("fivefold train: %s is at step %d, training.steps is %d: nothing to train (raise --steps to go on)\n",
-             dir, tr.step, cfg.steps);
-      nothing_to_do = 1;
-    }
-  }
-  if (!code && !nothing_to_do) {
-    TrainerOptions opts;
-    trainer_options_default(&opts);
-    if (no_progress) opts.progress = 0;
-    opts.stop = &g_stop;
-    opts.save_checkpoints = 1;
-    signal(SIGINT, on_interrupt);
-    signal(SIGTERM, on_interrupt);
-    TrainSummary summary;
-    if (trainer_run(&tr, &opts, &summary, &err)) code = 1;
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-  }
+  if (!code && args.resume && resume_run(&tr, &cfg, &args, &nothing_to_do, &err)) code = 1;
+  if (!code && !nothing_to_do && run_training(&tr, &args, &err)) code = 1;
   if (have_trainer) trainer_free(&tr);
+  free(args.overrides);
   return finish(code, err.msg, &cfg);
 }

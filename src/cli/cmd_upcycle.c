@@ -1,6 +1,6 @@
 /* `fivefold upcycle --checkpoint DENSE --experts E --topk K [--granularity G]
  * [options] --out DIR`: option parsing, the checks that need no checkpoint,
- * and the summary of what train/upcycle.c wrote. */
+ * and the summary of what convert/upcycle.c wrote. */
 #include "cli/cmd_upcycle.h"
 
 #include <errno.h>
@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/upcycle.h"
+#include "base/options.h"
+#include "convert/upcycle.h"
 
 static void upcycle_help(FILE *f) {
   fprintf(f,
@@ -168,37 +169,30 @@ int cmd_upcycle(int argc, char **argv) {
   upcycle_options_default(&o);
   const char *checkpoint = NULL, *out = NULL;
   int experts_given = 0, topk_given = 0, moe_given = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+  const char *known_names[NUM_VALUE_FLAGS + 3];
+  for (int k = 0; k < NUM_VALUE_FLAGS; k++) known_names[k] = VALUE_FLAGS[k];
+  known_names[NUM_VALUE_FLAGS] = "--norm-topk-prob";
+  known_names[NUM_VALUE_FLAGS + 1] = "--dense-control";
+  known_names[NUM_VALUE_FLAGS + 2] = "--help";
+  OptionParser op;
+  Error perr = {0};
+  option_parser_init(&op, "upcycle", argc, argv, known_names, NUM_VALUE_FLAGS + 3);
+  while (option_next(&op)) {
+    if (option_is_help(&op)) {
       upcycle_help(stdout);
       return 0;
     }
-    if (!strcmp(a, "--norm-topk-prob")) {
-      o.norm_topk_prob = 1;
-      moe_given = 1;
+    if (option_is(&op, "--norm-topk-prob") || option_is(&op, "--dense-control")) {
+      if (option_switch(&op, &perr)) return fail(2, "%s", perr.msg);
+      if (option_is(&op, "--norm-topk-prob")) o.norm_topk_prob = moe_given = 1;
+      else o.dense_control = 1;
       continue;
     }
-    if (!strcmp(a, "--dense-control")) {
-      o.dense_control = 1;
-      continue;
-    }
-    char flag[64];
-    const char *value = NULL;
-    const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
-    if (eq) {
-      snprintf(flag, sizeof flag, "%.*s", (int)(eq - a), a);
-      value = eq + 1;
-    } else {
-      snprintf(flag, sizeof flag, "%s", a);
-    }
+    const char *flag = op.name, *value = NULL;
     int known = 0;
-    for (int k = 0; k < NUM_VALUE_FLAGS && !known; k++) known = !strcmp(flag, VALUE_FLAGS[k]);
-    if (!known) return fail(2, "unknown option '%s' (see 'fivefold upcycle --help')", a);
-    if (!value) {
-      if (i + 1 >= argc) return fail(2, "%s needs a value (see 'fivefold upcycle --help')", flag);
-      value = argv[++i];
-    }
+    for (int k = 0; k < NUM_VALUE_FLAGS && !known; k++) known = option_is(&op, VALUE_FLAGS[k]);
+    if (!known) return fail(2, "%s", (option_unknown(&op, &perr), perr.msg));
+    if (option_value(&op, &value, &perr)) return fail(2, "%s", perr.msg);
     experts_given |= !strcmp(flag, "--experts");
     topk_given |= !strcmp(flag, "--topk");
     if (apply(&o, &checkpoint, &out, &moe_given, flag, value)) return 2;

@@ -1,5 +1,5 @@
 /* `fivefold upcycle`: a dense checkpoint turned into an MoE run directory
- * that `fivefold train --resume` continues (train/upcycle.h). */
+ * that `fivefold train --resume` continues (convert/upcycle.h). */
 #ifndef FIVEFOLD_CLI_CMD_UPCYCLE_H
 #define FIVEFOLD_CLI_CMD_UPCYCLE_H
 

@@ -512,6 +512,25 @@ int comm_alltoall_i64(const CommGroup *g, const int64_t *send, int64_t *recv, si
                  req, name, g, err);
 }
 
+int comm_alltoall_f32(const CommGroup *g, const float *send, float *recv, size_t per_rank, CommRequest *req,
+                      Error *err) {
+  const char *name = OP_NAME("comm_alltoall_f32", req);
+  int rc;
+  if ((rc = check_group(g, name, err)) || (rc = check_count(per_rank, "per_rank", name, g, err)) ||
+      (rc = check_buffer(send, per_rank, "send", name, g, err)) ||
+      (rc = check_buffer(recv, per_rank, "recv", name, g, err)) ||
+      (rc = check_request(req, name, g, err)))
+    return rc;
+  comm_set_operation(name);
+  if (!req)
+    return comm_check(PROBED_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_FLOAT, per_rank * (size_t)g->size), -1,
+                                 MPI_Alltoall(send, (int)per_rank, MPI_FLOAT, recv, (int)per_rank, MPI_FLOAT,
+                                              g->comm)),
+                      name, g, err);
+  return started(MPI_Ialltoall(send, (int)per_rank, MPI_FLOAT, recv, (int)per_rank, MPI_FLOAT, g->comm, &req->mpi),
+                 req, name, g, err);
+}
+
 int comm_reduce_scatterv_sum_f32(const CommGroup *g, const float *send, float *recv,
                                  const int *recv_counts, CommRequest *req, Error *err) {
   const char *name = OP_NAME("comm_reduce_scatterv_sum_f32", req);

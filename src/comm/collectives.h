@@ -96,6 +96,8 @@ int comm_recv_f32(const CommGroup *g, int peer, int tag, float *buf, size_t coun
  * order); recv [size x per_rank] gets per_rank values from each. */
 int comm_alltoall_i64(const CommGroup *g, const int64_t *send, int64_t *recv, size_t per_rank,
                       CommRequest *req, Error *err);
+int comm_alltoall_f32(const CommGroup *g, const float *send, float *recv, size_t per_rank, CommRequest *req,
+                      Error *err);
 /* Variable reduce-scatter: send holds sum(recv_counts) floats in rank
  * blocks; this rank receives the element-wise sum over ranks of its block
  * (recv_counts[g->rank] floats). */

@@ -3,6 +3,7 @@
  * leaving early into a job-wide abort with a message naming the rank. */
 #include "comm/world.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,29 @@ int comm_finalize(Error *err) {
 }
 
 int comm_initialized(void) { return g_initialized; }
+
+int comm_mpi_finalized(void) {
+  int done = 0;
+  MPI_Finalized(&done);
+  return done;
+}
+
+int comm_node_info(int *ranks_on_node, int *node_rank, int *nodes, void *mask, size_t bytes, Error *err) {
+  *ranks_on_node = 1, *node_rank = 0, *nodes = 1;
+  if (!g_initialized) return ERR_OK;
+  if (bytes > (size_t)INT_MAX) return error_set(err, ERR_ARG, "comm_node_info: a %zu-byte mask is too large", bytes);
+  comm_set_operation("comm_node_info");
+  MPI_Comm node;
+  int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
+  if (rc != MPI_SUCCESS) return comm_check(rc, "comm_node_info (split by node)", &g_world, err);
+  MPI_Comm_size(node, ranks_on_node);
+  MPI_Comm_rank(node, node_rank);
+  if (mask && bytes) rc = MPI_Allreduce(MPI_IN_PLACE, mask, (int)bytes, MPI_BYTE, MPI_BOR, node);
+  int leader = *node_rank == 0;
+  if (rc == MPI_SUCCESS) rc = MPI_Allreduce(&leader, nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Comm_free(&node);
+  return rc == MPI_SUCCESS ? ERR_OK : comm_check(rc, "comm_node_info", &g_world, err);
+}
 int comm_world_rank(void) { return g_rank; }
 int comm_world_size(void) { return g_size; }
 int comm_tag_max(void) { return g_tag_max; }

@@ -47,6 +47,9 @@ int comm_init(int *argc, char ***argv, Error *err);
 int comm_finalize(Error *err);
 
 int comm_initialized(void); /* 1 between comm_init and comm_finalize */
+/* 1 once MPI itself has been shut down in this process (by comm_finalize
+ * or anyone else): MPI cannot start again, so a later run is one rank. */
+int comm_mpi_finalized(void);
 int comm_world_rank(void);  /* 0 before comm_init */
 int comm_world_size(void);  /* 1 before comm_init */
 int comm_tag_max(void);     /* largest usable point-to-point tag (>= 32767) */
@@ -59,6 +62,12 @@ const CommGroup *comm_world(void);
  * comm_finalize). code becomes the exit status (1 if outside 1..255). */
 void comm_abort(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), noreturn));
+
+/* Where this rank runs: how many ranks share its node (shared memory),
+ * its rank among them, and how many nodes the world spans. mask (bytes
+ * long, may be NULL) is OR-ed over the node's ranks in place: a CPU
+ * affinity mask becomes the node's cores in use. Collective over the world. */
+int comm_node_info(int *ranks_on_node, int *node_rank, int *nodes, void *mask, size_t bytes, Error *err);
 
 /* Names the operation in progress for the failure message of the MPI error
  * handler. Every comm_* wrapper sets it; code that calls MPI directly may

@@ -19,6 +19,8 @@
 #include "model/config.h"
 
 #include "base/file_text.h"
+#include "base/json_util.h"
+#include "base/near_miss.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -138,26 +140,6 @@ void model_config_set_moe_layer_freq(ModelConfig *cfg, int k) {
 
 /* ---------------------------------------------------------------- parsing */
 
-static int edit_distance(const char *a, const char *b) {
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 63 || lb > 63) return INT_MAX;
-  int row[64];
-  for (int j = 0; j <= lb; j++) row[j] = j;
-  for (int i = 1; i <= la; i++) {
-    int diag = row[0];
-    row[0] = i;
-    for (int j = 1; j <= lb; j++) {
-      int up = row[j];
-      int best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[lb];
-}
-
 static int in_list(const char *s, const char *const *list, int n) {
   for (int i = 0; i < n; i++)
     if (strcmp(s, list[i]) == 0) return i;
@@ -171,23 +153,13 @@ static const char *nearest_field(const char *key) {
     const char *const *list = pass ? IGNORED_FIELDS : PARSED_FIELDS;
     int n = pass ? COUNT(IGNORED_FIELDS) : COUNT(PARSED_FIELDS);
     for (int i = 0; i < n; i++) {
-      int d = edit_distance(key, list[i]);
+      int d = near_miss_distance(key, list[i]);
       if (d < best_d) best_d = d, best = list[i];
     }
   }
   int len = (int)strlen(key);
   int limit = len / 3 > 2 ? len / 3 : 2;
   return best_d <= limit ? best : NULL;
-}
-
-static const char *json_type_name(const cJSON *v) {
-  if (cJSON_IsNumber(v)) return "a number";
-  if (cJSON_IsString(v)) return "a string";
-  if (cJSON_IsBool(v)) return "a boolean";
-  if (cJSON_IsNull(v)) return "null";
-  if (cJSON_IsArray(v)) return "an array";
-  if (cJSON_IsObject(v)) return "an object";
-  return "an invalid value";
 }
 
 static void list_names(char *buf, size_t cap, const char *const *names, int n) {

@@ -4,6 +4,7 @@
 #include "plan/cluster.h"
 
 #include "base/file_text.h"
+#include "base/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -80,16 +81,6 @@ typedef struct Ctx {
   Error *err;
 } Ctx;
 
-static const char *type_name(const cJSON *v) {
-  if (cJSON_IsNumber(v)) return "a number";
-  if (cJSON_IsString(v)) return "a string";
-  if (cJSON_IsBool(v)) return "a boolean";
-  if (cJSON_IsNull(v)) return "null";
-  if (cJSON_IsArray(v)) return "an array";
-  if (cJSON_IsObject(v)) return "an object";
-  return "an invalid value";
-}
-
 /* Rejects keys of obj not in allowed; path is the object's name ("" = top). */
 static int check_fields(const Ctx *c, const cJSON *obj, const char *path, const char *const *allowed, int n) {
   const cJSON *item;
@@ -124,7 +115,7 @@ static int get_number(const Ctx *c, const cJSON *obj, const char *path, const ch
   }
   if (!cJSON_IsNumber(v))
     return error_set(c->err, ERR_CONFIG, "%s: field \"%s%s%s\": expected a number, got %s", c->origin, path,
-                     *path ? "." : "", key, type_name(v));
+                     *path ? "." : "", key, json_type_name(v));
   double d = v->valuedouble;
   if (!isfinite(d) || d < lo || (open && d == lo) || d > hi) {
     if (hi < 1e300)
@@ -146,7 +137,7 @@ static int get_object(const Ctx *c, const cJSON *obj, const char *key, int requi
     return 0;
   }
   if (!cJSON_IsObject(v))
-    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an object, got %s", c->origin, key, type_name(v));
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an object, got %s", c->origin, key, json_type_name(v));
   *out = v;
   return 0;
 }
@@ -181,7 +172,7 @@ static int parse_link(const Ctx *c, const cJSON *obj, const char *path, int with
 static int parse_curve(const Ctx *c, const cJSON *v, const char *path, PlanCurve *curve) {
   if (!cJSON_IsArray(v))
     return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an array of [flops, efficiency] pairs, got %s",
-                     c->origin, path, type_name(v));
+                     c->origin, path, json_type_name(v));
   int n = cJSON_GetArraySize(v);
   if (n < 1 || n > PLAN_MAX_CURVE_POINTS)
     return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected 1 to %d points, got %d", c->origin, path,
@@ -210,7 +201,7 @@ static int parse_matrix(const Ctx *c, const cJSON *v, const char *path, int n_ex
                         int *n_out) {
   if (!cJSON_IsArray(v))
     return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected a square array of arrays, got %s", c->origin,
-                     path, type_name(v));
+                     path, json_type_name(v));
   int n = cJSON_GetArraySize(v);
   if (n < 1 || (n_expected > 0 && n != n_expected))
     return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": has %d rows, expected %d (one per device)", c->origin,

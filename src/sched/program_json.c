@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/file_text.h"
 #include "sched/program.h"
 
 #define SCHED_JSON_FORMAT "fivefold.sched.program"
@@ -266,32 +267,9 @@ done:
 
 int sched_program_read_json(const char *path, SchedProgram **out, Error *err) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open %s: %s", path, strerror(errno));
   char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? cap * 2 : 65536;
-      char *q = realloc(text, cap);
-      if (!q) {
-        free(text);
-        fclose(f);
-        return error_set(err, ERR_NOMEM, "%s: out of memory", path);
-      }
-      text = q;
-    }
-    size_t got = fread(text + len, 1, 4096, f);
-    len += got;
-    if (got < 4096) break;
-  }
-  int read_failed = ferror(f);
-  fclose(f);
-  if (read_failed) {
-    free(text);
-    return error_set(err, ERR_IO, "cannot read %s", path);
-  }
-  text[len] = '\0';
+  int read_rc = file_read_text(path, "program", (size_t)1 << 30, &text, NULL, err);
+  if (read_rc) return read_rc;
   cJSON *json = cJSON_Parse(text);
   free(text);
   if (!json) return error_set(err, ERR_FORMAT, "%s: not valid JSON", path);

@@ -31,7 +31,7 @@ typedef struct Pair {
   int32_t touched_step; /* last merge step that listed it as new */
 } Pair;
 
-typedef struct Trainer {
+typedef struct BpeTrainer {
   /* words */
   int32_t n_words;
   int64_t *word_count;
@@ -48,14 +48,14 @@ typedef struct Trainer {
   /* pairs created by the current merge step */
   int32_t *fresh;
   size_t n_fresh, cap_fresh;
-} Trainer;
+} BpeTrainer;
 
 static int heap_before(const HeapItem *a, const HeapItem *b) {
   if (a->count != b->count) return a->count > b->count;
   return a->key < b->key;
 }
 
-static int heap_push(Trainer *t, int64_t count, int32_t pair) {
+static int heap_push(BpeTrainer *t, int64_t count, int32_t pair) {
   if (t->heap_n == t->heap_cap) {
     size_t c = t->heap_cap ? 2 * t->heap_cap : 1024;
     HeapItem *h = realloc(t->heap, c * sizeof *h);
@@ -75,7 +75,7 @@ static int heap_push(Trainer *t, int64_t count, int32_t pair) {
   return 0;
 }
 
-static HeapItem heap_pop(Trainer *t) {
+static HeapItem heap_pop(BpeTrainer *t) {
   HeapItem top = t->heap[0];
   HeapItem last = t->heap[--t->heap_n];
   size_t i = 0, n = t->heap_n;
@@ -92,7 +92,7 @@ static HeapItem heap_pop(Trainer *t) {
 }
 
 /* Index of pair (l, r), created with count 0 when absent; -1 when out of memory. */
-static int32_t pair_get_or_add(Trainer *t, int32_t l, int32_t r, int *created) {
+static int32_t pair_get_or_add(BpeTrainer *t, int32_t l, int32_t r, int *created) {
   uint64_t key = pair_key(l, r);
   int32_t idx = pairmap_get(&t->pair_index, key);
   *created = 0;
@@ -128,7 +128,7 @@ static int pair_note_word(Pair *p, int32_t w) {
   return 0;
 }
 
-static void trainer_free(Trainer *t) {
+static void bpe_trainer_free(BpeTrainer *t) {
   free(t->word_count);
   free(t->word_off);
   free(t->word_len);
@@ -150,7 +150,7 @@ static int count_piece(const uint8_t *piece, size_t len, void *ctx) {
 }
 
 /* Turns the word counts into symbol arrays and counts every adjacent pair. */
-static int trainer_setup(Trainer *t, const BytesMap *words, Error *err) {
+static int bpe_trainer_setup(BpeTrainer *t, const BytesMap *words, Error *err) {
   size_t n = words->n;
   if (n > INT32_MAX) return error_set(err, ERR_ARG, "too many distinct words (%zu) to train on", n);
   t->n_words = (int32_t)n;
@@ -190,7 +190,7 @@ static int trainer_setup(Trainer *t, const BytesMap *words, Error *err) {
 
 /* Adds delta to the count of pair (l, r); a pair that gains from this step's
  * new token x remembers the word and is queued for the heap. */
-static int bump(Trainer *t, int32_t l, int32_t r, int64_t delta, int32_t w, int32_t x, int32_t step) {
+static int bump(BpeTrainer *t, int32_t l, int32_t r, int64_t delta, int32_t w, int32_t x, int32_t step) {
   int created;
   int32_t p = pair_get_or_add(t, l, r, &created);
   if (p < 0) return ERR_NOMEM;
@@ -219,7 +219,7 @@ static int bump(Trainer *t, int32_t l, int32_t r, int64_t delta, int32_t w, int3
  * scan of the word plus a few updates per occurrence, so long words (text
  * without spaces) stay cheap. A word with no occurrence is a stale entry of
  * the pair's list and is left alone. */
-static int merge_in_word(Trainer *t, int32_t w, int32_t a, int32_t b, int32_t x, int32_t step) {
+static int merge_in_word(BpeTrainer *t, int32_t w, int32_t a, int32_t b, int32_t x, int32_t step) {
   int32_t *s = t->syms + t->word_off[w];
   int32_t len = t->word_len[w];
   int64_t c = t->word_count[w];
@@ -324,9 +324,9 @@ int tok_train(Tokenizer **out, const uint8_t *const *texts, const size_t *lens, 
       return error_set(err, ERR_NOMEM, "out of memory counting words");
     }
   }
-  Trainer t;
+  BpeTrainer t;
   memset(&t, 0, sizeof t);
-  rc = trainer_setup(&t, &words, err);
+  rc = bpe_trainer_setup(&t, &words, err);
   bytesmap_free(&words);
   int32_t *ml = malloc((size_t)(target + 1) * sizeof *ml);
   int32_t *mr = malloc((size_t)(target + 1) * sizeof *mr);
@@ -367,7 +367,7 @@ int tok_train(Tokenizer **out, const uint8_t *const *texts, const size_t *lens, 
   if (!rc && opts->verbose)
     log_info("bpe: learned %d merges in %.2f s%s", n_merges, timer_now() - t1,
              n_merges < target ? " (ran out of pairs before the target vocab size)" : "");
-  trainer_free(&t);
+  bpe_trainer_free(&t);
   if (!rc) rc = build_tokenizer(out, ml, mr, n_merges, specials, n_special, err);
   free(ml);
   free(mr);

@@ -8,40 +8,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file_text.h"
+#include "base/fs.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "tok/tok_internal.h"
 
+/* Training text is read whole; the cap only refuses what cannot be meant. */
 static int read_whole_file(const char *path, uint8_t **buf, size_t *len, Error *err) {
+  char *text = NULL;
   *buf = NULL;
   *len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open %s: %s", path, strerror(errno));
-  size_t cap = 0;
-  int rc = 0;
-  for (;;) {
-    if (*len == cap) {
-      cap = cap ? 2 * cap : 1 << 20;
-      uint8_t *nb = realloc(*buf, cap);
-      if (!nb) {
-        rc = error_set(err, ERR_NOMEM, "out of memory reading %s", path);
-        break;
-      }
-      *buf = nb;
-    }
-    size_t got = fread(*buf + *len, 1, cap - *len, f);
-    *len += got;
-    if (got == 0) {
-      if (ferror(f)) rc = error_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
-  if (rc) {
-    free(*buf);
-    *buf = NULL;
-    *len = 0;
-  }
+  int rc = file_read_text(path, "input", (size_t)1 << 36, &text, len, err);
+  if (!rc) *buf = (uint8_t *)text;
   return rc;
 }
 
@@ -131,25 +110,6 @@ int tok_encode_files(const Tokenizer *tok, const char *const *inputs, int n_inpu
   return rc;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *dir, Error *err) {
-  size_t n = strlen(dir);
-  char *p = malloc(n + 1);
-  if (!p) return error_set(err, ERR_NOMEM, "out of memory");
-  memcpy(p, dir, n + 1);
-  int rc = 0;
-  for (size_t i = 1; i <= n && !rc; i++) {
-    if (p[i] != '/' && p[i] != '\0') continue;
-    char saved = p[i];
-    p[i] = '\0';
-    struct stat st;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = error_set(err, ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
-    else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) rc = error_set(err, ERR_IO, "%s exists and is not a directory", p);
-    p[i] = saved;
-  }
-  free(p);
-  return rc;
-}
 
 int tok_train_and_encode_files(const char *const *inputs, int n_inputs, int vocab_size, double val_fraction,
                                const char *out_dir, Tokenizer **tok_out, TokIds *train, TokIds *val,
@@ -164,7 +124,7 @@ int tok_train_and_encode_files(const char *const *inputs, int n_inputs, int voca
   rc = tok_train(&tok, (const uint8_t *const *)in.text, in.cut, in.n, &opts, err);
   if (!rc) log_info("tokenize: trained a %d-id tokenizer in %.2f s", tok_vocab_size(tok), timer_now() - t0);
   char *path = NULL;
-  if (!rc) rc = make_dirs(out_dir, err);
+  if (!rc) rc = fs_mkdir_p(out_dir, err);
   if (!rc) {
     size_t n = strlen(out_dir) + sizeof "/tokenizer.json";
     path = malloc(n);

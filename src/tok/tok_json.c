@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/file_text.h"
+#include "base/json_util.h"
 #include "tok/tok_internal.h"
 
 #define MAX_JSON_BYTES (1024u * 1024u * 1024u)
@@ -162,17 +164,6 @@ static int fail(Loader *L, const char *field, const char *fmt, ...) {
   return error_set(L->err, ERR_FORMAT, "%s: %s: %s", L->name, field, what);
 }
 
-static const char *json_kind(const cJSON *v) {
-  if (!v) return "nothing";
-  if (cJSON_IsNull(v)) return "null";
-  if (cJSON_IsBool(v)) return "a boolean";
-  if (cJSON_IsNumber(v)) return "a number";
-  if (cJSON_IsString(v)) return "a string";
-  if (cJSON_IsArray(v)) return "an array";
-  if (cJSON_IsObject(v)) return "an object";
-  return "an invalid value";
-}
-
 /* Short, printable rendering of a string for messages. */
 static const char *shown(const char *s, char *buf, size_t cap) {
   size_t k = 0;
@@ -186,7 +177,7 @@ static const char *shown(const char *s, char *buf, size_t cap) {
 }
 
 static int get_id(Loader *L, const cJSON *v, const char *field, int32_t *id) {
-  if (!cJSON_IsNumber(v)) return fail(L, field, "expected an integer id, got %s", json_kind(v));
+  if (!cJSON_IsNumber(v)) return fail(L, field, "expected an integer id, got %s", json_type_name(v));
   double d = v->valuedouble;
   if (!(d >= 0 && d < TOK_MAX_ID) || d != floor(d))
     return fail(L, field, "expected an integer id in [0, %d), got %g", TOK_MAX_ID, d);
@@ -200,7 +191,7 @@ static int get_flag(Loader *L, const cJSON *obj, const char *key, const char *wh
   if (!cJSON_IsBool(v)) {
     char field[128];
     snprintf(field, sizeof field, "%s.%s", where, key);
-    return fail(L, field, "expected true or false, got %s", json_kind(v));
+    return fail(L, field, "expected true or false, got %s", json_type_name(v));
   }
   *out = cJSON_IsTrue(v) ? 1 : 0;
   return 0;
@@ -215,12 +206,12 @@ static const char *type_of(const cJSON *obj) {
 static int check_pipeline(Loader *L, const cJSON *root, int *add_prefix_space, int *has_post) {
   const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
   if (norm && !cJSON_IsNull(norm))
-    return fail(L, "normalizer", "expected null (no normalization is supported), got %s%s%s", json_kind(norm),
+    return fail(L, "normalizer", "expected null (no normalization is supported), got %s%s%s", json_type_name(norm),
                 type_of(norm) ? " of type " : "", type_of(norm) ? type_of(norm) : "");
   const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
   if (!cJSON_IsObject(pre) || !type_of(pre) || strcmp(type_of(pre), "ByteLevel") != 0)
     return fail(L, "pre_tokenizer", "expected an object with \"type\": \"ByteLevel\", got %s%s%s",
-                json_kind(pre), pre && type_of(pre) ? " of type " : "", pre && type_of(pre) ? type_of(pre) : "");
+                json_type_name(pre), pre && type_of(pre) ? " of type " : "", pre && type_of(pre) ? type_of(pre) : "");
   uint8_t aps = 0, use_regex = 1;
   if (get_flag(L, pre, "add_prefix_space", "pre_tokenizer", &aps) ||
       get_flag(L, pre, "use_regex", "pre_tokenizer", &use_regex))
@@ -233,13 +224,13 @@ static int check_pipeline(Loader *L, const cJSON *root, int *add_prefix_space, i
   if (post && !cJSON_IsNull(post)) {
     if (!cJSON_IsObject(post) || !type_of(post) || strcmp(type_of(post), "ByteLevel") != 0)
       return fail(L, "post_processor", "expected null or an object with \"type\": \"ByteLevel\", got %s%s%s",
-                  json_kind(post), type_of(post) ? " of type " : "", type_of(post) ? type_of(post) : "");
+                  json_type_name(post), type_of(post) ? " of type " : "", type_of(post) ? type_of(post) : "");
     *has_post = 1;
   }
   const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
   if (dec && !cJSON_IsNull(dec) && (!cJSON_IsObject(dec) || !type_of(dec) || strcmp(type_of(dec), "ByteLevel")))
     return fail(L, "decoder", "expected null or an object with \"type\": \"ByteLevel\", got %s%s%s",
-                json_kind(dec), type_of(dec) ? " of type " : "", type_of(dec) ? type_of(dec) : "");
+                json_type_name(dec), type_of(dec) ? " of type " : "", type_of(dec) ? type_of(dec) : "");
   return 0;
 }
 
@@ -248,16 +239,16 @@ static int check_model_options(Loader *L, const cJSON *model) {
   const char *ty = type_of(model);
   const cJSON *tyv = cJSON_GetObjectItemCaseSensitive(model, "type");
   if (tyv && (!ty || strcmp(ty, "BPE") != 0))
-    return fail(L, "model.type", "expected \"BPE\", got %s%s%s", ty ? "\"" : json_kind(tyv), ty ? ty : "",
+    return fail(L, "model.type", "expected \"BPE\", got %s%s%s", ty ? "\"" : json_type_name(tyv), ty ? ty : "",
                 ty ? "\"" : "");
   const cJSON *drop = cJSON_GetObjectItemCaseSensitive(model, "dropout");
   if (drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0))
-    return fail(L, "model.dropout", "expected null (BPE dropout is not supported), got %s", json_kind(drop));
+    return fail(L, "model.dropout", "expected null (BPE dropout is not supported), got %s", json_type_name(drop));
   static const char *const affixes[] = {"model.continuing_subword_prefix", "model.end_of_word_suffix"};
   for (int i = 0; i < 2; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, affixes[i] + 6);
     if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
-      return fail(L, affixes[i], "expected null (not used by byte-level BPE), got %s", json_kind(v));
+      return fail(L, affixes[i], "expected null (not used by byte-level BPE), got %s", json_type_name(v));
   }
   static const char *const unsupported[] = {"byte_fallback", "ignore_merges"};
   for (int i = 0; i < 2; i++) {
@@ -278,7 +269,7 @@ static int read_added(Loader *L, const cJSON *root, TokAdded **out, int *n_out, 
   *out = NULL;
   *n_out = 0;
   if (!arr || cJSON_IsNull(arr)) return 0;
-  if (!cJSON_IsArray(arr)) return fail(L, "added_tokens", "expected an array, got %s", json_kind(arr));
+  if (!cJSON_IsArray(arr)) return fail(L, "added_tokens", "expected an array, got %s", json_type_name(arr));
   int n = cJSON_GetArraySize(arr);
   TokAdded *a = calloc((size_t)n + 1, sizeof *a);
   if (!a) return error_set(L->err, ERR_NOMEM, "%s: out of memory", L->name);
@@ -287,11 +278,11 @@ static int read_added(Loader *L, const cJSON *root, TokAdded **out, int *n_out, 
   char field[96], buf[160];
   for (const cJSON *o = arr->child; o; o = o->next, i++) {
     snprintf(field, sizeof field, "added_tokens[%d]", i);
-    if (!cJSON_IsObject(o)) return fail(L, field, "expected an object, got %s", json_kind(o));
+    if (!cJSON_IsObject(o)) return fail(L, field, "expected an object, got %s", json_type_name(o));
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "content");
     if (!cJSON_IsString(c) || !c->valuestring[0])
       return fail(L, field, "expected \"content\" to be a non-empty string, got %s",
-                  cJSON_IsString(c) ? "an empty string" : json_kind(c));
+                  cJSON_IsString(c) ? "an empty string" : json_type_name(c));
     snprintf(field, sizeof field, "added_tokens[%d].id", i);
     if (get_id(L, cJSON_GetObjectItemCaseSensitive(o, "id"), field, &a[i].id)) return ERR_FORMAT;
     snprintf(field, sizeof field, "added_tokens[%d]", i);
@@ -416,7 +407,7 @@ static int read_merges(Loader *L, const cJSON *merges, Tokenizer *t) {
       a = m->child->valuestring, al = strlen(a);
       b = m->child->next->valuestring, bl = strlen(b);
     } else {
-      rc = fail(L, field, "expected a string \"left right\" or an array of two strings, got %s", json_kind(m));
+      rc = fail(L, field, "expected a string \"left right\" or an array of two strings, got %s", json_type_name(m));
       break;
     }
     if (al + bl + 1 > joined_cap) {
@@ -475,11 +466,11 @@ int tok_load_json_buffer(Tokenizer **out, const char *json, size_t len, const ch
   const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
   const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
   const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
-  if (!cJSON_IsObject(root)) rc = fail(&L, "top level", "expected an object, got %s", json_kind(root));
-  else if (version && !cJSON_IsString(version)) rc = fail(&L, "version", "expected a string, got %s", json_kind(version));
-  else if (!cJSON_IsObject(model)) rc = fail(&L, "model", "expected an object, got %s", json_kind(model));
-  else if (!cJSON_IsObject(vocab)) rc = fail(&L, "model.vocab", "expected an object {token: id}, got %s", json_kind(vocab));
-  else if (!cJSON_IsArray(merges)) rc = fail(&L, "model.merges", "expected an array, got %s", json_kind(merges));
+  if (!cJSON_IsObject(root)) rc = fail(&L, "top level", "expected an object, got %s", json_type_name(root));
+  else if (version && !cJSON_IsString(version)) rc = fail(&L, "version", "expected a string, got %s", json_type_name(version));
+  else if (!cJSON_IsObject(model)) rc = fail(&L, "model", "expected an object, got %s", json_type_name(model));
+  else if (!cJSON_IsObject(vocab)) rc = fail(&L, "model.vocab", "expected an object {token: id}, got %s", json_type_name(vocab));
+  else if (!cJSON_IsArray(merges)) rc = fail(&L, "model.merges", "expected an array, got %s", json_type_name(merges));
   if (!rc) rc = check_model_options(&L, model);
   if (!rc) rc = check_pipeline(&L, root, &aps, &has_post);
   int32_t max_id = -1;
@@ -528,33 +519,9 @@ int tok_load_json_buffer(Tokenizer **out, const char *json, size_t len, const ch
 
 int tok_load_json(Tokenizer **out, const char *path, Error *err) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open %s: %s", path, strerror(errno));
   char *buf = NULL;
-  size_t len = 0, cap = 0;
-  int rc = 0;
-  for (;;) {
-    if (len == cap) {
-      cap = cap ? 2 * cap : 1 << 16;
-      if (cap > MAX_JSON_BYTES) {
-        rc = error_set(err, ERR_FORMAT, "%s: larger than %u bytes; not a tokenizer file", path, MAX_JSON_BYTES);
-        break;
-      }
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        rc = error_set(err, ERR_NOMEM, "out of memory reading %s", path);
-        break;
-      }
-      buf = nb;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) rc = error_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
+  size_t len = 0;
+  int rc = file_read_text(path, "tokenizer", MAX_JSON_BYTES, &buf, &len, err);
   if (!rc) rc = tok_load_json_buffer(out, buf, len, path, err);
   free(buf);
   return rc;

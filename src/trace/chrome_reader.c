@@ -2,13 +2,13 @@
  * program and rank coordinates from otherData, the events from the "X"
  * slices (flow and metadata events are the writer's view; the analyzer
  * derives its own edges). Also the TraceRun helpers of run.h. */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
+#include "base/file_text.h"
 #include "trace/chrome_writer.h"
 
 static int get_int(const cJSON *obj, const char *key, int fallback) {
@@ -191,32 +191,10 @@ int trace_chrome_from_json(const cJSON *root, const char *origin, TraceRun *out,
 
 int trace_chrome_read(const char *path, TraceRun *out, Error *err) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open trace %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *text = malloc(cap);
-  while (text) {
-    if (n + 1 >= cap) {
-      char *p = realloc(text, cap *= 2);
-      if (!p) {
-        free(text);
-        text = NULL;
-        break;
-      }
-      text = p;
-    }
-    size_t got = fread(text + n, 1, cap - n - 1, f);
-    n += got;
-    if (got == 0) break;
-  }
-  int io_error = ferror(f);
-  fclose(f);
-  if (!text) return error_set(err, ERR_NOMEM, "%s: out of memory reading the trace", path);
-  if (io_error) {
-    free(text);
-    return error_set(err, ERR_IO, "cannot read trace %s", path);
-  }
-  text[n] = '\0';
+  char *text = NULL;
+  size_t n = 0;
+  int rc = file_read_text(path, "trace", (size_t)1 << 32, &text, &n, err);
+  if (rc) return rc;
   cJSON *root = cJSON_ParseWithLength(text, n);
   if (!root) {
     const char *at = cJSON_GetErrorPtr();
@@ -225,7 +203,7 @@ int trace_chrome_read(const char *path, TraceRun *out, Error *err) {
     return error_set(err, ERR_FORMAT, "%s: not valid JSON (parse error near byte %ld)", path, pos);
   }
   free(text);
-  int rc = trace_chrome_from_json(root, path, out, err);
+  rc = trace_chrome_from_json(root, path, out, err);
   cJSON_Delete(root);
   return rc;
 }

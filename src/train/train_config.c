@@ -1,6 +1,7 @@
 /* Run configuration: the field table (shared by the JSON parser, the flag
  * overrides and `fivefold train --help`), parsing with precise errors, path
- * resolution against the config file, and the final cross-field checks. */
+ * resolution against the config file. The final cross-field checks and the
+ * JSON writer are in train_config_check.c. */
 #include "train/train_config.h"
 
 #include <cjson/cJSON.h>
@@ -11,35 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file_text.h"
+#include "base/json_util.h"
+#include "base/near_miss.h"
 #include "sched/partition.h"
 #include "tok/tokenizer.h"
 
-typedef enum {
-  FIELD_INT,    /* int, with [min, max] */
-  FIELD_FLOAT,  /* float, with [min, max] (exclusive ends when flagged) */
-  FIELD_DOUBLE, /* double */
-  FIELD_SEED,   /* uint64_t, any non-negative integer */
-  FIELD_DECAY,  /* "cosine" | "linear" | "constant" */
-  FIELD_PATHS,  /* string or list of strings: shard paths (data section) */
-  FIELD_PATH,   /* one string path */
-  FIELD_TOKENIZER, /* "byte-level" or a path to a tokenizer.json */
-  FIELD_SCHEDULE,  /* "none" | "gpipe" | "1f1b" | "interleaved" (int, -1 = default) */
-  FIELD_STAGES,    /* list of non-negative ints (layers_per_stage); "2,1,1" as a flag */
-  FIELD_TEXT,      /* a short string kept as given (trace.steps; checked at finalize) */
-  FIELD_AUTO_SWITCH, /* "auto" | 0 | 1 (int, TRAIN_AUTO = auto) */
-} FieldKind;
-
-typedef struct FieldSpec {
-  const char *section; /* "training", "data", "checkpoint", "parallel", "trace" or "" for top level */
-  const char *name;
-  const char *flag; /* NULL: config file only */
-  const char *arg;  /* metavariable in --help */
-  FieldKind kind;
-  size_t offset; /* into TrainConfig; for FIELD_PATHS the char ** member */
-  double min, max;
-  int min_open, max_open; /* exclusive bounds */
-  const char *help;
-} FieldSpec;
+#include "train/train_config_fields.h"
 
 #define OFF(m) offsetof(TrainConfig, m)
 #define BIG 1e18
@@ -133,6 +112,8 @@ static const FieldSpec FIELDS[] = {
      "run directory (default runs/<config name>)"},
 };
 #define NUM_FIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+const FieldSpec *const train_config_fields = FIELDS;
+const int train_config_num_fields = NUM_FIELDS;
 
 static const char *const SECTIONS[] = {"model",    "training", "data", "checkpoint",
                                        "parallel", "trace",    "out",  "description"};
@@ -193,47 +174,11 @@ void train_config_free(TrainConfig *cfg) {
 
 /* ---- helpers ---- */
 
-static int edit_distance(const char *a, const char *b) {
-  size_t n = strlen(a), m = strlen(b);
-  if (n > 63 || m > 63) return 99;
-  int row[64];
-  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int up = row[j];
-      int sub = diag + (a[i - 1] != b[j - 1]);
-      int best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
-      row[j] = sub < best ? sub : best;
-      diag = up;
-    }
-  }
-  return row[m];
-}
-
 /* " (did you mean 'x'?)" for the closest candidate within a few edits. */
 static void suggest(char *out, size_t cap, const char *name, const char *const *candidates, int n) {
-  const char *best = NULL;
-  int best_d = 99;
-  for (int i = 0; i < n; i++) {
-    int d = edit_distance(name, candidates[i]);
-    if (d < best_d) best_d = d, best = candidates[i];
-  }
-  int limit = (int)strlen(name) / 3 + 1;
-  if (limit < 2) limit = 2;
-  if (best && best_d <= limit) snprintf(out, cap, " (did you mean '%s'?)", best);
+  const char *best = near_miss(name, candidates, n);
+  if (best) snprintf(out, cap, " (did you mean '%s'?)", best);
   else out[0] = '\0';
-}
-
-static const char *json_type_name(const cJSON *v) {
-  if (cJSON_IsNumber(v)) return "a number";
-  if (cJSON_IsString(v)) return "a string";
-  if (cJSON_IsBool(v)) return "a boolean";
-  if (cJSON_IsNull(v)) return "null";
-  if (cJSON_IsArray(v)) return "a list";
-  if (cJSON_IsObject(v)) return "an object";
-  return "an unknown value";
 }
 
 /* `dir_of` + path unless path is absolute or dir_of has no directory part. */
@@ -511,6 +456,15 @@ static int parse_model(TrainConfig *cfg, const cJSON *v, const char *origin, Err
     int rc = model_config_load(&cfg->model, path, err);
     free(path);
     if (rc) return error_wrap(err, "%s: model", origin);
+  } else if (cJSON_IsObject(v) && cJSON_GetObjectItemCaseSensitive(v, "family")) {
+    const cJSON *family = cJSON_GetObjectItemCaseSensitive(v, "family");
+    if (!cJSON_IsString(family) || strcmp(family->valuestring, "mlp"))
+      return error_set(err, ERR_CONFIG, "%s: model.family: expected \"mlp\" (or no family: a transformer), got %s",
+                       origin, cJSON_IsString(family) ? family->valuestring : json_type_name(family));
+    cfg->model_source[0] = '\0';
+    int rc = mlp_config_from_json(&cfg->mlp, v, origin, err);
+    if (rc) return rc;
+    cfg->family = TRAIN_FAMILY_MLP;
   } else if (cJSON_IsObject(v)) {
     cfg->model_source[0] = '\0';
     /* The model parser prefixes its messages with this origin. */
@@ -574,33 +528,10 @@ done:
 
 int train_config_load(TrainConfig *cfg, const char *path, Error *err) {
   train_config_defaults(cfg);
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "cannot open config %s: %s", path, strerror(errno));
   char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? cap * 2 : 16384;
-      char *grown = realloc(text, cap);
-      if (!grown) {
-        free(text);
-        fclose(f);
-        return error_set(err, ERR_NOMEM, "%s: out of memory reading the config", path);
-      }
-      text = grown;
-    }
-    size_t got = fread(text + len, 1, 4096, f);
-    len += got;
-    if (got < 4096) break;
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(text);
-    return error_set(err, ERR_IO, "cannot read config %s", path);
-  }
-  text[len] = '\0';
-  int rc = train_config_parse(cfg, text, path, err);
+  int rc = file_read_text(path, "config", (size_t)64 << 20, &text, NULL, err);
+  if (rc) return rc;
+  rc = train_config_parse(cfg, text, path, err);
   free(text);
   return rc;
 }
@@ -615,6 +546,16 @@ static const FieldSpec *find_flag(const char *flag) {
 
 int train_config_is_flag(const char *flag) { return find_flag(flag) != NULL; }
 
+int train_config_flag_names(const char **names, int cap) {
+  int n = 0;
+  for (int i = 0; i < NUM_FIELDS; i++)
+    if (FIELDS[i].flag) {
+      if (n < cap) names[n] = FIELDS[i].flag;
+      n++;
+    }
+  return n;
+}
+
 int train_config_override(TrainConfig *cfg, const char *flag, const char *value, Error *err) {
   const FieldSpec *f = find_flag(flag);
   if (!f) {
@@ -624,7 +565,7 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
       if (FIELDS[i].flag) flags[n++] = FIELDS[i].flag;
     char hint[128];
     suggest(hint, sizeof hint, flag, flags, n);
-    return error_set(err, ERR_ARG, "unknown option %s%s (see 'fivefold train --help')", flag, hint);
+    return error_set(err, ERR_ARG, "unknown option '%s'%s (see 'fivefold train --help')", flag, hint);
   }
   if (!value) return error_set(err, ERR_ARG, "%s needs a value (%s)", flag, f->arg);
   char shown[256];
@@ -707,182 +648,8 @@ void train_config_print_flags(FILE *f) {
   }
 }
 
-/* ---- final checks ---- */
-
-static int check_files(char **paths, int n, const char *field, const char *origin, Error *err) {
-  for (int i = 0; i < n; i++) {
-    struct stat st;
-    if (stat(paths[i], &st) != 0)
-      return error_set(err, ERR_CONFIG,
-                       "%s: %s: token shard %s not found (%s; relative paths in a config file are resolved against "
-                       "its directory, on the command line against the current directory)",
-                       origin, field, paths[i], strerror(errno));
-    if (!S_ISREG(st.st_mode))
-      return error_set(err, ERR_CONFIG, "%s: %s: %s is not a regular file (expected a token shard)", origin, field,
-                       paths[i]);
-  }
-  return 0;
-}
-
-/* A tokenizer.json must load and fit the model's vocabulary: a checkpoint
- * records it, and sampling would otherwise fail only after training. */
-static int check_tokenizer(const TrainConfig *cfg, const char *origin, Error *err) {
-  if (!strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL)) return 0;
-  struct stat st;
-  if (stat(cfg->tokenizer, &st) != 0)
-    return error_set(err, ERR_CONFIG,
-                     "%s: data.tokenizer: %s not found (%s; expected a tokenizer.json, or \"%s\"; relative paths in "
-                     "a config file are resolved against its directory)",
-                     origin, cfg->tokenizer, strerror(errno), TRAIN_TOKENIZER_BYTE_LEVEL);
-  Tokenizer *tok = NULL;
-  if (tok_load_json(&tok, cfg->tokenizer, err)) return error_wrap(err, "%s: data.tokenizer", origin);
-  int vocab = tok_vocab_size(tok);
-  tok_free(tok);
-  if (vocab > cfg->model.vocab_size)
-    return error_set(err, ERR_CONFIG,
-                     "%s: data.tokenizer: %s has %d token ids but the model's vocab_size is %d (expected the "
-                     "tokenizer's vocabulary to fit the model)",
-                     origin, cfg->tokenizer, vocab, cfg->model.vocab_size);
-  return 0;
-}
-
 void train_config_default_eval_windows(TrainConfig *cfg) {
   if (cfg->eval_windows > 0) return;
   long long n = (long long)cfg->eval_batches * cfg->micro_batch_size;
   cfg->eval_windows = n > (1 << 30) ? 1 << 30 : n < 1 ? 1 : (int)n;
-}
-
-int train_config_finalize(TrainConfig *cfg, Error *err) {
-  const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
-  train_config_default_eval_windows(cfg);
-  if (!cfg->has_model) return error_set(err, ERR_CONFIG, "%s: no model configured", origin);
-  int rc = model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
-  if (rc) return rc;
-  /* Products in 64 bits: each factor is range-checked, their product is not. */
-  long long per_step_ll = (long long)cfg->micro_batch_size * cfg->world_size;
-  if (per_step_ll > (1LL << 30))
-    return error_set(err, ERR_CONFIG,
-                     "%s: training.micro_batch_size %d x %d rank(s) = %lld sequences per step (expected at most %d)",
-                     origin, cfg->micro_batch_size, cfg->world_size, per_step_ll, 1 << 30);
-  int per_step = (int)per_step_ll;
-  if (cfg->global_batch_size > 0) {
-    if (cfg->global_batch_size % per_step)
-      return error_set(err, ERR_CONFIG,
-                       "%s: training.global_batch_size %d is not a multiple of micro_batch_size %d x %d rank(s) "
-                       "(expected a multiple of %d)",
-                       origin, cfg->global_batch_size, cfg->micro_batch_size, cfg->world_size, per_step);
-    int accum = cfg->global_batch_size / per_step;
-    if (cfg->grad_accum_steps > 0 && cfg->grad_accum_steps != accum)
-      return error_set(err, ERR_CONFIG,
-                       "%s: training.grad_accum_steps %d contradicts global_batch_size %d = micro_batch_size %d x "
-                       "%d (give one of the two)",
-                       origin, cfg->grad_accum_steps, cfg->global_batch_size, cfg->micro_batch_size, accum);
-    cfg->grad_accum_steps = accum;
-  }
-  if (cfg->grad_accum_steps <= 0) cfg->grad_accum_steps = 1;
-  long long global_ll = per_step_ll * cfg->grad_accum_steps;
-  if (global_ll > (1LL << 30))
-    return error_set(err, ERR_CONFIG,
-                     "%s: training.micro_batch_size %d x grad_accum_steps %d x %d rank(s) = %lld sequences per step "
-                     "(expected at most %d)",
-                     origin, cfg->micro_batch_size, cfg->grad_accum_steps, cfg->world_size, global_ll, 1 << 30);
-  cfg->global_batch_size = (int)global_ll;
-  if ((rc = train_config_check_pipeline(cfg, origin, err))) return rc;
-  if ((rc = train_config_check_trace(cfg, origin, err))) return rc;
-  if ((rc = train_config_check_fold(cfg, origin, 0, err))) return rc;
-  if ((rc = train_config_check_compute(cfg, origin, err))) return rc;
-  if (cfg->min_lr < 0) cfg->min_lr = cfg->lr * 0.1f;
-  if (cfg->min_lr > cfg->lr)
-    return error_set(err, ERR_CONFIG, "%s: training.min_lr %g is above lr %g (expected min_lr <= lr)", origin,
-                     (double)cfg->min_lr, (double)cfg->lr);
-  if (cfg->model.max_position_embeddings > 0 && cfg->seq_len > cfg->model.max_position_embeddings)
-    return error_set(err, ERR_CONFIG,
-                     "%s: training.seq_len %d exceeds the model's max_position_embeddings %d (expected seq_len <= "
-                     "%d)",
-                     origin, cfg->seq_len, cfg->model.max_position_embeddings, cfg->model.max_position_embeddings);
-  if (cfg->num_train == 0)
-    return error_set(err, ERR_CONFIG,
-                     "%s: no training data (expected data.train in the config or --train-data on the command line)",
-                     origin);
-  if ((rc = check_files(cfg->train_paths, cfg->num_train, "data.train", origin, err))) return rc;
-  if ((rc = check_files(cfg->val_paths, cfg->num_val, "data.val", origin, err))) return rc;
-  if ((rc = check_tokenizer(cfg, origin, err))) return rc;
-  if ((rc = train_config_check_tokenizer_shards(cfg, origin, err))) return rc;
-  if (!cfg->out_dir[0]) {
-    const char *base = strrchr(origin, '/');
-    base = base ? base + 1 : origin;
-    size_t len = strlen(base);
-    if (len > 5 && !strcmp(base + len - 5, ".json")) len -= 5;
-    snprintf(cfg->out_dir, sizeof cfg->out_dir, "runs/%.*s", (int)len, base);
-  }
-  return 0;
-}
-
-long train_config_tokens_per_step(const TrainConfig *cfg) {
-  return (long)cfg->micro_batch_size * cfg->seq_len * (cfg->grad_accum_steps > 0 ? cfg->grad_accum_steps : 1) *
-         cfg->world_size;
-}
-
-/* Absolute where possible, so the recorded config reads back from any
- * directory. */
-static cJSON *path_json(const char *path) {
-  char *abs = realpath(path, NULL);
-  cJSON *s = cJSON_CreateString(abs ? abs : path);
-  free(abs);
-  return s;
-}
-
-static cJSON *paths_json(char **paths, int n) {
-  cJSON *arr = cJSON_CreateArray();
-  for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, path_json(paths[i]));
-  return arr;
-}
-
-/* The numeric and named fields of one section. */
-static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *t) {
-  for (int i = 0; i < NUM_FIELDS; i++) {
-    const FieldSpec *f = &FIELDS[i];
-    if (strcmp(f->section, section)) continue;
-    const char *base = (const char *)cfg + f->offset;
-    switch (f->kind) {
-      case FIELD_INT: cJSON_AddNumberToObject(t, f->name, *(const int *)base); break;
-      case FIELD_FLOAT: cJSON_AddNumberToObject(t, f->name, *(const float *)base); break;
-      case FIELD_DOUBLE:
-        if (*(const double *)base > 0) cJSON_AddNumberToObject(t, f->name, *(const double *)base);
-        break;
-      case FIELD_SEED: cJSON_AddNumberToObject(t, f->name, (double)*(const uint64_t *)base); break;
-      case FIELD_DECAY: cJSON_AddStringToObject(t, f->name, lr_decay_name(*(const LrDecay *)base)); break;
-      case FIELD_SCHEDULE: cJSON_AddStringToObject(t, f->name, sched_schedule_name(train_config_schedule(cfg))); break;
-      case FIELD_AUTO_SWITCH:
-        if (*(const int *)base == TRAIN_AUTO) cJSON_AddStringToObject(t, f->name, "auto");
-        else cJSON_AddNumberToObject(t, f->name, *(const int *)base);
-        break;
-      case FIELD_TEXT:
-        if (base[0]) cJSON_AddStringToObject(t, f->name, base);
-        break;
-      case FIELD_STAGES:
-        if (cfg->num_layers_per_stage > 0)
-          cJSON_AddItemToObject(t, f->name, cJSON_CreateIntArray(cfg->layers_per_stage, cfg->num_layers_per_stage));
-        break;
-      default: break;
-    }
-  }
-}
-
-cJSON *train_config_to_json(const TrainConfig *cfg) {
-  cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
-  cJSON_AddItemToObject(root, "model", model_config_to_json(&cfg->model));
-  section_to_json(cfg, "training", cJSON_AddObjectToObject(root, "training"));
-  cJSON *d = cJSON_AddObjectToObject(root, "data");
-  cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));
-  if (cfg->num_val) cJSON_AddItemToObject(d, "val", paths_json(cfg->val_paths, cfg->num_val));
-  if (!strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL))
-    cJSON_AddStringToObject(d, "tokenizer", TRAIN_TOKENIZER_BYTE_LEVEL);
-  else
-    cJSON_AddItemToObject(d, "tokenizer", path_json(cfg->tokenizer));
-  section_to_json(cfg, "checkpoint", cJSON_AddObjectToObject(root, "checkpoint"));
-  section_to_json(cfg, "parallel", cJSON_AddObjectToObject(root, "parallel"));
-  cJSON_AddItemToObject(root, "out", path_json(cfg->out_dir));
-  return root;
 }

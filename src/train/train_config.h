@@ -32,6 +32,7 @@
 #include "base/error.h"
 #include "kern/lr_schedule.h"
 #include "model/config.h"
+#include "nets/mlp.h"
 #include "sched/program.h"
 
 #define TRAIN_PATH_MAX 4096
@@ -39,11 +40,17 @@
 #define TRAIN_MAX_STAGES 256 /* pp x vpp */
 #define TRAIN_AUTO (-1)      /* a switch left to the runtime ("auto") */
 
+/* The network family of a run: the model section's "family" ("mlp"), or a
+ * transformer (a model config without "family"). */
+typedef enum TrainFamily { TRAIN_FAMILY_TRANSFORMER = 0, TRAIN_FAMILY_MLP } TrainFamily;
+
 typedef struct TrainConfig {
   char config_path[TRAIN_PATH_MAX];  /* file it was read from */
   char model_source[TRAIN_PATH_MAX]; /* model config file, or "" when inline */
   int has_model;
-  ModelConfig model;
+  TrainFamily family;
+  ModelConfig model; /* the transformer's (TRAIN_FAMILY_TRANSFORMER) */
+  MlpConfig mlp;     /* TRAIN_FAMILY_MLP: trained on its synthetic task, no data files */
 
   /* training */
   int micro_batch_size;  /* B */
@@ -117,6 +124,9 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
 int train_config_override(TrainConfig *cfg, const char *flag, const char *value, Error *err);
 /* 1 if `flag` is one train_config_override accepts. */
 int train_config_is_flag(const char *flag);
+/* The flags train_config_override accepts (for near-miss hints of a
+ * command-line parser): fills names[0, cap) and returns how many there are. */
+int train_config_flag_names(const char **names, int cap);
 /* Resolves the parallel sizes against the number of ranks the job runs on:
  * tp x pp x dp must equal it (dp 0 is derived), else an ERR_CONFIG that says
  * which product fails and what would fit; sets world_size (= dp) and

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "tok/tokenizer.h"
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 #include "train/train_config.h"
 
 #define BYTE_LEVEL_VOCAB 256

@@ -11,14 +11,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "kern/gemm.h"
 #include "kern/peak.h"
 #include "kern/precision.h"
 #include "sched/partition.h"
-#include "train/checkpoint_dist.h"
+#include "ckpt/checkpoint_dist.h"
 #include "train/trace_session.h"
+#include "train/trainer_net.h"
 
 /* Seconds the FMA (or bf16 dot-product) loop runs when no peak is configured. */
 #define PEAK_MEASURE_SECONDS 0.3
@@ -68,6 +70,11 @@ static CheckpointShardInfo shard_info(const Trainer *tr) {
   return sh;
 }
 
+/* The optimizer's buffers as the checkpoint module sees them (lent, not copied). */
+static CheckpointOptimizer checkpoint_optimizer_of(Optimizer *opt) {
+  return (CheckpointOptimizer){.m = opt->m, .v = opt->v, .num_params = opt->num_params, .step = opt->step};
+}
+
 int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   /* Full logical tensors: the ZeRO-1 AdamW state is gathered first (each
    * bucket over its group), so every rank holds the moments of its whole
@@ -78,13 +85,21 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
     if ((rc = optimizer_create(&full, &tr->model, &tr->opt.cfg, err))) return rc;
     rc = dist_optimizer_gather(&tr->dist_opt, &full, err);
   }
+  cJSON *run_config = train_config_to_json(tr->cfg);
+  /* A network of nets/ records its own config; its synthetic data has no
+   * windows, its position is the step (one "window" keeps the record valid). */
+  int network = tr->cfg->family != TRAIN_FAMILY_TRANSFORMER;
+  cJSON *model_record = network ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(run_config, "model"), 1) : NULL;
   CheckpointSource src = {
       .step = tr->step,
       .model = &tr->model,
-      .opt = &full,
+      .opt = checkpoint_optimizer_of(&full),
       .data_loader = tr->train.state,
-      .data_windows = tr->train.windows.num_windows,
-      .train_config = tr->cfg,
+      .data_windows = network ? 1 : tr->train.windows.num_windows,
+      .train_config = run_config,
+      .model_record = model_record,
+      .tokenizer = tr->cfg->tokenizer,
+      .seed = tr->cfg->seed,
   };
   if (tr->world > 1) {
     /* Every rank writes its slices; the function agrees on the outcome. */
@@ -94,7 +109,29 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   } else if (!rc) {
     rc = checkpoint_save(tr->cfg->out_dir, &src, tr->cfg->keep_last, info, err);
   }
+  cJSON_Delete(model_record);
+  cJSON_Delete(run_config);
   if (tr->zero) optimizer_free(&full);
+  return rc;
+}
+
+/* A network of nets/ is resumed only into the same network: its config
+ * (the run config's model section) must equal the checkpoint's. */
+static int check_network_record(const Trainer *tr, const char *ckpt_dir, Error *err) {
+  cJSON *saved = NULL;
+  int rc = checkpoint_read_train_config(ckpt_dir, &saved, err);
+  if (rc) return rc;
+  cJSON *now = train_config_to_json(tr->cfg);
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, "model"), *b = cJSON_GetObjectItemCaseSensitive(now, "model");
+  if (!a || !cJSON_Compare(a, b, 1)) {
+    char *sa = a ? cJSON_PrintUnformatted(a) : NULL, *sb = cJSON_PrintUnformatted(b);
+    rc = error_set(err, ERR_CONFIG, "%s holds the model %.300s, the run config %s has %.300s (expected the same)",
+                   ckpt_dir, sa ? sa : "(none)", tr->cfg->config_path, sb ? sb : "?");
+    free(sa);
+    free(sb);
+  }
+  cJSON_Delete(now);
+  cJSON_Delete(saved);
   return rc;
 }
 
@@ -117,17 +154,24 @@ static void warn_config_changes(const cJSON *saved, const cJSON *now, const char
 
 int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
   CheckpointTrainState st;
+  int network = tr->cfg->family != TRAIN_FAMILY_TRANSFORMER;
+  if (network) {
+    int rc = check_network_record(tr, ckpt_dir, err);
+    if (rc) return rc;
+  }
   /* Every rank reads its slices of the full tensors; a ZeRO-1 rank then
    * keeps its part of the moments. */
   Optimizer full = tr->opt;
   int rc = tr->zero ? optimizer_create(&full, &tr->model, &tr->opt.cfg, err) : 0;
+  CheckpointOptimizer moments = checkpoint_optimizer_of(&full);
   if (tr->world > 1) {
     CheckpointShardInfo sh = shard_info(tr);
     if (rc) comm_abort(rc, "%s", err->msg);
-    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->model, &full, &st, &sh, err);
+    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->model, &moments, &st, &sh, err);
   } else if (!rc) {
-    rc = checkpoint_load_training(ckpt_dir, &tr->model, &full, &st, err);
+    rc = checkpoint_load_training(ckpt_dir, &tr->model, &moments, &st, err);
   }
+  if (!rc) full.step = moments.step;
   if (tr->zero) {
     if (!rc) dist_optimizer_scatter(&tr->dist_opt, &full);
     optimizer_free(&full);
@@ -148,7 +192,7 @@ int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
   }
   uint64_t windows = tr->train.windows.num_windows;
   tr->train.state = st.data_loader;
-  if (st.data_windows != windows) {
+  if (!network && st.data_windows != windows) {
     log_warn("the training data has %llu windows but the checkpoint was saved on %llu: the data changed, so the "
              "order from here on is not that of the original run",
              (unsigned long long)windows, (unsigned long long)st.data_windows);
@@ -168,24 +212,6 @@ void trainer_options_default(TrainerOptions *o) {
   o->eval_at_start = 1;
 }
 
-static int mkdir_p(const char *path, Error *err) {
-  char buf[TRAIN_PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1;; p++) {
-    if (*p == '/' || *p == '\0') {
-      char saved = *p;
-      *p = '\0';
-      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return error_set(err, ERR_IO, "cannot create output directory %s: %s", buf, strerror(errno));
-      *p = saved;
-      if (!saved) break;
-    }
-  }
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return error_set(err, ERR_IO, "output path %s exists and is not a directory", path);
-  return 0;
-}
 
 /* Writes text to path through a temporary file and a rename. */
 static int write_file_atomic(const char *path, const char *text, Error *err) {
@@ -203,13 +229,13 @@ static int write_file_atomic(const char *path, const char *text, Error *err) {
   return 0;
 }
 
-static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_measured, int job_cores) {
+/* The model, data and batch lines of the banner (a transformer's). */
+static void print_model(const Trainer *tr, FILE *out) {
   const TrainConfig *cfg = tr->cfg;
   const ModelConfig *mc = &cfg->model;
-  char a[32], b[32], c[32], d[32];
+  char a[32], b[32], c[32];
   double total, active;
   trainer_param_counts(&tr->model, &total, &active);
-  fprintf(out, "fivefold train: %s\n", cfg->config_path);
   int moe_layers = model_config_num_moe_layers(mc);
   fprintf(out, "  model    %s: %d layers, hidden %d, %d heads (%d kv, head_dim %d), vocab %d%s\n", mc->model_type,
           mc->num_layers, mc->hidden_size, mc->num_heads, model_config_kv_heads(mc),
@@ -248,6 +274,14 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL) ? "" : " (one token per byte)");
   fprintf(out, "  batch    %d x %d tokens x %d accumulation = %s tokens per step\n", cfg->micro_batch_size,
           cfg->seq_len, cfg->grad_accum_steps, fmt_thousands(a, sizeof a, (double)per_step));
+}
+
+static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_measured, int job_cores) {
+  const TrainConfig *cfg = tr->cfg;
+  char d[32];
+  fprintf(out, "fivefold train: %s\n", cfg->config_path);
+  if (cfg->family == TRAIN_FAMILY_TRANSFORMER) print_model(tr, out);
+  else trainer_net_print_model(tr, out);
   fprintf(out, "  optim    AdamW lr %.2e -> %.2e %s, warmup %d, wd %g, betas (%g, %g), eps %g, clip %g\n",
           (double)cfg->lr, (double)cfg->min_lr, lr_decay_name(cfg->decay), cfg->warmup_steps,
           (double)cfg->weight_decay, (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
@@ -342,7 +376,7 @@ static int keep_metrics_up_to(const char *path, int step, Error *err) {
 
 static int open_run_files(const Trainer *tr, FILE **jsonl, Error *err) {
   const TrainConfig *cfg = tr->cfg;
-  int rc = mkdir_p(cfg->out_dir, err);
+  int rc = fs_mkdir_p(cfg->out_dir, err);
   if (rc) return rc;
   char path[TRAIN_PATH_MAX + 32]; /* out_dir + a file name */
   cJSON *json = train_config_to_json(cfg);
@@ -472,48 +506,64 @@ static int job_core_count(int threads) {
   return total > 0 ? (int)total : threads;
 }
 
-int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, Error *err) {
-  TrainerOptions defaults;
-  if (!opts) {
-    trainer_options_default(&defaults);
-    opts = &defaults;
-  }
-  const TrainConfig *cfg = tr->cfg;
-  /* Only rank 0 reports; the others run the same collective steps. */
-  int root = tr->world_rank == 0;
-  FILE *devnull = root ? NULL : fopen("/dev/null", "w");
-  if (!root && !devnull) return error_set(err, ERR_IO, "cannot open /dev/null: %s", strerror(errno));
-  FILE *out = !root ? devnull : opts->out ? opts->out : stdout;
+/* What trainer_run carries from phase to phase. */
+typedef struct RunState {
+  const TrainerOptions *opts;
+  int root;             /* world rank 0: the one that reports */
+  FILE *out, *devnull;  /* where the report goes (/dev/null on other ranks) */
+  FILE *jsonl;          /* metrics.jsonl, or NULL */
   ProgressLine progress;
-  memset(&progress, 0, sizeof progress);
   TrainSummary sum;
-  memset(&sum, 0, sizeof sum);
-  sum.first_val_loss = sum.final_val_loss = NAN;
+  double peak; /* GFLOP/s of the job, the MFU denominator */
+  int peak_measured, job_cores;
+  int is_moe;
+  IntervalStats iv; /* the steps since the last log line */
+  double exposed_sum, dispatch_sum, last_interval_loss;
+} RunState;
+
+/* The peak the MFU is stated against, and where the report goes. */
+static int run_open(Trainer *tr, const TrainerOptions *opts, RunState *rs, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  memset(rs, 0, sizeof *rs);
+  rs->opts = opts;
+  rs->sum.first_val_loss = rs->sum.final_val_loss = NAN;
+  rs->last_interval_loss = NAN;
+  rs->is_moe = model_config_num_moe_layers(&cfg->model) > 0;
+  /* Only rank 0 reports; the others run the same collective steps. */
+  rs->root = tr->world_rank == 0;
+  rs->devnull = rs->root ? NULL : fopen("/dev/null", "w");
+  if (!rs->root && !rs->devnull) return error_set(err, ERR_IO, "cannot open /dev/null: %s", strerror(errno));
+  rs->out = !rs->root ? rs->devnull : opts->out ? opts->out : stdout;
 
   double peak = cfg->peak_gflops;
-  int peak_measured = 0;
-  if (!(peak > 0) && root) {
+  if (!(peak > 0) && rs->root) {
     /* MFU is stated against the peak of the precision the GEMMs run in. */
     peak = kern_precision() == KERN_PRECISION_BF16 ? peak_bf16_gflops(tr->threads, PEAK_MEASURE_SECONDS)
                                                    : peak_fma_gflops(tr->threads, PEAK_MEASURE_SECONDS);
-    peak_measured = 1;
+    rs->peak_measured = 1;
   }
   /* The peak above is one rank's threads; the job's is that per thread
    * times the cores all ranks can really use (ranks sharing a host's cores
    * do not add peak), so MFU stays a fraction of the machine. */
-  int job_cores = job_core_count(tr->threads);
-  if (peak > 0 && tr->threads > 0) peak = peak / tr->threads * job_cores;
-  sum.peak_gflops = peak;
+  rs->job_cores = job_core_count(tr->threads);
+  if (peak > 0 && tr->threads > 0) peak = peak / tr->threads * rs->job_cores;
+  rs->sum.peak_gflops = rs->peak = peak;
 
-  FILE *jsonl = NULL;
   int rc = 0;
   if (opts->save_checkpoints) {
-    rc = root ? checkpoint_check_run_dir(cfg->out_dir, tr->step, err) : 0;
-    if ((rc = agree_with_root(tr, rc, "to check the run directory", err))) goto done;
+    rc = rs->root ? checkpoint_check_run_dir(cfg->out_dir, tr->step, err) : 0;
+    if ((rc = agree_with_root(tr, rc, "to check the run directory", err))) return rc;
   }
-  if (opts->write_run_files && root && (rc = open_run_files(tr, &jsonl, err))) goto done;
-  print_banner(tr, out, peak, peak_measured, job_cores);
-  if (tr->world > 1) print_parallel(tr, out);
+  if (opts->write_run_files && rs->root) rc = open_run_files(tr, &rs->jsonl, err);
+  return rc;
+}
+
+/* The banner and the lines that say how this run is laid out. */
+static void run_print_header(const Trainer *tr, const RunState *rs) {
+  const TrainConfig *cfg = tr->cfg;
+  FILE *out = rs->out;
+  print_banner(tr, out, rs->peak, rs->peak_measured, rs->job_cores);
+  if (tr->world > 1 && cfg->family == TRAIN_FAMILY_TRANSFORMER) print_parallel(tr, out);
   if (tr->dp > 1) {
     const DpGrads *g = &tr->dp_grads;
     fprintf(out,
@@ -526,8 +576,8 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
             g->overlap ? "overlapped with backward" : "blocking where the program reduces", g->overlap_reason,
             1e3 * g->calibrated_seconds);
   }
-  if (opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
-  if (opts->save_checkpoints) {
+  if (rs->opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
+  if (rs->opts->save_checkpoints) {
     char every[64] = "";
     if (cfg->checkpoint_interval > 0) snprintf(every, sizeof every, "every %d steps and ", cfg->checkpoint_interval);
     char keep[64] = ", keeping all";
@@ -536,151 +586,196 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   }
   if (tr->resumed_from[0])
     fprintf(out, "  resumed  from %s at step %d of %d\n", tr->resumed_from, tr->start_step, cfg->steps);
-  if ((rc = start_trace(tr, out, err))) goto done;
-  fflush(out);
+}
 
-  int tty = isatty(fileno(out));
-  progress_init(&progress, out, opts->progress < 0 ? tty : opts->progress);
-
+static int run_evaluate(Trainer *tr, RunState *rs, int step, Error *err) {
   EvalResult ev;
-  if (tr->has_val && opts->eval_at_start && tr->step == 0) {
-    if ((rc = trainer_evaluate(tr, &ev, err))) goto done;
-    print_eval(out, jsonl, 0, cfg->steps, &ev);
-    sum.first_val_loss = ev.loss;
-    sum.eval_seconds += ev.seconds;
-  }
+  progress_clear(&rs->progress);
+  int rc = trainer_evaluate(tr, &ev, err);
+  if (rc) return rc;
+  print_eval(rs->out, rs->jsonl, step, tr->cfg->steps, &ev);
+  if (step == 0) rs->sum.first_val_loss = ev.loss;
+  else rs->sum.final_val_loss = ev.loss;
+  rs->sum.eval_seconds += ev.seconds;
+  return 0;
+}
 
-  int is_moe = model_config_num_moe_layers(&cfg->model) > 0;
-  IntervalStats iv;
-  memset(&iv, 0, sizeof iv);
-  double exposed_sum = 0, dispatch_sum = 0;
-  double last_interval_loss = NAN;
+/* One step's results into the log interval and the run's totals. */
+static void run_account_step(const Trainer *tr, RunState *rs, const TrainStepResult *r) {
+  IntervalStats *iv = &rs->iv;
+  TrainSummary *sum = &rs->sum;
+  if (r->step == 1) sum->first_loss = r->loss;
+  iv->steps++;
+  iv->loss += r->loss;
+  iv->lm += r->lm;
+  iv->aux += r->aux;
+  iv->z += r->z;
+  iv->grad_norm += r->grad_norm;
+  iv->imbalance += r->imbalance;
+  iv->seconds += r->seconds;
+  iv->tokens += (double)r->tokens;
+  iv->flops += tr->flops_per_token * (double)r->tokens;
+  iv->last_lr = r->lr;
+  sum->train_seconds += r->seconds;
+  sum->tokens += r->tokens;
+  sum->steps = r->step;
+  rs->exposed_sum += r->reduce_exposed_seconds;
+}
+
+/* The log line (and its metrics.jsonl record) at the end of an interval,
+ * else the progress line. */
+static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResult *r, int last) {
+  const TrainConfig *cfg = tr->cfg;
   char line[1024];
-  while (tr->step < cfg->steps) {
-    TrainStepResult r;
-    const double dispatch0 = tr->fold_ops.dispatch_seconds;
-    if ((rc = trainer_step(tr, &r, err))) goto done;
-    dispatch_sum += tr->fold_ops.dispatch_seconds - dispatch0;
-    if (opts->on_step) opts->on_step(opts->ctx, &r);
-    if (r.step == 1) sum.first_loss = r.loss;
-    iv.steps++;
-    iv.loss += r.loss;
-    iv.lm += r.lm;
-    iv.aux += r.aux;
-    iv.z += r.z;
-    iv.grad_norm += r.grad_norm;
-    iv.imbalance += r.imbalance;
-    iv.seconds += r.seconds;
-    iv.tokens += (double)r.tokens;
-    iv.flops += tr->flops_per_token * (double)r.tokens;
-    iv.last_lr = r.lr;
-    sum.train_seconds += r.seconds;
-    sum.tokens += r.tokens;
-    sum.steps = r.step;
+  if (r->step % cfg->log_interval == 0 || r->step == 1 || last) {
+    LogLine l;
+    interval_to_log_line(&rs->iv, r->step, cfg->steps, rs->peak, rs->is_moe, &l);
+    progress_clear(&rs->progress);
+    format_log_line(line, sizeof line, &l);
+    fprintf(rs->out, "%s\n", line);
+    fflush(rs->out);
+    if (rs->jsonl) {
+      format_log_json(line, sizeof line, &l);
+      fprintf(rs->jsonl, "%s\n", line);
+      fflush(rs->jsonl);
+    }
+    rs->last_interval_loss = l.loss;
+    memset(&rs->iv, 0, sizeof rs->iv);
+  } else {
+    double per_step = rs->sum.train_seconds / rs->sum.steps;
+    progress_draw(&rs->progress, r->step, cfg->steps, 1e3 * per_step, per_step * (cfg->steps - r->step));
+  }
+}
 
-    exposed_sum += r.reduce_exposed_seconds;
-    int stop = opts->stop && *opts->stop;
-    if (tr->world > 1) { /* a signal may reach the ranks in different steps: stop together */
-      int64_t flag = stop;
-      if ((rc = comm_allreduce_i64(comm_world(), &flag, 1, COMM_MAX, NULL, err))) goto done;
-      stop = flag != 0;
-    }
-    int last = r.step == cfg->steps || stop;
-    if (r.step % cfg->log_interval == 0 || r.step == 1 || last) {
-      LogLine l;
-      interval_to_log_line(&iv, r.step, cfg->steps, peak, is_moe, &l);
-      progress_clear(&progress);
-      format_log_line(line, sizeof line, &l);
-      fprintf(out, "%s\n", line);
-      fflush(out);
-      if (jsonl) {
-        format_log_json(line, sizeof line, &l);
-        fprintf(jsonl, "%s\n", line);
-        fflush(jsonl);
-      }
-      last_interval_loss = l.loss;
-      memset(&iv, 0, sizeof iv);
-    } else {
-      double per_step = sum.train_seconds / sum.steps;
-      progress_draw(&progress, r.step, cfg->steps, 1e3 * per_step, per_step * (cfg->steps - r.step));
-    }
-    int eval_now = cfg->eval_interval > 0 && r.step % cfg->eval_interval == 0;
-    if (tr->has_val && (eval_now || last)) {
-      progress_clear(&progress);
-      if ((rc = trainer_evaluate(tr, &ev, err))) goto done;
-      print_eval(out, jsonl, r.step, cfg->steps, &ev);
-      sum.final_val_loss = ev.loss;
-      sum.eval_seconds += ev.seconds;
-    }
-    int save_now = cfg->checkpoint_interval > 0 && r.step % cfg->checkpoint_interval == 0;
-    if (opts->save_checkpoints && (save_now || last)) {
-      progress_clear(&progress);
-      if ((rc = save_and_report(tr, out, jsonl, err))) goto done;
-    }
-    if (stop) {
-      sum.stopped_early = 1;
-      fprintf(out, "stopped by request after step %d of %d\n", r.step, cfg->steps);
-      break;
-    }
+/* A stop request reaches the ranks in different steps: they stop together. */
+static int run_agree_on_stop(const Trainer *tr, int *stop, Error *err) {
+  if (tr->world <= 1) return 0;
+  int64_t flag = *stop;
+  int rc = comm_allreduce_i64(comm_world(), &flag, 1, COMM_MAX, NULL, err);
+  *stop = flag != 0;
+  return rc;
+}
+
+/* One step with everything that follows it: the report, validation and
+ * checkpoint when due. *finished when the run ends here. */
+static int run_one_step(Trainer *tr, RunState *rs, int *finished, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  TrainStepResult r;
+  const double dispatch0 = tr->fold_ops.dispatch_seconds;
+  int rc = trainer_step(tr, &r, err);
+  if (rc) return rc;
+  rs->dispatch_sum += tr->fold_ops.dispatch_seconds - dispatch0;
+  if (rs->opts->on_step) rs->opts->on_step(rs->opts->ctx, &r);
+  run_account_step(tr, rs, &r);
+  int stop = rs->opts->stop && *rs->opts->stop;
+  if ((rc = run_agree_on_stop(tr, &stop, err))) return rc;
+  int last = r.step == cfg->steps || stop;
+  run_report_step(tr, rs, &r, last);
+  int eval_now = cfg->eval_interval > 0 && r.step % cfg->eval_interval == 0;
+  if (tr->has_val && (eval_now || last) && (rc = run_evaluate(tr, rs, r.step, err))) return rc;
+  int save_now = cfg->checkpoint_interval > 0 && r.step % cfg->checkpoint_interval == 0;
+  if (rs->opts->save_checkpoints && (save_now || last)) {
+    progress_clear(&rs->progress);
+    if ((rc = save_and_report(tr, rs->out, rs->jsonl, err))) return rc;
   }
-  progress_clear(&progress);
-  sum.final_loss = last_interval_loss;
-  sum.tokens_per_s = sum.train_seconds > 0 ? (double)sum.tokens / sum.train_seconds : 0;
-  sum.mfu_pct = peak > 0 && sum.train_seconds > 0
-                    ? 100.0 * tr->flops_per_token * (double)sum.tokens / sum.train_seconds / 1e9 / peak
-                    : 0;
-  {
-    char tok[32], dur[32], val[64] = "";
-    if (!isnan(sum.final_val_loss)) snprintf(val, sizeof val, " | val loss %.3f", sum.final_val_loss);
-    fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s tok/s | "
-                 "MFU %.1f%%%s%s\n",
-            sum.steps, fmt_duration(dur, sizeof dur, sum.train_seconds + sum.eval_seconds), sum.train_seconds,
-            sum.eval_seconds, sum.final_loss, val, fmt_thousands(tok, sizeof tok, sum.tokens_per_s), sum.mfu_pct,
-            opts->write_run_files ? " | output " : "", opts->write_run_files ? cfg->out_dir : "");
-    fflush(out);
+  if (stop) {
+    rs->sum.stopped_early = 1;
+    fprintf(rs->out, "stopped by request after step %d of %d\n", r.step, cfg->steps);
   }
-  if (tr->ep * tr->etp > 1 && sum.train_seconds > 0) {
+  *finished = stop;
+  return 0;
+}
+
+/* The closing lines: totals, the dispatcher's and the reduction's share. */
+static void run_print_end(const Trainer *tr, RunState *rs) {
+  const TrainConfig *cfg = tr->cfg;
+  TrainSummary *sum = &rs->sum;
+  FILE *out = rs->out;
+  double peak = rs->peak;
+  sum->final_loss = rs->last_interval_loss;
+  sum->tokens_per_s = sum->train_seconds > 0 ? (double)sum->tokens / sum->train_seconds : 0;
+  sum->mfu_pct = peak > 0 && sum->train_seconds > 0
+                     ? 100.0 * tr->flops_per_token * (double)sum->tokens / sum->train_seconds / 1e9 / peak
+                     : 0;
+  char tok[32], dur[32], val[64] = "";
+  if (!isnan(sum->final_val_loss)) snprintf(val, sizeof val, " | val loss %.3f", sum->final_val_loss);
+  fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s tok/s | "
+               "MFU %.1f%%%s%s\n",
+          sum->steps, fmt_duration(dur, sizeof dur, sum->train_seconds + sum->eval_seconds), sum->train_seconds,
+          sum->eval_seconds, sum->final_loss, val, fmt_thousands(tok, sizeof tok, sum->tokens_per_s), sum->mfu_pct,
+          rs->opts->write_run_files ? " | output " : "", rs->opts->write_run_files ? cfg->out_dir : "");
+  fflush(out);
+  if (tr->ep * tr->etp > 1 && sum->train_seconds > 0) {
     fprintf(out, "moe: %.2f s of %.2f s training in the dispatcher's collectives on rank 0 (%.1f%%, waiting for "
                  "peers included)\n",
-            dispatch_sum, sum.train_seconds, 100.0 * dispatch_sum / sum.train_seconds);
+            rs->dispatch_sum, sum->train_seconds, 100.0 * rs->dispatch_sum / sum->train_seconds);
     fflush(out);
   }
-  if (tr->dp > 1 && sum.steps > tr->start_step) {
-    int n = sum.steps - tr->start_step;
+  if (tr->dp > 1 && sum->steps > tr->start_step) {
+    int n = sum->steps - tr->start_step;
     fprintf(out,
             "dp: reduce %s (%s); gradient reduction %.2f ms blocking, %.2f ms exposed per step on average: %.0f%% "
             "hidden behind backward\n",
             tr->dp_grads.overlap ? "overlapped" : "blocking", tr->dp_grads.overlap_reason,
-            1e3 * tr->dp_grads.calibrated_seconds, 1e3 * exposed_sum / n,
+            1e3 * tr->dp_grads.calibrated_seconds, 1e3 * rs->exposed_sum / n,
             tr->dp_grads.calibrated_seconds > 0
-                ? 100.0 * fmax(0.0, 1.0 - exposed_sum / n / tr->dp_grads.calibrated_seconds)
+                ? 100.0 * fmax(0.0, 1.0 - rs->exposed_sum / n / tr->dp_grads.calibrated_seconds)
                 : 0.0);
     fflush(out);
   }
-  if (jsonl) {
-    /* The reduction mode the run chose (and why), for runs that reduce. */
-    char grad_reduce_json[256] = "";
-    if (tr->reduce_grads)
-      snprintf(grad_reduce_json, sizeof grad_reduce_json, ",\"grad_reduce\":\"%s\",\"grad_reduce_reason\":\"%s\"",
-               tr->dp_grads.overlap ? "overlapped" : "blocking", tr->dp_grads.overlap_reason);
-    /* JSON has no NaN: runs without validation record null. */
-    char first_val[32] = "null", final_val[32] = "null";
-    if (!isnan(sum.first_val_loss)) snprintf(first_val, sizeof first_val, "%.6g", sum.first_val_loss);
-    if (!isnan(sum.final_val_loss)) snprintf(final_val, sizeof final_val, "%.6g", sum.final_val_loss);
-    fprintf(jsonl,
-            "{\"type\":\"summary\",\"steps\":%d,\"first_loss\":%.6g,\"final_loss\":%.6g,\"first_val_loss\":%s,"
-            "\"final_val_loss\":%s,\"tokens\":%ld,\"tokens_per_s\":%.6g,\"mfu_pct\":%.6g,\"peak_gflops\":%.6g,"
-            "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s%s}\n",
-            sum.steps, sum.first_loss, sum.final_loss, first_val, final_val, sum.tokens, sum.tokens_per_s, sum.mfu_pct,
-            sum.peak_gflops, sum.train_seconds, sum.eval_seconds, tr->threads, sum.stopped_early ? "true" : "false",
-            grad_reduce_json);
-    fflush(jsonl);
+}
+
+/* The run's last metrics.jsonl record. */
+static void run_write_summary(const Trainer *tr, const RunState *rs) {
+  if (!rs->jsonl) return;
+  const TrainSummary *sum = &rs->sum;
+  /* The reduction mode the run chose (and why), for runs that reduce. */
+  char grad_reduce_json[256] = "";
+  if (tr->reduce_grads)
+    snprintf(grad_reduce_json, sizeof grad_reduce_json, ",\"grad_reduce\":\"%s\",\"grad_reduce_reason\":\"%s\"",
+             tr->dp_grads.overlap ? "overlapped" : "blocking", tr->dp_grads.overlap_reason);
+  /* JSON has no NaN: runs without validation record null. */
+  char first_val[32] = "null", final_val[32] = "null";
+  if (!isnan(sum->first_val_loss)) snprintf(first_val, sizeof first_val, "%.6g", sum->first_val_loss);
+  if (!isnan(sum->final_val_loss)) snprintf(final_val, sizeof final_val, "%.6g", sum->final_val_loss);
+  fprintf(rs->jsonl,
+          "{\"type\":\"summary\",\"steps\":%d,\"first_loss\":%.6g,\"final_loss\":%.6g,\"first_val_loss\":%s,"
+          "\"final_val_loss\":%s,\"tokens\":%ld,\"tokens_per_s\":%.6g,\"mfu_pct\":%.6g,\"peak_gflops\":%.6g,"
+          "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s%s}\n",
+          sum->steps, sum->first_loss, sum->final_loss, first_val, final_val, sum->tokens, sum->tokens_per_s,
+          sum->mfu_pct, sum->peak_gflops, sum->train_seconds, sum->eval_seconds, tr->threads,
+          sum->stopped_early ? "true" : "false", grad_reduce_json);
+  fflush(rs->jsonl);
+}
+
+int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, Error *err) {
+  TrainerOptions defaults;
+  if (!opts) {
+    trainer_options_default(&defaults);
+    opts = &defaults;
   }
-  rc = finish_trace(tr, out, err);
-done:
-  if (progress.f) progress_clear(&progress);
-  if (jsonl) fclose(jsonl);
-  if (devnull) fclose(devnull);
-  if (summary) *summary = sum;
+  RunState rs;
+  int rc = run_open(tr, opts, &rs, err);
+  if (!rc) {
+    run_print_header(tr, &rs);
+    rc = start_trace(tr, rs.out, err);
+    fflush(rs.out);
+  }
+  if (!rc) {
+    int tty = isatty(fileno(rs.out));
+    progress_init(&rs.progress, rs.out, opts->progress < 0 ? tty : opts->progress);
+    if (tr->has_val && opts->eval_at_start && tr->step == 0) rc = run_evaluate(tr, &rs, 0, err);
+  }
+  for (int finished = 0; !rc && !finished && tr->step < tr->cfg->steps;) rc = run_one_step(tr, &rs, &finished, err);
+  if (!rc) {
+    progress_clear(&rs.progress);
+    run_print_end(tr, &rs);
+    run_write_summary(tr, &rs);
+    rc = finish_trace(tr, rs.out, err);
+  }
+  if (rs.progress.f) progress_clear(&rs.progress);
+  if (rs.jsonl) fclose(rs.jsonl);
+  if (rs.devnull) fclose(rs.devnull);
+  if (summary) *summary = rs.sum;
   return rc;
 }

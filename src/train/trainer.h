@@ -34,10 +34,10 @@
  * global (losses averaged over all tokens, aux and z summed over the stages);
  * validation runs a forward-only pipeline over each replica's share of the
  * fixed windows. Only world rank 0 prints and writes run files; checkpoints
- * are written by every rank (train/checkpoint_dist.h) and hold full
+ * are written by every rank (ckpt/checkpoint_dist.h) and hold full
  * logical tensors; every trainer_* call is collective.
  *
- * Checkpoints (train/checkpoint.h): trainer_run saves one every
+ * Checkpoints (ckpt/checkpoint.h): trainer_run saves one every
  * checkpoint.interval steps, at the end and when stopped, when asked to
  * (TrainerOptions.save_checkpoints). trainer_resume restores weights, AdamW
  * state, step and data order from one, so that the steps that follow are
@@ -52,8 +52,8 @@
 
 #include "base/error.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
-#include "train/data_loader.h"
+#include "ckpt/checkpoint.h"
+#include "data/data_loader.h"
 #include "train/pipeline.h"
 #include "train/tp_ops.h"
 #include "train/fold_ops.h"
@@ -61,12 +61,18 @@
 #include "train/dp_grads.h"
 #include "train/executor.h"
 #include "train/metrics.h"
+#include "nets/network.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 
 typedef struct Trainer {
   const TrainConfig *cfg; /* finalized; must outlive the trainer */
   Model model;
+  Network net; /* the model as the runtime sees it (nets/network.h); for a network of nets/ the
+                  network itself, and `model` only a view of its table (train/trainer_net.h) */
+  float *net_x;  /* a network of nets/: the step's micro-batches of features and classes */
+  int *net_y;
+  double net_loss; /* the running step's summed micro-batch losses */
   Optimizer opt;
   DataLoader train;
   ValLoader val;

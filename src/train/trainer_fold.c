@@ -52,41 +52,35 @@ const ModelParallelOps *trainer_fold_ops(Trainer *tr, Error *err) {
   return &tr->tp_ops.ops;
 }
 
-static int has_expert_grads(const Model *m) {
-  for (int i = 0; i < m->num_tensors; i++)
-    if (m->tensors[i].reduce_over_edp) return 1;
-  return 0;
-}
-
 void trainer_fold_need_reduction(Trainer *tr) {
   int dense = tr->dp_group && tr->dp_group->size > 1;
-  int experts = tr->folded && tr->edp > 1 && has_expert_grads(&tr->model);
+  int experts = tr->folded && tr->edp > 1 && network_has_reduce_group(&tr->net, NET_REDUCE_EXPERT);
   tr->reduce_grads = dense || experts;
 }
 
+/* The buckets over the network's gradient buffer: the program's cuts plus
+ * the edges of every tensor that reduces over the expert group, which is
+ * where those ranges are routed. */
 int trainer_fold_grads_create(Trainer *tr, const size_t *cuts, int num_cuts, double bucket_bytes, Error *err) {
-  const Model *m = &tr->model;
-  size_t *all = malloc(((size_t)num_cuts + 2 * (size_t)m->num_tensors) * sizeof *all);
-  size_t *begin = malloc(((size_t)m->num_tensors + 1) * sizeof *begin);
-  size_t *end = malloc(((size_t)m->num_tensors + 1) * sizeof *end);
+  const Network *net = &tr->net;
+  size_t *all = malloc(((size_t)num_cuts + 2 * (size_t)net->num_tensors) * sizeof *all);
+  size_t *begin = malloc(((size_t)net->num_tensors + 1) * sizeof *begin);
+  size_t *end = malloc(((size_t)net->num_tensors + 1) * sizeof *end);
   if (!all || !begin || !end) {
     free(all);
     free(begin);
     free(end);
     return error_set(err, ERR_NOMEM, "trainer: out of memory for the gradient cuts");
   }
-  int n = 0, r = 0;
+  int n = 0;
   for (int i = 0; i < num_cuts; i++) all[n++] = cuts[i];
-  for (int i = 0; i < m->num_tensors; i++) {
-    const ParamTensor *p = &m->tensors[i];
-    if (!p->reduce_over_edp) continue;
-    all[n++] = p->offset;
-    all[n++] = p->offset + p->numel;
-    begin[r] = p->offset;
-    end[r++] = p->offset + p->numel;
+  int r = network_reduce_ranges(net, NET_REDUCE_EXPERT, begin, end, net->num_tensors + 1);
+  for (int i = 0; i < r; i++) {
+    all[n++] = begin[i];
+    all[n++] = end[i];
   }
-  int rc = dp_grads_create(&tr->dp_grads, tr->dp_group, tr->model.grads, m->num_params, all, n, bucket_bytes,
-                           tr->zero, err);
+  int rc = dp_grads_create(&tr->dp_grads, tr->dp_group, net->grads, net->num_values, all, n, bucket_bytes, tr->zero,
+                           err);
   if (!rc && r) rc = dp_grads_route_ranges(&tr->dp_grads, tr->edp_group, begin, end, r, err);
   free(all);
   free(begin);

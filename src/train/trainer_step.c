@@ -12,20 +12,23 @@
 #include "model/flops.h"
 #include "sched/builders.h"
 #include "sched/partition.h"
+#include "train/net_transformer.h"
 #include "train/trace_session.h"
 #include "train/trainer.h"
 #include "train/trainer_fold.h"
+#include "train/trainer_net.h"
 
 /* ---- the step's actions (executor handlers) ---- */
 
+/* FWD and BWD run the network's chunk passes through the network interface. */
 static int run_forward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_forward(&tr->pipe, a, err);
+  return tr->net.ops->forward(&tr->net, a->chunk, a, err);
 }
 
 static int run_backward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_backward(&tr->pipe, a, err);
+  return tr->net.ops->backward(&tr->net, a->chunk, a, tr->grad_scale, err);
 }
 
 static int run_send(void *ctx, const SchedAction *a, Error *err) {
@@ -283,10 +286,9 @@ static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, const Com
   return rc;
 }
 
-int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
-  memset(tr, 0, sizeof *tr);
-  tr->cfg = cfg;
-  tr->tied_peer = -1;
+/* Threads, the parallel layout and the program of one step. */
+static int create_layout(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
   /* One pool: our OpenMP loops and OpenBLAS (its OpenMP build) use the same
    * thread count, so they never oversubscribe the cores. */
   tr->threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
@@ -297,7 +299,7 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   int rc = train_config_apply_compute(cfg, err);
   if (rc) return rc;
 
-  int B = cfg->micro_batch_size, T = cfg->seq_len, accum = cfg->grad_accum_steps;
+  int accum = cfg->grad_accum_steps;
   tr->tp = cfg->tp > 0 ? cfg->tp : 1;
   tr->pp = cfg->pp > 0 ? cfg->pp : 1;
   tr->vpp = cfg->vpp > 0 ? cfg->vpp : 1;
@@ -305,37 +307,44 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   trainer_fold_sizes(tr);
   tr->world = tr->tp * tr->cp * tr->pp * tr->dp;
   tr->grad_scale = 1.0f / ((float)accum * (float)tr->dp);
-  if (tr->world > 1 && (rc = setup_grid(tr, err))) goto fail;
-
+  if (tr->world > 1 && (rc = setup_grid(tr, err))) return rc;
   SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = tr->pp, .vpp = tr->vpp, .microbatches = accum};
-  if ((rc = sched_build(&sc, &tr->prog, err))) goto fail;
+  return sched_build(&sc, &tr->prog, err);
+}
+
+/* This rank's shard of the model, initialised from the seed. */
+static int create_model(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
   ModelShard shard;
-  if ((rc = make_shard(tr, &shard, err))) goto fail;
+  int rc = make_shard(tr, &shard, err);
+  if (rc) return rc;
   if (tr->tp > 1) tp_ops_init(&tr->tp_ops, tr->tp_group);
   const ModelParallelOps *model_ops = trainer_fold_ops(tr, err);
-  if (tr->folded && !model_ops) {
-    rc = err->code ? err->code : ERR_INTERNAL;
-    goto fail;
-  }
-  rc = model_create_shard(&tr->model, &cfg->model, &shard, model_ops, B, T, err);
-  if (rc) {
-    error_wrap(err, "creating the model (tp %d, pipeline rank %d of %d)", tr->tp, tr->pp_rank, tr->pp);
-    goto fail;
-  }
+  if (tr->folded && !model_ops) return err->code ? err->code : ERR_INTERNAL;
+  rc = model_create_shard(&tr->model, &cfg->model, &shard, model_ops, cfg->micro_batch_size, cfg->seq_len, err);
+  if (rc) return error_wrap(err, "creating the model (tp %d, pipeline rank %d of %d)", tr->tp, tr->pp_rank, tr->pp);
   model_init_weights(&tr->model, cfg->seed);
-  if ((rc = find_tied(tr, err))) goto fail;
+  if ((rc = net_transformer_bind(&tr->net, &tr->model, err))) return rc;
+  return find_tied(tr, err);
+}
 
-  rc = data_loader_open(&tr->train, (const char *const *)cfg->train_paths, cfg->num_train, B, T, tr->dp_rank, tr->dp,
-                        cfg->seed, (uint32_t)cfg->model.vocab_size, "data.train", err);
-  if (rc) goto fail;
-  if (cfg->num_val > 0) {
-    rc = val_loader_open_windows(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, tr->dp_rank,
-                                 tr->dp, (uint64_t)cfg->eval_windows, (uint32_t)cfg->model.vocab_size, "data.val",
-                                 err);
-    if (rc) goto fail;
-    tr->has_val = 1;
-  }
+/* The training and validation loaders of this rank's data-parallel replica. */
+static int open_data(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  int B = cfg->micro_batch_size, T = cfg->seq_len;
+  int rc = data_loader_open(&tr->train, (const char *const *)cfg->train_paths, cfg->num_train, B, T, tr->dp_rank,
+                            tr->dp, cfg->seed, (uint32_t)cfg->model.vocab_size, "data.train", err);
+  if (rc || cfg->num_val == 0) return rc;
+  rc = val_loader_open_windows(&tr->val, (const char *const *)cfg->val_paths, cfg->num_val, B, T, tr->dp_rank,
+                               tr->dp, (uint64_t)cfg->eval_windows, (uint32_t)cfg->model.vocab_size, "data.val",
+                               err);
+  if (!rc) tr->has_val = 1;
+  return rc;
+}
 
+/* AdamW, whole or sharded (ZeRO-1), and the gradient reduction it needs. */
+static int create_optimizer(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
   OptimizerConfig oc = {
       .schedule = {cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps, cfg->decay},
       .beta1 = cfg->beta1,
@@ -351,11 +360,19 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   const CommGroup *peers = tr->dp_group ? tr->dp_group : comm_world();
   if (tr->folded && tr->edp_group && tr->edp_group->size > peers->size) peers = tr->edp_group;
   CommHostLayout host;
-  if ((rc = comm_host_layout(peers, tr->threads, &host, err))) goto fail;
-  if (tr->reduce_grads && (rc = setup_data_parallel(tr, &oc, &host, err))) goto fail;
-  if (!tr->zero && (rc = optimizer_create(&tr->opt, &tr->model, &oc, err))) goto fail;
+  int rc = comm_host_layout(peers, tr->threads, &host, err);
+  if (rc) return rc;
+  if (tr->reduce_grads && (rc = setup_data_parallel(tr, &oc, &host, err))) return rc;
+  if (!tr->zero) rc = optimizer_create(&tr->opt, &tr->model, &oc, err);
+  return rc;
+}
 
-  if ((rc = executor_create(&tr->exec, tr->prog, tr->pp_rank, tr, err))) goto fail;
+/* The executor of the step's program with this trainer's handlers, and the
+ * pipeline they drive. */
+static int create_executor(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  int rc = executor_create(&tr->exec, tr->prog, tr->pp_rank, tr, err);
+  if (rc) return rc;
   executor_set_handler(&tr->exec, SCHED_FWD, run_forward);
   executor_set_handler(&tr->exec, SCHED_BWD, run_backward);
   executor_set_handler(&tr->exec, SCHED_SEND_ACT, run_send);
@@ -372,25 +389,48 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   executor_set_posts(&tr->exec, SCHED_RECV_ACT, 1);
   executor_set_posts(&tr->exec, SCHED_RECV_GRAD, 1);
   executor_set_posts(&tr->exec, SCHED_GRAD_REDUCE, tr->reduce_grads);
-  rc = pipeline_create(&tr->pipe, &tr->model, tr->prog, tr->pp_rank, tr->pp > 1 ? tr->pp_group : NULL, B, T, err);
-  if (rc) goto fail;
+  rc = pipeline_create(&tr->pipe, &tr->model, tr->prog, tr->pp_rank, tr->pp > 1 ? tr->pp_group : NULL,
+                       cfg->micro_batch_size, cfg->seq_len, err);
+  if (rc) return rc;
   tr->pipe.dp_grads = tr->reduce_grads ? &tr->dp_grads : NULL;
   tr->pipe.last_backward = tr->exec.last_backward;
+  net_transformer_set_pipeline(&tr->net, &tr->pipe);
+  return 0;
+}
 
-  size_t n = (size_t)B * T;
+static int alloc_batches(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  size_t n = (size_t)cfg->micro_batch_size * cfg->seq_len;
   tr->inputs = malloc(n * sizeof(int));
   tr->targets = malloc(n * sizeof(int));
-  tr->step_inputs = malloc(n * (size_t)accum * sizeof(int));
-  tr->step_targets = malloc(n * (size_t)accum * sizeof(int));
-  if (!tr->inputs || !tr->targets || !tr->step_inputs || !tr->step_targets) {
-    rc = error_set(err, ERR_NOMEM, "trainer: out of memory for batch buffers");
-    goto fail;
-  }
-  tr->flops_per_token = model_flops_per_sequence(&cfg->model, T) / T;
+  tr->step_inputs = malloc(n * (size_t)cfg->grad_accum_steps * sizeof(int));
+  tr->step_targets = malloc(n * (size_t)cfg->grad_accum_steps * sizeof(int));
+  if (!tr->inputs || !tr->targets || !tr->step_inputs || !tr->step_targets)
+    return error_set(err, ERR_NOMEM, "trainer: out of memory for batch buffers");
   return 0;
-fail:
-  trainer_free(tr);
-  return rc;
+}
+
+int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
+  memset(tr, 0, sizeof *tr);
+  tr->cfg = cfg;
+  tr->tied_peer = -1;
+  if (cfg->family != TRAIN_FAMILY_TRANSFORMER) {
+    int rc = trainer_net_create(tr, cfg, err);
+    if (rc) trainer_free(tr);
+    return rc;
+  }
+  int rc = create_layout(tr, err);
+  if (!rc) rc = create_model(tr, err);
+  if (!rc) rc = open_data(tr, err);
+  if (!rc) rc = create_optimizer(tr, err);
+  if (!rc) rc = create_executor(tr, err);
+  if (!rc) rc = alloc_batches(tr, err);
+  if (rc) {
+    trainer_free(tr);
+    return rc;
+  }
+  tr->flops_per_token = model_flops_per_sequence(&cfg->model, cfg->seq_len) / cfg->seq_len;
+  return 0;
 }
 
 void trainer_free(Trainer *tr) {
@@ -401,6 +441,8 @@ void trainer_free(Trainer *tr) {
   dist_optimizer_free(&tr->dist_opt);
   dp_grads_free(&tr->dp_grads);
   optimizer_free(&tr->opt);
+  if (tr->cfg && tr->cfg->family != TRAIN_FAMILY_TRANSFORMER) trainer_net_free(tr);
+  network_free(&tr->net);
   model_free(&tr->model);
   tp_ops_free(&tr->tp_ops);
   fold_ops_free(&tr->fold_ops);
@@ -434,6 +476,7 @@ static int sum_over_replicas_and_stages(Trainer *tr, double *x, int n, int64_t *
 }
 
 int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
+  if (tr->cfg->family != TRAIN_FAMILY_TRANSFORMER) return trainer_net_step(tr, res, err);
   const TrainConfig *cfg = tr->cfg;
   const ModelConfig *mc = &cfg->model;
   int B = cfg->micro_batch_size, T = cfg->seq_len, accum = cfg->grad_accum_steps;
@@ -489,6 +532,7 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
 
 int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   memset(res, 0, sizeof *res);
+  if (tr->has_val && tr->cfg->family != TRAIN_FAMILY_TRANSFORMER) return trainer_net_evaluate(tr, res, err);
   if (!tr->has_val) return error_set(err, ERR_CONFIG, "no validation data (set data.val or --val-data)");
   double t0 = timer_now();
   /* Counted once per replica: on the rank that holds the loss. */

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "base/safetensors.h"
-#include "train/export_hf.h"
+#include "convert/export_hf.h"
 
 /* A scratch directory under $TMPDIR, removed with everything in it at exit. */
 static char g_scratch[512];

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/sampler.h"
+#include "infer/sampler.h"
 
 static Sampler make(int V, float temperature, int top_k, float top_p, uint64_t seed) {
   SamplerOptions o = {temperature, top_k, top_p, seed};

@@ -1,4 +1,4 @@
-/* Fuzz harness of the checkpoint reader (src/train/checkpoint.h): state.json
+/* Fuzz harness of the checkpoint reader (src/ckpt/checkpoint.h): state.json
  * and everything that trusts it.
  *
  * At start-up a real checkpoint of a tiny MoE model is saved with
@@ -22,7 +22,7 @@
 
 #include "base/log.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 
@@ -67,14 +67,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   CheckpointSource src = {0};
   src.step = FIXTURE_STEP;
   src.model = &model;
-  src.opt = &opt;
+  src.opt = (CheckpointOptimizer){.m = opt.m, .v = opt.v, .num_params = opt.num_params, .step = opt.step};
   src.data_loader.seed = 1337;
   src.data_loader.epoch = 1;
   src.data_loader.position = 3;
   src.data_windows = 10;
-  src.train_config = &tc;
+  cJSON *tc_json = train_config_to_json(&tc);
+  src.train_config = tc_json;
+  src.tokenizer = tc.tokenizer;
+  src.seed = tc.seed;
   if (mkdir(run_dir, 0755) != 0) fuzz_fail("cannot create the run directory", strerror(errno));
   if (checkpoint_save(run_dir, &src, 0, NULL, &err)) fixture_fail("checkpoint_save", &err);
+  cJSON_Delete(tc_json);
   train_config_free(&tc);
   if (checkpoint_dir_name(run_dir, FIXTURE_STEP, ckpt_dir, sizeof ckpt_dir, &err))
     fixture_fail("checkpoint_dir_name", &err);
@@ -144,7 +148,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if ((rc == 0) != (rc_verify == 0)) fuzz_fail("checkpoint_load_weights", "disagrees with checkpoint_verify");
     CheckpointTrainState st;
     fuzz_error_reset(&err);
-    rc = checkpoint_load_training(ckpt_dir, &model, &opt, &st, &err);
+    CheckpointOptimizer moments = {.m = opt.m, .v = opt.v, .num_params = opt.num_params};
+    rc = checkpoint_load_training(ckpt_dir, &model, &moments, &st, &err);
+    opt.step = moments.step;
     fuzz_check_result(rc, &err, "checkpoint_load_training");
     if (rc == 0 && (st.step != FIXTURE_STEP || st.data_loader.position >= st.data_windows))
       fuzz_fail("checkpoint_load_training", "a training state out of range");

@@ -1,5 +1,5 @@
-/* Fuzz harness of the token shard reader (src/train/token_shard.h) and of
- * the windows the data loader cuts from shards (src/train/data_loader.h).
+/* Fuzz harness of the token shard reader (src/data/token_shard.h) and of
+ * the windows the data loader cuts from shards (src/data/data_loader.h).
  *
  * Each input is a would-be shard file. token_shard_open must accept it only
  * when the header matches the layout and the file size; an accepted shard
@@ -10,8 +10,8 @@
  * batches are read. */
 #include "fuzz_util.h" /* first: it defines _GNU_SOURCE */
 
-#include "train/data_loader.h"
-#include "train/token_shard.h"
+#include "data/data_loader.h"
+#include "data/token_shard.h"
 
 static uint64_t le(const uint8_t *p, int n) {
   uint64_t v = 0;

@@ -334,7 +334,7 @@ def checkpoint():
     bad = json.loads(json.dumps(state))
     bad["step"] = 6
     write(d, "bad-step.json", json.dumps(bad, separators=(",", ":")))
-    words = literals("src/train/checkpoint_read.c") + literals("src/train/checkpoint_write.c") + [
+    words = literals("src/ckpt/checkpoint_read.c") + literals("src/ckpt/checkpoint_write.c") + [
         "fivefold-checkpoint", "model.safetensors", "optimizer.safetensors", "byte-level", "388c63a8"]
     write_dict("checkpoint", json_words(words) + json_words(literals("src/model/config.c")) + JSON_TOKENS)
 

@@ -2,8 +2,8 @@
  * It builds this rank's shard of a tiny model for a TP x DP x PP layout
  * (tp fastest, then dp, then pp, as the attention grid orders them) with
  * model_create_shard, and saves or loads distributed checkpoints
- * (train/checkpoint_dist.h), or does the same with the one-process
- * functions of train/checkpoint.h on the whole model.
+ * (ckpt/checkpoint_dist.h), or does the same with the one-process
+ * functions of ckpt/checkpoint.h on the whole model.
  *
  * Values: the weights of the checkpoint of step S are model_init_weights
  * with seed 1000 + S; the AdamW moments of element i of logical tensor NAME
@@ -48,8 +48,8 @@
 #include "comm/comm.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_dist.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_dist.h"
 #include "train/optimizer.h"
 #include "train/tp_ops.h"
 #include "train/train_config.h"
@@ -202,8 +202,14 @@ typedef struct Fixture {
   TrainConfig tc;
   Model model, full; /* this rank's shard; the whole model for expected weights */
   Optimizer opt;
+  cJSON *tc_json;
   CheckpointSource src;
 } Fixture;
+
+/* The optimizer's buffers as the checkpoint module takes them. */
+static CheckpointOptimizer moments_of(const Optimizer *opt) {
+  return (CheckpointOptimizer){.m = opt->m, .v = opt->v, .num_params = opt->num_params, .step = opt->step};
+}
 
 static int fixture_make(Fixture *fx, const Options *o, const Layout *l, int whole, Error *err) {
   memset(fx, 0, sizeof *fx);
@@ -218,18 +224,22 @@ static int fixture_make(Fixture *fx, const Options *o, const Layout *l, int whol
   OptimizerConfig oc = {
       .schedule = {1e-3f, 1e-4f, 2, 100, LR_DECAY_COSINE}, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
   if ((rc = optimizer_create(&fx->opt, &fx->model, &oc, err))) return rc;
+  fx->tc_json = train_config_to_json(&fx->tc);
   fx->src = (CheckpointSource){
       .step = o->step,
       .model = &fx->model,
-      .opt = &fx->opt,
+      .opt = moments_of(&fx->opt),
       .data_loader = {.seed = 0xFFFFFFFFFFFFFFF1ULL, .epoch = 2, .position = (uint64_t)o->step % 100},
       .data_windows = 100,
-      .train_config = &fx->tc,
+      .train_config = fx->tc_json,
+      .tokenizer = fx->tc.tokenizer,
+      .seed = fx->tc.seed,
   };
   return 0;
 }
 
 static void fixture_free(Fixture *fx) {
+  cJSON_Delete(fx->tc_json);
   optimizer_free(&fx->opt);
   model_free(&fx->model);
   model_free(&fx->full);
@@ -422,7 +432,7 @@ static long run_layout(const Options *o, const CommGroup *g, const Layout *lp, i
   int rc = 0;
   if (o->mode[0] == 's') {
     visit_values(&fx, o->step, 1, 1, rank);
-    fx.opt.step = o->step;
+    fx.opt.step = fx.src.opt.step = o->step;
     CheckpointSaveInfo info;
     memset(&info, 0, sizeof info);
     double t0 = now_ms();
@@ -436,8 +446,10 @@ static long run_layout(const Options *o, const CommGroup *g, const Layout *lp, i
     CheckpointTrainState st;
     memset(&st, 0, sizeof st);
     double t0 = now_ms();
-    rc = whole ? checkpoint_load_training(o->dir, &fx.model, &fx.opt, &st, &err)
-               : checkpoint_load_training_sharded(o->dir, &fx.model, &fx.opt, &st, &sh, &err);
+    CheckpointOptimizer moments = moments_of(&fx.opt);
+    rc = whole ? checkpoint_load_training(o->dir, &fx.model, &moments, &st, &err)
+               : checkpoint_load_training_sharded(o->dir, &fx.model, &moments, &st, &sh, &err);
+    fx.opt.step = moments.step;
     double ms = now_ms() - t0;
     bad += judge(o, rc, &err, rank);
     if (!rc && rank == 0) printf("loaded %s (%.0f ms)\n", o->dir, ms);

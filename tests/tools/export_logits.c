@@ -12,7 +12,7 @@
 
 #include "base/safetensors.h"
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 
 static int parse_tokens(const char *s, int **out, int *n, Error *err) {
   int cap = 16, k = 0;

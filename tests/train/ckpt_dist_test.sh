@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Distributed checkpoints (train/checkpoint_dist.h) under mpirun, driven by
+# Distributed checkpoints (ckpt/checkpoint_dist.h) under mpirun, driven by
 # tests/tools/ckpt_dist_check.c on a tiny model.
 #
 # usage: ckpt_dist_test.sh CKPT_DIST_CHECK MPIEXEC MODE

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "base/rng.h"
-#include "train/token_shard.h"
+#include "data/token_shard.h"
 #include "train/trainer.h"
 
 static char g_upc_scratch[512];

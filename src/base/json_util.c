@@ -1,0 +1,13 @@
+/* JSON type names for messages. */
+#include "base/json_util.h"
+
+const char *json_type_name(const cJSON *v) {
+  if (!v) return "nothing (the field is missing)";
+  if (cJSON_IsNumber(v)) return "a number";
+  if (cJSON_IsString(v)) return "a string";
+  if (cJSON_IsBool(v)) return "a boolean";
+  if (cJSON_IsNull(v)) return "null";
+  if (cJSON_IsArray(v)) return "an array";
+  if (cJSON_IsObject(v)) return "an object";
+  return "an invalid value";
+}

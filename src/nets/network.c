@@ -1,0 +1,45 @@
+/* The parts of the network interface that do not depend on a family:
+ * lookups over the parameter table and the metrics. */
+#include "nets/network.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const NetParam *network_find_param(const Network *net, const char *name) {
+  for (int i = 0; i < net->num_tensors; i++)
+    if (!strcmp(net->params[i].name, name)) return &net->params[i];
+  return NULL;
+}
+
+int network_has_reduce_group(const Network *net, NetReduceGroup group) {
+  for (int i = 0; i < net->num_tensors; i++)
+    if (net->params[i].reduce == group) return 1;
+  return 0;
+}
+
+int network_reduce_ranges(const Network *net, NetReduceGroup group, size_t *begin, size_t *end, int cap) {
+  int n = 0;
+  for (int i = 0; i < net->num_tensors; i++) {
+    const NetParam *p = &net->params[i];
+    if (p->reduce != group) continue;
+    if (n < cap) {
+      begin[n] = p->offset;
+      end[n] = p->offset + p->numel;
+    }
+    n++;
+  }
+  return n;
+}
+
+double network_metric(const NetMetric *metrics, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(metrics[i].name, name)) return metrics[i].value;
+  return NAN;
+}
+
+void network_free(Network *net) {
+  if (net->ops && net->ops->free) net->ops->free(net);
+  free(net->params);
+  memset(net, 0, sizeof *net);
+}

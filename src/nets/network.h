@@ -1,0 +1,112 @@
+/* The network interface: what the training runtime needs from a model,
+ * whatever its family. The trainer's reductions, optimizer, checkpoints,
+ * tracer hooks and log line are meant to see a network only through this;
+ * the transformer (model/) is one implementation (train/net_transformer.c),
+ * the families of nets/ are the others.
+ *
+ * A network is
+ *   * a parameter table over two flat buffers (parameters and gradients,
+ *     same layout): per tensor its name, shape, place in the buffers, the
+ *     group its gradient is reduced over, whether it is a slice of a larger
+ *     logical tensor, and the parameter group it belongs to;
+ *   * forward and backward of one micro-batch of one chunk (a pipeline
+ *     stage's share of the layers; one chunk when there is no pipeline);
+ *   * the loss of the last micro-batch and its metrics as named scalars
+ *     ("loss", "lm", "aux", "z" for the transformer), which the log line
+ *     and metrics.jsonl print without knowing their meaning;
+ *   * the data it consumes, from a batch source the runtime advances and
+ *     whose position a checkpoint records.
+ *
+ * Parameter groups. A network whose parts step separately (a GAN's
+ * generator and critic) gives each tensor a param_group id. The program of
+ * one iteration then has one phase per group update (docs/architecture.md:
+ * critic phases, then a generator phase), each phase a sched/ program whose
+ * OPTIM action names the group it steps; GRAD_REDUCE buckets never mix
+ * groups. A network with one group (the transformer, the MLP) uses 0. */
+#ifndef FIVEFOLD_NETS_NETWORK_H
+#define FIVEFOLD_NETS_NETWORK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+#define NET_MAX_DIMS 4
+#define NET_MAX_METRICS 16
+
+/* The ranks a gradient is summed over before the update. */
+typedef enum NetReduceGroup {
+  NET_REDUCE_DENSE = 0,    /* the data-parallel replicas: dp x cp */
+  NET_REDUCE_EXPERT,       /* the expert-data-parallel replicas: edp (MoE folding) */
+  NET_REDUCE_TP_REPLICATED /* dp x cp, and the copies held by every TP rank (norms, router) */
+} NetReduceGroup;
+
+typedef struct NetParam {
+  const char *name; /* the logical tensor's name, as checkpoints store it */
+  int ndim;
+  int64_t shape[NET_MAX_DIMS]; /* this rank's part */
+  size_t offset, numel;        /* floats, into the parameter and gradient buffers */
+  NetReduceGroup reduce;
+  int sharded;          /* a slice of a larger logical tensor (TP, EP, pipeline) */
+  int no_weight_decay;  /* AdamW leaves it undecayed (norms, biases) */
+  int param_group;      /* which optimizer steps it: 0, or a GAN's generator 0 / critic 1 */
+} NetParam;
+
+/* A named scalar of the last micro-batch (or a step's mean, see below). */
+typedef struct NetMetric {
+  const char *name;
+  double value;
+} NetMetric;
+
+/* The data a network consumes: next() fills the batch of one micro-batch
+ * (its layout is the network's business: token windows for the
+ * transformer, feature rows for the MLP, images for nets/); position and
+ * restore put the source's place into and back from a checkpoint. */
+typedef struct NetBatchSource {
+  void *self;
+  int (*next)(void *self, void *batch, Error *err);
+  uint64_t (*position)(const void *self);
+  int (*restore)(void *self, uint64_t position, Error *err);
+} NetBatchSource;
+
+typedef struct Network Network;
+
+typedef struct NetworkOps {
+  const char *family; /* "transformer", "mlp", ... */
+  /* One micro-batch through one chunk. What `batch` points at is the
+   * network's business: an MlpBatch for the MLP; for the transformer the
+   * program's action (sched/program.h), whose micro-batch its pipeline
+   * holds. loss_scale multiplies the gradient (1 / (accumulation x
+   * replicas); the transformer's pipeline carries its own); gradients add
+   * into the buffer. */
+  int (*forward)(Network *net, int chunk, const void *batch, Error *err);
+  int (*backward)(Network *net, int chunk, const void *batch, float loss_scale, Error *err);
+  /* The metrics of the last forward; metrics[0] is the loss. Returns the count. */
+  int (*metrics)(const Network *net, NetMetric *metrics, int cap);
+  void (*free)(Network *net);
+} NetworkOps;
+
+struct Network {
+  const NetworkOps *ops;
+  void *impl;
+  NetParam *params; /* the table, num_tensors entries, in buffer order */
+  int num_tensors;
+  float *values, *grads; /* num_values floats each */
+  size_t num_values;
+  int num_param_groups; /* 1 unless the network steps parts separately */
+  int num_chunks;       /* chunks this rank runs */
+};
+
+/* The tensor of the table with this name, or NULL. */
+const NetParam *network_find_param(const Network *net, const char *name);
+/* Whether any gradient of the table reduces over `group`. */
+int network_has_reduce_group(const Network *net, NetReduceGroup group);
+/* The [begin, end) float ranges of the tensors that reduce over `group`,
+ * in buffer order, written to begin/end (cap entries each); returns how
+ * many there are (possibly more than cap). */
+int network_reduce_ranges(const Network *net, NetReduceGroup group, size_t *begin, size_t *end, int cap);
+/* The value of the metric `name` among metrics[0, n), or NAN. */
+double network_metric(const NetMetric *metrics, int n, const char *name);
+void network_free(Network *net);
+
+#endif

@@ -1,0 +1,24 @@
+/* The trainer's steps for a network of nets/ (cfg->family other than the
+ * transformer): the same Trainer, loop, log line, metrics.jsonl,
+ * checkpoints and Ctrl-C handling as the transformer's (trainer.c), with the
+ * network driven only through nets/network.h, by the executor of the
+ * step's sched/ program (schedule none: FWD and BWD per micro-batch,
+ * GRAD_REDUCE, OPTIM) with handlers of its own. Such a network trains
+ * data-parallel over every rank (one chunk, whole tensors): gradients are
+ * summed over the replicas in buckets (dp_grads.h), and AdamW runs whole on
+ * every rank or sharded (ZeRO-1, dist_optimizer.h). The optimizer and the
+ * checkpoints see the network's parameter table as a model tensor table
+ * (trainer_net_model_view). */
+#ifndef FIVEFOLD_TRAIN_TRAINER_NET_H
+#define FIVEFOLD_TRAIN_TRAINER_NET_H
+
+#include "train/trainer.h"
+
+int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err);
+void trainer_net_free(Trainer *tr);
+int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err);
+int trainer_net_evaluate(Trainer *tr, EvalResult *res, Error *err);
+/* The banner lines that describe the network, its data and batch. */
+void trainer_net_print_model(const Trainer *tr, FILE *out);
+
+#endif

@@ -1,0 +1,5 @@
+# The command line as a whole: every subcommand's options in both forms
+# (--flag value, --flag=value) and the common usage-error wording.
+add_test(NAME cli.options
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/options_test.sh $<TARGET_FILE:fivefold> ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli.options PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE" TIMEOUT 300)

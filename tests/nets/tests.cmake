@@ -1,0 +1,7 @@
+# The networks of nets/ through `fivefold train` (label "mpi"): the MLP on
+# one rank with a bit-exact resume, and data-parallel (plain and ZeRO-1)
+# against one rank.
+add_test(NAME nets.mlp_train
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mlp_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(nets.mlp_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
