@@ -6,7 +6,7 @@ BUILD := build
 ASAN_BUILD := build-asan
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all build deps test test-fast test-asan demo bench clean
+.PHONY: all build deps test test-fast test-asan fuzz demo bench clean
 
 all: build
 
@@ -33,6 +33,12 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS) -LE slow
+
+# Time-bounded fuzzing of every file reader (FIVEFOLD_FUZZ_SECONDS per
+# harness, 60 by default): a search for new bugs, so not part of `make test`,
+# whose fuzz tests replay the seeds plus a fixed number of inputs.
+fuzz: build
+	@cmake --build $(BUILD) --target fuzz
 
 demo: build
 	@bash scripts/demo.sh
