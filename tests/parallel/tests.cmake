@@ -49,3 +49,8 @@ foreach(mode golden-ep golden-fold golden-pp reshard config)
   set_tests_properties(parallel.fold_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+
+# The golden tests' loss rule itself (compare_runs.py): small aux and z
+# losses are held to the relative tolerance, not to an absolute one.
+add_test(NAME parallel.compare_rule COMMAND /usr/bin/python3 ${PARALLEL_TEST_DIR}/compare_runs_test.py)
+set_tests_properties(parallel.compare_rule PROPERTIES TIMEOUT 60)
