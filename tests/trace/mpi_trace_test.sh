@@ -17,8 +17,10 @@
 #              2: that action on the critical path with about that much
 #              extra time, rank 2 the straggler. 4 ranks share 2 cores: a run
 #              the machine disturbed by more than a quarter of the delay
-#              cannot judge it and is recorded again (up to 5 times); the
-#              checks no load can change are made on every run.
+#              cannot judge it and is recorded again (up to 5 times; ctest
+#              runs this test alone, RUN_SERIAL); the checks no load can
+#              change are made on every run. When all 5 were disturbed the
+#              test exits 77: a skip, since the delay was not judged.
 set -u
 MODE=$1
 DRIVER=$2
@@ -100,7 +102,8 @@ delay)
       break
     fi
     if [ $attempt = 5 ]; then
-      echo "note: the machine disturbed all 5 runs; only the checks no load can change were made"
+      echo "the machine disturbed all 5 runs; only the checks no load can change were made"
+      unjudged=1
     else
       echo "attempt $attempt: recording again"
     fi
@@ -114,5 +117,9 @@ esac
 if [ $failures -gt 0 ]; then
   echo "$failures failure(s)"
   exit 1
+fi
+if [ -n "${unjudged:-}" ]; then
+  echo "SKIP: mpi_trace_test $MODE: no quiet run, so the delay and straggler checks were not made"
+  exit 77
 fi
 echo "mpi_trace_test $MODE: passed"

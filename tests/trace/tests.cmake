@@ -43,6 +43,16 @@ foreach(mode dag delay)
   set_tests_properties(trace.mpi_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${TRACE_MPI_ENV}")
 endforeach()
 
+# Checks that judge measured times against injected sleeps (the size of a
+# delay, the straggler, the bubble) need a quiet machine: they run alone
+# (RUN_SERIAL: nothing else of the suite beside them), record again when
+# a run was disturbed, and report a skip (77), never a pass, when no run of
+# a few was quiet. trace.pipeline makes the checks load cannot change.
+add_test(NAME trace.pipeline_delay COMMAND test_trace_pipeline --timing)
+set_tests_properties(trace.pipeline_delay PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77 TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+set_tests_properties(trace.mpi_delay PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+
 # Operations inside layers in a real training trace (ops_trace_test.sh):
 # one rank without MPI (GEMM FLOPs per forward, nesting, calibrate
 # --from-trace), and TP2 under mpirun (label mpi: the tp group's exchanges).
