@@ -1,7 +1,9 @@
 /* The per-rank recording session of a multi-rank run (trace_session.h):
  * sizing and binding the recorder, the per-action calls, and the collective
  * end: clock offsets by ping-pong, the gather of every rank's buffer to
- * rank 0 and the one Chrome trace it writes. */
+ * rank 0 and the one Chrome trace it writes. A probes-only session (no
+ * recorder) takes the same per-action path so that every run fires the
+ * USDT probes an outside tracer attaches to. */
 #include "train/trace_session.h"
 
 #include <limits.h>
@@ -32,7 +34,8 @@ struct TraceSession {
   int world_rank, world_size, pipeline_rank;
   int grad_reduce_group_id;
   TraceRecorder *rec;
-  TraceEvent *posted; /* per position in this rank's list: a posted action's span (begin 0: none) */
+  TraceEvent *posted; /* per position in this rank's list: a posted action's span (begin 0: not recorded) */
+  unsigned char *posted_open; /* per position: posted and not yet completed (its action_end probe is due) */
   int num_rank_actions;
   TraceClockSync *sync; /* rank 0, after finish: per world rank */
   int num_compute_actions; /* FWD/BWD of this rank per iteration */
@@ -75,15 +78,13 @@ static size_t window_capacity(const TraceSessionOptions *opt, int rank_actions) 
   return per_step * (size_t)steps;
 }
 
-static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const SchedProgram *prog,
-                       const GridSizes *sizes, Error *err) {
-  if (!opt->path || !*opt->path) return error_set(err, ERR_ARG, "trace session: no trace file given (--trace FILE)");
+/* Grid, coordinates, peers and the rank's action list: what both kinds of
+ * session need to annotate actions. */
+static int setup_grid(TraceSession *ts, const TraceSessionOptions *opt, const SchedProgram *prog,
+                      const GridSizes *sizes, Error *err) {
   if (!prog || prog->num_ranks < 1) return error_set(err, ERR_ARG, "trace session: no schedule program to trace");
   if (opt->grad_reduce_group < 0 || opt->grad_reduce_group >= TRACE_NUM_GROUPS)
     return error_set(err, ERR_ARG, "trace session: grad_reduce_group %d is not a TraceGroup", opt->grad_reduce_group);
-  if (opt->first_step < 0 || (opt->last_step >= 0 && opt->last_step < opt->first_step))
-    return error_set(err, ERR_ARG, "trace session: step window %d:%d is empty (expected 0 <= first <= last)",
-                     opt->first_step, opt->last_step);
   if (sizes) {
     ts->sizes = *sizes;
   } else {
@@ -113,21 +114,35 @@ static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const S
   for (int i = 0; i < ts->num_rank_actions; i++) num_compute += mine[i].kind == SCHED_FWD || mine[i].kind == SCHED_BWD;
   ts->num_compute_actions = num_compute;
   ts->first_traced = -1;
+  size_t slots = (size_t)(ts->num_rank_actions > 0 ? ts->num_rank_actions : 1);
+  ts->posted = calloc(slots, sizeof *ts->posted);
+  ts->posted_open = calloc(slots, sizeof *ts->posted_open);
+  if (!ts->posted || !ts->posted_open) return error_set(err, ERR_NOMEM, "trace session: out of memory");
+  return ERR_OK;
+}
+
+static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const SchedProgram *prog,
+                       const GridSizes *sizes, Error *err) {
+  if (!opt->path || !*opt->path) return error_set(err, ERR_ARG, "trace session: no trace file given (--trace FILE)");
+  if (opt->first_step < 0 || (opt->last_step >= 0 && opt->last_step < opt->first_step))
+    return error_set(err, ERR_ARG, "trace session: step window %d:%d is empty (expected 0 <= first <= last)",
+                     opt->first_step, opt->last_step);
+  int rc = setup_grid(ts, opt, prog, sizes, err);
+  if (rc) return rc;
   size_t capacity = window_capacity(opt, ts->num_rank_actions);
   /* The operations of the first step on top: its count sizes the rest. */
-  if (opt->extra_events_per_step <= 0) capacity += (size_t)num_compute * TRACE_SESSION_OPS_PER_COMPUTE;
+  if (opt->extra_events_per_step <= 0) capacity += (size_t)ts->num_compute_actions * TRACE_SESSION_OPS_PER_COMPUTE;
   if (capacity > TRACE_SESSION_MAX_EVENTS)
     return error_set(err, ERR_ARG,
                      "trace session: --trace-steps %d:%d needs %zu events on rank %d (%.0f MB); narrow the window "
                      "to at most %zu events",
                      opt->first_step, opt->last_step, capacity, ts->world_rank,
                      (double)(capacity * sizeof(TraceEvent)) / 1e6, TRACE_SESSION_MAX_EVENTS);
-  TraceRecorderConfig rc = {capacity, opt->first_step, opt->last_step};
-  ts->rec = trace_recorder_new(&rc, err);
+  TraceRecorderConfig rcfg = {capacity, opt->first_step, opt->last_step};
+  ts->rec = trace_recorder_new(&rcfg, err);
   if (!ts->rec) return err ? err->code : ERR_NOMEM;
-  ts->posted = calloc((size_t)(ts->num_rank_actions > 0 ? ts->num_rank_actions : 1), sizeof *ts->posted);
   ts->path = strdup(opt->path);
-  if (!ts->posted || !ts->path) return error_set(err, ERR_NOMEM, "trace session: out of memory");
+  if (!ts->path) return error_set(err, ERR_NOMEM, "trace session: out of memory");
   return ERR_OK;
 }
 
@@ -154,6 +169,7 @@ void trace_session_free(TraceSession *ts) {
   if (trace_bound_recorder() == ts->rec) trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size);
   trace_recorder_free(ts->rec);
   free(ts->posted);
+  free(ts->posted_open);
   free(ts->path);
   free(ts->sync);
   free(ts);
@@ -185,6 +201,23 @@ int trace_session_create(const TraceSessionOptions *opt, const SchedProgram *pro
   return ERR_OK;
 }
 
+TraceSession *trace_session_create_probes(const SchedProgram *prog, const GridSizes *sizes) {
+  TraceSession *ts = calloc(1, sizeof *ts);
+  if (!ts) return NULL;
+  ts->opt = trace_session_options_default();
+  ts->prog = prog;
+  ts->world_rank = comm_initialized() ? comm_world_rank() : 0;
+  ts->world_size = comm_initialized() ? comm_world_size() : 1;
+  if (setup_grid(ts, &ts->opt, prog, sizes, NULL)) {
+    trace_session_free(ts);
+    return NULL;
+  }
+  trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size); /* the rank probe */
+  return ts;
+}
+
+int trace_session_records(const TraceSession *ts) { return ts && ts->rec; }
+
 int trace_session_pipeline_rank(const TraceSession *ts) { return ts ? ts->pipeline_rank : comm_world_rank(); }
 int trace_session_world_rank(const TraceSession *ts) { return ts ? ts->world_rank : comm_world_rank(); }
 
@@ -213,6 +246,11 @@ static void size_from_first_step(TraceSession *ts, int iteration) {
 
 void trace_session_begin_iteration(TraceSession *ts, int iteration) {
   if (!ts) return;
+  if (!ts->rec) { /* probes only */
+    trace_begin_iteration(iteration);
+    memset(ts->posted_open, 0, (size_t)(ts->num_rank_actions > 0 ? ts->num_rank_actions : 1));
+    return;
+  }
   if (ts->first_traced >= 0 && !ts->sized_from_count && iteration > ts->first_traced)
     size_from_first_step(ts, iteration);
   if (in_window(ts, iteration) && ts->first_traced < 0) ts->first_traced = iteration;
@@ -226,7 +264,7 @@ void trace_session_begin_iteration(TraceSession *ts, int iteration) {
   trace_begin_iteration(iteration);
   /* A posted action never completed in the last iteration must not end in
    * this one. */
-  for (int i = 0; i < ts->num_rank_actions; i++) ts->posted[i].begin = 0;
+  for (int i = 0; i < ts->num_rank_actions; i++) ts->posted[i].begin = 0, ts->posted_open[i] = 0;
 }
 
 /* The world rank on the other side of a message: same coordinates, the
@@ -268,14 +306,16 @@ void trace_session_post(TraceSession *ts, const SchedAction *a) {
   if (!ts || a->rank != ts->pipeline_rank || a->index < 0 || a->index >= ts->num_rank_actions) return;
   TraceEvent span = trace_action_begin(a->id, a->microbatch, a->layer);
   annotate(ts, a, &span);
-  ts->posted[a->index] = span; /* begin 0 when not recording: complete then does nothing */
+  ts->posted[a->index] = span; /* begin 0 when not recording: complete then only fires the probe */
+  ts->posted_open[a->index] = 1;
 }
 
 void trace_session_complete(TraceSession *ts, const SchedAction *a) {
   if (!ts || a->rank != ts->pipeline_rank || a->index < 0 || a->index >= ts->num_rank_actions) return;
+  if (!ts->posted_open[a->index]) return;
+  ts->posted_open[a->index] = 0;
   TraceEvent *span = &ts->posted[a->index];
-  if (!span->begin) return;
-  trace_action_end(span);
+  trace_action_end(span); /* the action_end probe always; the event only when recording */
   span->begin = 0;
 }
 
@@ -383,7 +423,7 @@ static int write_trace(TraceSession *ts, const TraceRankInfo *infos, const int *
 }
 
 int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *model, Error *err) {
-  if (!ts) return ERR_OK;
+  if (!ts || !ts->rec) return ERR_OK; /* probes only: nothing recorded, nothing to write */
   release_op_hook(ts);
   trace_recorder_stop(ts->rec);
   trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size);

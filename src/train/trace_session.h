@@ -79,6 +79,16 @@ typedef struct TraceSession TraceSession;
 int trace_session_create(const TraceSessionOptions *opt, const SchedProgram *prog, const GridSizes *sizes,
                          TraceSession **out, Error *err);
 
+/* A session that records nothing and writes no file, for a run without
+ * --trace: the executor's calls still fire the USDT probes (rank,
+ * iteration, every action with its peer and group; trace/probes.h), so
+ * `fivefold trace record --ebpf` can trace a run that was not started for
+ * tracing. Not collective; NULL when out of memory (the run then has no
+ * action probes, nothing else changes). */
+TraceSession *trace_session_create_probes(const SchedProgram *prog, const GridSizes *sizes);
+/* 1 when ts records (a --trace session), 0 for NULL or probes only. */
+int trace_session_records(const TraceSession *ts);
+
 void trace_session_begin_iteration(TraceSession *ts, int iteration);
 TraceEvent trace_session_action_begin(TraceSession *ts, const SchedAction *a);
 void trace_session_action_end(TraceSession *ts, TraceEvent *span);

@@ -74,7 +74,7 @@ PY
       "$CLI" trace analyze plain.json --dot crit.dot --critical-only >/dev/null 2>&1 && dot -Tsvg crit.dot -o crit.svg ||
         fail "dot rejected the critical path"
     else
-      echo "note: graphviz dot not installed; DOT not rendered"
+      echo "SKIP (missing dependency: graphviz): dot is not installed; the DOT output was not rendered"
     fi
     "$CLI" trace compare plain.json >compare.txt 2>&1 || { cat compare.txt; fail "trace compare"; }
     cat compare.txt

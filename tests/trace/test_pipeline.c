@@ -476,7 +476,10 @@ static void test_dot_is_accepted_by_graphviz(void **state) {
   remove(full);
   remove(crit);
   trace_report_free(&rep);
-  if (!have_dot) skip();
+  if (!have_dot) {
+    printf("SKIP (missing dependency: graphviz): dot is not installed; the DOT output was not rendered\n");
+    skip();
+  }
 }
 
 static void test_overflow_counts_drops(void **state) {
