@@ -6,9 +6,12 @@
  * USDT probes an outside tracer attaches to. */
 #include "train/trace_session.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -25,8 +28,19 @@
  * before its real count is known; later steps are sized from that count. */
 #define TRACE_SESSION_OPS_PER_COMPUTE 2048
 
+/* A sleep a test injects into one action (TRACE_SESSION_DELAY_ENV). */
+typedef struct InjectedDelay {
+  int world_rank, kind, microbatch, iteration; /* microbatch -1: any */
+  double ms;
+  int at_end; /* 1: after the handler, inside the span; 0: before it */
+} InjectedDelay;
+
+#define TRACE_SESSION_MAX_DELAYS 4
+
 struct TraceSession {
   TraceSessionOptions opt;
+  InjectedDelay delays[TRACE_SESSION_MAX_DELAYS];
+  int num_delays;
   char *path;
   const SchedProgram *prog;
   GridSizes sizes;
@@ -43,6 +57,8 @@ struct TraceSession {
   int first_traced;        /* iteration the window's first step ran as; -1 before */
   int sized_from_count;    /* the buffer was sized from that step's count */
 };
+
+static void load_test_delays(TraceSession *ts);
 
 TraceSessionOptions trace_session_options_default(void) {
   return (TraceSessionOptions){.path = NULL, .first_step = 0, .last_step = -1, .num_steps = 0,
@@ -197,8 +213,55 @@ int trace_session_create(const TraceSessionOptions *opt, const SchedProgram *pro
   }
   ts->opt.path = ts->path;
   trace_bind(ts->rec, ts->world_rank, ts->pipeline_rank, ts->world_size);
+  load_test_delays(ts);
   *out = ts;
   return ERR_OK;
+}
+
+/* ---- the test hook ---- */
+
+/* Reads TRACE_SESSION_DELAY_ENV: entries "RANK:KIND:MB:ITER:MS[:end]"
+ * separated by commas (KIND as sched names it: FWD, BWD, OPTIM, ...; MB -1
+ * for any). A malformed entry is reported and ignored: only tests set it. */
+static void load_test_delays(TraceSession *ts) {
+  const char *v = getenv(TRACE_SESSION_DELAY_ENV);
+  if (!v || !v[0]) return;
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", v);
+  char *save = NULL;
+  for (char *e = strtok_r(buf, ",", &save); e && ts->num_delays < TRACE_SESSION_MAX_DELAYS;
+       e = strtok_r(NULL, ",", &save)) {
+    InjectedDelay d = {0};
+    char kind[32], where[8] = "";
+    int got = sscanf(e, "%d:%31[A-Z_]:%d:%d:%lf:%7s", &d.world_rank, kind, &d.microbatch, &d.iteration, &d.ms, where);
+    SchedActionKind k;
+    if (got < 5 || sched_action_kind_from_name(kind, &k) || d.ms <= 0 || (got == 6 && strcmp(where, "end"))) {
+      fprintf(stderr, "%s: ignoring '%s' (expected RANK:KIND:MB:ITER:MS[:end])\n", TRACE_SESSION_DELAY_ENV, e);
+      continue;
+    }
+    d.kind = (int)k;
+    d.at_end = got == 6;
+    if (d.world_rank == ts->world_rank) ts->delays[ts->num_delays++] = d;
+  }
+}
+
+static void sleep_ms(double ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  long long ns = until.tv_nsec + (long long)(ms * 1e6);
+  until.tv_sec += (time_t)(ns / 1000000000);
+  until.tv_nsec = (long)(ns % 1000000000);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+  }
+}
+
+static void maybe_delay(const TraceSession *ts, const SchedAction *a, int iteration, int at_end) {
+  for (int i = 0; i < ts->num_delays; i++) {
+    const InjectedDelay *d = &ts->delays[i];
+    if (d->at_end == at_end && d->kind == (int)a->kind && d->iteration == iteration &&
+        (d->microbatch < 0 || d->microbatch == a->microbatch))
+      sleep_ms(d->ms);
+  }
 }
 
 TraceSession *trace_session_create_probes(const SchedProgram *prog, const GridSizes *sizes) {
@@ -213,6 +276,7 @@ TraceSession *trace_session_create_probes(const SchedProgram *prog, const GridSi
     return NULL;
   }
   trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size); /* the rank probe */
+  load_test_delays(ts);
   return ts;
 }
 
@@ -293,11 +357,16 @@ TraceEvent trace_session_action_begin(TraceSession *ts, const SchedAction *a) {
   TraceEvent span = trace_action_begin(a->id, a->microbatch, a->layer);
   annotate(ts, a, &span);
   trace_op_gate(1);
+  if (ts->num_delays) maybe_delay(ts, a, span.iteration, 0);
   return span;
 }
 
 void trace_session_action_end(TraceSession *ts, TraceEvent *span) {
   if (!ts) return;
+  if (ts->num_delays) {
+    const SchedAction *a = sched_program_action(ts->prog, span->id);
+    if (a) maybe_delay(ts, a, span->iteration, 1);
+  }
   trace_op_gate(0);
   trace_action_end(span);
 }

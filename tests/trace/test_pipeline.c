@@ -257,14 +257,17 @@ static void test_dag_has_exactly_the_program_edges(void **state) {
     assert_int_equal(dag.num_missing_edges, 0);
     EdgeKey *want = malloc(sizeof *want * (size_t)(8 * fx.prog->num_actions + 64));
     int nwant = expected_edges(fx.prog, want);
+    /* The program's edges; the measured kinds (WAIT, SYNC) come on top. */
     EdgeKey *got = malloc(sizeof *got * (size_t)(dag.num_edges + 1));
+    int ngot = 0;
     for (int i = 0; i < dag.num_edges; i++) {
+      if (dag.edges[i].kind >= TRACE_EDGE_WAIT) continue;
       const TraceNode *f = &dag.nodes[dag.edges[i].from], *t = &dag.nodes[dag.edges[i].to];
-      got[i] = (EdgeKey){f->rank, f->action, t->rank, t->action, dag.edges[i].kind};
+      got[ngot++] = (EdgeKey){f->rank, f->action, t->rank, t->action, dag.edges[i].kind};
     }
     qsort(want, (size_t)nwant, sizeof *want, cmp_edge);
-    qsort(got, (size_t)dag.num_edges, sizeof *got, cmp_edge);
-    assert_int_equal(dag.num_edges, nwant);
+    qsort(got, (size_t)ngot, sizeof *got, cmp_edge);
+    assert_int_equal(ngot, nwant);
     for (int i = 0; i < nwant; i++) assert_memory_equal(&got[i], &want[i], sizeof *got);
     /* Every measured edge is a real precedence, its source point no later
      * than its target point (one clock in this process), except program
@@ -274,6 +277,10 @@ static void test_dag_has_exactly_the_program_edges(void **state) {
       const TraceEdge *e = &dag.edges[i];
       const SchedAction *to = &fx.prog->actions[dag.nodes[e->to].action];
       if (e->kind == TRACE_EDGE_STREAM && to->stream == SCHED_STREAM_P2P) continue;
+      /* A WAIT edge marks when the host could start waiting; the driver
+       * tests posted receives while it works, so one may have completed
+       * before that (the walk then ignores the edge). */
+      if (e->kind == TRACE_EDGE_WAIT) continue;
       assert_true(trace_edge_source_time(&dag, e) <= trace_edge_target_time(&dag, e));
     }
     free(want);

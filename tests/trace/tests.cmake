@@ -57,6 +57,13 @@ add_test(NAME trace.ebpf_train
 set_tests_properties(trace.ebpf_train PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "${TRACE_MPI_ENV}")
 
+# The critical path of real PP2 training traces with an injected straggler
+# (pp2_path_test.sh): through a backward a posted receive's span covered,
+# and across the all-gather inside OPTIM to the rank it waited for.
+add_test(NAME trace.pp2_path
+         COMMAND bash ${TRACE_TEST_DIR}/pp2_path_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(trace.pp2_path PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "${TRACE_MPI_ENV}")
+
 # Operations inside layers in a real training trace (ops_trace_test.sh):
 # one rank without MPI (GEMM FLOPs per forward, nesting, calibrate
 # --from-trace), and TP2 under mpirun (label mpi: the tp group's exchanges).
