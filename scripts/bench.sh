@@ -54,6 +54,12 @@ if [ -x "$BUILD/bench/bench_attention" ]; then
   "$BUILD/bench/bench_attention"
 fi
 
+if [ -x "$BUILD/bench/bench_op_probe" ]; then
+  echo
+  echo "=== operation probes with nothing attached (bench/bench_op_probe.c) ==="
+  "$BUILD/bench/bench_op_probe"
+fi
+
 if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then
   echo
   echo "=== data parallelism: DP2 versus one rank (bench/bench_dp.sh) ==="
