@@ -6,8 +6,9 @@
 # crash. Two ways to bound it:
 #
 #   runs N      the ctest gate: every seed replayed, then exactly N inputs
-#               mutated from seed 1. The same inputs on every machine, fast
-#               or slow, loaded or idle: the verdict does not depend on speed.
+#               mutated from seed 1. The same inputs on every run, fast or
+#               slow, loaded or idle: the verdict does not depend on speed
+#               (fuzz.reproducible checks it).
 #   seconds S   `make fuzz`: as many inputs as S seconds allow (a search for
 #               new bugs, never part of `make test`).
 #
@@ -25,18 +26,35 @@ case $count in '' | *[!0-9]*) echo "run_fuzz: COUNT must be a whole number, not 
 
 rm -rf "$work/corpus" "$work/tmp"
 mkdir -p "$work/corpus" "$work/tmp" "$work/artifacts" || exit 2
-export TMPDIR="$work/tmp"
+fuzzer=$(realpath "$fuzzer") seeds=$(realpath "$seeds") dict=$(realpath "$dict") work=$(realpath "$work")
 
+# The same inputs on every run need the same comparisons: libFuzzer feeds
+# the operands of traced comparisons back into its mutations, so a random
+# scratch path or a randomised address would change what it tries next.
+# The harness works in a scratch directory with a fixed relative name
+# inside a private, empty working directory (fuzz_util.h), and in the gate
+# address-space randomisation is switched off for the fuzzer (setarch -R)
+# when the machine allows it; when it does not, that is said.
+cd "$work/tmp" || exit 2
+export TMPDIR=. FIVEFOLD_FUZZ_FIXED_SCRATCH=fivefold-fuzz
+launch=()
 if [ "$mode" = runs ]; then
   bound=(-runs="$count")
+  if setarch "$(uname -m)" -R true 2>/dev/null; then
+    launch=(setarch "$(uname -m)" -R)
+  else
+    echo "run_fuzz: note: cannot switch off address randomisation here (setarch -R);" \
+      "the inputs tried may differ from run to run"
+  fi
 else
   bound=(-max_total_time="$count")
 fi
 # -rss_limit_mb also caps single allocations (malloc_limit_mb defaults to
 # it); -timeout flags any one input that takes longer than 10 s.
-"$fuzzer" -seed=1 "${bound[@]}" -rss_limit_mb=1024 -timeout=10 \
+"${launch[@]}" "$fuzzer" -seed=1 "${bound[@]}" -rss_limit_mb=1024 -timeout=10 \
   -dict="$dict" -artifact_prefix="$work/artifacts/" -print_final_stats=1 "$work/corpus" "$seeds"
 rc=$?
+cd "$work" || exit 2
 
 rm -rf "$work/corpus" "$work/tmp"
 if [ $rc -ne 0 ]; then

@@ -136,7 +136,8 @@ endfunction()
 # fuzz_harness(reader RUNS SOURCES...): tests/fuzz/fuzz_<reader>.c plus the
 # named reader sources (paths under src/), instrumented; test fuzz.<reader>
 # replays the seeds and then RUNS mutated inputs (counts chosen to take
-# about 10 s each on 2 shared cores; the count, not the time, is fixed).
+# about 5 to 10 s each on 2 idle shared cores; the count, not the time, is
+# fixed).
 add_custom_target(fuzz COMMENT "fuzz: time-bounded fuzzing of every reader (${FIVEFOLD_FUZZ_SECONDS} s each)")
 function(fuzz_harness reader runs)
   fuzz_object(${reader} ${FUZZ_SRC_DIR}/fuzz_${reader}.c ON harness_obj)
@@ -168,11 +169,18 @@ function(fuzz_harness reader runs)
   add_dependencies(fuzz fuzz_${reader})
 endfunction()
 
-fuzz_harness(model_config 30000 model/config.c base/error.c)
-fuzz_harness(train_config 30000 train/train_config.c model/config.c base/error.c)
-fuzz_harness(tokenizer 30000 tok/tok_json.c tok/tokenizer.c tok/bpe_encode.c tok/pretok.c base/error.c)
-fuzz_harness(safetensors 200000 base/safetensors.c base/error.c)
-fuzz_harness(token_shard 200000 train/token_shard.c train/data_loader.c base/error.c)
+fuzz_harness(model_config 20000 model/config.c base/error.c)
+fuzz_harness(train_config 20000 train/train_config.c model/config.c base/error.c)
+fuzz_harness(tokenizer 20000 tok/tok_json.c tok/tokenizer.c tok/bpe_encode.c tok/pretok.c base/error.c)
+fuzz_harness(safetensors 100000 base/safetensors.c base/error.c)
+fuzz_harness(token_shard 100000 train/token_shard.c train/data_loader.c base/error.c)
+# The gate itself: two runs with the gate's bounds try the same inputs.
+add_test(NAME fuzz.reproducible
+         COMMAND bash ${FUZZ_SRC_DIR}/reproducible_test.sh ${FUZZ_BIN_DIR}/fuzz_model_config
+                 ${FUZZ_SRC_DIR}/corpus/model_config ${FUZZ_SRC_DIR}/model_config.dict
+                 ${FUZZ_BIN_DIR}/reproducible runs 5000)
+set_tests_properties(fuzz.reproducible PROPERTIES LABELS fuzz TIMEOUT 600 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 if(EXISTS ${CMAKE_SOURCE_DIR}/src/train/checkpoint_read.c)
-  fuzz_harness(checkpoint 20000 train/checkpoint_read.c model/config.c base/error.c)
+  fuzz_harness(checkpoint 10000 train/checkpoint_read.c model/config.c base/error.c)
 endif()
