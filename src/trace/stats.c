@@ -301,8 +301,11 @@ static void print_path(const TraceReport *rep, const TraceIterationReport *it, F
       char from[48];
       const TraceNode *fn = &dag->nodes[e->from];
       sched_action_label(dag->program, &dag->program->actions[fn->action], from, sizeof from);
-      fprintf(f, "    %9.3f ms  rank %-3d %-10s waited   %8.3f ms on %s from rank %d %s\n", at, s->rank, label,
+      fprintf(f, "    %9.3f ms  rank %-3d %-10s waited   %8.3f ms on %s from rank %d %s", at, s->rank, label,
               ms((double)(s->end - s->begin)), trace_edge_kind_name(e->kind), fn->rank, from);
+      if (e->kind == TRACE_EDGE_SYNC) /* which collective the ranks met in */
+        fprintf(f, " (%s inside both)", trace_op_kind_name((TraceOpKind)e->op_kind));
+      fprintf(f, "\n");
     }
   }
 }
