@@ -10,7 +10,8 @@
 #   * checks skipped inside tests that passed otherwise (a "SKIP (missing
 #     dependency: ...)" line in a passing test's output);
 #   * layers CMake did not register at all (BUILD_DIR/untested-layers/*.txt,
-#     written at configure time, e.g. the fuzz tests without clang).
+#     written at configure time, e.g. the fuzz tests without clang);
+#   * tests that passed only on a retry (a "RETRY:" line in their output).
 # A skip is a missing dependency when its line says "missing dependency"
 # (what scripts/install-deps.sh should have installed); other skips (eBPF not
 # permitted in a container, no quiet run for a timing check) are properties
@@ -20,6 +21,7 @@
 set -u
 missing=0
 other=0
+retry_lines=()
 for build in "$@"; do
   [ -f "$build/ctest.log" ] || continue
   log="$build/Testing/Temporary/LastTest.log"
@@ -30,6 +32,13 @@ for build in "$@"; do
     / Testing: / { name = $NF; next }
     /^<end of output>/ { name = ""; next }
     name != "" && /SKIP/ { print name "\t" $0 }' "$log" 2>/dev/null)
+  # Tests that passed only on a second attempt say so with a RETRY: line.
+  while IFS= read -r l; do
+    [ -n "$l" ] && retry_lines+=("  $build: ${l%%$'\t'*}: ${l#*$'\t'}")
+  done < <(awk '
+    / Testing: / { name = $NF; next }
+    /^<end of output>/ { name = ""; next }
+    name != "" && /RETRY:/ { print name "\t" $0 }' "$log" 2>/dev/null)
   for t in "${skipped[@]}"; do
     reason=$(printf '%s\n' "${lines[@]}" | awk -F'\t' -v t="$t" '$1 == t { print $2; exit }')
     [ -n "$reason" ] || reason="(the test printed no SKIP line)"
@@ -62,6 +71,10 @@ echo
 echo "=== what make test did not test ==="
 if [ $missing -eq 0 ] && [ $other -eq 0 ]; then
   echo "  nothing: every registered test ran, and every layer is registered"
+fi
+if [ ${#retry_lines[@]} -gt 0 ]; then
+  echo "retried (the second attempt counted):"
+  printf '%s\n' "${retry_lines[@]}"
 fi
 if [ $other -gt 0 ]; then
   echo "skipped for reasons of this machine (not a missing dependency):"

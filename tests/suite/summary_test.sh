@@ -3,7 +3,8 @@
 # a test skipped for a missing dependency, a check skipped inside a test
 # that passed, and a layer CMake did not register are reported as untested
 # and fail under CI=true; a skip that is a property of the machine (eBPF not
-# permitted, no quiet run) is listed and never fails; a clean run says so.
+# permitted, no quiet run) and a test that passed on a retry are listed and
+# never fail; a clean run says so.
 # usage: summary_test.sh SUMMARY_SCRIPT
 set -u
 summary=$1
@@ -62,6 +63,9 @@ expect ebpf 0 "reasons of this machine" "trace.ebpf skipped: SKIP (not available
 
 fake_build "$work/partial" "trace.pipeline:Passed:SKIP (missing dependency: graphviz): dot is not installed"
 expect partial 1 "trace.pipeline passed without a check: SKIP (missing dependency: graphviz)"
+
+fake_build "$work/retry" "trace.ebpf:Passed:RETRY: trace.ebpf: events were lost; recording once more"
+expect retry 0 "retried" "trace.ebpf: RETRY: trace.ebpf: events were lost"
 
 fake_build "$work/layer" "a.one:Passed:ok"
 echo "fuzz.* (the libFuzzer tests): no clang (missing dependency: clang libclang-rt-dev)" \
