@@ -250,6 +250,7 @@ static int collect_ops(TraceDag *dag, int r, int pure_pipeline, CollOp **ops, si
     }
     (*ops)[(*n)++] = (CollOp){e->group, members, r, 0, node, e->id, (int64_t)e->begin, (int64_t)e->end};
   }
+  if (*n == first) return 0; /* none (and *ops may still be NULL) */
   qsort(*ops + first, *n - first, sizeof **ops, cmp_coll_begin);
   for (size_t i = first; i < *n; i++)
     for (size_t j = first; j < i; j++)
