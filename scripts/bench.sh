@@ -86,6 +86,12 @@ if [ -x "$BUILD/bench/bench_conv" ]; then
   bash bench/bench_conv.sh "$BUILD"
 fi
 
+if [ -x "$BUILD/bench/bench_op_probe" ]; then
+  echo
+  echo "=== operation probes with nothing attached (bench/bench_op_probe.c) ==="
+  "$BUILD/bench/bench_op_probe"
+fi
+
 if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then
   echo
   echo "=== data parallelism: DP2 versus one rank (bench/bench_dp.sh) ==="

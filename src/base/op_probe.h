@@ -7,8 +7,12 @@
  *
  * At a call site:
  *   OP_PROBE_BEGIN(op, OP_PROBE_GEMM); linear_forward(...); OP_PROBE_END_GEMM(op, M, N, K);
- * With no hook installed, a span costs one load of the hook pointer and a
- * never-taken branch; the numerics around it are untouched.
+ * With no hook installed, a span costs one load of the hook pointer, a
+ * never-taken branch, and two calls that fire the op_begin / op_shape /
+ * op_end USDT probes (base/usdt.h): nops with their arguments in registers,
+ * fired in every run so that `fivefold trace record --ebpf` sees the
+ * operations of a run that was not started for tracing (bench_op_probe
+ * measures the cost). The numerics around it are untouched.
  *
  * The layer and micro-batch an operation belongs to come from this
  * thread's context (op_probe_set_layer / op_probe_set_microbatch), set by
@@ -20,6 +24,8 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+
+#include "base/usdt.h"
 
 typedef enum OpProbeKind {
   OP_PROBE_ATTN_FWD = 0,
@@ -87,6 +93,13 @@ int op_probe_group_from_name(const char *name);
 
 /* ---- the hot path ---- */
 
+/* The USDT probes of an operation (base/usdt.h), out of line on purpose:
+ * one probe site each for the whole binary instead of one per inlined call
+ * site, since a tracer pays about 0.1 s per site to attach (hundreds of
+ * sites made `trace record --ebpf` wait 20 s). Costs a call and a nop. */
+void op_probe_usdt_begin(int kind);
+void op_probe_usdt_end(int kind, int m, int n, int k, int64_t bytes, int peer, int group);
+
 extern _Atomic(const OpProbeHooks *) op_probe_hooks_;
 extern _Thread_local int op_probe_tls_layer_, op_probe_tls_microbatch_;
 
@@ -98,6 +111,9 @@ typedef struct OpProbeSpan {
 
 static inline OpProbeSpan op_probe_begin(int kind) {
   OpProbeSpan s = {atomic_load_explicit(&op_probe_hooks_, memory_order_relaxed), 0, kind};
+#ifdef FIVEFOLD_HAVE_USDT
+  op_probe_usdt_begin(kind);
+#endif
   if (__builtin_expect(s.hooks != 0, 0)) {
     s.begin = s.hooks->begin();
     if (!s.begin) s.hooks = 0;
@@ -107,6 +123,9 @@ static inline OpProbeSpan op_probe_begin(int kind) {
 
 static inline void op_probe_end(const OpProbeSpan *s, int m, int n, int k, int64_t bytes, int group, int group_size,
                                 int peer) {
+#ifdef FIVEFOLD_HAVE_USDT
+  op_probe_usdt_end(s->kind, m, n, k, bytes, peer, group);
+#endif
   if (__builtin_expect(s->hooks != 0, 0)) {
     OpProbeEvent ev = {s->kind, op_probe_tls_layer_, op_probe_tls_microbatch_, m, n, k, bytes, group, group_size, peer};
     s->hooks->end(s->begin, &ev);
@@ -114,14 +133,21 @@ static inline void op_probe_end(const OpProbeSpan *s, int m, int n, int k, int64
 }
 
 #define OP_PROBE_BEGIN(span, kind) const OpProbeSpan span = op_probe_begin(kind)
-/* The END macros evaluate their arguments only while a hook listens. */
+/* With USDT probes in the build the END macros evaluate their arguments in
+ * every run (the op_end probe carries them); without, only while a hook
+ * listens. Either way they must be cheap and free of side effects. */
+#ifdef FIVEFOLD_HAVE_USDT
+#define OP_PROBE_WHEN_LISTENED_(span, call) (call)
+#else
+#define OP_PROBE_WHEN_LISTENED_(span, call) ((span).hooks ? (call) : (void)0)
+#endif
 #define OP_PROBE_END(span) op_probe_end(&(span), -1, -1, -1, -1, -1, -1, -1)
 #define OP_PROBE_END_GEMM(span, M, N, K) \
-  ((span).hooks ? op_probe_end(&(span), (int)(M), (int)(N), (int)(K), -1, -1, -1, -1) : (void)0)
+  OP_PROBE_WHEN_LISTENED_(span, op_probe_end(&(span), (int)(M), (int)(N), (int)(K), -1, -1, -1, -1))
 #define OP_PROBE_END_BYTES(span, BYTES) \
-  ((span).hooks ? op_probe_end(&(span), -1, -1, -1, (int64_t)(BYTES), -1, -1, -1) : (void)0)
+  OP_PROBE_WHEN_LISTENED_(span, op_probe_end(&(span), -1, -1, -1, (int64_t)(BYTES), -1, -1, -1))
 #define OP_PROBE_END_COMM(span, GROUP, GROUP_SIZE, BYTES, PEER) \
-  ((span).hooks ? op_probe_end(&(span), -1, -1, -1, (int64_t)(BYTES), (GROUP), (GROUP_SIZE), (PEER)) : (void)0)
+  OP_PROBE_WHEN_LISTENED_(span, op_probe_end(&(span), -1, -1, -1, (int64_t)(BYTES), (GROUP), (GROUP_SIZE), (PEER)))
 /* One call as one span (the span's name is local to the block):
  *   OP_PROBED_GEMM(M, N, K, linear_forward(y, x, w, M, K, N, 0)); */
 #define OP_PROBED(kind, call)                  \

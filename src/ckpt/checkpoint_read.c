@@ -507,10 +507,10 @@ int checkpoint_load_weights(const char *ckpt_dir, Model *m, Error *err) {
   CkptState st;
   int rc = ckpt_state_read(ckpt_dir, &st, err);
   if (rc) return rc;
-  /* A checkpoint is valid only as a whole (checkpoint_verify): weights are
-   * not taken from one whose optimizer file is damaged either. */
-  for (int i = 1; !rc && i < CKPT_NUM_FILES; i++) rc = ckpt_verify_file(&st, i, err);
-  if (!rc) rc = load_weights_from_state(&st, m, err);
+  /* Only the files it reads: sampling and export need no optimizer state,
+   * so a damaged optimizer file does not stop them (checkpoint_verify and
+   * checkpoint_load_training still refuse it). */
+  rc = load_weights_from_state(&st, m, err);
   ckpt_state_free(&st);
   return rc;
 }

@@ -28,7 +28,7 @@ static int releasing_edge(const TraceDag *dag, int node, int at_end, int64_t *wh
   int64_t best_t = at_end ? n->begin : INT64_MIN, late_t = INT64_MAX;
   for (int k = dag->in_begin[node]; k < dag->in_begin[node + 1]; k++) {
     const TraceEdge *e = &dag->edges[dag->in_edges[k]];
-    if (trace_edge_to_end(e->kind) != at_end) continue;
+    if (e->kind == TRACE_EDGE_SYNC || trace_edge_to_end(e->kind) != at_end) continue;
     int64_t t = trace_edge_source_time(dag, e);
     if (t > point) {
       if (t < late_t) {
@@ -55,10 +55,27 @@ static int releasing_edge(const TraceDag *dag, int node, int at_end, int64_t *wh
   return best;
 }
 
+/* The SYNC edge that released a point at time t inside `node`: of the
+ * collective operations that ended there by t and for which this rank
+ * waited (a member began its call after this rank began its own), the
+ * latest, with its last arriver; -1 when none. */
+static int releasing_sync(const TraceDag *dag, int node, int64_t t) {
+  int best = -1;
+  for (int k = dag->in_begin[node]; k < dag->in_begin[node + 1]; k++) {
+    int i = dag->in_edges[k];
+    const TraceEdge *e = &dag->edges[i];
+    if (e->kind != TRACE_EDGE_SYNC || e->to_time > t || e->from_time <= e->self_time || e->from_time > e->to_time)
+      continue;
+    const TraceEdge *b = best >= 0 ? &dag->edges[best] : NULL;
+    if (!b || e->to_time > b->to_time || (e->to_time == b->to_time && e->from_time > b->from_time)) best = i;
+  }
+  return best;
+}
+
 int trace_critical_path(const TraceDag *dag, TraceCriticalPath *path, Error *err) {
   memset(path, 0, sizeof *path);
   path->iteration = dag->iteration;
-  int max_steps = 2 * dag->num_nodes + 3;
+  int max_steps = 2 * (dag->num_nodes + dag->num_edges) + 3;
   path->segments = malloc((size_t)max_steps * sizeof *path->segments);
   path->node_on_path = calloc((size_t)dag->num_nodes + 1, sizeof *path->node_on_path);
   path->edge_on_path = calloc((size_t)dag->num_edges + 1, sizeof *path->edge_on_path);
@@ -69,10 +86,13 @@ int trace_critical_path(const TraceDag *dag, TraceCriticalPath *path, Error *err
   int node = 0;
   for (int i = 1; i < dag->num_nodes; i++)
     if (dag->nodes[i].end > dag->nodes[node].end) node = i;
-  int at_end = 1;
+  /* The walk's point: a node's begin, or a time t inside it or at its end
+   * (where a SYNC edge leaves a collective operation inside an action). */
+  int at_begin = 0;
+  int64_t t = dag->nodes[node].end;
   int n = 0;
   for (;;) {
-    if (n >= max_steps) {
+    if (n + 2 > max_steps) {
       trace_critical_path_free(path);
       return error_set(err, ERR_FORMAT,
                        "critical path of iteration %d: the walk does not end (the program's dependencies form a cycle)",
@@ -80,23 +100,44 @@ int trace_critical_path(const TraceDag *dag, TraceCriticalPath *path, Error *err
     }
     const TraceNode *cur = &dag->nodes[node];
     int64_t when;
-    int edge = releasing_edge(dag, node, at_end, &when);
-    if (edge < 0 && !at_end) {
-      /* Nothing released this begin: the rank started here. */
-      if (cur->begin > dag->begin)
-        path->segments[n++] = (TraceSegment){TRACE_SEGMENT_START, node, -1, cur->rank, dag->begin, cur->begin};
-      break;
-    }
-    TraceSegment *s = &path->segments[n++];
-    if (edge < 0) {
-      *s = (TraceSegment){TRACE_SEGMENT_ACTION, node, -1, cur->rank, cur->begin, cur->end};
-      at_end = 0;
+    if (at_begin) {
+      int edge = releasing_edge(dag, node, 0, &when);
+      if (edge < 0) {
+        /* Nothing released this begin: the rank started here. */
+        if (cur->begin > dag->begin)
+          path->segments[n++] = (TraceSegment){TRACE_SEGMENT_START, node, -1, cur->rank, dag->begin, cur->begin};
+        break;
+      }
+      const TraceEdge *e = &dag->edges[edge];
+      path->segments[n++] = (TraceSegment){TRACE_SEGMENT_EDGE, node, edge, cur->rank, when, cur->begin};
+      node = e->from;
+      at_begin = !trace_edge_from_end(e->kind);
+      t = at_begin ? dag->nodes[node].begin : dag->nodes[node].end;
       continue;
     }
-    const TraceEdge *e = &dag->edges[edge];
-    *s = (TraceSegment){TRACE_SEGMENT_EDGE, node, edge, cur->rank, when, at_end ? cur->end : cur->begin};
-    node = e->from;
-    at_end = trace_edge_from_end(e->kind);
+    /* At t inside or at the end of cur: an edge into the end, a collective
+     * operation inside that waited for another rank, or cur's own run,
+     * whichever released latest. */
+    int end_edge = t == cur->end ? releasing_edge(dag, node, 1, &when) : -1;
+    int sync = releasing_sync(dag, node, t);
+    if (end_edge >= 0 && (sync < 0 || when >= dag->edges[sync].to_time)) {
+      const TraceEdge *e = &dag->edges[end_edge];
+      path->segments[n++] = (TraceSegment){TRACE_SEGMENT_EDGE, node, end_edge, cur->rank, when, t};
+      node = e->from;
+      at_begin = !trace_edge_from_end(e->kind);
+      t = at_begin ? dag->nodes[node].begin : dag->nodes[node].end;
+    } else if (sync >= 0) {
+      const TraceEdge *e = &dag->edges[sync];
+      if (e->to_time < t)
+        path->segments[n++] = (TraceSegment){TRACE_SEGMENT_ACTION, node, -1, cur->rank, e->to_time, t};
+      path->segments[n++] = (TraceSegment){TRACE_SEGMENT_EDGE, node, sync, cur->rank, e->from_time, e->to_time};
+      node = e->from;
+      at_begin = 0;
+      t = e->from_time;
+    } else {
+      path->segments[n++] = (TraceSegment){TRACE_SEGMENT_ACTION, node, -1, cur->rank, cur->begin, t};
+      at_begin = 1;
+    }
   }
   /* Collected backwards; put them in time order. */
   for (int i = 0; i < n / 2; i++) {
@@ -135,6 +176,8 @@ static const char *edge_style(TraceEdgeKind kind) {
   case TRACE_EDGE_DATA: return "color=black";
   case TRACE_EDGE_MESSAGE: return "color=blue, penwidth=1.5";
   case TRACE_EDGE_COLLECTIVE: return "color=darkorange, style=dashed, arrowhead=none";
+  case TRACE_EDGE_WAIT: return "color=gray60, style=dashed";
+  case TRACE_EDGE_SYNC: return "color=darkorange, style=dotted";
   default: return "";
   }
 }

@@ -17,7 +17,19 @@
  * others waited for it. Segments tile the iteration exactly, so the path's
  * length is the measured iteration time.
  * A predecessor stamped later than the point it released (clock skew
- * between hosts) counts as releasing it with no gap. */
+ * between hosts) counts as releasing it with no gap.
+ *
+ * Points inside actions: a collective operation inside an action (SYNC
+ * edges, dag.h) ends no earlier than the last member began it, so where a
+ * rank waited inside, say, OPTIM's all-gather for another rank, the path
+ * runs back from the operation's end to that rank's call (an EDGE segment
+ * of kind sync: the collective's own time after the last arrival) and goes
+ * on through that rank's work; the waiting rank's action before its call
+ * and after the operation are partial ACTION segments. A posted receive's
+ * end is released by its message, by the end of the host's previous action
+ * (WAIT: from then on the rank waited for it), or by its post, whichever
+ * is latest, so a receive posted before the rank's own backward never
+ * counts that backward as the receive's time. */
 #ifndef FIVEFOLD_TRACE_CRITICAL_PATH_H
 #define FIVEFOLD_TRACE_CRITICAL_PATH_H
 
@@ -29,8 +41,9 @@ typedef enum TraceSegmentKind { TRACE_SEGMENT_ACTION = 0, TRACE_SEGMENT_EDGE, TR
 
 typedef struct TraceSegment {
   TraceSegmentKind kind;
-  int node;  /* ACTION: the node that ran; EDGE: the node whose point was
-              * released; START: the first action of the late rank */
+  int node;  /* ACTION: the node that ran (all of it, or the part before or
+              * after a collective operation inside it); EDGE: the node whose
+              * point was released; START: the first action of the late rank */
   int edge;  /* EDGE: index in dag->edges; ACTION: -1 */
   int rank;  /* world rank the time is spent on (the released node's) */
   int64_t begin, end;

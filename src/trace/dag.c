@@ -1,4 +1,6 @@
-/* Builds the measured DAG of one iteration (dag.h). */
+/* Builds the measured DAG of one iteration (dag.h): the program's edges,
+ * then the measured ones (a posted receive's wait, collective operations
+ * inside actions). */
 #include "trace/dag.h"
 
 #include <stdlib.h>
@@ -6,21 +8,28 @@
 
 #include "trace/match.h"
 
-static const char *const EDGE_NAMES[TRACE_NUM_EDGE_KINDS] = {"stream", "issue", "data", "message", "collective"};
+static const char *const EDGE_NAMES[TRACE_NUM_EDGE_KINDS] = {"stream", "issue",      "data", "message",
+                                                              "collective", "wait", "sync"};
 
 const char *trace_edge_kind_name(TraceEdgeKind kind) {
   return kind >= 0 && kind < TRACE_NUM_EDGE_KINDS ? EDGE_NAMES[kind] : "?";
 }
 
-int trace_edge_from_end(TraceEdgeKind kind) { return kind != TRACE_EDGE_COLLECTIVE && kind != TRACE_EDGE_MESSAGE; }
-int trace_edge_to_end(TraceEdgeKind kind) { return kind == TRACE_EDGE_MESSAGE || kind == TRACE_EDGE_COLLECTIVE; }
+int trace_edge_from_end(TraceEdgeKind kind) {
+  return kind != TRACE_EDGE_COLLECTIVE && kind != TRACE_EDGE_MESSAGE && kind != TRACE_EDGE_SYNC;
+}
+int trace_edge_to_end(TraceEdgeKind kind) {
+  return kind == TRACE_EDGE_MESSAGE || kind == TRACE_EDGE_COLLECTIVE || kind == TRACE_EDGE_WAIT;
+}
 
 int64_t trace_edge_source_time(const TraceDag *dag, const TraceEdge *e) {
+  if (e->kind == TRACE_EDGE_SYNC) return e->from_time;
   const TraceNode *n = &dag->nodes[e->from];
   return trace_edge_from_end(e->kind) ? n->end : n->begin;
 }
 
 int64_t trace_edge_target_time(const TraceDag *dag, const TraceEdge *e) {
+  if (e->kind == TRACE_EDGE_SYNC) return e->to_time;
   const TraceNode *n = &dag->nodes[e->to];
   return trace_edge_to_end(e->kind) ? n->end : n->begin;
 }
@@ -55,7 +64,7 @@ static int push(EdgeList *l, int from, int to, TraceEdgeKind kind) {
     l->e = p;
     l->cap = cap;
   }
-  l->e[l->n++] = (TraceEdge){from, to, kind};
+  l->e[l->n++] = (TraceEdge){from, to, kind, 0, 0, 0, -1};
   return 0;
 }
 
@@ -124,6 +133,186 @@ static int collective_edges(TraceDag *dag, const TraceIndex *ix, EdgeList *l, Er
   return ERR_OK;
 }
 
+/* WAIT edges into rank r's posted receives (dag.h), and their wait_begin. */
+static int wait_edges(TraceDag *dag, int r, EdgeList *l) {
+  int count;
+  const SchedAction *list = sched_program_rank_actions(dag->program, dag->run->ranks[r].info.pipeline_rank, &count);
+  for (int i = 0; list && i < count; i++) {
+    if (!sched_kind_is_recv(list[i].kind)) continue;
+    int recv = trace_dag_node(dag, r, list[i].id);
+    if (recv < 0) continue;
+    int consumer = -1;
+    for (int j = i + 1; j < count && consumer < 0; j++)
+      for (int d = 0; d < list[j].num_deps; d++)
+        if (list[j].deps[d] == list[i].id) consumer = j;
+    if (consumer < 0) continue;
+    /* What the host ran last before it went to wait: posted work (other
+     * receives, a posted gradient reduction) does not hold the host. */
+    int pred = -1;
+    for (int j = consumer - 1; j >= 0 && pred < 0; j--)
+      if (!sched_kind_is_recv(list[j].kind) && list[j].kind != SCHED_GRAD_REDUCE) pred = trace_dag_node(dag, r, list[j].id);
+    if (pred < 0) continue;
+    if (push(l, pred, recv, TRACE_EDGE_WAIT)) return -1;
+    TraceNode *n = &dag->nodes[recv];
+    int64_t from = dag->nodes[pred].end;
+    if (from > n->end) from = n->end;
+    if (from > n->begin) n->wait_begin = from;
+  }
+  return 0;
+}
+
+/* ---- SYNC: collective operations inside actions ---- */
+
+typedef struct CollOp {
+  int group;
+  uint64_t members; /* which group of that kind: the coordinates it does not vary over */
+  int rank, seq;    /* seq: position among the rank's calls on that group */
+  int node, kind;
+  int64_t begin, end;
+} CollOp;
+
+static int op_is_collective(int kind) {
+  return kind == TRACE_OP_ALLREDUCE || kind == TRACE_OP_REDUCE_SCATTER || kind == TRACE_OP_ALLGATHER ||
+         kind == TRACE_OP_ALLTOALL || kind == TRACE_OP_BCAST || kind == TRACE_OP_BARRIER;
+}
+
+/* The coordinates a group of kind `group` does not vary over, packed; the
+ * members of one group share them. Coordinates unknown (-1: an eBPF trace)
+ * count as 0 in a pure pipeline run (every group but pp is then the rank
+ * itself or the world); otherwise the group cannot be told: -1. */
+static int group_members(const TraceRankInfo *in, int group, int pure_pipeline, uint64_t *out) {
+  static const unsigned char VARIES[TRACE_NUM_GROUPS][4] = {
+      /* attention grid tp cp dp pp, for TP .. TP_PP; MoE grid etp ep edp pp for ETP .. ETP_EP_PP */
+      {1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}, {0, 1, 1, 0}, {1, 1, 0, 0}, {1, 0, 0, 1},
+      {1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {1, 1, 0, 0}, {1, 1, 0, 1}, {1, 1, 1, 1}};
+  if (group < 0 || group >= TRACE_NUM_GROUPS) return -1;
+  int moe = group >= TRACE_GROUP_ETP && group <= TRACE_GROUP_ETP_EP_PP;
+  int c[4] = {moe ? in->etp : in->tp, moe ? in->ep : in->cp, moe ? in->edp : in->dp, in->pp};
+  uint64_t key = (uint64_t)moe << 63;
+  for (int d = 0; d < 4; d++) {
+    if (VARIES[group][d]) continue;
+    int v = c[d];
+    if (v < 0 && pure_pipeline) v = 0;
+    if (v < 0) return -1;
+    key |= (uint64_t)(v & 0x7fff) << (15 * d);
+  }
+  *out = key;
+  return 0;
+}
+
+/* The node of rank r whose action the operation ran inside: the shortest
+ * recorded action spanning it that the host runs to completion (a posted
+ * receive's span can hold whole actions, never part of one). */
+static int enclosing_node(const TraceDag *dag, int r, int64_t begin, int64_t end) {
+  int best = -1;
+  for (int i = 0; i < dag->num_nodes; i++) {
+    const TraceNode *n = &dag->nodes[i];
+    if (n->rank != r || n->begin > begin || n->end < end) continue;
+    if (sched_kind_is_recv(dag->program->actions[n->action].kind)) continue;
+    if (best < 0 || n->end - n->begin < dag->nodes[best].end - dag->nodes[best].begin) best = i;
+  }
+  return best;
+}
+
+static int cmp_coll(const void *pa, const void *pb) {
+  const CollOp *a = pa, *b = pb;
+  if (a->group != b->group) return a->group < b->group ? -1 : 1;
+  if (a->members != b->members) return a->members < b->members ? -1 : 1;
+  if (a->seq != b->seq) return a->seq < b->seq ? -1 : 1;
+  return a->rank < b->rank ? -1 : a->rank > b->rank;
+}
+
+static int cmp_coll_begin(const void *pa, const void *pb) {
+  const CollOp *a = pa, *b = pb;
+  return a->begin < b->begin ? -1 : a->begin > b->begin;
+}
+
+/* Appends the collective operations of the iteration on rank r (in time
+ * order, numbered per group) to *ops. */
+static int collect_ops(TraceDag *dag, int r, int pure_pipeline, CollOp **ops, size_t *n, size_t *cap) {
+  const TraceRankBuffer *b = &dag->run->ranks[r];
+  size_t first = *n;
+  for (size_t i = 0; i < b->count; i++) {
+    const TraceEvent *e = &b->events[i];
+    if (e->type != TRACE_EVENT_OP || e->iteration != dag->iteration || !op_is_collective(e->id)) continue;
+    uint64_t members;
+    int node = enclosing_node(dag, r, (int64_t)e->begin, (int64_t)e->end);
+    if (node < 0 || group_members(&b->info, e->group, pure_pipeline, &members)) {
+      dag->num_unmatched_collective_ops++;
+      continue;
+    }
+    if (*n == *cap) {
+      size_t grown = *cap ? 2 * *cap : 64;
+      CollOp *p = realloc(*ops, grown * sizeof *p);
+      if (!p) return -1;
+      *ops = p;
+      *cap = grown;
+    }
+    (*ops)[(*n)++] = (CollOp){e->group, members, r, 0, node, e->id, (int64_t)e->begin, (int64_t)e->end};
+  }
+  if (*n == first) return 0; /* none (and *ops may still be NULL) */
+  qsort(*ops + first, *n - first, sizeof **ops, cmp_coll_begin);
+  for (size_t i = first; i < *n; i++)
+    for (size_t j = first; j < i; j++)
+      if ((*ops)[j].group == (*ops)[i].group && (*ops)[j].members == (*ops)[i].members) (*ops)[i].seq++;
+  return 0;
+}
+
+/* Every member of one call: the k-th call of each rank on the same group.
+ * A group whose members recorded different numbers of calls (drops) is
+ * left out, counted as unmatched. */
+static int sync_edges(TraceDag *dag, EdgeList *l) {
+  const TraceRun *run = dag->run;
+  int pure_pipeline = run->num_ranks == dag->program->num_ranks; /* world = pp: every other coordinate is 0 */
+  CollOp *ops = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  for (int r = 0; r < run->num_ranks && !rc; r++) rc = collect_ops(dag, r, pure_pipeline, &ops, &n, &cap);
+  if (!rc && n) qsort(ops, n, sizeof *ops, cmp_coll);
+  size_t num_ranks = run->num_ranks > 0 ? (size_t)run->num_ranks : 1;
+  int *calls = rc ? NULL : calloc(num_ranks, sizeof *calls);
+  if (!rc && !calls) rc = -1;
+  for (size_t g = 0; !rc && g < n;) {
+    size_t end = g;
+    while (end < n && ops[end].group == ops[g].group && ops[end].members == ops[g].members) end++;
+    /* The same number of calls on every member that recorded any. */
+    memset(calls, 0, num_ranks * sizeof *calls);
+    for (size_t i = g; i < end; i++) calls[ops[i].rank]++;
+    int want = -1, even = 1;
+    for (int r = 0; r < run->num_ranks; r++)
+      if (calls[r]) {
+        if (want < 0) want = calls[r];
+        else if (calls[r] != want) even = 0;
+      }
+    for (size_t c = g; even && c < end;) { /* one call: equal seq, by rank */
+      size_t ce = c;
+      while (ce < end && ops[ce].seq == ops[c].seq) ce++;
+      int same_kind = 1;
+      for (size_t p = c; p < ce; p++) same_kind &= ops[p].kind == ops[c].kind;
+      for (size_t p = c; same_kind && p < ce && !rc; p++)
+        for (size_t q = c; q < ce && !rc; q++) {
+          if (p == q) continue;
+          if (push(l, ops[p].node, ops[q].node, TRACE_EDGE_SYNC)) {
+            rc = -1;
+            break;
+          }
+          TraceEdge *e = &l->e[l->n - 1];
+          e->from_time = ops[p].begin;
+          e->to_time = ops[q].end;
+          e->self_time = ops[q].begin;
+          e->op_kind = ops[q].kind;
+        }
+      if (!same_kind) dag->num_unmatched_collective_ops += (int)(ce - c);
+      c = ce;
+    }
+    if (!even) dag->num_unmatched_collective_ops += (int)(end - g);
+    g = end;
+  }
+  free(calls);
+  free(ops);
+  return rc;
+}
+
 /* Compressed adjacency: for each node the edges ending (or starting) there. */
 static int build_adjacency(TraceDag *dag, int incoming, int **begin_out, int **edges_out) {
   int *begin = calloc((size_t)dag->num_nodes + 1, sizeof *begin);
@@ -189,7 +378,7 @@ int trace_dag_build(const TraceRun *run, int iteration, TraceDag *dag, Error *er
       }
       const TraceEvent *e = &run->ranks[r].events[ev];
       TraceNode *n = &dag->nodes[dag->num_nodes];
-      *n = (TraceNode){r, list[i].id, ev, (int64_t)e->begin, (int64_t)e->end};
+      *n = (TraceNode){r, list[i].id, ev, (int64_t)e->begin, (int64_t)e->end, (int64_t)e->begin};
       if (dag->num_nodes == 0 || n->begin < dag->begin) dag->begin = n->begin;
       if (dag->num_nodes == 0 || n->end > dag->end) dag->end = n->end;
       dag->node_of[(size_t)r * num_actions + list[i].id] = dag->num_nodes++;
@@ -205,6 +394,9 @@ int trace_dag_build(const TraceRun *run, int iteration, TraceDag *dag, Error *er
     if (rank_edges(dag, r, &l)) rc = error_set(err, ERR_NOMEM, "trace DAG: out of memory");
   if (rc == ERR_OK) rc = collective_edges(dag, &ix, &l, err);
   trace_index_free(&ix);
+  for (int r = 0; r < run->num_ranks && rc == ERR_OK; r++)
+    if (wait_edges(dag, r, &l)) rc = error_set(err, ERR_NOMEM, "trace DAG: out of memory");
+  if (rc == ERR_OK && sync_edges(dag, &l)) rc = error_set(err, ERR_NOMEM, "trace DAG: out of memory");
   dag->edges = l.e;
   dag->num_edges = l.n;
   if (rc == ERR_OK && (build_adjacency(dag, 1, &dag->in_begin, &dag->in_edges) ||

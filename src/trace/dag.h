@@ -17,6 +17,20 @@
  *   COLLECTIVE  synchronisation between the participants
  *               of one collective (zero weight): none
  *               can finish before all have begun        begin(from) -> end(to)
+ * and two kinds the measurement adds to the program's graph:
+ *   WAIT        a posted receive is waited for only once
+ *               the host has finished the action it ran
+ *               before the receive's first consumer: its
+ *               time before that is the rank's own work end(pred)   -> end(recv)
+ *   SYNC        a collective operation inside two actions
+ *               (the all-gather of the gradient norm in
+ *               OPTIM, a TP all-reduce in a FWD): the
+ *               k-th call on a group on one rank cannot
+ *               end before each other member began its
+ *               k-th call on that group                  op begin    -> op end
+ *               (times inside the actions: from_time,
+ *               to_time, and self_time = the target's own
+ *               op begin, before which it was not waiting)
  * The receive's dependency on its send is the MESSAGE edge (not repeated as
  * DATA). Stream and issue order skip actions that were not recorded (a
  * full buffer), and edges touching unrecorded actions are counted, not
@@ -35,11 +49,15 @@ typedef enum TraceEdgeKind {
   TRACE_EDGE_DATA,
   TRACE_EDGE_MESSAGE,
   TRACE_EDGE_COLLECTIVE,
+  TRACE_EDGE_WAIT, /* the kinds from here on are measured, not the program's */
+  TRACE_EDGE_SYNC,
   TRACE_NUM_EDGE_KINDS
 } TraceEdgeKind;
 
-const char *trace_edge_kind_name(TraceEdgeKind kind); /* "stream", "issue", "data", "message", "collective" */
-/* Which time points an edge joins: 1 for the end, 0 for the begin. */
+/* "stream", "issue", "data", "message", "collective", "wait", "sync" */
+const char *trace_edge_kind_name(TraceEdgeKind kind);
+/* Which time points an edge joins: 1 for the end, 0 for the begin (SYNC:
+ * points inside both actions, 0 for both). */
 int trace_edge_from_end(TraceEdgeKind kind);
 int trace_edge_to_end(TraceEdgeKind kind);
 
@@ -48,11 +66,17 @@ typedef struct TraceNode {
   int action; /* action id in the program */
   int event;  /* index in the rank's events */
   int64_t begin, end;
+  /* When the rank began to wait for it: for a posted receive the later of
+   * its post and the end of the action the host ran before its first
+   * consumer (the WAIT edge's source); begin for everything else. */
+  int64_t wait_begin;
 } TraceNode;
 
 typedef struct TraceEdge {
   int from, to; /* node indices */
   TraceEdgeKind kind;
+  int64_t from_time, to_time, self_time; /* SYNC only (see above) */
+  int op_kind;                           /* SYNC: the TraceOpKind of the collective, else -1 */
 } TraceEdge;
 
 typedef struct TraceDag {
@@ -68,6 +92,7 @@ typedef struct TraceDag {
   int *node_of;              /* [rank * num_actions + action] -> node, -1 */
   int num_missing_actions;   /* program actions with no recorded event */
   int num_missing_edges;     /* edges of the program whose endpoint was not recorded */
+  int num_unmatched_collective_ops; /* collective operations that could not be paired (SYNC) */
   int64_t begin, end;        /* earliest begin, latest end over the nodes */
 } TraceDag;
 

@@ -24,7 +24,10 @@
  *   S  ns cpu prev_tid next_tid
  * Lines from different CPUs can arrive out of order, so the converter sorts
  * each thread's lines by time before pairing begins with ends. Other lines
- * (bpftrace's own messages) are ignored. */
+ * (bpftrace's own messages) are ignored, and so are operations that began
+ * while no action of their thread was open (the probes fire in every run,
+ * also in the evaluation between steps; the recorder keeps only operations
+ * inside actions too). */
 #ifndef FIVEFOLD_TRACE_EBPF_H
 #define FIVEFOLD_TRACE_EBPF_H
 

@@ -153,9 +153,14 @@ static int pair_thread(const Line *l, size_t n, const TraceEbpfOptions *opt, Vec
     if (x->kind == L_ITER) {
       iteration = (int)x->a[0];
     } else if (x->kind == L_AB || x->kind == L_OB) {
+      /* An operation's a[3] notes whether an action was open when it began:
+       * the probes fire in every run, also in an evaluation pass between
+       * steps, and (as in the built-in recorder) only operations inside an
+       * action belong to the trace. */
+      int64_t inside = (int64_t)(actions.n > 0);
       Open *o = vec_push(x->kind == L_AB ? &actions : &ops);
       if (!o) rc = -1;
-      else *o = (Open){x->ns, {x->a[0], x->a[1], x->a[2], x->a[3]}};
+      else *o = (Open){x->ns, {x->a[0], x->a[1], x->a[2], x->kind == L_AB ? x->a[3] : inside}};
     } else if (x->kind == L_OS) {
       memcpy(shape, x->a, sizeof shape);
     } else if (x->kind == L_AE || x->kind == L_OE) {
@@ -172,6 +177,10 @@ static int pair_thread(const Line *l, size_t n, const TraceEbpfOptions *opt, Vec
       Open b = o[k - 1];
       memmove(&o[k - 1], &o[k], (open->n - k) * sizeof *o);
       open->n--;
+      if (x->kind == L_OE && !b.a[3]) {
+        shape[0] = shape[1] = shape[2] = -1;
+        continue;
+      }
       TraceEvent e;
       memset(&e, 0, sizeof e);
       e.begin = (uint64_t)b.ns;

@@ -18,8 +18,12 @@
 #define READY_MARK "FIVEFOLD_READY"
 
 char *trace_ebpf_script(const char *binary, int with_sched) {
+  /* The readiness mark comes from an interval probe placed last: bpftrace
+   * fires BEGIN before it attaches the other probes, and attaches them in
+   * program order, so the first tick of the last one means every USDT site
+   * (one per inlined operation probe: hundreds in fivefold) is attached. A
+   * mark from BEGIN let a quick command run before its rank probe was. */
   const char *fmt =
-      "BEGIN { printf(\"" READY_MARK "\\n\"); }\n"
       "usdt:%1$s:fivefold:rank { @ff_tid[tid] = 1; printf(\"R %%d %%d %%d %%d %%d %%llu\\n\", tid, pid, arg0, arg1, "
       "arg2, nsecs); }\n"
       "usdt:%1$s:fivefold:iteration { printf(\"I %%d %%d %%llu\\n\", tid, arg0, nsecs); }\n"
@@ -32,7 +36,8 @@ char *trace_ebpf_script(const char *binary, int with_sched) {
       "usdt:%1$s:fivefold:op_end { printf(\"OE %%d %%llu %%d %%d %%d %%lld %%d %%d\\n\", tid, nsecs, arg0, arg1, arg2, "
       "arg3, arg4, arg5); }\n"
       "%2$s"
-      "END { clear(@ff_tid); }\n";
+      "interval:ms:20 /@ff_ready == 0/ { @ff_ready = 1; printf(\"" READY_MARK "\\n\"); }\n"
+      "END { clear(@ff_tid); clear(@ff_ready); }\n";
   const char *sched = with_sched ? "tracepoint:sched:sched_switch /@ff_tid[args->prev_pid] || @ff_tid[args->next_pid]/ "
                                    "{ printf(\"S %llu %d %d %d\\n\", nsecs, cpu, args->prev_pid, args->next_pid); }\n"
                                  : "";
@@ -223,6 +228,10 @@ int trace_ebpf_run(const TraceEbpfRun *opt, char *const argv[], int *command_sta
      * first); a larger perf ring loses fewer events in bursts. */
     setenv("BPFTRACE_PERF_RB_PAGES", "1024", 0);
     char *bt_argv[] = {bpftrace, "-B", "none", script_path, NULL};
+    /* Empty before bpftrace starts, so that a readiness mark left by an
+     * earlier recording into the same file is never taken for this one's. */
+    FILE *stale = fopen(opt->raw_path, "w");
+    if (stale) fclose(stale);
     tracer = spawn(bt_argv, opt->raw_path, err_path);
     if (tracer < 0) rc = error_set(err, ERR_CONFIG, "cannot start bpftrace: %s", strerror(errno));
   }

@@ -96,12 +96,14 @@ static int rank_busy_exposed(const TraceDag *dag, int rank, int64_t *busy, int64
     const TraceNode *nd = &dag->nodes[i];
     SchedActionKind kind = prog->actions[nd->action].kind;
     if (nd->rank != rank || sched_kind_is_compute(kind)) continue;
+    /* A posted receive counts only from when the rank began to wait. */
+    int64_t from = nd->wait_begin > nd->begin ? nd->wait_begin : nd->begin;
     int64_t covered = 0;
     for (int k = 0; k < merged; k++) {
-      int64_t lo = iv[k][0] > nd->begin ? iv[k][0] : nd->begin, hi = iv[k][1] < nd->end ? iv[k][1] : nd->end;
+      int64_t lo = iv[k][0] > from ? iv[k][0] : from, hi = iv[k][1] < nd->end ? iv[k][1] : nd->end;
       if (hi > lo) covered += hi - lo;
     }
-    exposed[kind] += nd->end - nd->begin - covered;
+    exposed[kind] += nd->end - from - covered;
   }
   free(iv);
   return 0;
@@ -299,8 +301,11 @@ static void print_path(const TraceReport *rep, const TraceIterationReport *it, F
       char from[48];
       const TraceNode *fn = &dag->nodes[e->from];
       sched_action_label(dag->program, &dag->program->actions[fn->action], from, sizeof from);
-      fprintf(f, "    %9.3f ms  rank %-3d %-10s waited   %8.3f ms on %s from rank %d %s\n", at, s->rank, label,
+      fprintf(f, "    %9.3f ms  rank %-3d %-10s waited   %8.3f ms on %s from rank %d %s", at, s->rank, label,
               ms((double)(s->end - s->begin)), trace_edge_kind_name(e->kind), fn->rank, from);
+      if (e->kind == TRACE_EDGE_SYNC) /* which collective the ranks met in */
+        fprintf(f, " (%s inside both)", trace_op_kind_name((TraceOpKind)e->op_kind));
+      fprintf(f, "\n");
     }
   }
 }

@@ -11,7 +11,8 @@
  *    measured and predicted bubbles compare directly;
  *  - exposed communication of a kind: the time its actions run while no
  *    compute action runs on the same rank (waiting included), summed over
- *    ranks;
+ *    ranks; a posted receive only from when the rank began to wait for it
+ *    (its node's wait_begin, dag.h), not from its post;
  *  - straggler: the rank whose time on the critical path exceeds what that
  *    rank normally takes for the same work the most: for each action on the
  *    path its duration less the median duration of the same kind and chunk

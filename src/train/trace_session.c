@@ -1,12 +1,17 @@
 /* The per-rank recording session of a multi-rank run (trace_session.h):
  * sizing and binding the recorder, the per-action calls, and the collective
  * end: clock offsets by ping-pong, the gather of every rank's buffer to
- * rank 0 and the one Chrome trace it writes. */
+ * rank 0 and the one Chrome trace it writes. A probes-only session (no
+ * recorder) takes the same per-action path so that every run fires the
+ * USDT probes an outside tracer attaches to. */
 #include "train/trace_session.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -23,8 +28,19 @@
  * before its real count is known; later steps are sized from that count. */
 #define TRACE_SESSION_OPS_PER_COMPUTE 2048
 
+/* A sleep a test injects into one action (TRACE_SESSION_DELAY_ENV). */
+typedef struct InjectedDelay {
+  int world_rank, kind, microbatch, iteration; /* microbatch -1: any */
+  double ms;
+  int at_end; /* 1: after the handler, inside the span; 0: before it */
+} InjectedDelay;
+
+#define TRACE_SESSION_MAX_DELAYS 4
+
 struct TraceSession {
   TraceSessionOptions opt;
+  InjectedDelay delays[TRACE_SESSION_MAX_DELAYS];
+  int num_delays;
   char *path;
   const SchedProgram *prog;
   GridSizes sizes;
@@ -32,7 +48,8 @@ struct TraceSession {
   int world_rank, world_size, pipeline_rank;
   int grad_reduce_group_id;
   TraceRecorder *rec;
-  TraceEvent *posted; /* per position in this rank's list: a posted action's span (begin 0: none) */
+  TraceEvent *posted; /* per position in this rank's list: a posted action's span (begin 0: not recorded) */
+  unsigned char *posted_open; /* per position: posted and not yet completed (its action_end probe is due) */
   int num_rank_actions;
   TraceClockSync *sync; /* rank 0, after finish: per world rank */
   int num_compute_actions; /* FWD/BWD of this rank per iteration */
@@ -40,6 +57,8 @@ struct TraceSession {
   int first_traced;        /* iteration the window's first step ran as; -1 before */
   int sized_from_count;    /* the buffer was sized from that step's count */
 };
+
+static void load_test_delays(TraceSession *ts);
 
 TraceSessionOptions trace_session_options_default(void) {
   return (TraceSessionOptions){.path = NULL, .first_step = 0, .last_step = -1, .num_steps = 0,
@@ -75,15 +94,13 @@ static size_t window_capacity(const TraceSessionOptions *opt, int rank_actions) 
   return per_step * (size_t)steps;
 }
 
-static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const SchedProgram *prog,
-                       const GridSizes *sizes, Error *err) {
-  if (!opt->path || !*opt->path) return error_set(err, ERR_ARG, "trace session: no trace file given (--trace FILE)");
+/* Grid, coordinates, peers and the rank's action list: what both kinds of
+ * session need to annotate actions. */
+static int setup_grid(TraceSession *ts, const TraceSessionOptions *opt, const SchedProgram *prog,
+                      const GridSizes *sizes, Error *err) {
   if (!prog || prog->num_ranks < 1) return error_set(err, ERR_ARG, "trace session: no schedule program to trace");
   if (opt->grad_reduce_group < 0 || opt->grad_reduce_group >= TRACE_NUM_GROUPS)
     return error_set(err, ERR_ARG, "trace session: grad_reduce_group %d is not a TraceGroup", opt->grad_reduce_group);
-  if (opt->first_step < 0 || (opt->last_step >= 0 && opt->last_step < opt->first_step))
-    return error_set(err, ERR_ARG, "trace session: step window %d:%d is empty (expected 0 <= first <= last)",
-                     opt->first_step, opt->last_step);
   if (sizes) {
     ts->sizes = *sizes;
   } else {
@@ -113,21 +130,35 @@ static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const S
   for (int i = 0; i < ts->num_rank_actions; i++) num_compute += mine[i].kind == SCHED_FWD || mine[i].kind == SCHED_BWD;
   ts->num_compute_actions = num_compute;
   ts->first_traced = -1;
+  size_t slots = (size_t)(ts->num_rank_actions > 0 ? ts->num_rank_actions : 1);
+  ts->posted = calloc(slots, sizeof *ts->posted);
+  ts->posted_open = calloc(slots, sizeof *ts->posted_open);
+  if (!ts->posted || !ts->posted_open) return error_set(err, ERR_NOMEM, "trace session: out of memory");
+  return ERR_OK;
+}
+
+static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const SchedProgram *prog,
+                       const GridSizes *sizes, Error *err) {
+  if (!opt->path || !*opt->path) return error_set(err, ERR_ARG, "trace session: no trace file given (--trace FILE)");
+  if (opt->first_step < 0 || (opt->last_step >= 0 && opt->last_step < opt->first_step))
+    return error_set(err, ERR_ARG, "trace session: step window %d:%d is empty (expected 0 <= first <= last)",
+                     opt->first_step, opt->last_step);
+  int rc = setup_grid(ts, opt, prog, sizes, err);
+  if (rc) return rc;
   size_t capacity = window_capacity(opt, ts->num_rank_actions);
   /* The operations of the first step on top: its count sizes the rest. */
-  if (opt->extra_events_per_step <= 0) capacity += (size_t)num_compute * TRACE_SESSION_OPS_PER_COMPUTE;
+  if (opt->extra_events_per_step <= 0) capacity += (size_t)ts->num_compute_actions * TRACE_SESSION_OPS_PER_COMPUTE;
   if (capacity > TRACE_SESSION_MAX_EVENTS)
     return error_set(err, ERR_ARG,
                      "trace session: --trace-steps %d:%d needs %zu events on rank %d (%.0f MB); narrow the window "
                      "to at most %zu events",
                      opt->first_step, opt->last_step, capacity, ts->world_rank,
                      (double)(capacity * sizeof(TraceEvent)) / 1e6, TRACE_SESSION_MAX_EVENTS);
-  TraceRecorderConfig rc = {capacity, opt->first_step, opt->last_step};
-  ts->rec = trace_recorder_new(&rc, err);
+  TraceRecorderConfig rcfg = {capacity, opt->first_step, opt->last_step};
+  ts->rec = trace_recorder_new(&rcfg, err);
   if (!ts->rec) return err ? err->code : ERR_NOMEM;
-  ts->posted = calloc((size_t)(ts->num_rank_actions > 0 ? ts->num_rank_actions : 1), sizeof *ts->posted);
   ts->path = strdup(opt->path);
-  if (!ts->posted || !ts->path) return error_set(err, ERR_NOMEM, "trace session: out of memory");
+  if (!ts->path) return error_set(err, ERR_NOMEM, "trace session: out of memory");
   return ERR_OK;
 }
 
@@ -154,6 +185,7 @@ void trace_session_free(TraceSession *ts) {
   if (trace_bound_recorder() == ts->rec) trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size);
   trace_recorder_free(ts->rec);
   free(ts->posted);
+  free(ts->posted_open);
   free(ts->path);
   free(ts->sync);
   free(ts);
@@ -181,9 +213,74 @@ int trace_session_create(const TraceSessionOptions *opt, const SchedProgram *pro
   }
   ts->opt.path = ts->path;
   trace_bind(ts->rec, ts->world_rank, ts->pipeline_rank, ts->world_size);
+  load_test_delays(ts);
   *out = ts;
   return ERR_OK;
 }
+
+/* ---- the test hook ---- */
+
+/* Reads TRACE_SESSION_DELAY_ENV: entries "RANK:KIND:MB:ITER:MS[:end]"
+ * separated by commas (KIND as sched names it: FWD, BWD, OPTIM, ...; MB -1
+ * for any). A malformed entry is reported and ignored: only tests set it. */
+static void load_test_delays(TraceSession *ts) {
+  const char *v = getenv(TRACE_SESSION_DELAY_ENV);
+  if (!v || !v[0]) return;
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", v);
+  char *save = NULL;
+  for (char *e = strtok_r(buf, ",", &save); e && ts->num_delays < TRACE_SESSION_MAX_DELAYS;
+       e = strtok_r(NULL, ",", &save)) {
+    InjectedDelay d = {0};
+    char kind[32], where[8] = "";
+    int got = sscanf(e, "%d:%31[A-Z_]:%d:%d:%lf:%7s", &d.world_rank, kind, &d.microbatch, &d.iteration, &d.ms, where);
+    SchedActionKind k;
+    if (got < 5 || sched_action_kind_from_name(kind, &k) || d.ms <= 0 || (got == 6 && strcmp(where, "end"))) {
+      fprintf(stderr, "%s: ignoring '%s' (expected RANK:KIND:MB:ITER:MS[:end])\n", TRACE_SESSION_DELAY_ENV, e);
+      continue;
+    }
+    d.kind = (int)k;
+    d.at_end = got == 6;
+    if (d.world_rank == ts->world_rank) ts->delays[ts->num_delays++] = d;
+  }
+}
+
+static void sleep_ms(double ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  long long ns = until.tv_nsec + (long long)(ms * 1e6);
+  until.tv_sec += (time_t)(ns / 1000000000);
+  until.tv_nsec = (long)(ns % 1000000000);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+  }
+}
+
+static void maybe_delay(const TraceSession *ts, const SchedAction *a, int iteration, int at_end) {
+  for (int i = 0; i < ts->num_delays; i++) {
+    const InjectedDelay *d = &ts->delays[i];
+    if (d->at_end == at_end && d->kind == (int)a->kind && d->iteration == iteration &&
+        (d->microbatch < 0 || d->microbatch == a->microbatch))
+      sleep_ms(d->ms);
+  }
+}
+
+TraceSession *trace_session_create_probes(const SchedProgram *prog, const GridSizes *sizes) {
+  TraceSession *ts = calloc(1, sizeof *ts);
+  if (!ts) return NULL;
+  ts->opt = trace_session_options_default();
+  ts->prog = prog;
+  ts->world_rank = comm_initialized() ? comm_world_rank() : 0;
+  ts->world_size = comm_initialized() ? comm_world_size() : 1;
+  if (setup_grid(ts, &ts->opt, prog, sizes, NULL)) {
+    trace_session_free(ts);
+    return NULL;
+  }
+  trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size); /* the rank probe */
+  load_test_delays(ts);
+  return ts;
+}
+
+int trace_session_records(const TraceSession *ts) { return ts && ts->rec; }
 
 int trace_session_pipeline_rank(const TraceSession *ts) { return ts ? ts->pipeline_rank : comm_world_rank(); }
 int trace_session_world_rank(const TraceSession *ts) { return ts ? ts->world_rank : comm_world_rank(); }
@@ -213,6 +310,11 @@ static void size_from_first_step(TraceSession *ts, int iteration) {
 
 void trace_session_begin_iteration(TraceSession *ts, int iteration) {
   if (!ts) return;
+  if (!ts->rec) { /* probes only */
+    trace_begin_iteration(iteration);
+    memset(ts->posted_open, 0, (size_t)(ts->num_rank_actions > 0 ? ts->num_rank_actions : 1));
+    return;
+  }
   if (ts->first_traced >= 0 && !ts->sized_from_count && iteration > ts->first_traced)
     size_from_first_step(ts, iteration);
   if (in_window(ts, iteration) && ts->first_traced < 0) ts->first_traced = iteration;
@@ -226,7 +328,7 @@ void trace_session_begin_iteration(TraceSession *ts, int iteration) {
   trace_begin_iteration(iteration);
   /* A posted action never completed in the last iteration must not end in
    * this one. */
-  for (int i = 0; i < ts->num_rank_actions; i++) ts->posted[i].begin = 0;
+  for (int i = 0; i < ts->num_rank_actions; i++) ts->posted[i].begin = 0, ts->posted_open[i] = 0;
 }
 
 /* The world rank on the other side of a message: same coordinates, the
@@ -255,11 +357,16 @@ TraceEvent trace_session_action_begin(TraceSession *ts, const SchedAction *a) {
   TraceEvent span = trace_action_begin(a->id, a->microbatch, a->layer);
   annotate(ts, a, &span);
   trace_op_gate(1);
+  if (ts->num_delays) maybe_delay(ts, a, span.iteration, 0);
   return span;
 }
 
 void trace_session_action_end(TraceSession *ts, TraceEvent *span) {
   if (!ts) return;
+  if (ts->num_delays) {
+    const SchedAction *a = sched_program_action(ts->prog, span->id);
+    if (a) maybe_delay(ts, a, span->iteration, 1);
+  }
   trace_op_gate(0);
   trace_action_end(span);
 }
@@ -268,14 +375,16 @@ void trace_session_post(TraceSession *ts, const SchedAction *a) {
   if (!ts || a->rank != ts->pipeline_rank || a->index < 0 || a->index >= ts->num_rank_actions) return;
   TraceEvent span = trace_action_begin(a->id, a->microbatch, a->layer);
   annotate(ts, a, &span);
-  ts->posted[a->index] = span; /* begin 0 when not recording: complete then does nothing */
+  ts->posted[a->index] = span; /* begin 0 when not recording: complete then only fires the probe */
+  ts->posted_open[a->index] = 1;
 }
 
 void trace_session_complete(TraceSession *ts, const SchedAction *a) {
   if (!ts || a->rank != ts->pipeline_rank || a->index < 0 || a->index >= ts->num_rank_actions) return;
+  if (!ts->posted_open[a->index]) return;
+  ts->posted_open[a->index] = 0;
   TraceEvent *span = &ts->posted[a->index];
-  if (!span->begin) return;
-  trace_action_end(span);
+  trace_action_end(span); /* the action_end probe always; the event only when recording */
   span->begin = 0;
 }
 
@@ -383,7 +492,7 @@ static int write_trace(TraceSession *ts, const TraceRankInfo *infos, const int *
 }
 
 int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *model, Error *err) {
-  if (!ts) return ERR_OK;
+  if (!ts || !ts->rec) return ERR_OK; /* probes only: nothing recorded, nothing to write */
   release_op_hook(ts);
   trace_recorder_stop(ts->rec);
   trace_bind(NULL, ts->world_rank, ts->pipeline_rank, ts->world_size);

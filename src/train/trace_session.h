@@ -79,6 +79,24 @@ typedef struct TraceSession TraceSession;
 int trace_session_create(const TraceSessionOptions *opt, const SchedProgram *prog, const GridSizes *sizes,
                          TraceSession **out, Error *err);
 
+/* A session that records nothing and writes no file, for a run without
+ * --trace: the executor's calls still fire the USDT probes (rank,
+ * iteration, every action with its peer and group; trace/probes.h), so
+ * `fivefold trace record --ebpf` can trace a run that was not started for
+ * tracing. Not collective; NULL when out of memory (the run then has no
+ * action probes, nothing else changes). */
+TraceSession *trace_session_create_probes(const SchedProgram *prog, const GridSizes *sizes);
+/* 1 when ts records (a --trace session), 0 for NULL or probes only. */
+int trace_session_records(const TraceSession *ts);
+
+/* Test hook: FIVEFOLD_TEST_DELAY_ACTION="RANK:KIND:MB:ITER:MS[:end],..."
+ * makes world rank RANK sleep MS ms inside its action KIND (FWD, BWD,
+ * OPTIM, ...) of micro-batch MB (-1: any) in iteration ITER, before the
+ * handler or, with ":end", after it: a straggler with a known cause for
+ * the analysis tests (tests/trace/pp2_path_test.sh). Read at create; up to
+ * 4 entries. Only tests set it. */
+#define TRACE_SESSION_DELAY_ENV "FIVEFOLD_TEST_DELAY_ACTION"
+
 void trace_session_begin_iteration(TraceSession *ts, int iteration);
 TraceEvent trace_session_action_begin(TraceSession *ts, const SchedAction *a);
 void trace_session_action_end(TraceSession *ts, TraceEvent *span);

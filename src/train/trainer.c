@@ -431,22 +431,27 @@ static int save_and_report(Trainer *tr, FILE *out, FILE *jsonl, Error *err) {
 }
 
 /* Collective: the trace session of cfg->trace_path, attached to the
- * executor and the pipeline; nothing when tracing is off. */
+ * executor and the pipeline. Tracing off: a probes-only session (not
+ * collective), so that the run's actions still reach their USDT probes
+ * for `fivefold trace record --ebpf`. */
 static int start_trace(Trainer *tr, FILE *out, Error *err) {
   const TrainConfig *cfg = tr->cfg;
-  if (!cfg->trace_path[0]) return 0;
+  /* Both grids as the run built them, so the trace's rank coordinates are
+   * the folded layout's. */
+  GridSizes sizes = {.world = tr->world, .tp = tr->tp, .cp = tr->cp > 0 ? tr->cp : 1, .dp = tr->dp, .pp = tr->pp,
+                     .etp = tr->etp > 0 ? tr->etp : 1, .ep = tr->ep > 0 ? tr->ep : 1, .edp = 0};
+  if (tr->grid) sizes = tr->grid->sizes;
+  if (!cfg->trace_path[0]) {
+    tr->trace = trace_session_create_probes(tr->prog, &sizes);
+    tr->exec.trace = tr->trace;
+    tr->pipe.trace = tr->trace;
+    return 0;
+  }
   TraceSessionOptions topt = trace_session_options_default();
   topt.path = cfg->trace_path;
   topt.num_steps = cfg->steps;
   int rc = trace_session_parse_steps(cfg->trace_steps[0] ? cfg->trace_steps : ":", cfg->steps, &topt, err);
-  if (!rc) {
-    /* Both grids as the run built them, so the trace's rank coordinates
-     * are the folded layout's. */
-    GridSizes sizes = {.world = tr->world, .tp = tr->tp, .cp = tr->cp > 0 ? tr->cp : 1, .dp = tr->dp, .pp = tr->pp,
-                       .etp = tr->etp > 0 ? tr->etp : 1, .ep = tr->ep > 0 ? tr->ep : 1, .edp = 0};
-    if (tr->grid) sizes = tr->grid->sizes;
-    rc = trace_session_create(&topt, tr->prog, &sizes, &tr->trace, err);
-  }
+  if (!rc) rc = trace_session_create(&topt, tr->prog, &sizes, &tr->trace, err);
   if (rc) return error_wrap(err, "--trace %s", cfg->trace_path);
   tr->exec.trace = tr->trace;
   tr->pipe.trace = tr->trace;
@@ -458,6 +463,13 @@ static int start_trace(Trainer *tr, FILE *out, Error *err) {
  * configurations as metadata (what `trace compare` prices), then detaches. */
 static int finish_trace(Trainer *tr, FILE *out, Error *err) {
   if (!tr->trace) return 0;
+  if (!trace_session_records(tr->trace)) { /* probes only */
+    tr->exec.trace = NULL;
+    tr->pipe.trace = NULL;
+    trace_session_free(tr->trace);
+    tr->trace = NULL;
+    return 0;
+  }
   cJSON *config = train_config_to_json(tr->cfg);
   cJSON *model = model_config_to_json(&tr->cfg->model);
   int rc = trace_session_finish(tr->trace, config, model, err);

@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "model/model.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_internal.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 
@@ -39,6 +40,17 @@ static char run_dir[8192], ckpt_dir[8192], state_path[8192];
 
 static void fixture_fail(const char *what, const Error *err) {
   fuzz_fail(what, err->msg);
+}
+
+/* Verification of what checkpoint_load_weights reads: state.json and the
+ * model file (CKPT_FILES[0]), not the optimizer's. */
+static int verify_weight_files(const char *dir, Error *err) {
+  CkptState st;
+  int rc = ckpt_state_read(dir, &st, err);
+  if (rc) return rc;
+  rc = ckpt_verify_file(&st, 0, err);
+  ckpt_state_free(&st);
+  return rc;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -141,17 +153,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == 0 && strcmp(out, ckpt_dir) != 0) fuzz_fail("checkpoint_resolve", "resolved another directory");
   }
 
+  fuzz_error_reset(&err);
+  int rc_verify_weights = verify_weight_files(ckpt_dir, &err);
+  fuzz_check_result(rc_verify_weights, &err, "verification of state.json and model.safetensors");
+  if (rc_verify == 0 && rc_verify_weights != 0)
+    fuzz_fail("checkpoint_verify", "accepts a checkpoint whose model file does not verify");
+
   if (memcmp(&cfg, &model.cfg, sizeof cfg) == 0) {
     fuzz_error_reset(&err);
     rc = checkpoint_load_weights(ckpt_dir, &model, &err);
     fuzz_check_result(rc, &err, "checkpoint_load_weights");
-    if ((rc == 0) != (rc_verify == 0)) fuzz_fail("checkpoint_load_weights", "disagrees with checkpoint_verify");
+    if ((rc == 0) != (rc_verify_weights == 0))
+      fuzz_fail("checkpoint_load_weights", "disagrees with the verification of state.json and model.safetensors");
     CheckpointTrainState st;
     fuzz_error_reset(&err);
     CheckpointOptimizer moments = {.m = opt.m, .v = opt.v, .num_params = opt.num_params};
     rc = checkpoint_load_training(ckpt_dir, &model, &moments, &st, &err);
     opt.step = moments.step;
     fuzz_check_result(rc, &err, "checkpoint_load_training");
+    if (rc == 0 && rc_verify != 0) fuzz_fail("checkpoint_load_training", "accepts a checkpoint checkpoint_verify refuses");
     if (rc == 0 && (st.step != FIXTURE_STEP || st.data_loader.position >= st.data_windows))
       fuzz_fail("checkpoint_load_training", "a training state out of range");
   }

@@ -137,9 +137,20 @@ static inline void fuzz_dir_cleanup(void) {
 
 static inline const char *fuzz_scratch_dir(void) {
   if (fuzz_dir[0]) return fuzz_dir;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(fuzz_dir, sizeof fuzz_dir, "%s/fivefold-fuzz-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-  if (!mkdtemp(fuzz_dir)) fuzz_fail("cannot create a scratch directory", strerror(errno));
+  /* Under run_fuzz.sh the process has a private, empty TMPDIR of its own,
+   * given as a relative path: a fixed name in it makes every path the
+   * readers see, and so every comparison libFuzzer traces, the same from
+   * run to run and machine to machine (a random or absolute one made the
+   * gate try different inputs on each run). */
+  const char *fixed = getenv("FIVEFOLD_FUZZ_FIXED_SCRATCH");
+  if (fixed && fixed[0]) {
+    snprintf(fuzz_dir, sizeof fuzz_dir, "%s", fixed);
+    if (mkdir(fuzz_dir, 0700) != 0) fuzz_fail("cannot create the scratch directory", strerror(errno));
+  } else {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(fuzz_dir, sizeof fuzz_dir, "%s/fivefold-fuzz-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(fuzz_dir)) fuzz_fail("cannot create a scratch directory", strerror(errno));
+  }
   atexit(fuzz_dir_cleanup);
   return fuzz_dir;
 }

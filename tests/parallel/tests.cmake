@@ -74,3 +74,8 @@ foreach(mode golden-openblas golden-bf16 resume-bf16 refuse-bf16)
   set_tests_properties(parallel.precision_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+
+# The golden tests' loss rule itself (compare_runs.py): small aux and z
+# losses are held to the relative tolerance, not to an absolute one.
+add_test(NAME parallel.compare_rule COMMAND /usr/bin/python3 ${PARALLEL_TEST_DIR}/compare_runs_test.py)
+set_tests_properties(parallel.compare_rule PROPERTIES TIMEOUT 60)

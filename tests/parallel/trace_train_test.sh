@@ -116,6 +116,8 @@ case "$MODE" in
     grep -qi "bubble" analyze.txt || { cat analyze.txt; fail "analyze reports no bubbles"; }
     if command -v dot >/dev/null; then
       dot -Tsvg dag.dot >dag.svg 2>dot.err || { cat dot.err; fail "dot rejects the DAG"; }
+    else
+      echo "SKIP (missing dependency: graphviz): dot is not installed; the DAG was not rendered"
     fi
     # 2 pipeline ranks x dp 2, 4 micro-batches per replica per step (16 / (2 x 2)).
     "$CHECKER" check traced.trace.json --pp 2 --microbatches 4 --reduce-group dp >check.txt 2>&1 ||

@@ -23,6 +23,11 @@ worst element error relative to the tensor's scale; for a scalar,
                     move them.
 Integer quantities (tokens counted, per-expert routing counts, dropped
 assignments) must match exactly. Exit status 1 on any mismatch.
+
+--expect-mismatch NAME turns the verdict round for the self-check
+(run_compare.sh --self-check): exit 0 only when NAME, and nothing but NAME,
+is reported as a mismatch (a quantity row is named like the results tensor
+it reads, e.g. grad.layers.1.moe.router).
 """
 import argparse
 import math
@@ -32,7 +37,7 @@ import sys
 try:
     import torch
 except ImportError:
-    print("SKIP: PyTorch is not installed (Debian package python3-torch, run with /usr/bin/python3)")
+    print("SKIP (missing dependency: python3-torch): PyTorch is not installed (run with /usr/bin/python3)")
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -158,6 +163,8 @@ def main():
     ap.add_argument("--param-tol", type=float, default=1e-4)
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--expect-drops", action="store_true", help="fail unless the capacity rule drops assignments")
+    ap.add_argument("--expect-mismatch", metavar="NAME", default=None,
+                    help="succeed only when exactly the quantity NAME mismatches (the self-check)")
     args = ap.parse_args()
     torch.set_num_threads(1)  # tiny tensors: threads only add overhead on a shared machine
     torch.manual_seed(0)
@@ -248,7 +255,20 @@ def main():
         report.tensor(f"final.{name}", results[f"final.{name}"], p, args.param_tol, free[name], 2 * LR * steps)
 
     ok = report.print(f"{os.path.basename(args.config)} vs {args.dir}")
-    return 0 if ok else 1
+    if args.expect_mismatch is None:
+        return 0 if ok else 1
+    want = args.expect_mismatch
+    bad = [r[0] for r in report.rows if not r[6]]
+    named = [n for n in bad if n == want or n.startswith(want + "[")]
+    others = [n for n in bad if n not in named]
+    if named and not others:
+        print(f"expected mismatch: exactly {want} was reported")
+        return 0
+    if not named:
+        print(f"SELF-CHECK FAILED: {want} was expected to mismatch but passed")
+    if others:
+        print(f"SELF-CHECK FAILED: mismatches other than {want}: {', '.join(others)}")
+    return 1
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import tempfile
 try:
     import torch
 except ImportError:
-    print("export_test: PyTorch is not installed; skipping")
+    print("SKIP (missing dependency: python3-torch): PyTorch is not installed; run scripts/install-deps.sh")
     sys.exit(77)
 
 torch.set_default_dtype(torch.float64)

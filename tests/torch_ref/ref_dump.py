@@ -16,7 +16,7 @@ import sys
 try:
     import torch
 except ImportError:
-    print("SKIP: PyTorch is not installed (Debian package python3-torch, run with /usr/bin/python3)")
+    print("SKIP (missing dependency: python3-torch): PyTorch is not installed (run with /usr/bin/python3)")
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

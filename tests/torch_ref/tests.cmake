@@ -26,12 +26,16 @@ foreach(cfg ${TORCH_REF_CONFIGS})
                        ENVIRONMENT "OMP_NUM_THREADS=2")
 endforeach()
 
-# The comparison itself must be able to fail.
+# The comparison itself must be able to fail, on exactly the tensor that
+# is wrong (self_check), and must pass an honest dump (self_check_honest).
 add_test(NAME torch_ref.self_check
          COMMAND bash ${TORCH_REF_DIR}/run_compare.sh --self-check
                  ${TORCH_REF_DIR}/configs/moe_capacity_probs.json grad.layers.1.moe.router)
-set_tests_properties(torch_ref.self_check PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "OMP_NUM_THREADS=2")
+add_test(NAME torch_ref.self_check_honest
+         COMMAND bash ${TORCH_REF_DIR}/run_compare.sh --self-check-honest
+                 ${TORCH_REF_DIR}/configs/moe_capacity_probs.json)
+set_tests_properties(torch_ref.self_check torch_ref.self_check_honest PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
 
 # conv2d / conv_transpose2d against PyTorch on fixed weights
 # (tests/tools/conv2d_dump), and proof that its comparison can fail.

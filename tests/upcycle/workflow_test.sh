@@ -4,8 +4,8 @@
 # `fivefold train --config OUT/run.json --resume` (and the --resume PATH
 # form). The resumed run starts at step 0 with the dense model's validation
 # loss (topk_then_softmax: exact), trains to --steps and saves; the dense
-# control resumes the same way. Exits 77 (skipped) while the binary has no
-# `upcycle` command registered.
+# control resumes the same way. The command exists: a failing
+# `upcycle --help` is a failure, not a reason to skip.
 # Usage: workflow_test.sh path/to/fivefold
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -14,9 +14,10 @@ trap 'rm -rf "$WORK"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-if ! "$FIVEFOLD" upcycle --help >/dev/null 2>&1; then
-  echo "SKIP: $FIVEFOLD has no 'upcycle' command"
-  exit 77
+if ! "$FIVEFOLD" upcycle --help >"$WORK/help.txt" 2>&1; then
+  cat "$WORK/help.txt"
+  echo "FAIL: '$FIVEFOLD upcycle --help' failed"
+  exit 1
 fi
 
 # run LOG COMMAND...: runs it, keeping stdout+stderr in LOG; fails the test on a non-zero exit.
