@@ -25,13 +25,14 @@
  * the starting value (-inf for max, +inf for min, e.g. all candidates
  * -inf) the winner is index 0.
  *
- * Winner layouts (int32):
- *   product            winner[m, j] = k*                        [m, n]
- *   conv, outer sum    winner[n, p, c, o] = a* kw + b*           [batch, out_h out_w, in_channels, out_channels]
- *   conv, outer max/min winner[n, p, o] = c* kh kw + a* kw + b*  [batch, out_h out_w, out_channels]
- * (p = i out_w + j). Output channels are fastest because the kernels
- * vectorise over them; an outer max/min keeps only the winning channel's
- * inner winner, the one its backward needs.
+ * Winner layouts (int32; q = n out_h out_w + i out_w + j runs over the
+ * output pixels of the whole batch):
+ *   product             winner[m, j] = k*                        [m, n]
+ *   conv, outer sum     winner[c, o, q] = a* kw + b*             [in_channels, out_channels, batch out_h out_w]
+ *   conv, outer max/min winner[o, q] = c* kh kw + a* kw + b*     [out_channels, batch out_h out_w]
+ * Pixels are fastest because the convolution vectorises over them; an
+ * outer max/min keeps only the winning channel's inner winner, the one its
+ * backward needs.
  *
  * Backward (winners from the forward; x and w are not needed):
  *   product  dx[m, k*] += dy[m, j]; dw[j, k*] += dy[m, j]; dbias[j] += dy[m, j]
@@ -48,11 +49,15 @@
  * thread in a fixed order. The dense product packs w into panels of
  * 16 (AVX-512) or 8 (AVX2, scalar) outputs and runs register tiles of
  * 8 (AVX-512) or 4 rows against one panel, K blocked by 256 so the panel
- * block stays in L1. The convolution is im2col plus a direct register
- * tile (6 or 2 pixels x one panel of output channels) that does the
- * inner and outer reductions of all six variants in registers; for
- * max-max and min-min that is the same work as the tropical product over
- * K = in_channels kh kw. Packing and im2col buffers are per calling thread
+ * block stays in L1. The convolution is a transposed im2col (one row per
+ * channel and tap, output pixels of the whole batch contiguous) and a
+ * direct register tile of up to 6 (AVX-512) or 2 output channels x 16 or
+ * 8 output pixels that does the inner and outer reductions of all six
+ * variants in registers. Vectorising over pixels rather than output
+ * channels keeps every lane busy at the few-channel shapes of tropical
+ * CNNs (4-16 channels); im2col plus the product would waste 3/4 of the
+ * lanes at 4 channels and cannot express the mixed variants. Packing and
+ * im2col buffers are per calling thread
  * and reused across calls (tropical_scratch_release frees them). */
 #ifndef FIVEFOLD_KERN_TROPICAL_H
 #define FIVEFOLD_KERN_TROPICAL_H

@@ -10,11 +10,11 @@
 #include "kern/tropical_simd.h"
 
 #if defined(__AVX512F__)
-#define CONV_MR 6 /* 6 pixels x (outer, outer winner, inner, inner winner) = 24 of 32 registers */
+#define CONV_MR 6 /* 6 channels x (outer, outer winner, inner, inner winner) = 24 of 32 registers */
 #else
 #define CONV_MR 2 /* 2 x 4 of 16 */
 #endif
-#define CONV_PB (8 * CONV_MR) /* pixels per work unit */
+#define CONV_QB (8 * TROP_LANES) /* output pixels per work unit */
 
 int tropical_conv2d_output_size(const TropicalConvShape *s, int *out_h, int *out_w, Error *err) {
   if (!s) return error_set(err, ERR_ARG, "tropical conv2d: shape is NULL");
@@ -82,66 +82,70 @@ const char *tropical_conv2d_variant_name(TropicalInner inner, TropicalOuter oute
   return names[inner][outer];
 }
 
-/* cols[n][p][c kh kw + a kw + b] = xpad at that tap (0 outside x). */
-static void im2col(const TropicalConvShape *s, int oh, int ow, const float *x, float *cols) {
+/* cols[c kh kw + a kw + b][q] = xpad at that tap for output pixel q = n
+ * pixels + p (0 outside x); rows padded with zeros to `stride` floats so
+ * that a vector load at any q < pixels_total stays inside its row. */
+static void im2col_t(const TropicalConvShape *s, int oh, int ow, const float *x, float *cols, size_t stride) {
   int kk = s->kernel_h * s->kernel_w, ck = s->in_channels * kk;
-  long rows = (long)s->batch * oh * ow;
-#pragma omp parallel for schedule(static) if (rows * ck > (1 << 16))
-  for (long row = 0; row < rows; row++) {
-    int n = (int)(row / (oh * ow)), p = (int)(row % (oh * ow));
-    int i = p / ow, j = p % ow;
-    float *dst = cols + (size_t)row * (size_t)ck;
-    for (int c = 0; c < s->in_channels; c++) {
+  size_t q_total = (size_t)s->batch * oh * ow;
+#pragma omp parallel for schedule(static) if ((double)ck * q_total > (1 << 16))
+  for (int row = 0; row < ck; row++) {
+    int c = row / kk, a = (row % kk) / s->kernel_w, b = row % s->kernel_w;
+    float *dst = cols + (size_t)row * stride;
+    for (int n = 0; n < s->batch; n++) {
       const float *plane = x + ((size_t)n * s->in_channels + c) * (size_t)s->in_h * (size_t)s->in_w;
-      for (int a = 0; a < s->kernel_h; a++) {
+      for (int i = 0; i < oh; i++) {
         int ih = i * s->stride_h - s->pad_h + a;
-        for (int b = 0; b < s->kernel_w; b++) {
+        int row_inside = ih >= 0 && ih < s->in_h;
+        for (int j = 0; j < ow; j++) {
           int iw = j * s->stride_w - s->pad_w + b;
-          int inside = ih >= 0 && ih < s->in_h && iw >= 0 && iw < s->in_w;
-          *dst++ = inside ? plane[(size_t)ih * s->in_w + iw] : 0.0f;
+          *dst++ = row_inside && iw >= 0 && iw < s->in_w ? plane[(size_t)ih * s->in_w + iw] : 0.0f;
         }
       }
     }
+    for (size_t q = q_total; q < stride; q++) *dst++ = 0.0f;
   }
 }
 
-/* packed[panel][c kk + t][lane] = w[panel L + lane][c][t] (0 past out_channels). */
-static void pack_conv_weights(const TropicalConvShape *s, const float *w, float *packed) {
-  int ck = s->in_channels * s->kernel_h * s->kernel_w;
-  int panels = (s->out_channels + TROP_LANES - 1) / TROP_LANES;
-  for (int p = 0; p < panels; p++)
-    for (int lane = 0; lane < TROP_LANES; lane++) {
-      int o = p * TROP_LANES + lane;
-      float *dst = packed + (size_t)p * (size_t)ck * TROP_LANES + lane;
-      for (int t = 0; t < ck; t++) dst[(size_t)t * TROP_LANES] = o < s->out_channels ? w[(size_t)o * ck + t] : 0.0f;
-    }
-}
+typedef struct ConvRun {
+  const TropicalConvShape *s;
+  int pixels, kk, ck, cout;
+  size_t q_total, stride;
+  const float *cols, *w;
+  float *y;
+  int32_t *winner;
+} ConvRun;
 
-/* One tile: CONV_MR pixel rows of cols against one panel of output
- * channels. Results go to `out` (values) and the winner arrays. */
-TROP_INLINE void conv_tile(int inner_min, int outer, const float *const *xr, const float *wp, int cin, int kk,
-                           tvec *out, tivec *out_win, int32_t *sum_win, size_t sum_win_row, int sum_win_pix,
-                           int lanes, int rows) {
+/* One tile: `rows` output channels from o0 (weights broadcast) x
+ * TROP_LANES output pixels from q0 (loaded from cols), both reductions in
+ * registers; winners and values stored. */
+TROP_INLINE void conv_tile(int inner_min, int outer, int rows, const ConvRun *cr, int o0, size_t q0) {
   tvec acc[CONV_MR];
   tivec acc_win[CONV_MR];
-  int outer_min = outer == TROPICAL_OUTER_MIN;
+  const float *wr[CONV_MR];
+  int outer_min = outer == TROPICAL_OUTER_MIN, cin = cr->s->in_channels, kk = cr->kk;
+  int lanes = cr->q_total - q0 < TROP_LANES ? (int)(cr->q_total - q0) : TROP_LANES;
   tvec start_outer = tv_set1(outer == TROPICAL_OUTER_SUM ? 0.0f : trop_start(outer_min));
   tvec start_inner = tv_set1(trop_start(inner_min));
   tivec zero = ti_set1(0);
 #pragma GCC unroll 8
-  for (int r = 0; r < CONV_MR; r++) acc[r] = start_outer, acc_win[r] = zero;
+  for (int r = 0; r < rows; r++) {
+    acc[r] = start_outer, acc_win[r] = zero;
+    wr[r] = cr->w + (size_t)(o0 + r) * cr->ck;
+  }
+  const float *xq = cr->cols + q0;
   for (int c = 0; c < cin; c++) {
     tvec in[CONV_MR];
     tivec in_win[CONV_MR];
 #pragma GCC unroll 8
-    for (int r = 0; r < CONV_MR; r++) in[r] = start_inner, in_win[r] = zero;
-    const float *wc = wp + (size_t)c * kk * TROP_LANES;
+    for (int r = 0; r < rows; r++) in[r] = start_inner, in_win[r] = zero;
     for (int t = 0; t < kk; t++) {
-      tvec wv = tv_load(wc + (size_t)t * TROP_LANES);
+      int col = c * kk + t;
+      tvec xv = tv_load(xq + (size_t)col * cr->stride);
       tivec tv = ti_set1(t);
 #pragma GCC unroll 8
-      for (int r = 0; r < CONV_MR; r++) {
-        tvec cand = tv_add(tv_set1(xr[r][c * kk + t]), wv);
+      for (int r = 0; r < rows; r++) {
+        tvec cand = tv_add(xv, tv_set1(wr[r][col]));
         tmask m = tv_better(inner_min, cand, in[r]);
         in[r] = tv_select(m, cand, in[r]);
         in_win[r] = ti_select(m, tv, in_win[r]);
@@ -149,77 +153,76 @@ TROP_INLINE void conv_tile(int inner_min, int outer, const float *const *xr, con
     }
     if (outer == TROPICAL_OUTER_SUM) {
 #pragma GCC unroll 8
-      for (int r = 0; r < CONV_MR; r++) {
+      for (int r = 0; r < rows; r++) {
         acc[r] = tv_add(acc[r], in[r]);
-        if (r < rows) ti_store_n(sum_win + (size_t)r * sum_win_row + (size_t)c * sum_win_pix, in_win[r], lanes);
+        ti_store_n(cr->winner + ((size_t)c * cr->cout + o0 + r) * cr->q_total + q0, in_win[r], lanes);
       }
     } else {
       tivec base = ti_set1(c * kk);
 #pragma GCC unroll 8
-      for (int r = 0; r < CONV_MR; r++) {
+      for (int r = 0; r < rows; r++) {
         tmask m = tv_better(outer_min, in[r], acc[r]);
         acc[r] = tv_select(m, in[r], acc[r]);
         acc_win[r] = ti_select(m, ti_add(base, in_win[r]), acc_win[r]);
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < CONV_MR; r++) out[r] = acc[r], out_win[r] = acc_win[r];
-}
-
-typedef struct ConvRun {
-  const TropicalConvShape *s;
-  int pixels, panels, kk, ck;
-  const float *cols, *packed;
-  float *y;
-  int32_t *winner;
-} ConvRun;
-
-/* Work unit: image n, pixels [p0, p0 + CONV_PB), output-channel panel. */
-TROP_INLINE void conv_unit(int inner_min, int outer, const ConvRun *cr, int n, int p0, int panel) {
-  const TropicalConvShape *s = cr->s;
-  int cout = s->out_channels, cin = s->in_channels;
-  int o0 = panel * TROP_LANES, lanes = cout - o0 < TROP_LANES ? cout - o0 : TROP_LANES;
-  int end = p0 + CONV_PB < cr->pixels ? p0 + CONV_PB : cr->pixels;
-  const float *wp = cr->packed + (size_t)panel * (size_t)cr->ck * TROP_LANES;
-  for (int pt = p0; pt < end; pt += CONV_MR) {
-    int rows = end - pt < CONV_MR ? end - pt : CONV_MR;
-    const float *xr[CONV_MR];
-    for (int r = 0; r < CONV_MR; r++) {
-      int p = pt + (r < rows ? r : rows - 1);
-      xr[r] = cr->cols + ((size_t)n * cr->pixels + p) * (size_t)cr->ck;
+  size_t n0 = q0 / (size_t)cr->pixels, p0 = q0 % (size_t)cr->pixels;
+  int one_image = p0 + (size_t)lanes <= (size_t)cr->pixels;
+  for (int r = 0; r < rows; r++) {
+    int o = o0 + r;
+    if (outer != TROPICAL_OUTER_SUM) ti_store_n(cr->winner + (size_t)o * cr->q_total + q0, acc_win[r], lanes);
+    if (one_image) {
+      tv_store_n(cr->y + (n0 * cr->cout + o) * cr->pixels + p0, acc[r], lanes);
+    } else {
+      float vals[TROP_LANES];
+      tv_store(vals, acc[r]);
+      for (int l = 0; l < lanes; l++) {
+        size_t q = q0 + l, n = q / cr->pixels, p = q % cr->pixels;
+        cr->y[(n * cr->cout + o) * cr->pixels + p] = vals[l];
+      }
     }
-    tvec out[CONV_MR];
-    tivec out_win[CONV_MR];
-    /* Outer sum: winner[n][p][c][o]; the tile writes its lanes o0.. */
-    int32_t *sum_win = cr->winner + ((size_t)n * cr->pixels + pt) * (size_t)cin * cout + o0;
-    conv_tile(inner_min, outer, xr, wp, cin, cr->kk, out, out_win, sum_win, (size_t)cin * cout, cout, lanes, rows);
-    float vals[CONV_MR][TROP_LANES];
-    for (int r = 0; r < CONV_MR; r++) tv_store(vals[r], out[r]);
-    for (int l = 0; l < lanes; l++) {
-      float *dst = cr->y + ((size_t)n * cout + o0 + l) * (size_t)cr->pixels + pt;
-      for (int r = 0; r < rows; r++) dst[r] = vals[r][l];
-    }
-    if (outer != TROPICAL_OUTER_SUM)
-      for (int r = 0; r < rows; r++)
-        ti_store_n(cr->winner + ((size_t)n * cr->pixels + pt + r) * (size_t)cout + o0, out_win[r], lanes);
   }
 }
 
-static void conv_unit_dispatch(const ConvRun *cr, int n, int p0, int panel) {
+/* Work unit: output channels [o0, o0 + CONV_MR) x pixels [q0, q0 + CONV_QB). */
+TROP_INLINE void conv_unit(int inner_min, int outer, const ConvRun *cr, int o0, size_t q0) {
+  int rows = cr->cout - o0 < CONV_MR ? cr->cout - o0 : CONV_MR;
+  size_t end = q0 + CONV_QB < cr->q_total ? q0 + CONV_QB : cr->q_total;
+  for (size_t q = q0; q < end; q += TROP_LANES) {
+    /* One inlined copy per row count, so that every tile keeps its
+     * accumulators in registers and computes no padding rows. */
+    switch (rows) {
+#define CONV_ROWS_CASE(R) \
+  case R: conv_tile(inner_min, outer, R, cr, o0, q); break;
+      CONV_ROWS_CASE(1)
+      CONV_ROWS_CASE(2)
+#if CONV_MR > 2
+      CONV_ROWS_CASE(3)
+      CONV_ROWS_CASE(4)
+      CONV_ROWS_CASE(5)
+      CONV_ROWS_CASE(6)
+#endif
+#undef CONV_ROWS_CASE
+      default: break;
+    }
+  }
+}
+
+static void conv_unit_dispatch(const ConvRun *cr, int o0, size_t q0) {
   int inner_min = cr->s->inner == TROPICAL_INNER_MIN;
   switch (cr->s->outer) {
     case TROPICAL_OUTER_SUM:
-      if (inner_min) conv_unit(1, TROPICAL_OUTER_SUM, cr, n, p0, panel);
-      else conv_unit(0, TROPICAL_OUTER_SUM, cr, n, p0, panel);
+      if (inner_min) conv_unit(1, TROPICAL_OUTER_SUM, cr, o0, q0);
+      else conv_unit(0, TROPICAL_OUTER_SUM, cr, o0, q0);
       break;
     case TROPICAL_OUTER_MAX:
-      if (inner_min) conv_unit(1, TROPICAL_OUTER_MAX, cr, n, p0, panel);
-      else conv_unit(0, TROPICAL_OUTER_MAX, cr, n, p0, panel);
+      if (inner_min) conv_unit(1, TROPICAL_OUTER_MAX, cr, o0, q0);
+      else conv_unit(0, TROPICAL_OUTER_MAX, cr, o0, q0);
       break;
     case TROPICAL_OUTER_MIN:
-      if (inner_min) conv_unit(1, TROPICAL_OUTER_MIN, cr, n, p0, panel);
-      else conv_unit(0, TROPICAL_OUTER_MIN, cr, n, p0, panel);
+      if (inner_min) conv_unit(1, TROPICAL_OUTER_MIN, cr, o0, q0);
+      else conv_unit(0, TROPICAL_OUTER_MIN, cr, o0, q0);
       break;
   }
 }
@@ -231,37 +234,26 @@ int tropical_conv2d_forward(const TropicalConvShape *s, const float *x, const fl
   if (rc) return rc;
   if (!winner) return error_set(err, ERR_ARG, "tropical_conv2d_forward: winner is NULL, expected a buffer of %zu",
                                 tropical_conv2d_winner_count(s));
-  ConvRun cr = {.s = s, .pixels = oh * ow, .kk = s->kernel_h * s->kernel_w, .y = y, .winner = winner};
+  ConvRun cr = {.s = s, .pixels = oh * ow, .kk = s->kernel_h * s->kernel_w, .cout = s->out_channels, .w = w,
+                .y = y, .winner = winner};
   cr.ck = s->in_channels * cr.kk;
-  cr.panels = (s->out_channels + TROP_LANES - 1) / TROP_LANES;
-  size_t cols_bytes = (size_t)s->batch * (size_t)cr.pixels * (size_t)cr.ck * sizeof(float);
-  size_t pack_bytes = (size_t)cr.panels * TROP_LANES * (size_t)cr.ck * sizeof(float);
+  cr.q_total = (size_t)s->batch * (size_t)cr.pixels;
+  cr.stride = (cr.q_total + TROP_LANES - 1) / TROP_LANES * TROP_LANES;
+  size_t cols_bytes = (size_t)cr.ck * cr.stride * sizeof(float);
   float *cols = tropical_scratch(TROP_SCRATCH_COLS, cols_bytes);
-  float *packed = tropical_scratch(TROP_SCRATCH_PACK, pack_bytes);
-  if (!cols || !packed)
+  if (!cols)
     return error_set(err, ERR_NOMEM, "tropical_conv2d_forward: out of memory for im2col (%zu bytes)", cols_bytes);
-  im2col(s, oh, ow, x, cols);
-  pack_conv_weights(s, w, packed);
-  cr.cols = cols, cr.packed = packed;
-  int pblocks = (cr.pixels + CONV_PB - 1) / CONV_PB;
-  long units = (long)s->batch * pblocks * cr.panels;
+  im2col_t(s, oh, ow, x, cols, cr.stride);
+  cr.cols = cols;
+  int oblocks = (cr.cout + CONV_MR - 1) / CONV_MR;
+  long qblocks = (long)((cr.q_total + CONV_QB - 1) / CONV_QB);
+  long units = oblocks * qblocks;
   double work = tropical_conv2d_forward_ops(s);
+  /* Consecutive units share their pixel block (its columns stay in cache). */
 #pragma omp parallel for schedule(static) if (work > 2e5 && units > 1)
-  for (long u = 0; u < units; u++) {
-    int panel = (int)(u % cr.panels);
-    long rest = u / cr.panels;
-    int pb = (int)(rest % pblocks), n = (int)(rest / pblocks);
-    conv_unit_dispatch(&cr, n, pb * CONV_PB, panel);
-  }
+  for (long u = 0; u < units; u++)
+    conv_unit_dispatch(&cr, (int)(u % oblocks) * CONV_MR, (size_t)(u / oblocks) * CONV_QB);
   return 0;
-}
-
-/* The input offset of tap t at output pixel p, or -1 for a padded tap. */
-static inline long tap_offset(const TropicalConvShape *s, int ow, int p, int t) {
-  int i = p / ow, j = p % ow, a = t / s->kernel_w, b = t % s->kernel_w;
-  int ih = i * s->stride_h - s->pad_h + a, iw = j * s->stride_w - s->pad_w + b;
-  if (ih < 0 || ih >= s->in_h || iw < 0 || iw >= s->in_w) return -1;
-  return (long)ih * s->in_w + iw;
 }
 
 int tropical_conv2d_backward(const TropicalConvShape *s, const float *dy, const int32_t *winner, float *dx, float *dw,
@@ -270,35 +262,37 @@ int tropical_conv2d_backward(const TropicalConvShape *s, const float *dy, const 
   int rc = tropical_conv2d_output_size(s, &oh, &ow, err);
   if (rc) return rc;
   int pixels = oh * ow, cin = s->in_channels, cout = s->out_channels, kk = s->kernel_h * s->kernel_w;
-  size_t plane = (size_t)s->in_h * (size_t)s->in_w;
+  size_t plane = (size_t)s->in_h * (size_t)s->in_w, q_total = (size_t)s->batch * pixels;
   int sum = s->outer == TROPICAL_OUTER_SUM;
   double work = (double)tropical_conv2d_winner_count(s);
   if (dx) {
-    /* dx[n][c] is owned by one thread; contributions in ascending (o, p). */
+    /* Winner index -> (channel, tap row, tap column), so the loop below
+     * divides nothing. */
+    int32_t *tap = malloc((size_t)cin * kk * 3 * sizeof *tap);
+    if (!tap) return error_set(err, ERR_NOMEM, "tropical_conv2d_backward: out of memory for the tap table");
+    for (int f = 0; f < cin * kk; f++)
+      tap[3 * f] = f / kk, tap[3 * f + 1] = (f % kk) / s->kernel_w, tap[3 * f + 2] = f % s->kernel_w;
+    /* dx[n][c] (dx[n] for an outer max/min) is owned by one thread;
+     * contributions in ascending (o, p). */
     long owners = sum ? (long)s->batch * cin : s->batch;
 #pragma omp parallel for schedule(static) if (work > 3e4)
     for (long own = 0; own < owners; own++) {
-      int n = sum ? (int)(own / cin) : (int)own;
-      if (!accumulate) {
-        size_t count = sum ? plane : plane * (size_t)cin;
-        memset(dx + (size_t)own * count, 0, count * sizeof *dx);
-      }
+      int n = sum ? (int)(own / cin) : (int)own, c_own = sum ? (int)(own % cin) : 0;
+      size_t count = sum ? plane : plane * (size_t)cin;
+      if (!accumulate) memset(dx + (size_t)own * count, 0, count * sizeof *dx);
       for (int o = 0; o < cout; o++) {
         const float *g = dy + ((size_t)n * cout + o) * (size_t)pixels;
-        for (int p = 0; p < pixels; p++) {
-          int c, t;
-          if (sum) {
-            c = (int)(own % cin);
-            t = winner[(((size_t)n * pixels + p) * cin + c) * cout + o];
-          } else {
-            int flat = winner[((size_t)n * pixels + p) * cout + o];
-            c = flat / kk, t = flat % kk;
+        const int32_t *win = winner + ((sum ? (size_t)c_own * cout : 0) + o) * q_total + (size_t)n * pixels;
+        for (int i = 0, p = 0; i < oh; i++)
+          for (int j = 0; j < ow; j++, p++) {
+            const int32_t *tp = tap + 3 * (sum ? c_own * kk + win[p] : win[p]);
+            int ih = i * s->stride_h - s->pad_h + tp[1], iw = j * s->stride_w - s->pad_w + tp[2];
+            if (ih >= 0 && ih < s->in_h && iw >= 0 && iw < s->in_w)
+              dx[((size_t)n * cin + tp[0]) * plane + (size_t)ih * s->in_w + iw] += g[p];
           }
-          long off = tap_offset(s, ow, p, t);
-          if (off >= 0) dx[((size_t)n * cin + c) * plane + (size_t)off] += g[p];
-        }
       }
     }
+    free(tap);
   }
   if (dw) {
     /* dw[o] is owned by one thread; contributions in ascending (n, p). */
@@ -306,15 +300,13 @@ int tropical_conv2d_backward(const TropicalConvShape *s, const float *dy, const 
     for (int o = 0; o < cout; o++) {
       float *wo = dw + (size_t)o * cin * kk;
       if (!accumulate) memset(wo, 0, (size_t)cin * kk * sizeof *wo);
-      for (int n = 0; n < s->batch; n++) {
-        const float *g = dy + ((size_t)n * cout + o) * (size_t)pixels;
-        for (int p = 0; p < pixels; p++) {
-          if (sum) {
-            const int32_t *win = winner + ((size_t)n * pixels + p) * (size_t)cin * cout + o;
-            for (int c = 0; c < cin; c++) wo[c * kk + win[(size_t)c * cout]] += g[p];
-          } else {
-            wo[winner[((size_t)n * pixels + p) * cout + o]] += g[p];
-          }
+      for (int c = 0; c < (sum ? cin : 1); c++) {
+        const int32_t *win = winner + ((sum ? (size_t)c * cout : 0) + o) * q_total;
+        float *wc = sum ? wo + (size_t)c * kk : wo;
+        for (int n = 0; n < s->batch; n++) {
+          const float *g = dy + ((size_t)n * cout + o) * (size_t)pixels;
+          const int32_t *wn = win + (size_t)n * pixels;
+          for (int p = 0; p < pixels; p++) wc[wn[p]] += g[p];
         }
       }
     }

@@ -103,6 +103,7 @@ int tropical_conv2d_ref_forward(const TropicalConvShape *s, const float *x, cons
   int rc = tropical_conv2d_output_size(s, &oh, &ow, err);
   if (rc) return rc;
   int cin = s->in_channels, cout = s->out_channels, kk = s->kernel_h * s->kernel_w, pixels = oh * ow;
+  size_t q_total = (size_t)s->batch * pixels;
   int32_t inner_win[cin];
   for (int n = 0; n < s->batch; n++)
     for (int o = 0; o < cout; o++)
@@ -112,9 +113,9 @@ int tropical_conv2d_ref_forward(const TropicalConvShape *s, const float *x, cons
           y[((size_t)n * cout + o) * pixels + p] = conv_output(s, x, w, n, o, i, j, inner_win, &outer_win);
           if (!winner) continue;
           if (s->outer == TROPICAL_OUTER_SUM) {
-            for (int c = 0; c < cin; c++) winner[(((size_t)n * pixels + p) * cin + c) * cout + o] = inner_win[c];
+            for (int c = 0; c < cin; c++) winner[((size_t)c * cout + o) * q_total + (size_t)n * pixels + p] = inner_win[c];
           } else {
-            winner[((size_t)n * pixels + p) * cout + o] = outer_win * kk + inner_win[outer_win];
+            winner[(size_t)o * q_total + (size_t)n * pixels + p] = outer_win * kk + inner_win[outer_win];
           }
         }
   return 0;
