@@ -54,6 +54,7 @@ typedef struct MatCase {
 static const MatCase MAT_CASES[] = {
     {1, 1, 1},    {3, 5, 1},    {1, 16, 7},   {7, 17, 33},   {8, 16, 256},  {9, 15, 257},
     {13, 31, 5},  {2, 40, 600}, {65, 40, 300}, {100, 33, 513}, {17, 8, 1000}, {33, 64, 64},
+    {256, 130, 300}, /* large enough for the parallel forward and backward */
 };
 
 /* Fast forward (with winners, and value-only) and backward against the
@@ -377,7 +378,7 @@ static void test_conv_accumulate(void **state) {
 
 static void test_threads_bit_identical(void **state) {
   (void)state;
-  const int m = 200, n = 150, k = 300;
+  const int m = 256, n = 160, k = 300; /* above the backward's parallel threshold (m n > 3e4) */
   size_t nx = (size_t)m * k, nw = (size_t)n * k, ny = (size_t)m * n;
   float *x = test_alloc(nx), *w = test_alloc(nw), *b = test_alloc(n), *dy = test_alloc(ny);
   test_fill_normal(x, nx, 1, 1.0f), test_fill_normal(w, nw, 2, 1.0f), test_fill_normal(b, n, 3, 1.0f);
