@@ -113,7 +113,8 @@ int tropical_conv2d_ref_forward(const TropicalConvShape *s, const float *x, cons
           y[((size_t)n * cout + o) * pixels + p] = conv_output(s, x, w, n, o, i, j, inner_win, &outer_win);
           if (!winner) continue;
           if (s->outer == TROPICAL_OUTER_SUM) {
-            for (int c = 0; c < cin; c++) winner[((size_t)c * cout + o) * q_total + (size_t)n * pixels + p] = inner_win[c];
+            for (int c = 0; c < cin; c++)
+              winner[((size_t)c * cout + o) * q_total + (size_t)n * pixels + p] = inner_win[c];
           } else {
             winner[(size_t)o * q_total + (size_t)n * pixels + p] = outer_win * kk + inner_win[outer_win];
           }

@@ -83,8 +83,16 @@ TROP_INLINE tvec tv_min(tvec cand, tvec best) {
   for (int l = 0; l < TROP_LANES; l++) best.v[l] = cand.v[l] < best.v[l] ? cand.v[l] : best.v[l];
   return best;
 }
-TROP_INLINE tmask tv_gt(tvec a, tvec b) { tmask m; for (int l = 0; l < TROP_LANES; l++) m.v[l] = a.v[l] > b.v[l]; return m; }
-TROP_INLINE tmask tv_lt(tvec a, tvec b) { tmask m; for (int l = 0; l < TROP_LANES; l++) m.v[l] = a.v[l] < b.v[l]; return m; }
+TROP_INLINE tmask tv_gt(tvec a, tvec b) {
+  tmask m;
+  for (int l = 0; l < TROP_LANES; l++) m.v[l] = a.v[l] > b.v[l];
+  return m;
+}
+TROP_INLINE tmask tv_lt(tvec a, tvec b) {
+  tmask m;
+  for (int l = 0; l < TROP_LANES; l++) m.v[l] = a.v[l] < b.v[l];
+  return m;
+}
 TROP_INLINE tvec tv_select(tmask m, tvec if_set, tvec otherwise) {
   for (int l = 0; l < TROP_LANES; l++) otherwise.v[l] = m.v[l] ? if_set.v[l] : otherwise.v[l];
   return otherwise;

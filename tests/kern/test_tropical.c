@@ -256,7 +256,8 @@ static void check_conv(const TropicalConvShape *s, int ties, uint64_t seed) {
   must_ok(tropical_conv2d_ref_forward(s, f.x, f.w, r.y, r.win, &err), &err);
   must_ok(tropical_conv2d_ref_backward(s, f.x, f.w, f.dy, r.dx, r.dw, &err), &err);
   for (size_t i = 0; i < f.ny; i++)
-    if (memcmp(&f.y[i], &r.y[i], sizeof f.y[i])) fail_msg("%s ties=%d: y[%zu] %g, reference %g", d, ties, i, f.y[i], r.y[i]);
+    if (memcmp(&f.y[i], &r.y[i], sizeof f.y[i]))
+      fail_msg("%s ties=%d: y[%zu] %g, reference %g", d, ties, i, f.y[i], r.y[i]);
   for (size_t i = 0; i < f.nwin; i++)
     if (f.win[i] != r.win[i]) fail_msg("%s ties=%d: winner[%zu] %d, reference %d", d, ties, i, f.win[i], r.win[i]);
   for (size_t i = 0; i < f.nx; i++)

@@ -87,7 +87,8 @@ static int run_conv(const SafetensorsReader *r, Outputs *o, Error *err) {
                 {"in_w", &s.in_w},         {"out_channels", &s.out_channels}, {"kernel_h", &s.kernel_h},
                 {"kernel_w", &s.kernel_w}, {"stride_h", &s.stride_h},       {"stride_w", &s.stride_w},
                 {"pad_h", &s.pad_h},       {"pad_w", &s.pad_w}};
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !rc; i++) rc = meta_int(r, fields[i].key, fields[i].field, err);
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !rc; i++)
+    rc = meta_int(r, fields[i].key, fields[i].field, err);
   if (!rc) rc = meta_choice(r, "inner", inners, &inner, err);
   if (!rc) rc = meta_choice(r, "outer", outers, &outer, err);
   if (rc) return rc;
