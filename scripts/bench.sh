@@ -4,7 +4,8 @@
 # and its dense twin, and PyTorch's tokens/s on the same models with the same
 # thread count (fp32, and bf16 under torch.autocast), with the ratio; then
 # the convolution kernels against PyTorch's conv2d at DeblurGAN- and
-# LeNet-like shapes (fp32, bf16). Everything is run twice: with the environment
+# LeNet-like shapes (fp32, bf16), and the tropical kernels against PyTorch's
+# broadcast + amax layers. Everything is run twice: with the environment
 # as it is, and with OPENBLAS_CORETYPE unset for both programs (OpenBLAS then
 # picks its kernels for the real CPU; PyTorch gets OMP_WAIT_POLICY=PASSIVE).
 # Then the parallel runtime under mpirun: DP2 against one rank (scaling and
@@ -90,6 +91,12 @@ if [ -x "$BUILD/bench/bench_op_probe" ]; then
   echo
   echo "=== operation probes with nothing attached (bench/bench_op_probe.c) ==="
   "$BUILD/bench/bench_op_probe"
+fi
+
+if [ -x "$BUILD/bench/bench_tropical" ]; then
+  echo
+  echo "=== tropical kernels against PyTorch (bench/bench_tropical.sh) ==="
+  bash bench/bench_tropical.sh "$BUILD"
 fi
 
 if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then

@@ -9,6 +9,7 @@ PKGS=(
   libopenblas-openmp-dev        # cblas GEMM; the OpenMP build shares our thread pool
   libdnnl-dev                   # oneDNN: GEMM/matmul (fp32, bf16) and convolution kernels
   zlib1g-dev                    # gzip'd IDX image files (Fashion-MNIST)
+  dataset-fashion-mnist         # Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist (base.idx)
   libcjson-dev                  # JSON configs, safetensors headers
   libcmocka-dev                 # unit-test framework (run under ctest)
   openmpi-bin libopenmpi-dev    # the multi-rank runtime and its launcher

@@ -8,3 +8,19 @@ set_tests_properties(kern.conv2d_avx2 PROPERTIES TIMEOUT 300
 add_test(NAME kern.gemm_backends_avx2 COMMAND test_kern_gemm_backends)
 set_tests_properties(kern.gemm_backends_avx2 PROPERTIES
                      ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;ONEDNN_MAX_CPU_ISA=AVX2" TIMEOUT 600)
+
+# The tropical kernels again, compiled without AVX-512 (the AVX2 path) and
+# without AVX (the scalar path) into their own test executables; each
+# checks that it runs the path it was built for.
+file(GLOB TROPICAL_KERN_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/kern/tropical_*.c)
+set(TROPICAL_FLAGS_avx2 -mno-avx512f)
+set(TROPICAL_FLAGS_scalar -mno-avx)
+foreach(isa avx2 scalar)
+  add_executable(test_kern_tropical_${isa} ${CMAKE_CURRENT_LIST_DIR}/test_tropical.c ${TROPICAL_KERN_SOURCES})
+  target_compile_options(test_kern_tropical_${isa} PRIVATE ${TROPICAL_FLAGS_${isa}})
+  target_include_directories(test_kern_tropical_${isa} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${CMOCKA_INCLUDE_DIRS})
+  target_link_libraries(test_kern_tropical_${isa} PRIVATE fivefold_kern ${CMOCKA_LINK_LIBRARIES})
+  add_test(NAME kern.tropical_${isa} COMMAND test_kern_tropical_${isa})
+  set_tests_properties(kern.tropical_${isa} PROPERTIES TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;TROPICAL_EXPECT_ISA=${isa}")
+endforeach()

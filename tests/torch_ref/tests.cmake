@@ -51,3 +51,12 @@ file(GLOB TORCH_REF_CONFIG_FILES ${TORCH_REF_DIR}/configs/*.json)
 add_test(NAME torch_ref.autocast_bf16 COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/autocast_check.py ${TORCH_REF_CONFIG_FILES})
 set_tests_properties(torch_ref.autocast_bf16 PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# Tropical dense layers (max-plus, min-plus) and the six tropical conv2d
+# variants against an independent broadcast + amax/amin implementation
+# (tests/tools/tropical_dump), and proof that its comparison can fail.
+add_test(NAME torch_ref.tropical COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/tropical_parity.py $<TARGET_FILE:tropical_dump>)
+add_test(NAME torch_ref.tropical_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/tropical_parity.py $<TARGET_FILE:tropical_dump> --self-check)
+set_tests_properties(torch_ref.tropical torch_ref.tropical_self_check PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
