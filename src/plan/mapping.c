@@ -249,3 +249,57 @@ int plan_mapping_search(const ModelConfig *model, const ClusterSpec *cluster, co
   out->evaluated = s.evaluated;
   return ERR_OK;
 }
+
+ClusterSpec plan_result_cluster_view(const ClusterSpec *cluster, const PlanResult *r) {
+  ClusterSpec view = *cluster;
+  if (r->device_of_rank) {
+    view.device_of_rank = r->device_of_rank;
+    view.num_mapped = r->num_mapped;
+  }
+  return view;
+}
+
+int plan_result_map_devices(PlanResult *r, const ModelConfig *model, const ClusterSpec *cluster,
+                            const PlanOptions *opt, const PlanMappingOptions *mo, Error *err) {
+  PlanMapping map;
+  PlanConfig cfg = r->cfg;
+  int rc = plan_mapping_search(model, cluster, opt, &cfg, mo, &map, err);
+  if (rc) return rc;
+  int identity = plan_mapping_is_identity(map.device_of_rank, map.devices);
+  PlanResult mapped;
+  ClusterSpec view = *cluster;
+  view.device_of_rank = identity ? NULL : map.device_of_rank;
+  view.num_mapped = identity ? 0 : map.devices;
+  rc = plan_simulate(model, &view, opt, &cfg, NULL, NULL, &mapped, err);
+  if (rc) {
+    plan_mapping_free(&map);
+    return rc;
+  }
+  plan_result_free(r);
+  *r = mapped;
+  r->rank_order_step_time = map.rank_order_step_time;
+  r->mapping_evaluated = map.evaluated;
+  r->mapping_exhaustive = map.exhaustive;
+  snprintf(r->mapping_method, sizeof r->mapping_method, "%s", map.method);
+  r->num_mapped = map.devices;
+  if (identity) {
+    plan_mapping_free(&map);
+  } else {
+    r->device_of_rank = map.device_of_rank; /* ownership moves to r */
+    map.device_of_rank = NULL;
+  }
+  return ERR_OK;
+}
+
+void plan_mapping_explain(const PlanResult *r, FILE *f) {
+  if (!r->mapping_evaluated) return;
+  double t0 = r->rank_order_step_time, t = r->step_time;
+  fprintf(f, "device mapping: rank order %.4f s/step, chosen %.4f s/step (%.1f%% faster; %s, %ld simulations%s)\n",
+          t0, t, t > 0 ? 100.0 * (t0 / t - 1.0) : 0.0, r->device_of_rank ? r->mapping_method : "rank order is best",
+          r->mapping_evaluated, r->mapping_exhaustive ? ", every permutation" : ", heuristic");
+  if (r->device_of_rank && r->num_mapped <= 64) {
+    fprintf(f, "  device of rank 0..%d:", r->num_mapped - 1);
+    for (int i = 0; i < r->num_mapped; i++) fprintf(f, " %d", r->device_of_rank[i]);
+    fprintf(f, "\n");
+  }
+}

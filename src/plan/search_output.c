@@ -175,6 +175,20 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     bd = cJSON_AddObjectToObject(pred, "breakdown_s");
     for (int k = 0; bd && k < PLAN_NUM_COMPONENTS; k++)
       if (r->breakdown.t[k] > 0) cJSON_AddNumberToObject(bd, plan_component_name((PlanComponent)k), r->breakdown.t[k]);
+    if (r->device_of_rank) {
+      /* Rank r runs on device device_of_rank[r] (node d / devices_per_node,
+       * slot d % devices_per_node): what a launcher's rankfile applies. */
+      cJSON *mp = cJSON_AddObjectToObject(root, "mapping");
+      cJSON *perm = mp ? cJSON_AddArrayToObject(mp, "device_of_rank") : NULL;
+      for (int i = 0; perm && i < r->num_mapped; i++) cJSON_AddItemToArray(perm, cJSON_CreateNumber(r->device_of_rank[i]));
+      if (mp) {
+        cJSON_AddStringToObject(mp, "method", r->mapping_method);
+        cJSON_AddNumberToObject(mp, "rank_order_step_time_s", r->rank_order_step_time);
+        cJSON_AddNumberToObject(mp, "step_time_s", r->step_time);
+        cJSON_AddNumberToObject(mp, "simulations", (double)r->mapping_evaluated);
+      }
+      bad |= !perm;
+    }
     if (stats) {
       cJSON *s = cJSON_AddObjectToObject(root, "search");
       if (s) {
@@ -185,7 +199,7 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
         cJSON_AddNumberToObject(s, "simulated", (double)stats->simulated);
       }
     }
-    bad = !arr || !mem || !bd;
+    bad = bad || !arr || !mem || !bd;
   }
   char *text = bad ? NULL : cJSON_Print(root);
   cJSON_Delete(root);

@@ -167,15 +167,23 @@ void plan_result_free(PlanResult *r) {
   if (!r) return;
   free(r->stage);
   free(r->memory);
+  free(r->device_of_rank);
   r->stage = NULL;
   r->memory = NULL;
+  r->device_of_rank = NULL;
 }
 
 int plan_result_copy(PlanResult *dst, const PlanResult *src) {
   *dst = *src;
   dst->stage = malloc((size_t)src->num_stages * sizeof *dst->stage);
   dst->memory = malloc((size_t)src->pp * sizeof *dst->memory);
-  if (!dst->stage || !dst->memory) {
+  dst->device_of_rank = NULL;
+  if (src->device_of_rank) {
+    dst->device_of_rank = malloc((size_t)src->num_mapped * sizeof *dst->device_of_rank);
+    if (dst->device_of_rank)
+      memcpy(dst->device_of_rank, src->device_of_rank, (size_t)src->num_mapped * sizeof *dst->device_of_rank);
+  }
+  if (!dst->stage || !dst->memory || (src->device_of_rank && !dst->device_of_rank)) {
     plan_result_free(dst);
     return ERR_NOMEM;
   }
