@@ -266,6 +266,9 @@ static void test_two_tier_mapping_beats_rank_order(void **state) {
   double gain = map.rank_order_step_time / map.step_time - 1;
   print_message("two switches of 3 nodes x 2, 16:1 uplink, tp2 dp2 pp3: rank order %.4f s, mapped %.4f s (%s, %ld sims): %.1f%% faster\n",
                 map.rank_order_step_time, map.step_time, map.method, map.evaluated, 100 * gain);
+  print_message("  device of rank 0..11:");
+  for (int r = 0; r < map.devices; r++) print_message(" %d", map.device_of_rank[r]);
+  print_message("\n");
   assert_false(map.exhaustive);
   assert_true(gain > 0.05);
   plan_mapping_free(&map);
