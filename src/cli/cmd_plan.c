@@ -15,6 +15,7 @@
 
 #include "plan/config_paths.h"
 #include "plan/mapping.h"
+#include "plan/refine.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
 #include "sched/partition.h"
@@ -39,6 +40,7 @@ typedef struct PlanCli {
   const char *mbs_list, *recompute_list;
   int no_folding, no_distopt, force_distopt;
   int map_devices; /* 1 / -1: --map-devices / --no-map-devices; 0: when the cluster is irregular */
+  int no_refine_partition;
 } PlanCli;
 
 static void common_help(FILE *f) {
@@ -109,6 +111,8 @@ static void plan_usage(FILE *f) {
           "  --no-folding             keep the MoE grid coupled to attention (ETP = TP, EP inside DP)\n"
           "  --map-devices, --no-map-devices  search which device each rank of the best configuration runs\n"
           "                           on (default: on clusters with tiers or a link matrix)\n"
+          "  --no-refine-partition    keep the compute min-max partition (default: refine the best\n"
+          "                           configuration's partition by simulating one-layer moves)\n"
           "  --no-distributed-optimizer  never shard optimizer state\n"
           "  --distributed-optimizer  always shard optimizer state\n"
           "  --runtime R              fivefold (default): only what `fivefold train` runs (no recomputation);\n"
@@ -165,7 +169,7 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
                                      "--no-folding", "--quiet", "--moe-tp-replicated",
-                                     "--map-devices", "--no-map-devices"};
+                                     "--map-devices", "--no-map-devices", "--no-refine-partition"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
@@ -197,6 +201,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--moe-tp-replicated") && simulate) c->opt.moe_tp_replicated = 1;
       else if (!strcmp(name, "--map-devices") && !simulate) c->map_devices = 1;
       else if (!strcmp(name, "--no-map-devices") && !simulate) c->map_devices = -1;
+      else if (!strcmp(name, "--no-refine-partition") && !simulate) c->no_refine_partition = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -509,6 +514,16 @@ int cmd_plan(int argc, char **argv) {
     }
     printf("\n");
     plan_mapping_explain(&res.top[0], stdout);
+  }
+  if (!c->no_refine_partition) {
+    ClusterSpec view = plan_result_cluster_view(&cluster, &res.top[0]);
+    PlanRefineStats refine;
+    if (plan_partition_refine(&res.top[0], &model, &view, &c->opt, &refine, &err)) {
+      fprintf(stderr, "fivefold plan: %s\n", err.msg);
+      goto out;
+    }
+    if (refine.simulated) printf("\n");
+    plan_refine_explain(&refine, &res.top[0], stdout);
   }
   if (c->explain) {
     /* Simulate the winner again with the exposed-transfer measurement. */
