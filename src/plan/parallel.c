@@ -66,6 +66,13 @@ int plan_config_world(const PlanConfig *c) {
   return c->par.tp * c->par.cp * c->par.dp * c->par.pp;
 }
 
+int plan_config_devices(const PlanConfig *c) {
+  if (!c->num_stage_widths) return plan_config_world(c);
+  int n = 0;
+  for (int s = 0; s < c->num_stage_widths; s++) n += c->stage_width[s];
+  return n;
+}
+
 int plan_config_is_folded(const PlanConfig *c) {
   const PlanParallel *p = &c->par;
   if (p->ep == 1 && p->etp == p->tp) return 0;

@@ -103,6 +103,23 @@ static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
     p->layers_per_stage[i++] = (int)e->valuedouble;
   }
   p->num_stages = n;
+  /* Stage replication (plan/replicate.h) is planned and simulated, but the
+   * trainer runs one data-parallel width for all stages. */
+  const cJSON *widths = cJSON_GetObjectItemCaseSensitive(par, "stage_widths");
+  if (widths) {
+    char list[96] = "";
+    size_t used = 0;
+    int k = 0;
+    cJSON_ArrayForEach(e, widths) {
+      if (used < sizeof list)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%g", k++ ? " " : "",
+                                 cJSON_IsNumber(e) ? e->valuedouble : -1);
+    }
+    return error_set(c->err, ERR_UNSUPPORTED,
+                     "%s: field \"parallel.stage_widths\": per-stage data-parallel widths [%s] (stage replication) "
+                     "are planned and simulated, but fivefold's runtime does not execute them yet; plan without "
+                     "--replicate-stages", c->origin, list);
+  }
   return 0;
 }
 

@@ -130,7 +130,7 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     cJSON_AddNumberToObject(root, "version", 1);
     cJSON_AddStringToObject(root, "model", model_name ? model_name : "");
     cJSON_AddStringToObject(root, "cluster", cluster_name ? cluster_name : "");
-    cJSON_AddNumberToObject(root, "gpus", plan_config_world(c));
+    cJSON_AddNumberToObject(root, "gpus", plan_config_devices(c));
     cJSON_AddNumberToObject(root, "seq_length", c->seq_len);
     cJSON_AddStringToObject(root, "dtype", plan_dtype_name(c->dtype));
     cJSON *id = model ? cJSON_AddObjectToObject(root, "model_identity") : NULL;
@@ -164,6 +164,12 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     cJSON_AddBoolToObject(par, "distributed_optimizer", c->distributed_optimizer != 0);
     arr = cJSON_AddArrayToObject(par, "layers_per_stage");
     for (int s = 0; arr && s < c->num_given_layers; s++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(c->layers_per_stage[s]));
+    if (c->num_stage_widths) {
+      /* Stage replication: pipeline stage s on stage_width[s] replicas. */
+      cJSON *w = cJSON_AddArrayToObject(par, "stage_widths");
+      for (int s = 0; w && s < c->num_stage_widths; s++) cJSON_AddItemToArray(w, cJSON_CreateNumber(c->stage_width[s]));
+      bad |= !w;
+    }
     cJSON_AddNumberToObject(pred, "step_time_s", r->step_time);
     cJSON_AddNumberToObject(pred, "mfu", r->mfu);
     cJSON_AddNumberToObject(pred, "tokens_per_s", r->tokens_per_s);
