@@ -16,6 +16,7 @@
 #include "plan/config_paths.h"
 #include "plan/mapping.h"
 #include "plan/refine.h"
+#include "plan/replicate.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
 #include "sched/partition.h"
@@ -40,7 +41,7 @@ typedef struct PlanCli {
   const char *mbs_list, *recompute_list;
   int no_folding, no_distopt, force_distopt;
   int map_devices; /* 1 / -1: --map-devices / --no-map-devices; 0: when the cluster is irregular */
-  int no_refine_partition;
+  int no_refine_partition, replicate_stages;
 } PlanCli;
 
 static void common_help(FILE *f) {
@@ -113,6 +114,8 @@ static void plan_usage(FILE *f) {
           "                           on (default: on clusters with tiers or a link matrix)\n"
           "  --no-refine-partition    keep the compute min-max partition (default: refine the best\n"
           "                           configuration's partition by simulating one-layer moves)\n"
+          "  --replicate-stages       also plan pipeline x per-stage data parallelism (DAPPLE stage\n"
+          "                           replication); planned and simulated only: train --plan refuses it\n"
           "  --no-distributed-optimizer  never shard optimizer state\n"
           "  --distributed-optimizer  always shard optimizer state\n"
           "  --runtime R              fivefold (default): only what `fivefold train` runs (no recomputation);\n"
@@ -169,7 +172,8 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
                                      "--no-folding", "--quiet", "--moe-tp-replicated",
-                                     "--map-devices", "--no-map-devices", "--no-refine-partition"};
+                                     "--map-devices", "--no-map-devices", "--no-refine-partition",
+                                     "--replicate-stages"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
@@ -202,6 +206,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--map-devices") && !simulate) c->map_devices = 1;
       else if (!strcmp(name, "--no-map-devices") && !simulate) c->map_devices = -1;
       else if (!strcmp(name, "--no-refine-partition") && !simulate) c->no_refine_partition = 1;
+      else if (!strcmp(name, "--replicate-stages") && !simulate) c->replicate_stages = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -524,6 +529,10 @@ int cmd_plan(int argc, char **argv) {
     }
     if (refine.simulated) printf("\n");
     plan_refine_explain(&refine, &res.top[0], stdout);
+  }
+  if (c->replicate_stages && plan_replicate_stages_cli(&res.top[0], &model, &cluster, &c->opt, c->gpus, &err)) {
+    fprintf(stderr, "fivefold plan: %s\n", err.msg);
+    goto out;
   }
   if (c->explain) {
     /* Simulate the winner again with the exposed-transfer measurement. */

@@ -4,6 +4,7 @@
 #include "plan/replicate.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -184,8 +185,8 @@ double plan_stage_costs_pivot_latency(const PlanStageCosts *sc, int M, int *pivo
   return t;
 }
 
-double plan_replication_dp(const double *cost, int L, double first, double last, int G, int S, int *layers,
-                           int *width) {
+double plan_replication_dp(const double *cost, int L, double first, double last, int G, int S, int split,
+                           int *layers, int *width) {
   if (S < 1 || S > L || S > G) return INFINITY;
   size_t cells = (size_t)(S + 1) * (L + 1) * (G + 1);
   double *best = malloc(cells * sizeof *best), *prefix = malloc(((size_t)L + 1) * sizeof *prefix);
@@ -204,6 +205,7 @@ double plan_replication_dp(const double *cost, int L, double first, double last,
       for (int g = s; g <= G - (S - s); g++)
         for (int j = s - 1; j < l; j++)
           for (int w = 1; w <= g - (s - 1); w++) {
+            if (split > 0 && split % w) continue; /* the micro-batch must split evenly */
             double prev = best[AT(s - 1, j, g - w)];
             if (isinf(prev)) continue;
             double seg = prefix[l] - prefix[j] + (j == 0 ? first : 0) + (l == L ? last : 0);
@@ -263,7 +265,7 @@ int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const P
     PlanReplicationCandidate *c = &out[S - 1];
     memset(c, 0, sizeof *c);
     c->step_time = INFINITY;
-    c->dp_objective = plan_replication_dp(cost, L, first, last, devices, S, layers, width);
+    c->dp_objective = plan_replication_dp(cost, L, first, last, devices, S, base->micro_batch_size, layers, width);
     if (isinf(c->dp_objective) || isnan(c->dp_objective)) continue;
     PlanConfig *cfg = &c->cfg;
     *cfg = one;
@@ -296,5 +298,62 @@ int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const P
   }
   free(cost);
   free(layers);
+  return rc;
+}
+
+int plan_replicate_stages_cli(PlanResult *best, const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *opt,
+                              int devices, Error *err) {
+  int max_stages = m->num_layers < devices ? m->num_layers : devices;
+  if (max_stages > 64) max_stages = 64;
+  PlanReplicationCandidate *cand = calloc((size_t)max_stages, sizeof *cand);
+  if (!cand) return error_set(err, ERR_NOMEM, "stage replication: out of memory");
+  PlanConfig base = best->cfg;
+  int pick;
+  int rc = plan_replication_search(m, cl, opt, &base, devices, max_stages, cand, &pick, err);
+  if (rc) {
+    free(cand);
+    return rc;
+  }
+  /* Equal widths are the uniform DP x PP layouts the main search ranks
+   * already (and the runtime runs): only truly replicated plans compete. */
+  pick = -1;
+  for (int s = 0; s < max_stages; s++) {
+    const PlanReplicationCandidate *c = &cand[s];
+    int uneven = 0;
+    for (int k = 1; k < c->cfg.num_stage_widths; k++) uneven |= c->cfg.stage_width[k] != c->cfg.stage_width[0];
+    if (!isinf(c->step_time) && c->fits && uneven && (pick < 0 || c->step_time < cand[pick].step_time)) pick = s;
+  }
+  printf("\nstage replication (pipeline x per-stage data parallelism on %d devices, micro-batch %d):\n", devices,
+         base.micro_batch_size);
+  printf("  stages  layers x width                          simulated   pivot formula  fits\n");
+  for (int s = 0; s < max_stages; s++) {
+    const PlanReplicationCandidate *c = &cand[s];
+    if (isinf(c->step_time)) continue;
+    char desc[48];
+    int at = 0;
+    for (int k = 0; k < c->cfg.par.pp && at < (int)sizeof desc - 12; k++)
+      at += snprintf(desc + at, sizeof desc - (size_t)at, "%s%dx%d", k ? " " : "", c->cfg.layers_per_stage[k],
+                     c->cfg.stage_width[k]);
+    if (c->cfg.par.pp > 0 && at >= (int)sizeof desc - 12) snprintf(desc + at, sizeof desc - (size_t)at, " ...");
+    printf("  %6d  %-38s %9.4f s  %9.4f s     %s%s\n", s + 1, desc, c->step_time, c->pivot_time,
+           c->fits ? "yes" : "no", s == pick ? "  <- best" : "");
+  }
+  if (pick < 0) {
+    printf("  no plan with uneven stage widths fits in memory%s\n",
+           base.micro_batch_size < 2 ? " (micro-batch 1 cannot split over replicas: try --mbs-list 2,4,8)" : "");
+  } else if (cand[pick].step_time < best->step_time * (1 - 1e-9) && best->fits) {
+    PlanResult r;
+    rc = plan_simulate(m, cl, opt, &cand[pick].cfg, NULL, NULL, &r, err);
+    if (!rc) {
+      printf("  replication buys %.1f%% over the best unreplicated layout (%.4f -> %.4f s/step); the plan is the "
+             "replicated one (fivefold train --plan does not run it yet)\n",
+             100 * (best->step_time / r.step_time - 1), best->step_time, r.step_time);
+      plan_result_free(best);
+      *best = r;
+    }
+  } else {
+    printf("  the best unreplicated layout (%.4f s/step) is at least as fast: kept\n", best->step_time);
+  }
+  free(cand);
   return rc;
 }

@@ -11,6 +11,9 @@
  * consecutive devices; its activations and transient buffers per replica
  * shrink by w, its optimizer state by w when sharded.
  *
+ * A stage's width must divide the micro-batch (its sequences split evenly
+ * over the replicas, as DAPPLE splits samples).
+ *
  * The planner's dynamic program runs over (layers, devices): best[s][l][g]
  * = the smallest heaviest per-replica stage time when the first l layers
  * fill s stages on g devices, with a stage of layers [j, l) on w devices
@@ -51,11 +54,12 @@ double plan_stage_costs_pivot_latency(const PlanStageCosts *sc, int microbatches
 
 /* The (layers, devices) dynamic program: exactly `stages` stages on
  * exactly `devices` devices; layer_cost[L] per device and micro-batch,
- * first_extra / last_extra on the first and last stage. Fills layers[] and
- * width[] and returns the heaviest per-replica stage time (INFINITY when
- * stages > layers or stages > devices). */
+ * first_extra / last_extra on the first and last stage; a width must
+ * divide `split` (the micro-batch's sequences; 0: any width). Fills
+ * layers[] and width[] and returns the heaviest per-replica stage time
+ * (INFINITY when no such partition exists). */
 double plan_replication_dp(const double *layer_cost, int num_layers, double first_extra, double last_extra,
-                           int devices, int stages, int *layers, int *width);
+                           int devices, int stages, int split, int *layers, int *width);
 
 typedef struct PlanReplicationCandidate {
   PlanConfig cfg;       /* pp = stages, stage_width and layers_per_stage filled */
@@ -75,5 +79,13 @@ typedef struct PlanReplicationCandidate {
 int plan_replication_search(const ModelConfig *model, const ClusterSpec *cluster, const PlanOptions *opt,
                             const PlanConfig *base, int devices, int max_stages, PlanReplicationCandidate *out,
                             int *best, Error *err);
+
+/* `plan --replicate-stages`: searches replication on `devices` devices with
+ * best's micro-batch, batch and precision, prints every stage count's
+ * candidate (layers x width, simulated, pivot formula) and what
+ * replication buys over best; when a replicated plan is faster and fits it
+ * replaces best (its prediction and stage widths). */
+int plan_replicate_stages_cli(PlanResult *best, const ModelConfig *model, const ClusterSpec *cluster,
+                              const PlanOptions *opt, int devices, Error *err);
 
 #endif

@@ -70,7 +70,7 @@ static void test_dp_matches_brute_force(void **state) {
       for (int G = 1; G <= 5; G++)
         for (int S = 1; S <= 4; S++) {
           int layers[8], width[8];
-          double dp = plan_replication_dp(costs[c], 7, extras[e][0], extras[e][1], G, S, layers, width);
+          double dp = plan_replication_dp(costs[c], 7, extras[e][0], extras[e][1], G, S, 0, layers, width);
           double bf = brute(costs[c], 7, extras[e][0], extras[e][1], G, S);
           if (isinf(bf)) {
             assert_true(isinf(dp));
@@ -197,11 +197,11 @@ static void test_search_replicates_the_heavy_stage(void **state) {
   PlanReplicationCandidate cand[6];
   int best;
   Error err = {0, ""};
-  int rc = plan_replication_search(&m, &h100, &o, &base, 4, 0, cand, &best, &err);
+  int rc = plan_replication_search(&m, &h100, &o, &base, 5, 0, cand, &best, &err);
   if (rc) print_error("%s\n", err.msg);
   assert_int_equal(rc, 0);
   assert_true(best >= 0);
-  for (int s = 0; s < 4; s++) {
+  for (int s = 0; s < 5; s++) {
     const PlanReplicationCandidate *c = &cand[s];
     if (isinf(c->step_time)) continue;
     char desc[128];
@@ -219,16 +219,17 @@ static void test_search_replicates_the_heavy_stage(void **state) {
   int replicated = 0;
   for (int k = 0; k < b->cfg.par.pp; k++) replicated |= b->cfg.stage_width[k] != b->cfg.stage_width[0];
   assert_true(replicated);
-  /* Against every unreplicated DP x PP layout of the same 4 devices (the
-   * compute min-max partition of each, as plan chooses it). */
-  static const int layouts[][2] = {{4, 1}, {2, 2}, {1, 4}};
+  /* Against every unreplicated DP x PP layout on at most these 5 devices
+   * (32 sequences do not split over DP5; the compute min-max partition of
+   * each, as plan chooses it). */
+  static const int layouts[][2] = {{4, 1}, {2, 2}, {1, 4}, {1, 5}, {2, 1}};
   double uniform_best = INFINITY;
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 5; k++) {
     PlanConfig c;
     plan_config_init(&c, 1024, 32, 4);
     c.par.dp = layouts[k][0];
     c.par.pp = layouts[k][1];
-    assert_int_equal(plan_config_finish(&c, &m, &h100, 4, &err), 0);
+    assert_int_equal(plan_config_finish(&c, &m, &h100, layouts[k][0] * layouts[k][1], &err), 0);
     PlanResult r;
     assert_int_equal(plan_simulate(&m, &h100, &o, &c, NULL, NULL, &r, &err), 0);
     print_message("unreplicated DP%d PP%d: %.4f s, %.1f GiB%s\n", layouts[k][0], layouts[k][1], r.step_time,
