@@ -4,7 +4,7 @@
  * lands on the cluster.
  *
  * Ranks map to devices one to one (rank r runs on device r, node r /
- * devices_per_node). Both grids cover the same ranks (DESIGN.md):
+ * devices_per_node, unless the cluster carries a mapping: plan/mapping.h). Both grids cover the same ranks (DESIGN.md):
  *   attention  tp-cp-dp-pp   rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i))
  *   MoE        etp-ep-edp-pp rank = etp_i + etp (ep_i + ep (edp_i + edp pp_i))
  * so TP and ETP are the fastest-varying (densest, inside a node first) and
