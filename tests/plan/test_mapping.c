@@ -3,7 +3,8 @@
  * file and field named; a mapping moves groups onto the devices it names;
  * on worlds small enough to enumerate the search (exhaustive, and the
  * heuristic used for large worlds) finds the brute-force optimum; and on a
- * two-tier cluster with a slow uplink the mapped plan beats rank order. */
+ * two-tier cluster with a slow uplink the mapped plan beats rank order; the
+ * plan file records the mapping and its reader checks it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "plan/mapping.h"
+#include "plan/plan_file.h"
+#include "plan/search.h"
 #include "plan_test_util.h"
 
 /* H100-like devices; `nodes` x `per_node`, with `topology` spliced in. */
@@ -275,12 +280,60 @@ static void test_two_tier_mapping_beats_rank_order(void **state) {
   cluster_spec_free(&cl);
 }
 
+/* The plan file records the mapping and the reader checks it. */
+static void test_plan_file_records_the_mapping(void **state) {
+  (void)state;
+  ModelConfig m;
+  model_for_mapping(&m);
+  PlanOptions o;
+  plan_options_default(&o);
+  ClusterSpec cl;
+  load_cluster(&cl, 6, 2, "{\"nodes_per_switch\": 3, \"oversubscription\": 16}");
+  PlanConfig c;
+  plan_config_init(&c, 2048, 16, 1);
+  c.par.tp = 2;
+  c.par.dp = 2;
+  c.par.pp = 3;
+  finish(&c, &m, &cl, 12);
+  PlanResult r;
+  Error err = {0, ""};
+  assert_int_equal(plan_simulate(&m, &cl, &o, &c, NULL, NULL, &r, &err), 0);
+  assert_int_equal(plan_result_map_devices(&r, &m, &cl, &o, NULL, &err), 0);
+  assert_non_null(r.device_of_rank);
+  assert_true(r.step_time < r.rank_order_step_time);
+  char path[] = "/tmp/fivefold-test-mapping-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(plan_write_json_for_model(&r, NULL, "m", &m, "tiers", path, &err), 0);
+  PlanChoice pc;
+  assert_int_equal(plan_file_read(path, &pc, &err), 0);
+  assert_true(pc.has_mapping && !pc.mapping_is_identity);
+  /* A mapping that is not a permutation is refused with the field named. */
+  FILE *f = fopen(path, "r");
+  char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  cJSON *j = cJSON_Parse(text);
+  cJSON *perm = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "mapping"), "device_of_rank");
+  cJSON_ReplaceItemInArray(perm, 1, cJSON_CreateNumber(cJSON_GetArrayItem(perm, 0)->valuedouble));
+  assert_int_not_equal(plan_file_from_json(j, "dup.json", &pc, &err), 0);
+  assert_non_null(strstr(err.msg, "dup.json"));
+  assert_non_null(strstr(err.msg, "mapping.device_of_rank"));
+  cJSON_Delete(j);
+  remove(path);
+  plan_result_free(&r);
+  cluster_spec_free(&cl);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tiers_expand_to_links),
       cmocka_unit_test(test_bad_tiers_name_the_field),
       cmocka_unit_test(test_search_finds_brute_force_optimum),
       cmocka_unit_test(test_two_tier_mapping_beats_rank_order),
+      cmocka_unit_test(test_plan_file_records_the_mapping),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
