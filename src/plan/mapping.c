@@ -177,9 +177,10 @@ static int heuristic(Search *s, long budget, int *best, double *best_t, char *me
           cand[r] = node == a ? b * D + slot : node == b ? a * D + slot : best[r];
           if (cand[r] >= n) cand[r] = best[r]; /* a partial last node keeps its devices */
         }
+        if (!plan_mapping_is_permutation(cand, n)) continue; /* nodes of unequal occupancy */
         double t;
         rc = evaluate(s, cand, &t);
-        if (!rc && better(t, *best_t) && plan_mapping_is_permutation(cand, n)) {
+        if (!rc && better(t, *best_t)) {
           *best_t = t;
           memcpy(best, cand, (size_t)n * sizeof *cand);
           improved = 1;
