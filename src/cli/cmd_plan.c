@@ -530,7 +530,7 @@ int cmd_plan(int argc, char **argv) {
     if (refine.simulated) printf("\n");
     plan_refine_explain(&refine, &res.top[0], stdout);
   }
-  if (c->replicate_stages && plan_replicate_stages_cli(&res.top[0], &model, &cluster, &c->opt, c->gpus, &err)) {
+  if (c->replicate_stages && plan_replicate_stages_cli(&res.top[0], &model, &cluster, &c->opt, c->gpus, stdout, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
   }

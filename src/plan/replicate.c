@@ -302,7 +302,7 @@ int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const P
 }
 
 int plan_replicate_stages_cli(PlanResult *best, const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *opt,
-                              int devices, Error *err) {
+                              int devices, FILE *f, Error *err) {
   int max_stages = m->num_layers < devices ? m->num_layers : devices;
   if (max_stages > 64) max_stages = 64;
   PlanReplicationCandidate *cand = calloc((size_t)max_stages, sizeof *cand);
@@ -323,9 +323,9 @@ int plan_replicate_stages_cli(PlanResult *best, const ModelConfig *m, const Clus
     for (int k = 1; k < c->cfg.num_stage_widths; k++) uneven |= c->cfg.stage_width[k] != c->cfg.stage_width[0];
     if (!isinf(c->step_time) && c->fits && uneven && (pick < 0 || c->step_time < cand[pick].step_time)) pick = s;
   }
-  printf("\nstage replication (pipeline x per-stage data parallelism on %d devices, micro-batch %d):\n", devices,
+  fprintf(f, "\nstage replication (pipeline x per-stage data parallelism on %d devices, micro-batch %d):\n", devices,
          base.micro_batch_size);
-  printf("  stages  layers x width                          simulated   pivot formula  fits\n");
+  fprintf(f, "  stages  layers x width                          simulated   pivot formula  fits\n");
   for (int s = 0; s < max_stages; s++) {
     const PlanReplicationCandidate *c = &cand[s];
     if (isinf(c->step_time)) continue;
@@ -335,24 +335,24 @@ int plan_replicate_stages_cli(PlanResult *best, const ModelConfig *m, const Clus
       at += snprintf(desc + at, sizeof desc - (size_t)at, "%s%dx%d", k ? " " : "", c->cfg.layers_per_stage[k],
                      c->cfg.stage_width[k]);
     if (c->cfg.par.pp > 0 && at >= (int)sizeof desc - 12) snprintf(desc + at, sizeof desc - (size_t)at, " ...");
-    printf("  %6d  %-38s %9.4f s  %9.4f s     %s%s\n", s + 1, desc, c->step_time, c->pivot_time,
+    fprintf(f, "  %6d  %-38s %9.4f s  %9.4f s     %s%s\n", s + 1, desc, c->step_time, c->pivot_time,
            c->fits ? "yes" : "no", s == pick ? "  <- best" : "");
   }
   if (pick < 0) {
-    printf("  no plan with uneven stage widths fits in memory%s\n",
+    fprintf(f, "  no plan with uneven stage widths fits in memory%s\n",
            base.micro_batch_size < 2 ? " (micro-batch 1 cannot split over replicas: try --mbs-list 2,4,8)" : "");
   } else if (cand[pick].step_time < best->step_time * (1 - 1e-9) && best->fits) {
     PlanResult r;
     rc = plan_simulate(m, cl, opt, &cand[pick].cfg, NULL, NULL, &r, err);
     if (!rc) {
-      printf("  replication buys %.1f%% over the best unreplicated layout (%.4f -> %.4f s/step); the plan is the "
+      fprintf(f, "  replication buys %.1f%% over the best unreplicated layout (%.4f -> %.4f s/step); the plan is the "
              "replicated one (fivefold train --plan does not run it yet)\n",
              100 * (best->step_time / r.step_time - 1), best->step_time, r.step_time);
       plan_result_free(best);
       *best = r;
     }
   } else {
-    printf("  the best unreplicated layout (%.4f s/step) is at least as fast: kept\n", best->step_time);
+    fprintf(f, "  the best unreplicated layout (%.4f s/step) is at least as fast: kept\n", best->step_time);
   }
   free(cand);
   return rc;

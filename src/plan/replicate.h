@@ -36,6 +36,8 @@
 #ifndef FIVEFOLD_PLAN_REPLICATE_H
 #define FIVEFOLD_PLAN_REPLICATE_H
 
+#include <stdio.h>
+
 #include "base/error.h"
 #include "plan/simulate.h"
 
@@ -86,6 +88,6 @@ int plan_replication_search(const ModelConfig *model, const ClusterSpec *cluster
  * replication buys over best; when a replicated plan is faster and fits it
  * replaces best (its prediction and stage widths). */
 int plan_replicate_stages_cli(PlanResult *best, const ModelConfig *model, const ClusterSpec *cluster,
-                              const PlanOptions *opt, int devices, Error *err);
+                              const PlanOptions *opt, int devices, FILE *f, Error *err);
 
 #endif
