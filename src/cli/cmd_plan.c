@@ -15,6 +15,9 @@
 
 #include "base/options.h"
 #include "plan/config_paths.h"
+#include "plan/mapping.h"
+#include "plan/refine.h"
+#include "plan/replicate.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
 #include "sched/partition.h"
@@ -38,6 +41,8 @@ typedef struct PlanCli {
   PlanSearchSpace space;
   const char *mbs_list, *recompute_list;
   int no_folding, no_distopt, force_distopt;
+  int map_devices; /* 1 / -1: --map-devices / --no-map-devices; 0: when the cluster is irregular */
+  int no_refine_partition, replicate_stages;
 } PlanCli;
 
 static void common_help(FILE *f) {
@@ -106,6 +111,12 @@ static void plan_usage(FILE *f) {
           "  --max-tp N, --max-cp N, --max-pp N, --max-vpp N, --max-ep N, --max-etp N\n"
           "                           upper limits (defaults: TP and ETP within a node, VPP 8)\n"
           "  --no-folding             keep the MoE grid coupled to attention (ETP = TP, EP inside DP)\n"
+          "  --map-devices, --no-map-devices  search which device each rank of the best configuration runs\n"
+          "                           on (default: on clusters with tiers or a link matrix)\n"
+          "  --no-refine-partition    keep the compute min-max partition (default: refine the best\n"
+          "                           configuration's partition by simulating one-layer moves)\n"
+          "  --replicate-stages       also plan pipeline x per-stage data parallelism (DAPPLE stage\n"
+          "                           replication); planned and simulated only: train --plan refuses it\n"
           "  --no-distributed-optimizer  never shard optimizer state\n"
           "  --distributed-optimizer  always shard optimizer state\n"
           "  --runtime R              fivefold (default): only what `fivefold train` runs (no recomputation);\n"
@@ -161,7 +172,9 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 }
 
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
-                                     "--no-folding", "--quiet", "--moe-tp-replicated"};
+                                     "--no-folding", "--quiet", "--moe-tp-replicated",
+                                     "--map-devices", "--no-map-devices", "--no-refine-partition",
+                                     "--replicate-stages"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static const char *const kCommonOptions[] = {
@@ -202,6 +215,10 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--no-folding") && !simulate) c->no_folding = 1;
       else if (!strcmp(name, "--quiet") && simulate) c->quiet = 1;
       else if (!strcmp(name, "--moe-tp-replicated") && simulate) c->opt.moe_tp_replicated = 1;
+      else if (!strcmp(name, "--map-devices") && !simulate) c->map_devices = 1;
+      else if (!strcmp(name, "--no-map-devices") && !simulate) c->map_devices = -1;
+      else if (!strcmp(name, "--no-refine-partition") && !simulate) c->no_refine_partition = 1;
+      else if (!strcmp(name, "--replicate-stages") && !simulate) c->replicate_stages = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -512,12 +529,35 @@ int cmd_plan(int argc, char **argv) {
     goto out;
   }
   plan_search_print_table(&res, &cluster, stdout);
+  if (c->map_devices > 0 || (c->map_devices == 0 && cluster_spec_is_irregular(&cluster))) {
+    if (plan_result_map_devices(&res.top[0], &model, &cluster, &c->opt, NULL, &err)) {
+      fprintf(stderr, "fivefold plan: %s\n", err.msg);
+      goto out;
+    }
+    printf("\n");
+    plan_mapping_explain(&res.top[0], stdout);
+  }
+  if (!c->no_refine_partition) {
+    ClusterSpec view = plan_result_cluster_view(&cluster, &res.top[0]);
+    PlanRefineStats refine;
+    if (plan_partition_refine(&res.top[0], &model, &view, &c->opt, &refine, &err)) {
+      fprintf(stderr, "fivefold plan: %s\n", err.msg);
+      goto out;
+    }
+    if (refine.simulated) printf("\n");
+    plan_refine_explain(&refine, &res.top[0], stdout);
+  }
+  if (c->replicate_stages && plan_replicate_stages_cli(&res.top[0], &model, &cluster, &c->opt, c->gpus, stdout, &err)) {
+    fprintf(stderr, "fivefold plan: %s\n", err.msg);
+    goto out;
+  }
   if (c->explain) {
     /* Simulate the winner again with the exposed-transfer measurement. */
     PlanSimOptions sim = {1, NULL};
     PlanResult r;
     PlanConfig cfg = res.top[0].cfg;
-    if (plan_simulate(&model, &cluster, &c->opt, &cfg, &sim, NULL, &r, &err)) {
+    ClusterSpec view = plan_result_cluster_view(&cluster, &res.top[0]);
+    if (plan_simulate(&model, &view, &c->opt, &cfg, &sim, NULL, &r, &err)) {
       fprintf(stderr, "fivefold plan: %s\n", err.msg);
       goto out;
     }

@@ -245,7 +245,8 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
   s->link_efficiency[0] = s->link_efficiency[1] = 1.0;
   if (!cJSON_IsObject(json)) return error_set(c->err, ERR_CONFIG, "%s: expected a JSON object", c->origin);
   static const char *const top[] = {"name", "description", "nodes", "devices_per_node", "peak_tflops", "memory",
-                                    "intra_node", "inter_node", "compute", "collectives", "links"};
+                                    "intra_node", "inter_node", "compute", "collectives", "links",
+                                    "topology"};
   TRY(check_fields(c, json, "", top, COUNT(top)));
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(json, "name");
   if (name && !cJSON_IsString(name))
@@ -376,6 +377,15 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
     }
     s->link_devices = n1;
   }
+  TRY(get_object(c, json, "topology", 0, &o));
+  if (o) {
+    if (s->link_devices) {
+      cluster_spec_free(s);
+      return error_set(c->err, ERR_CONFIG, "%s: fields \"links\" and \"topology\": give one of them (a full matrix "
+                       "or tiers), not both", c->origin);
+    }
+    TRY(cluster_tiers_from_json(s, o, c->err));
+  }
   int rc = cluster_spec_validate(s, c->err);
   if (rc) cluster_spec_free(s);
   return rc;
@@ -448,9 +458,12 @@ PlanLink cluster_spec_collective_link(const ClusterSpec *s, PlanCollective kind,
 }
 
 PlanLink cluster_spec_device_link(const ClusterSpec *s, int a, int b) {
+  a = cluster_spec_device_of(s, a);
+  b = cluster_spec_device_of(s, b);
   if (s->link_devices && a >= 0 && b >= 0 && a < s->link_devices && b < s->link_devices) {
     PlanLink l = {s->link_bandwidth[(size_t)a * s->link_devices + b], s->link_latency[(size_t)a * s->link_devices + b]};
     return l;
   }
-  return s->link[cluster_spec_node_of(s, a) == cluster_spec_node_of(s, b) ? PLAN_LEVEL_INTRA : PLAN_LEVEL_INTER];
+  if (s->tiers.given) return cluster_tiers_link(s, a, b);
+  return s->link[a / s->devices_per_node == b / s->devices_per_node ? PLAN_LEVEL_INTRA : PLAN_LEVEL_INTER];
 }

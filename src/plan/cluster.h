@@ -26,9 +26,16 @@
  *   links (optional) {bandwidth_GBps: [[...]], latency_us: [[...]]}: a full
  *       device-by-device matrix for topologies that are not "nodes of equal
  *       devices on a switch"; pairs in one node still count as intra-node.
+ *   topology (optional, topology.c) tiers without a matrix: nodes_per_switch
+ *       and oversubscription or inter_switch between switches, PCIe islands
+ *       in a node (devices_per_island, cross_island), slow_nodes with their
+ *       own network link; expanded to the link between any two devices.
+ *       `links` and `topology` exclude each other.
  * Unknown fields are errors naming the file and the field. */
 #ifndef FIVEFOLD_PLAN_CLUSTER_H
 #define FIVEFOLD_PLAN_CLUSTER_H
+
+#include <stddef.h>
 
 #include "base/error.h"
 
@@ -75,6 +82,21 @@ const char *plan_collective_name(PlanCollective kind); /* "all_reduce", ... */
 
 enum { PLAN_LEVEL_INTRA = 0, PLAN_LEVEL_INTER = 1, PLAN_NUM_LEVELS = 2 };
 
+#define PLAN_MAX_SLOW_NODES 64
+
+/* Tiers of a cluster beyond "nodes on one switch" (topology.c). Nominal
+ * links, per device and direction. */
+typedef struct PlanTiers {
+  int given;
+  int nodes_per_switch;   /* 0: every node on one switch */
+  PlanLink inter_switch;  /* between devices on nodes of different switches */
+  int devices_per_island; /* 0: a node is one island */
+  PlanLink cross_island;  /* between islands of one node (PCIe, host bridge) */
+  int num_slow_nodes;
+  int slow_node[PLAN_MAX_SLOW_NODES];
+  PlanLink slow_link[PLAN_MAX_SLOW_NODES]; /* that node's network link, capping every off-node pair */
+} PlanTiers;
+
 typedef struct ClusterSpec {
   char name[64];
   char origin[256]; /* file it came from, for messages */
@@ -107,6 +129,12 @@ typedef struct ClusterSpec {
   int link_devices;
   double *link_bandwidth; /* bytes/s */
   double *link_latency;   /* s */
+  PlanTiers tiers;
+  /* Optional rank -> device mapping (not owned; plan/mapping.h): every
+   * lookup below that takes a rank prices the device it is mapped to.
+   * NULL: rank r runs on device r. */
+  const int *device_of_rank;
+  int num_mapped;
 } ClusterSpec;
 
 /* The defaults used when a spec leaves compute/ out (documented in
@@ -127,12 +155,29 @@ int cluster_spec_total_devices(const ClusterSpec *spec);
  * when the spec has one, else the link's bandwidth x efficiency and latency. */
 PlanLink cluster_spec_collective_link(const ClusterSpec *spec, PlanCollective kind, int level);
 
-/* Nominal link between two devices (the matrix when given, else intra/inter
- * by node). */
+/* Nominal link between the devices ranks a and b run on (the matrix when
+ * given, else the tiers, else intra/inter by node). */
 PlanLink cluster_spec_device_link(const ClusterSpec *spec, int a, int b);
 
-static inline int cluster_spec_node_of(const ClusterSpec *spec, int device) {
-  return device / spec->devices_per_node;
+/* Nominal link between two physical devices by the tiers (topology.c). */
+PlanLink cluster_tiers_link(const ClusterSpec *spec, int device_a, int device_b);
+/* Parses the "topology" object into spec->tiers (nodes, devices_per_node
+ * already read); messages name origin and the field. */
+int cluster_tiers_from_json(ClusterSpec *spec, const cJSON *topology, Error *err);
+
+/* 1 when links differ between devices of the same position in their nodes
+ * (a matrix, tiers or a mapping): groups must then be placed one by one. */
+static inline int cluster_spec_is_irregular(const ClusterSpec *spec) {
+  return spec->link_devices > 0 || spec->tiers.given || spec->device_of_rank != NULL;
+}
+
+static inline int cluster_spec_device_of(const ClusterSpec *spec, int rank) {
+  return spec->device_of_rank && rank >= 0 && rank < spec->num_mapped ? spec->device_of_rank[rank] : rank;
+}
+
+/* Node of the device rank `rank` runs on. */
+static inline int cluster_spec_node_of(const ClusterSpec *spec, int rank) {
+  return cluster_spec_device_of(spec, rank) / spec->devices_per_node;
 }
 
 #endif

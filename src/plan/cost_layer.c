@@ -321,8 +321,8 @@ double plan_pp_transfer_time(const PlanCostModel *cm, int from, int to, double b
   const PlanParallel *p = &cm->cfg->par;
   const ClusterSpec *cl = cm->cluster;
   int S = p->tp * p->cp * p->dp;
-  /* Without a link matrix only a device's position inside its node matters. */
-  int bases = cl->link_devices ? S : (S < cl->devices_per_node ? S : cl->devices_per_node);
+  /* On a regular cluster only a device's position inside its node matters. */
+  int bases = cluster_spec_is_irregular(cl) ? S : (S < cl->devices_per_node ? S : cl->devices_per_node);
   double worst = 0;
   for (int base = 0; base < bases; base++) {
     double t = plan_p2p_time(cl, base + from * S, base + to * S, bytes);

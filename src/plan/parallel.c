@@ -66,6 +66,13 @@ int plan_config_world(const PlanConfig *c) {
   return c->par.tp * c->par.cp * c->par.dp * c->par.pp;
 }
 
+int plan_config_devices(const PlanConfig *c) {
+  if (!c->num_stage_widths) return plan_config_world(c);
+  int n = 0;
+  for (int s = 0; s < c->num_stage_widths; s++) n += c->stage_width[s];
+  return n;
+}
+
 int plan_config_is_folded(const PlanConfig *c) {
   const PlanParallel *p = &c->par;
   if (p->ep == 1 && p->etp == p->tp) return 0;
@@ -204,6 +211,11 @@ void plan_group_shape(const PlanConfig *c, PlanGroupKind kind, int *size, int *s
   }
 }
 
+static int compare_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 static int slower(PlanLink a, PlanLink b) {
   return a.bandwidth < b.bandwidth || (a.bandwidth == b.bandwidth && a.latency > b.latency);
 }
@@ -223,31 +235,30 @@ int plan_group_topology(const ClusterSpec *cl, const PlanConfig *c, PlanGroupKin
   int D = cl->devices_per_node;
   int worst_nodes = 0, worst_per_node = INT_MAX;
   int have_intra = 0, have_inter = 0;
-  /* Without a link matrix a group's shape depends only on its first
-   * device's position inside its node, so one group per position suffices. */
-  unsigned char *seen = cl->link_devices ? NULL : calloc((size_t)D, 1);
+  /* On a regular cluster a group's shape depends only on its first
+   * device's position inside its node, so one group per position suffices;
+   * with a matrix, tiers or a mapping every group is placed. */
+  int irregular = cluster_spec_is_irregular(cl);
+  unsigned char *seen = irregular ? NULL : calloc((size_t)D, 1);
+  int *member_node = malloc((size_t)n * sizeof *member_node);
+  if (!member_node) {
+    free(seen);
+    return ERR_NOMEM;
+  }
   for (int base = 0; base < world; base++) {
     if ((base / st) % n) continue; /* not the first member of its group */
     if (seen) {
       if (seen[base % D]) continue;
       seen[base % D] = 1;
     }
-    /* Members are base + i st; nodes appear in increasing order. */
-    int nodes = 0, per_node = INT_MAX, run = 0, prev_node = -1;
     for (int i = 0; i < n; i++) {
-      int dev = base + i * st;
-      int node = dev / D;
-      if (node != prev_node) {
-        if (run) per_node = run < per_node ? run : per_node;
-        nodes++;
-        run = 0;
-        prev_node = node;
-      }
-      run++;
-      if (cl->link_devices) {
+      int rank = base + i * st;
+      int node = cluster_spec_node_of(cl, rank);
+      member_node[i] = node;
+      if (irregular) {
         int next = base + ((i + 1) % n) * st;
-        PlanLink l = cluster_spec_device_link(cl, dev, next);
-        if (next / D == node) {
+        PlanLink l = cluster_spec_device_link(cl, rank, next);
+        if (cluster_spec_node_of(cl, next) == node) {
           if (!have_intra || slower(l, out->intra)) out->intra = l;
           have_intra = 1;
         } else {
@@ -256,12 +267,23 @@ int plan_group_topology(const ClusterSpec *cl, const PlanConfig *c, PlanGroupKin
         }
       }
     }
-    if (run) per_node = run < per_node ? run : per_node;
+    /* Distinct nodes and the fewest members on one of them (a mapping may
+     * scatter a group's members over nodes in any order). */
+    qsort(member_node, (size_t)n, sizeof *member_node, compare_int);
+    int nodes = 0, per_node = INT_MAX;
+    for (int i = 0; i < n;) {
+      int j = i;
+      while (j < n && member_node[j] == member_node[i]) j++;
+      nodes++;
+      if (j - i < per_node) per_node = j - i;
+      i = j;
+    }
     if (nodes > worst_nodes || (nodes == worst_nodes && per_node < worst_per_node)) {
       worst_nodes = nodes;
       worst_per_node = per_node;
     }
   }
+  free(member_node);
   free(seen);
   out->nodes = worst_nodes;
   out->per_node = worst_per_node;

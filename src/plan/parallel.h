@@ -4,7 +4,7 @@
  * lands on the cluster.
  *
  * Ranks map to devices one to one (rank r runs on device r, node r /
- * devices_per_node). Both grids cover the same ranks (DESIGN.md):
+ * devices_per_node, unless the cluster carries a mapping: plan/mapping.h). Both grids cover the same ranks (DESIGN.md):
  *   attention  tp-cp-dp-pp   rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i))
  *   MoE        etp-ep-edp-pp rank = etp_i + etp (ep_i + ep (edp_i + edp pp_i))
  * so TP and ETP are the fastest-varying (densest, inside a node first) and
@@ -48,6 +48,13 @@ typedef struct PlanConfig {
   int schedule_given;         /* 1: `schedule` was asked for: kept and checked against pp, vpp */
   int num_given_layers;       /* entries in layers_per_stage; 0 = the planner chooses */
   int layers_per_stage[PLAN_MAX_STAGES];
+  /* Stage replication (DAPPLE, plan/replicate.h): pipeline stage s runs on
+   * stage_width[s] data-parallel replicas, each taking 1/width of every
+   * micro-batch. 0 entries: every stage on one replica per DP rank as
+   * above. Only with tp = cp = dp = ep = 1 and vpp 1; the devices are
+   * sum(stage_width), stage s on the next stage_width[s] of them. */
+  int num_stage_widths;
+  int stage_width[PLAN_MAX_STAGES];
 } PlanConfig;
 
 typedef enum PlanCollAlgo {
@@ -106,6 +113,9 @@ int plan_config_finish(PlanConfig *cfg, const ModelConfig *model, const ClusterS
 void plan_config_init(PlanConfig *cfg, int seq_len, int global_batch, int micro_batch);
 
 int plan_config_world(const PlanConfig *cfg);
+/* Devices the configuration occupies: the world, or the sum of the stage
+ * widths under stage replication. */
+int plan_config_devices(const PlanConfig *cfg);
 
 /* 1 when the MoE grid is not the one the attention grid implies (expert TP
  * differs from TP, or EP is not a sub-group of DP): MoE parallel folding. */

@@ -103,6 +103,23 @@ static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
     p->layers_per_stage[i++] = (int)e->valuedouble;
   }
   p->num_stages = n;
+  /* Stage replication (plan/replicate.h) is planned and simulated, but the
+   * trainer runs one data-parallel width for all stages. */
+  const cJSON *widths = cJSON_GetObjectItemCaseSensitive(par, "stage_widths");
+  if (widths) {
+    char list[96] = "";
+    size_t used = 0;
+    int k = 0;
+    cJSON_ArrayForEach(e, widths) {
+      if (used < sizeof list)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%g", k++ ? " " : "",
+                                 cJSON_IsNumber(e) ? e->valuedouble : -1);
+    }
+    return error_set(c->err, ERR_UNSUPPORTED,
+                     "%s: field \"parallel.stage_widths\": per-stage data-parallel widths [%s] (stage replication) "
+                     "are planned and simulated, but fivefold's runtime does not execute them yet; plan without "
+                     "--replicate-stages", c->origin, list);
+  }
   return 0;
 }
 
@@ -144,6 +161,40 @@ static int check_consistent(const Ctx *c, PlanChoice *p) {
     return error_set(c->err, ERR_FORMAT, "%s: parallel.schedule \"%s\" does not fit pp %d, vpp %d (none: pp 1; gpipe "
                      "and 1f1b: pp > 1, vpp 1; interleaved: pp > 1, vpp > 1)", c->origin, p->schedule_name, p->pp,
                      p->vpp);
+  return 0;
+}
+
+/* "mapping": device_of_rank must be a permutation of 0 .. gpus - 1. */
+static int read_mapping(const Ctx *c, const cJSON *root, PlanChoice *p) {
+  const cJSON *mp = cJSON_GetObjectItemCaseSensitive(root, "mapping");
+  if (!mp) return 0;
+  const cJSON *perm = cJSON_IsObject(mp) ? cJSON_GetObjectItemCaseSensitive(mp, "device_of_rank") : NULL;
+  if (!cJSON_IsArray(perm))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"mapping.device_of_rank\": expected an array giving the device of "
+                     "each rank", c->origin);
+  int n = cJSON_GetArraySize(perm);
+  long world = (long)p->tp * p->cp * p->dp * p->pp;
+  if (n != world)
+    return error_set(c->err, ERR_FORMAT, "%s: field \"mapping.device_of_rank\": %d entries, expected one per rank (%ld)",
+                     c->origin, n, world);
+  unsigned char *seen = calloc((size_t)n, 1);
+  if (!seen) return error_set(c->err, ERR_NOMEM, "%s: out of memory reading the mapping", c->origin);
+  int i = 0, identity = 1;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, perm) {
+    double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
+    if (d != floor(d) || d < 0 || d >= n || seen[(int)d]) {
+      free(seen);
+      return error_set(c->err, ERR_FORMAT, "%s: field \"mapping.device_of_rank\": entry %d must be a device in [0, %d) "
+                       "that no other rank has (a permutation)", c->origin, i, n);
+    }
+    seen[(int)d] = 1;
+    identity &= (int)d == i;
+    i++;
+  }
+  free(seen);
+  p->has_mapping = 1;
+  p->mapping_is_identity = identity;
   return 0;
 }
 
@@ -190,6 +241,7 @@ int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Er
     if (s && !p->model[0]) snprintf(p->model, sizeof p->model, "%s", s);
     p->has_identity = 1;
   }
+  TRY(read_mapping(c, root, p));
   const cJSON *pred = cJSON_GetObjectItemCaseSensitive(root, "prediction");
   const cJSON *st = cJSON_IsObject(pred) ? cJSON_GetObjectItemCaseSensitive(pred, "step_time_s") : NULL;
   if (cJSON_IsNumber(st) && st->valuedouble > 0) p->predicted_step_time = st->valuedouble;

@@ -7,7 +7,9 @@
  *    "model_identity": {"name", "fingerprint", "summary"},
  *    "parallel": {tp, cp, dp, pp, vpp, ep, etp, edp, micro_batch_size,
  *                 global_batch_size, microbatches, schedule, recompute,
- *                 distributed_optimizer, layers_per_stage}, "prediction": {...}}
+ *                 distributed_optimizer, layers_per_stage}, "prediction": {...},
+ *    "mapping": {device_of_rank: [...], method, rank_order_step_time_s,
+ *                step_time_s, simulations} (optional)}
  * The reader checks what a trainer relies on: every size >= 1, the grids
  * multiply to gpus (tp cp dp pp = etp ep edp pp), the global batch splits
  * into dp x micro-batch x microbatches, the schedule is one the scheduler
@@ -51,6 +53,11 @@ typedef struct PlanChoice {
   int has_identity;           /* model_identity present */
   char model_fingerprint[PLAN_FINGERPRINT_MAX];
   char model_summary[160];
+  /* "mapping" (optional): rank r runs on device device_of_rank[r]. The
+   * reader checks it is a permutation of the gpus; the trainer does not
+   * place ranks itself (the launcher does, e.g. from a rankfile). */
+  int has_mapping;
+  int mapping_is_identity;
 } PlanChoice;
 
 /* "crc32:xxxxxxxx" of the model config's canonical JSON (every field,

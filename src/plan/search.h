@@ -83,7 +83,10 @@ void plan_result_print_row(const PlanResult *r, int rank, FILE *f);
  *               schedule, recompute, distributed_optimizer, layers_per_stage},
  *  "prediction": {step_time_s, mfu, tokens_per_s, bubble_fraction, peak_memory_GiB,
  *                 memory_GiB_per_stage, bottleneck, breakdown_s},
- *  "search": {considered, pruned, simulated} (when a search produced it)} */
+ *  "search": {considered, pruned, simulated} (when a search produced it),
+ *  "mapping": {device_of_rank, method, rank_order_step_time_s, step_time_s,
+ *              simulations} (when the result carries a device mapping);
+ *  parallel.stage_widths under stage replication (plan/replicate.h)} */
 int plan_write_json(const PlanResult *best, const PlanSearchStats *stats, const char *model_name,
                     const char *cluster_name, const char *path, Error *err);
 /* The same with "model_identity" (plan_file.h): the name, the model's

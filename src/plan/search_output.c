@@ -130,7 +130,7 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     cJSON_AddNumberToObject(root, "version", 1);
     cJSON_AddStringToObject(root, "model", model_name ? model_name : "");
     cJSON_AddStringToObject(root, "cluster", cluster_name ? cluster_name : "");
-    cJSON_AddNumberToObject(root, "gpus", plan_config_world(c));
+    cJSON_AddNumberToObject(root, "gpus", plan_config_devices(c));
     cJSON_AddNumberToObject(root, "seq_length", c->seq_len);
     cJSON_AddStringToObject(root, "dtype", plan_dtype_name(c->dtype));
     cJSON *id = model ? cJSON_AddObjectToObject(root, "model_identity") : NULL;
@@ -164,6 +164,12 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     cJSON_AddBoolToObject(par, "distributed_optimizer", c->distributed_optimizer != 0);
     arr = cJSON_AddArrayToObject(par, "layers_per_stage");
     for (int s = 0; arr && s < c->num_given_layers; s++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(c->layers_per_stage[s]));
+    if (c->num_stage_widths) {
+      /* Stage replication: pipeline stage s on stage_width[s] replicas. */
+      cJSON *w = cJSON_AddArrayToObject(par, "stage_widths");
+      for (int s = 0; w && s < c->num_stage_widths; s++) cJSON_AddItemToArray(w, cJSON_CreateNumber(c->stage_width[s]));
+      bad |= !w;
+    }
     cJSON_AddNumberToObject(pred, "step_time_s", r->step_time);
     cJSON_AddNumberToObject(pred, "mfu", r->mfu);
     cJSON_AddNumberToObject(pred, "tokens_per_s", r->tokens_per_s);
@@ -175,6 +181,20 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     bd = cJSON_AddObjectToObject(pred, "breakdown_s");
     for (int k = 0; bd && k < PLAN_NUM_COMPONENTS; k++)
       if (r->breakdown.t[k] > 0) cJSON_AddNumberToObject(bd, plan_component_name((PlanComponent)k), r->breakdown.t[k]);
+    if (r->device_of_rank) {
+      /* Rank r runs on device device_of_rank[r] (node d / devices_per_node,
+       * slot d % devices_per_node): what a launcher's rankfile applies. */
+      cJSON *mp = cJSON_AddObjectToObject(root, "mapping");
+      cJSON *perm = mp ? cJSON_AddArrayToObject(mp, "device_of_rank") : NULL;
+      for (int i = 0; perm && i < r->num_mapped; i++) cJSON_AddItemToArray(perm, cJSON_CreateNumber(r->device_of_rank[i]));
+      if (mp) {
+        cJSON_AddStringToObject(mp, "method", r->mapping_method);
+        cJSON_AddNumberToObject(mp, "rank_order_step_time_s", r->rank_order_step_time);
+        cJSON_AddNumberToObject(mp, "step_time_s", r->step_time);
+        cJSON_AddNumberToObject(mp, "simulations", (double)r->mapping_evaluated);
+      }
+      bad |= !perm;
+    }
     if (stats) {
       cJSON *s = cJSON_AddObjectToObject(root, "search");
       if (s) {
@@ -185,7 +205,7 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
         cJSON_AddNumberToObject(s, "simulated", (double)stats->simulated);
       }
     }
-    bad = !arr || !mem || !bd;
+    bad = bad || !arr || !mem || !bd;
   }
   char *text = bad ? NULL : cJSON_Print(root);
   cJSON_Delete(root);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/flops.h"
+#include "plan/replicate.h"
 #include "plan/stages.h"
 #include "sched/builders.h"
 #include "sched/evaluate.h"
@@ -167,15 +168,23 @@ void plan_result_free(PlanResult *r) {
   if (!r) return;
   free(r->stage);
   free(r->memory);
+  free(r->device_of_rank);
   r->stage = NULL;
   r->memory = NULL;
+  r->device_of_rank = NULL;
 }
 
 int plan_result_copy(PlanResult *dst, const PlanResult *src) {
   *dst = *src;
   dst->stage = malloc((size_t)src->num_stages * sizeof *dst->stage);
   dst->memory = malloc((size_t)src->pp * sizeof *dst->memory);
-  if (!dst->stage || !dst->memory) {
+  dst->device_of_rank = NULL;
+  if (src->device_of_rank) {
+    dst->device_of_rank = malloc((size_t)src->num_mapped * sizeof *dst->device_of_rank);
+    if (dst->device_of_rank)
+      memcpy(dst->device_of_rank, src->device_of_rank, (size_t)src->num_mapped * sizeof *dst->device_of_rank);
+  }
+  if (!dst->stage || !dst->memory || (src->device_of_rank && !dst->device_of_rank)) {
     plan_result_free(dst);
     return ERR_NOMEM;
   }
@@ -250,11 +259,20 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   out->cfg = *cfg_in;
   PlanConfig *cfg = &out->cfg;
   PlanCostModel cm;
-  int rc = plan_cost_model_init(&cm, m, cl, opt, cfg, cache, err);
+  int rc = cfg->num_stage_widths ? plan_replication_validate(cfg, m, cl, err) : 0;
+  if (rc) return rc;
+  rc = plan_cost_model_init(&cm, m, cl, opt, cfg, cache, err);
   if (rc) return rc;
   PlanStageCosts sc;
   rc = plan_stage_costs_build(&cm, &sc, err);
   if (rc) return rc;
+  if (cfg->num_stage_widths) {
+    rc = plan_stage_costs_replicate(&cm, &sc, err);
+    if (rc) {
+      plan_stage_costs_free(&sc);
+      return rc;
+    }
+  }
   int P = sc.pp, S = sc.num_stages;
   cfg->num_given_layers = S;
   for (int s = 0; s < S; s++) cfg->layers_per_stage[s] = sc.part.layers[s];
@@ -307,7 +325,7 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   for (int r = 1; r < P; r++)
     if (ev.rank_finish[r] > ev.rank_finish[out->critical_rank]) out->critical_rank = r;
   critical_breakdown(prog, &ev, &sc, out->critical_rank, exposed_p2p, &out->breakdown);
-  int gpus = plan_config_world(cfg);
+  int gpus = plan_config_devices(cfg);
   out->model_flops = model_flops_per_sequence(m, cfg->seq_len) * cfg->global_batch_size;
   out->mfu = out->step_time > 0 ? out->model_flops / (out->step_time * gpus * plan_peak_flops(cl, cfg->dtype)) : 0;
   out->tokens_per_s = out->step_time > 0 ? (double)cfg->global_batch_size * cfg->seq_len / out->step_time : 0;
@@ -325,6 +343,7 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   out->head = cm.head;
   rc = plan_memory_estimate(m, cl, cfg, &sc.part, cm.expert_load, out->memory, err);
   if (rc) goto done;
+  if (cfg->num_stage_widths) plan_memory_replicate(cfg, out->memory);
   out->peak_memory = 0;
   for (int r = 0; r < P; r++)
     if (out->memory[r].total > out->peak_memory) out->peak_memory = out->memory[r].total;

@@ -76,6 +76,15 @@ typedef struct PlanResult {
   double peak_memory;      /* bytes, the fullest rank */
   int fits;                /* peak_memory <= the device capacity */
   char bottleneck[32];
+  /* Device mapping (mapping.h), when one was searched: rank r runs on device
+   * device_of_rank[r] (owned; NULL: rank order) and step_time is priced
+   * under it; rank_order_step_time is the same configuration in rank order. */
+  int *device_of_rank;
+  int num_mapped;
+  double rank_order_step_time;
+  long mapping_evaluated;
+  int mapping_exhaustive;
+  char mapping_method[48];
 } PlanResult;
 
 int plan_simulate(const ModelConfig *model, const ClusterSpec *cluster, const PlanOptions *opt, const PlanConfig *cfg,

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/cmd_plan.c"
+#include "plan/plan_file.h"
 #include "plan_test_util.h"
 
 static int quiet_fd = -1;
@@ -264,6 +265,30 @@ static void test_plan_writes_plan_json(void **state) {
   remove(out);
 }
 
+/* The searches after the ranking: device mapping on a tiered cluster,
+ * partition refinement (default) and stage replication, as plan runs them;
+ * the written plan either reads back or is refused for its stage widths. */
+static void test_plan_mapping_refinement_replication(void **state) {
+  (void)state;
+  char out[] = "/tmp/fivefold_plan_cli_map_XXXXXX";
+  int fd = mkstemp(out);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(RUN(cmd_plan, "plan", "--model", "llama-3-8b", "--cluster", "h100-two-tier", "--gpus", "12",
+                       "--seq", "4096", "--global-batch", "48", "--top", "2", "--mbs-list", "2", "--max-vpp", "1",
+                       "--map-devices", "--replicate-stages", "--explain", "--out", out),
+                   0);
+  PlanChoice pc;
+  Error err = {0, ""};
+  int rc = plan_file_read(out, &pc, &err);
+  if (rc) assert_non_null(strstr(err.msg, "parallel.stage_widths"));
+  remove(out);
+  /* The flags belong to plan only. */
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                       "--seq", "4096", "--global-batch", "8", "--map-devices"),
+                   2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_lists_every_option),
@@ -271,6 +296,7 @@ int main(void) {
       cmocka_unit_test(test_simulate_with_trace),
       cmocka_unit_test(test_simulate_schedule_is_used),
       cmocka_unit_test(test_plan_writes_plan_json),
+      cmocka_unit_test(test_plan_mapping_refinement_replication),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,271 @@
+/* Stage replication (DAPPLE) in the planner and simulator: the (layers,
+ * devices) dynamic program equals brute force over every partition and
+ * every split of the devices; the simulator's replicated 1F1B equals the
+ * pivot-stage formula on equal stages over free links and stays close to it
+ * on a real cluster; the search's replicated plan is never slower than the
+ * unreplicated pipeline and beats it with a heavy LM head; and a plan file
+ * with per-stage widths is refused for fivefold's runtime. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_file.h"
+#include "plan/replicate.h"
+#include "plan/search.h"
+#include "plan_test_util.h"
+
+/* Brute force of the DP's objective: every composition of L layers and of
+ * G devices into S parts. */
+static double brute(const double *cost, int L, double first, double last, int G, int S) {
+  double best = INFINITY;
+  int cut[16], wcut[16];
+  /* Enumerate layer counts and widths as mixed-radix counters. */
+  int lay[16], wid[16];
+  for (int i = 0; i < S; i++) lay[i] = 1, wid[i] = 1;
+  (void)cut, (void)wcut;
+  for (;;) {
+    int sl = 0, sw = 0;
+    for (int i = 0; i < S; i++) sl += lay[i], sw += wid[i];
+    if (sl == L && sw == G) {
+      double worst = 0;
+      int at = 0;
+      for (int i = 0; i < S; i++) {
+        double seg = 0;
+        for (int l = at; l < at + lay[i]; l++) seg += cost[l];
+        if (i == 0) seg += first;
+        if (i == S - 1) seg += last;
+        at += lay[i];
+        worst = fmax(worst, seg / wid[i]);
+      }
+      best = fmin(best, worst);
+    }
+    int k = 0;
+    while (k < 2 * S) {
+      int *v = k < S ? &lay[k] : &wid[k - S];
+      int cap = k < S ? L : G;
+      if (++*v <= cap) break;
+      *v = 1;
+      k++;
+    }
+    if (k == 2 * S) break;
+  }
+  return best;
+}
+
+static void test_dp_matches_brute_force(void **state) {
+  (void)state;
+  static const double costs[][7] = {
+      {1, 1, 1, 1, 1, 1, 1}, {3, 1, 4, 1, 5, 9, 2}, {1, 2, 1, 2, 1, 2, 1}, {0.5, 0.5, 8, 0.5, 0.5, 0.5, 0.5}};
+  static const double extras[][2] = {{0, 0}, {0.2, 6}, {2, 0.3}, {1, 12}};
+  int checked = 0, replicated = 0;
+  for (int c = 0; c < 4; c++)
+    for (int e = 0; e < 4; e++)
+      for (int G = 1; G <= 5; G++)
+        for (int S = 1; S <= 4; S++) {
+          int layers[8], width[8];
+          double dp = plan_replication_dp(costs[c], 7, extras[e][0], extras[e][1], G, S, 0, layers, width);
+          double bf = brute(costs[c], 7, extras[e][0], extras[e][1], G, S);
+          if (isinf(bf)) {
+            assert_true(isinf(dp));
+            continue;
+          }
+          if (fabs(dp - bf) > 1e-12 * bf) print_error("costs %d extras %d G %d S %d: dp %g, brute force %g\n", c, e, G, S, dp, bf);
+          assert_true(fabs(dp - bf) <= 1e-12 * bf);
+          /* The widths and layers it returns achieve the objective. */
+          int sl = 0, sw = 0, at = 0;
+          double worst = 0;
+          for (int s = 0; s < S; s++) {
+            double seg = (s == 0 ? extras[e][0] : 0) + (s == S - 1 ? extras[e][1] : 0);
+            for (int l = at; l < at + layers[s]; l++) seg += costs[c][l];
+            at += layers[s];
+            sl += layers[s], sw += width[s];
+            worst = fmax(worst, seg / width[s]);
+            replicated |= width[s] != width[0];
+          }
+          assert_int_equal(sl, 7);
+          assert_int_equal(sw, G);
+          assert_true(fabs(worst - dp) <= 1e-12 * dp);
+          checked++;
+        }
+  print_message("dynamic program = brute force on %d (costs, extras, devices, stages) cases\n", checked);
+  assert_true(replicated); /* some optimum has stages of different widths */
+}
+
+static void dense_model(ModelConfig *m, int layers, int vocab) {
+  model_config_defaults(m);
+  m->vocab_size = vocab;
+  m->hidden_size = 1024;
+  m->num_layers = layers;
+  m->num_heads = 8;
+  m->num_kv_heads = 8;
+  m->intermediate_size = 4096;
+}
+
+static PlanResult simulate_widths(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *o, int S,
+                                  const int *layers, const int *widths, int mbs, int gbs, PlanConfig *out_cfg) {
+  PlanConfig c;
+  plan_config_init(&c, 1024, gbs, mbs);
+  c.par.pp = S;
+  c.num_given_layers = S;
+  c.num_stage_widths = S;
+  for (int s = 0; s < S; s++) c.layers_per_stage[s] = layers[s], c.stage_width[s] = widths[s];
+  Error err = {0, ""};
+  int rc = plan_config_finish(&c, m, cl, S, &err);
+  PlanResult r;
+  if (!rc) rc = plan_simulate(m, cl, o, &c, NULL, NULL, &r, &err);
+  if (rc) print_error("%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  if (out_cfg) *out_cfg = c;
+  return r;
+}
+
+static double pivot_of(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *o, const PlanConfig *c) {
+  PlanCostModel cm;
+  PlanStageCosts sc;
+  Error err = {0, ""};
+  assert_int_equal(plan_cost_model_init(&cm, m, cl, o, c, NULL, &err), 0);
+  assert_int_equal(plan_stage_costs_build(&cm, &sc, &err), 0);
+  assert_int_equal(plan_stage_costs_replicate(&cm, &sc, &err), 0);
+  int q;
+  double t = plan_stage_costs_pivot_latency(&sc, c->microbatches, &q);
+  plan_stage_costs_free(&sc);
+  return t;
+}
+
+static void test_simulator_against_pivot_formula(void **state) {
+  (void)state;
+  ModelConfig m;
+  dense_model(&m, 8, 2);
+  ClusterSpec free_cl;
+  plan_test_free_cluster(&free_cl, 1, 8);
+  PlanOptions o;
+  plan_test_free_options(&o);
+  /* Equal per-replica stages: 4 layers on 2 replicas, then 2 and 2 on one. */
+  static const int layers[] = {4, 2, 2}, widths[] = {2, 1, 1};
+  PlanConfig c;
+  PlanResult r = simulate_widths(&m, &free_cl, &o, 3, layers, widths, 2, 16, &c);
+  double pivot = pivot_of(&m, &free_cl, &o, &c);
+  print_message("equal stages, free links: simulated %.6f s, pivot formula %.6f s\n", r.step_time, pivot);
+  assert_true(fabs(r.step_time - pivot) <= 1e-6 * pivot);
+  /* The replicated stage really is cheaper per micro-batch. */
+  assert_true(fabs(r.stage[0].fwd_total - r.stage[1].fwd_total) <= 1e-9 * r.stage[1].fwd_total);
+  plan_result_free(&r);
+  /* The same widths removed: stage 0 is twice as slow and sets the pace. */
+  static const int ones[] = {1, 1, 1};
+  PlanResult u = simulate_widths(&m, &free_cl, &o, 3, layers, ones, 2, 16, NULL);
+  assert_true(u.step_time > 1.5 * pivot);
+  plan_result_free(&u);
+
+  /* On DGX-H100 links with a heavy head: formula and simulator stay close. */
+  ClusterSpec h100;
+  assert_int_equal(plan_test_load_cluster(&h100, "dgx-h100"), 0);
+  PlanOptions real;
+  plan_options_default(&real);
+  ModelConfig heavy;
+  dense_model(&heavy, 8, 131072);
+  static const int hl[] = {3, 3, 2}, hw[] = {1, 1, 2};
+  r = simulate_widths(&heavy, &h100, &real, 3, hl, hw, 2, 32, &c);
+  pivot = pivot_of(&heavy, &h100, &real, &c);
+  double rel = fabs(r.step_time - pivot) / r.step_time;
+  print_message("DGX-H100, vocab 128k, widths 1 1 2: simulated %.4f s, pivot formula %.4f s (%.1f%% apart)\n",
+                r.step_time, pivot, 100 * rel);
+  assert_true(rel < 0.05);
+  plan_result_free(&r);
+  cluster_spec_free(&h100);
+}
+
+static void test_search_replicates_the_heavy_stage(void **state) {
+  (void)state;
+  ClusterSpec h100;
+  assert_int_equal(plan_test_load_cluster(&h100, "dgx-h100"), 0);
+  PlanOptions o;
+  plan_options_default(&o);
+  /* 18 GiB devices: the whole model with its 256k vocabulary does not fit
+   * on one (plain DP is out), so the pipeline must split it. */
+  h100.memory_capacity = 18 * 1073741824.0;
+  ModelConfig m;
+  dense_model(&m, 6, 262144);
+  PlanConfig base;
+  plan_config_init(&base, 1024, 32, 4);
+  PlanReplicationCandidate cand[6];
+  int best;
+  Error err = {0, ""};
+  int rc = plan_replication_search(&m, &h100, &o, &base, 5, 0, cand, &best, &err);
+  if (rc) print_error("%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_true(best >= 0);
+  for (int s = 0; s < 5; s++) {
+    const PlanReplicationCandidate *c = &cand[s];
+    if (isinf(c->step_time)) continue;
+    char desc[128];
+    int at = 0;
+    for (int k = 0; k < c->cfg.par.pp; k++)
+      at += snprintf(desc + at, sizeof desc - (size_t)at, "%s%dx%d", k ? " " : "", c->cfg.layers_per_stage[k],
+                     c->cfg.stage_width[k]);
+    print_message("%d stages [layers x width: %s]: simulated %.4f s%s, pivot %.4f s, dp objective %.2f ms%s\n",
+                  s + 1, desc, c->step_time, c->fits ? "" : " (does not fit)", c->pivot_time, 1e3 * c->dp_objective,
+                  s == best ? "  <- best" : "");
+    /* The pivot formula stays near the simulator on every candidate. */
+    assert_true(fabs(c->pivot_time - c->step_time) < 0.03 * c->step_time);
+  }
+  const PlanReplicationCandidate *b = &cand[best];
+  int replicated = 0;
+  for (int k = 0; k < b->cfg.par.pp; k++) replicated |= b->cfg.stage_width[k] != b->cfg.stage_width[0];
+  assert_true(replicated);
+  /* Against every unreplicated DP x PP layout on at most these 5 devices
+   * (32 sequences do not split over DP5; the compute min-max partition of
+   * each, as plan chooses it). */
+  static const int layouts[][2] = {{4, 1}, {2, 2}, {1, 4}, {1, 5}, {2, 1}};
+  double uniform_best = INFINITY;
+  for (int k = 0; k < 5; k++) {
+    PlanConfig c;
+    plan_config_init(&c, 1024, 32, 4);
+    c.par.dp = layouts[k][0];
+    c.par.pp = layouts[k][1];
+    assert_int_equal(plan_config_finish(&c, &m, &h100, layouts[k][0] * layouts[k][1], &err), 0);
+    PlanResult r;
+    assert_int_equal(plan_simulate(&m, &h100, &o, &c, NULL, NULL, &r, &err), 0);
+    print_message("unreplicated DP%d PP%d: %.4f s, %.1f GiB%s\n", layouts[k][0], layouts[k][1], r.step_time,
+                  r.peak_memory / 1073741824.0, r.fits ? "" : " (does not fit)");
+    if (r.fits && r.step_time < uniform_best) uniform_best = r.step_time;
+    plan_result_free(&r);
+  }
+  print_message("replicated best %.4f s vs best unreplicated %.4f s (%.1f%% faster)\n", b->step_time, uniform_best,
+                100 * (uniform_best / b->step_time - 1));
+  assert_true(b->step_time < uniform_best);
+  cluster_spec_free(&h100);
+}
+
+static void test_plan_file_with_widths_is_refused(void **state) {
+  (void)state;
+  const char *text =
+      "{\"format\": \"fivefold.plan\", \"version\": 1, \"model\": \"m\", \"gpus\": 3, \"seq_length\": 64,"
+      " \"parallel\": {\"tp\": 1, \"cp\": 1, \"dp\": 1, \"pp\": 2, \"vpp\": 1, \"micro_batch_size\": 2,"
+      " \"global_batch_size\": 8, \"schedule\": \"1f1b\", \"layers_per_stage\": [2, 2], \"stage_widths\": [2, 1]}}";
+  cJSON *j = cJSON_Parse(text);
+  PlanChoice pc;
+  Error err = {0, ""};
+  assert_int_not_equal(plan_file_from_json(j, "rep.json", &pc, &err), 0);
+  print_message("%s\n", err.msg);
+  assert_non_null(strstr(err.msg, "rep.json"));
+  assert_non_null(strstr(err.msg, "parallel.stage_widths"));
+  assert_non_null(strstr(err.msg, "does not execute"));
+  cJSON_Delete(j);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dp_matches_brute_force),
+      cmocka_unit_test(test_simulator_against_pivot_formula),
+      cmocka_unit_test(test_search_replicates_the_heavy_stage),
+      cmocka_unit_test(test_plan_file_with_widths_is_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
