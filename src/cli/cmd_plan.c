@@ -186,7 +186,9 @@ static const char *const kSimulateOptions[] = {"--tp", "--cp", "--pp", "--vpp", 
                                                "--trace", "--quiet", "--moe-tp-replicated"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
-                                           "--no-distributed-optimizer", "--no-folding"};
+                                           "--no-distributed-optimizer", "--no-folding", "--runtime",
+                                           "--map-devices", "--no-map-devices", "--no-refine-partition",
+                                           "--replicate-stages"};
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
