@@ -8,6 +8,9 @@ that the C forward, backward and optimizer are compared against
     model = build_model(cfg, seed=0)            # random init, model.h names
     logits, losses = model(tokens, targets)     # losses: lm, aux, z, total
 
+model_type "gpt2" configs get the GPT-2 of gpt2_reference.py instead
+(make_model / build_model / load_config dispatch on the config).
+
 Parameter names (model.named_parameters()) are exactly fivefold's tensor
 names, so state dicts move between the two by name. The MoE layer is written
 plainly (a loop over experts with index masks) to stay easy to check against
@@ -21,6 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import gpt2_reference
 
 
 def _f32(x):
@@ -63,6 +68,8 @@ def config_from_dict(d):
     """Reads a config the way src/model/config.c does: Hugging Face field
     names plus fivefold's moe_* options; null counts as absent."""
     d = {k: v for k, v in d.items() if v is not None}
+    if d.get("model_type") == "gpt2":
+        return gpt2_reference.config_from_dict(d)
     c = RefConfig()
     c.model_type = d.get("model_type", "fivefold")
     c.vocab_size = int(d["vocab_size"])
@@ -390,6 +397,13 @@ class FivefoldModel(nn.Module):
         return logits, losses
 
 
+def make_model(cfg):
+    """The reference network of cfg (a RefConfig or a GPT2Config), uninitialised."""
+    if isinstance(cfg, gpt2_reference.GPT2Config):
+        return gpt2_reference.GPT2Model(cfg)
+    return FivefoldModel(cfg)
+
+
 def init_weights(model, seed=0):
     """Random init like fivefold's (matrices ~ N(0, init_std), norms = 1),
     though not the same numbers: comparisons load fivefold's weights."""
@@ -407,13 +421,18 @@ def build_model(cfg, seed=0, dtype=torch.float32, device="cpu"):
     """cfg: a RefConfig or a config dict (HF config.json fields)."""
     if isinstance(cfg, dict):
         cfg = config_from_dict(cfg)
-    model = FivefoldModel(cfg)
-    init_weights(model, seed)
+    model = make_model(cfg)
+    if isinstance(cfg, gpt2_reference.GPT2Config):
+        gpt2_reference.init_weights(model, seed)
+    else:
+        init_weights(model, seed)
     return model.to(dtype=dtype, device=device)
 
 
 def expected_param_shapes(cfg):
     """model.h's table of tensor names and shapes, for cross-checking."""
+    if isinstance(cfg, gpt2_reference.GPT2Config):
+        return gpt2_reference.expected_param_shapes(cfg)
     C, V, D = cfg.hidden_size, cfg.vocab_size, cfg.head_dim
     shapes = {"embed.weight": [V, C]}
     for i in range(cfg.num_layers):

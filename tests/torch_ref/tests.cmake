@@ -8,6 +8,7 @@ set(TORCH_REF_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(TORCH_REF_CONFIGS
   dense_gqa
   dense_tied
+  gpt2
   moe_softmax_then_topk
   moe_topk_then_softmax
   moe_sigmoid
@@ -26,11 +27,15 @@ foreach(cfg ${TORCH_REF_CONFIGS})
                        ENVIRONMENT "OMP_NUM_THREADS=2")
 endforeach()
 
-# The comparison itself must be able to fail.
+# The comparison itself must be able to fail (and, for GPT-2, catch a
+# wrong position-embedding gradient).
 add_test(NAME torch_ref.self_check
          COMMAND bash ${TORCH_REF_DIR}/run_compare.sh --self-check
                  ${TORCH_REF_DIR}/configs/moe_capacity_probs.json grad.layers.1.moe.router)
-set_tests_properties(torch_ref.self_check PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
+add_test(NAME torch_ref.self_check_gpt2
+         COMMAND bash ${TORCH_REF_DIR}/run_compare.sh --self-check
+                 ${TORCH_REF_DIR}/configs/gpt2.json grad.pos_embed.weight)
+set_tests_properties(torch_ref.self_check torch_ref.self_check_gpt2 PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "OMP_NUM_THREADS=2")
 
 # conv2d / conv_transpose2d against PyTorch on fixed weights
