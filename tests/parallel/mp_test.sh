@@ -16,7 +16,7 @@
 #   golden-mixed  TP2 x PP2 (dense, MoE), TP2 x DP2 x PP2 on 8 ranks (dense,
 #                 with the distributed optimizer)
 #   golden-gpt2   GPT-2 (4 blocks, tied head, biases, position embeddings on
-#                 the first stage): TP2, PP2, DP2, TP2 x PP2
+#                 the first stage): TP2, PP2, DP2, CP2, TP2 x PP2
 #   reshard       a TP2 x PP2 checkpoint at step 3 resumed by one rank and by
 #                 DP4 with the distributed optimizer; both end where the
 #                 uninterrupted one-rank run ends
@@ -80,6 +80,7 @@ case "$MODE" in
     train 2 tp2-gpt2 gpt2 --grad-accum 4 --tp 2 && same tp2-gpt2 one-gpt2 5
     train 2 pp2-gpt2 gpt2 --grad-accum 4 --pp 2 && same pp2-gpt2 one-gpt2 5
     train 2 dp2-gpt2 gpt2 --grad-accum 2 && same dp2-gpt2 one-gpt2 5
+    train 2 cp2-gpt2 gpt2 --grad-accum 4 --cp 2 && same cp2-gpt2 one-gpt2 5
     train 4 tp2pp2-gpt2 gpt2 --grad-accum 4 --tp 2 --pp 2 && same tp2pp2-gpt2 one-gpt2 5
     ;;
   reshard)
