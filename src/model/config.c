@@ -12,8 +12,7 @@
  *    (MoE when (i + 1) % step == 0 and i not listed), else every layer.
  * Not modelled (accepted so that published configs load): Qwen2-MoE's
  * sigmoid gate on the shared expert, router jitter noise. Refused, because
- * a model with them would train as a plain one: q/k/v biases (qkv_bias
- * true) and sliding-window attention (use_sliding_window true, or a
+ * a model with them would train as a plain one: sliding-window attention (use_sliding_window true, or a
  * sliding_window smaller than max_position_embeddings without
  * use_sliding_window false: Mistral applies a window whenever one is set). */
 #include "model/config.h"
@@ -291,11 +290,8 @@ static int check_bookkeeping(const cJSON *obj, const char *origin, Error *err) {
   if (v && (!cJSON_IsString(v) || strcmp(v->valuestring, "silu") != 0))
     return error_set(err, ERR_CONFIG, "%s: field \"hidden_act\": expected \"silu\" (fivefold's MLPs are SwiGLU)",
                      origin);
-  if (require_false(obj, origin, "attention_bias", "attention projections have no bias", err)) return err->code;
   if (require_false(obj, origin, "mlp_bias", "MLP projections have no bias", err)) return err->code;
   if (require_false(obj, origin, "use_sliding_window", "sliding-window attention is not implemented", err))
-    return err->code;
-  if (require_false(obj, origin, "qkv_bias", "q/k/v projections have no bias in fivefold's attention", err))
     return err->code;
   if (field(obj, "rope_scaling"))
     return error_set(err, ERR_CONFIG, "%s: field \"rope_scaling\": expected null (RoPE scaling is not supported)",
@@ -423,6 +419,8 @@ static int parse_gpt2(ModelConfig *cfg, const cJSON *obj, const char *origin, Er
       if (prev->string && next->string && strcmp(prev->string, next->string) == 0)
         return error_set(err, ERR_CONFIG, "%s: field \"%s\" appears more than once", origin, prev->string);
   cfg->gpt2 = 1;
+  cfg->qkv_bias = 1;
+  cfg->o_bias = 1;
   cfg->tie_word_embeddings = 1;
   cfg->max_position_embeddings = 1024;
   TRY(require(obj, origin, "vocab_size", err));
@@ -449,8 +447,8 @@ static int parse_gpt2(ModelConfig *cfg, const cJSON *obj, const char *origin, Er
   TRY(get_float(obj, origin, "layer_norm_epsilon", 0.0, 1, 1.0, &cfg->rms_norm_eps, err));
   TRY(get_bool(obj, origin, "tie_word_embeddings", &cfg->tie_word_embeddings, err));
   TRY(get_float(obj, origin, "initializer_range", 0.0, 1, 1e3, &cfg->init_std, err));
-  TRY(require_false(obj, origin, "scale_attn_by_inverse_layer_idx", "attention scores are scaled by 1/sqrt(head_dim) only",
-                    err));
+  TRY(require_false(obj, origin, "scale_attn_by_inverse_layer_idx",
+                    "attention scores are scaled by 1/sqrt(head_dim) only", err));
   const cJSON *act = field(obj, "activation_function");
   if (act && (!cJSON_IsString(act) ||
               (strcmp(act->valuestring, "gelu_new") != 0 && strcmp(act->valuestring, "gelu_pytorch_tanh") != 0)))
@@ -511,6 +509,9 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *origi
   TRY(get_float(obj, origin, "rope_theta", 0.0, 1, FLT_MAX, &cfg->rope_theta, err));
   TRY(get_float(obj, origin, "rms_norm_eps", 0.0, 1, 1.0, &cfg->rms_norm_eps, err));
   TRY(get_bool(obj, origin, "tie_word_embeddings", &cfg->tie_word_embeddings, err));
+  TRY(get_bool(obj, origin, "qkv_bias", &cfg->qkv_bias, err));
+  TRY(get_bool(obj, origin, "attention_bias", &cfg->o_bias, err));
+  if (cfg->o_bias) cfg->qkv_bias = 1; /* Llama's attention_bias: q, k, v and o */
   TRY(get_int(obj, origin, "max_position_embeddings", 1, INT_MAX, &cfg->max_position_embeddings, err));
   TRY(check_sliding_window(obj, origin, cfg->max_position_embeddings, err));
   TRY(get_float(obj, origin, "initializer_range", 0.0, 1, 1e3, &cfg->init_std, err));
@@ -725,6 +726,9 @@ cJSON *model_config_to_json(const ModelConfig *cfg) {
   cJSON_AddNumberToObject(o, "rope_theta", cfg->rope_theta);
   cJSON_AddNumberToObject(o, "rms_norm_eps", cfg->rms_norm_eps);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", cfg->tie_word_embeddings != 0);
+  /* Written only when set, so that configs without biases keep their form. */
+  if (cfg->o_bias) cJSON_AddBoolToObject(o, "attention_bias", 1);
+  else if (cfg->qkv_bias) cJSON_AddBoolToObject(o, "qkv_bias", 1);
   cJSON_AddNumberToObject(o, "max_position_embeddings", cfg->max_position_embeddings);
   cJSON_AddNumberToObject(o, "initializer_range", cfg->init_std);
   /* MoE fields are written for dense models too, so every field round-trips. */

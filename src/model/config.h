@@ -26,10 +26,14 @@
  * expert FFN when moe_intermediate_size is absent; norm_topk_prob defaults
  * to true (false for model_type qwen2_moe, as in HF).
  * Accepted but not modelled: Qwen2-MoE's sigmoid gate on the shared expert
- * (fivefold's shared expert is ungated) and its q/k/v biases; sliding-window
- * attention (use_sliding_window: true is refused); router jitter noise.
- * Refused: hidden_act other than "silu", attention_bias / mlp_bias true,
- * rope_scaling other than null.
+ * (fivefold's shared expert is ungated) and Qwen2's built-in q/k/v biases
+ * (give "qkv_bias": true for them); sliding-window attention
+ * (use_sliding_window: true is refused); router jitter noise.
+ * Biases: "qkv_bias": true gives q/k/v biases, "attention_bias": true (Llama)
+ * q/k/v and o biases; neither works with KV heads that several TP ranks
+ * share (refused by the shard).
+ * Refused: hidden_act other than "silu", mlp_bias true, rope_scaling other
+ * than null.
  * GPT-2 (model_type "gpt2", HF GPT2Config fields): vocab_size n_embd n_layer
  *   n_head n_positions n_ctx n_inner (null: 4 n_embd) layer_norm_epsilon
  *   activation_function ("gelu_new" / "gelu_pytorch_tanh": GeLU, tanh
@@ -63,6 +67,8 @@ typedef enum { DROP_POLICY_PROBS = 0, DROP_POLICY_POSITION } DropPolicy;
 typedef struct ModelConfig {
   char model_type[32]; /* "llama", "mixtral", "qwen2_moe", "gpt2", "fivefold" */
   int gpt2;            /* the GPT-2 family: LayerNorm, GeLU MLP, biases, learned positions, no RoPE */
+  int qkv_bias;        /* q/k/v projections have biases (GPT-2 always) */
+  int o_bias;          /* the output projection has a bias (GPT-2 always) */
   int vocab_size;
   int hidden_size;
   int num_layers;

@@ -89,18 +89,19 @@ static void decode_block(Model *m, ModelKvCache *c, int l, float *x, int n) {
   linear_forward(la->q, la->ln1, P + t->wq, n, C, QD, 0);
   linear_forward(knew, la->ln1, P + t->wk, n, C, KVD, 0);
   linear_forward(vnew, la->ln1, P + t->wv, n, C, KVD, 0);
-  if (m->cfg.gpt2) {
+  if (t->bq != NO_TENSOR) {
     bias_add_rows(la->q, P + t->bq, n, QD);
     bias_add_rows(knew, P + t->bk, n, KVD);
     bias_add_rows(vnew, P + t->bv, n, KVD);
-  } else {
+  }
+  if (!m->cfg.gpt2) {
     rope_forward(la->q, c->pos + p0, n, A->Hq, A->D, A->rope_cos, A->rope_sin);
     rope_forward(knew, c->pos + p0, n, A->Hkv, A->D, A->rope_cos, A->rope_sin);
   }
   /* Key j is visible from the query at position p when j <= p. */
   attention_forward_block(la->att, la->lse, la->q, c->pos + p0, n, kc, vc, c->pos, Tk, 1, A->Hq, A->Hkv, A->D);
   linear_forward(x, la->att, P + t->wo, n, QD, C, 1);
-  if (m->cfg.gpt2) bias_add_rows(x, P + t->bo, n, C);
+  if (t->bo != NO_TENSOR) bias_add_rows(x, P + t->bo, n, C);
 
   norm_rows(m, la->ln2, la->rstd2, x, t->mlp_norm, t->mlp_norm_bias, n);
   if (m->cfg.gpt2) {

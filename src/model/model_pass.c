@@ -200,11 +200,12 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
   OP_PROBED_GEMM(N, A->QD, C, linear_forward(la->q, la->ln1, P + t->wq, N, C, A->QD, 0));
   OP_PROBED_GEMM(N, A->KVD, C, linear_forward(la->k, la->ln1, P + t->wk, N, C, A->KVD, 0));
   OP_PROBED_GEMM(N, A->KVD, C, linear_forward(la->v, la->ln1, P + t->wv, N, C, A->KVD, 0));
-  if (gpt2) {
+  if (t->bq != NO_TENSOR) { /* before RoPE, as the projection's own bias */
     bias_add_rows(la->q, P + t->bq, N, A->QD);
     bias_add_rows(la->k, P + t->bk, N, A->KVD);
     bias_add_rows(la->v, P + t->bv, N, A->KVD);
-  } else {
+  }
+  if (!gpt2) {
     OP_PROBED(OP_PROBE_ROPE, rope_forward(la->q, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
     OP_PROBED(OP_PROBE_ROPE, rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
   }
@@ -216,7 +217,7 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
     OP_PROBED_GEMM(N, C, A->QD, linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0));
     add_reduce_scattered(m, A, la->res_mlp, la->res_attn, S->full);
   }
-  if (gpt2) bias_add_rows(la->res_mlp, P + t->bo, A->Nl, C);
+  if (t->bo != NO_TENSOR) bias_add_rows(la->res_mlp, P + t->bo, A->Nl, C);
 
   float *out = l + 1 < A->layer_end ? A->layers[l + 1].res_attn : A->final_in;
   if (is_moe(A, m, l) && A->moe_folded) {
@@ -307,17 +308,19 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
                 la->rstd2);
 
   const float *datt_out = gathered_grad(m, A, A->dres);
-  if (gpt2) bias_backward_rows(G + t->bo, datt_out, N, C);
+  if (t->bo != NO_TENSOR) bias_backward_rows(G + t->bo, datt_out, N, C);
   OP_PROBED_GEMM(N, C, 2 * A->QD, linear_backward(S->datt, G + t->wo, datt_out, la->att, P + t->wo, N, A->QD, C, 0));
   if (attention_core_backward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
-  if (gpt2) {
-    /* GPT-2 has one KV head per query head, so k/v are never shared over TP. */
+  if (!gpt2) {
+    OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
+    OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
+  }
+  if (t->bq != NO_TENSOR) {
+    /* The shard refuses biases on KV heads shared over TP, so k/v bias
+     * gradients need no TP sum. */
     bias_backward_rows(G + t->bq, S->dq, N, A->QD);
     bias_backward_rows(G + t->bk, S->dk, N, A->KVD);
     bias_backward_rows(G + t->bv, S->dv, N, A->KVD);
-  } else {
-    OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
-    OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
   }
   OP_PROBED_GEMM(N, A->QD, 2 * C, linear_backward(S->dln, G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0));
   float *gk = G + t->wk, *gv = G + t->wv;

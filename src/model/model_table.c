@@ -102,6 +102,11 @@ int model_shard_dims(const ModelConfig *c, const ModelShard *sh, ShardDims *d, E
     d->kv_head0 = d->q_head0 / group;
     d->kv_ranks = group / d->Hq;
   }
+  if ((c->qkv_bias || c->gpt2) && d->kv_ranks > 1)
+    return error_set(err, ERR_CONFIG,
+                     "model shard: q/k/v biases with KV heads shared by %d TP ranks are not supported "
+                     "(num_key_value_heads %d must be divisible by tp_size %d)",
+                     d->kv_ranks, Hkv, t);
   d->F = has_dense_layer(c) ? c->intermediate_size / t : c->intermediate_size;
   d->V = c->vocab_size / t;
   d->vocab0 = r * d->V;
@@ -235,14 +240,14 @@ static void add_block(const ModelConfig *c, TableBuilder *b, int l, LayerTensors
   lt.attn_norm = add_full(b, NAME("attn_norm.weight"), 1, C, 0, 0, NORM);
   if (c->gpt2) lt.attn_norm_bias = add_full(b, NAME("attn_norm.bias"), 1, C, 0, 0, BIAS);
   lt.wq = add_rows(b, NAME("attn.wq"), QD, C, d->q_head0 * D, d->Hq * D, 1, 0);
-  if (c->gpt2) lt.bq = add_vec_part(b, NAME("attn.bq"), QD, d->q_head0 * D, d->Hq * D, 1);
+  if (c->qkv_bias || c->gpt2) lt.bq = add_vec_part(b, NAME("attn.bq"), QD, d->q_head0 * D, d->Hq * D, 1);
   lt.wk = add_rows(b, NAME("attn.wk"), KVD, C, d->kv_head0 * D, d->Hkv * D, d->kv_ranks, 0);
-  if (c->gpt2) lt.bk = add_vec_part(b, NAME("attn.bk"), KVD, d->kv_head0 * D, d->Hkv * D, d->kv_ranks);
+  if (c->qkv_bias || c->gpt2) lt.bk = add_vec_part(b, NAME("attn.bk"), KVD, d->kv_head0 * D, d->Hkv * D, d->kv_ranks);
   lt.wv = add_rows(b, NAME("attn.wv"), KVD, C, d->kv_head0 * D, d->Hkv * D, d->kv_ranks, 0);
-  if (c->gpt2) lt.bv = add_vec_part(b, NAME("attn.bv"), KVD, d->kv_head0 * D, d->Hkv * D, d->kv_ranks);
+  if (c->qkv_bias || c->gpt2) lt.bv = add_vec_part(b, NAME("attn.bv"), KVD, d->kv_head0 * D, d->Hkv * D, d->kv_ranks);
   lt.wo = add_cols(b, NAME("attn.wo"), C, QD, d->q_head0 * D, d->Hq * D);
   /* A row-parallel layer's bias is replicated and added once, after the sum. */
-  if (c->gpt2) lt.bo = add_full(b, NAME("attn.bo"), 1, C, 0, 0, BIAS);
+  if (c->o_bias || c->gpt2) lt.bo = add_full(b, NAME("attn.bo"), 1, C, 0, 0, BIAS);
   lt.mlp_norm = add_full(b, NAME("mlp_norm.weight"), 1, C, 0, 0, NORM);
   if (c->gpt2) lt.mlp_norm_bias = add_full(b, NAME("mlp_norm.bias"), 1, C, 0, 0, BIAS);
   if (c->gpt2) {

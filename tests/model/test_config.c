@@ -158,7 +158,6 @@ static void test_errors(void **state) {
   expect_error("{" BASE "\"intermediate_size\":8,\"num_experts\":4,\"moe_token_drop_policy\":\"random\"}",
                "moe_token_drop_policy", "\"probs\", \"position\"");
   expect_error("{" BASE "\"intermediate_size\":8,\"hidden_act\":\"gelu\"}", "hidden_act", "silu");
-  expect_error("{" BASE "\"intermediate_size\":8,\"attention_bias\":true}", "attention_bias", "must be false");
   expect_error("{" BASE "\"intermediate_size\":8,\"num_experts\":4,\"num_experts_per_tok\":5}", "num_experts_per_tok",
                NULL);
   expect_error(
@@ -199,7 +198,6 @@ static void accept(const char *json) {
 
 static void test_unimplemented_attention_refused(void **state) {
   (void)state;
-  expect_error("{" BASE "\"intermediate_size\":8,\"qkv_bias\":true}", "\"qkv_bias\"", "must be false");
   expect_error("{" BASE "\"intermediate_size\":8,\"use_sliding_window\":true,\"sliding_window\":4}",
                "\"use_sliding_window\"", "must be false");
   /* Mistral semantics: a window applies whenever it is set. */
@@ -269,6 +267,21 @@ static void test_round_trip(void **state) {
   c.is_moe_layer[3] = 1;
   Error err = {0};
   if (model_config_validate(&c, "modified", &err)) fail_msg("%s", err.msg);
+  round_trip(&c);
+}
+
+/* q/k/v biases (qkv_bias) and Llama's attention_bias (q/k/v and o). */
+static void test_attention_biases(void **state) {
+  (void)state;
+  ModelConfig c;
+  Error err = {0};
+  if (parse_string(&c, "{" BASE "\"intermediate_size\":8,\"qkv_bias\":true}", &err)) fail_msg("%s", err.msg);
+  assert_int_equal(c.qkv_bias, 1);
+  assert_int_equal(c.o_bias, 0);
+  round_trip(&c);
+  if (parse_string(&c, "{" BASE "\"intermediate_size\":8,\"attention_bias\":true}", &err)) fail_msg("%s", err.msg);
+  assert_int_equal(c.qkv_bias, 1);
+  assert_int_equal(c.o_bias, 1);
   round_trip(&c);
 }
 
@@ -345,6 +358,7 @@ int main(void) {
       cmocka_unit_test(test_load_errors),
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_gpt2),
+      cmocka_unit_test(test_attention_biases),
       cmocka_unit_test(test_programmatic_defaults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

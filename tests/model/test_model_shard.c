@@ -57,6 +57,13 @@ static void gpt2_cfg(ModelConfig *c) {
   c->tie_word_embeddings = 1;
 }
 
+/* Llama's attention_bias: q/k/v (before RoPE) and o biases, GQA. */
+static void biased_cfg(ModelConfig *c) {
+  dense_cfg(c);
+  c->qkv_bias = 1;
+  c->o_bias = 1;
+}
+
 /* Biases start at zero (model_init_weights); give them values, a function
  * of the logical element, so that sharded forwards that add them wrongly
  * show in the losses. */
@@ -304,6 +311,18 @@ static void test_tp_gpt2(void **state) {
   check_sharded(gpt2_cfg, 2, THREE_CHUNKS, 3, "GPT-2 TP 2, chunks {0},{1},{2}");
   check_stages(gpt2_cfg, TWO_CHUNKS, 2, "GPT-2, 2 stages");
   check_stages(gpt2_cfg, THREE_CHUNKS, 3, "GPT-2, 3 stages");
+  check_sharded(biased_cfg, 2, WHOLE, 1, "attention biases TP 2");
+  check_stages(biased_cfg, TWO_CHUNKS, 2, "attention biases, 2 stages");
+  /* KV heads shared by TP ranks would need their bias gradients summed. */
+  ModelConfig c;
+  biased_cfg(&c);
+  ModelShard sh;
+  model_shard_default(&c, &sh);
+  sh.tp_size = 4;
+  Model m;
+  Error err = {0};
+  assert_int_equal(model_create_shard(&m, &c, &sh, NULL, B, T, &err), ERR_CONFIG);
+  assert_non_null(strstr(err.msg, "biases"));
 }
 
 static void test_chunks_in_one_model(void **state) {

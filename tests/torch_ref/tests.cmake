@@ -9,6 +9,7 @@ set(TORCH_REF_CONFIGS
   dense_gqa
   dense_tied
   gpt2
+  dense_attention_bias
   moe_softmax_then_topk
   moe_topk_then_softmax
   moe_sigmoid
