@@ -1,6 +1,7 @@
 /* The key/value-cached forward (model_decode.h) against model_logits over
  * the same tokens: a prefill and then one position at a time, for a dense
- * GQA model, a dropless MoE model with a shared expert, and GPT-2; a reset
+ * GQA model (also with attention biases), a dropless MoE model with a
+ * shared expert, and GPT-2; a reset
  * starts again at position 0; overflow, bad tokens and a capacity factor
  * are refused. */
 #include <math.h>
@@ -38,6 +39,12 @@ static void moe(ModelConfig *c) {
   c->moe_intermediate_size = 16;
   c->shared_expert_intermediate_size = 8;
   model_config_set_moe_layer_freq(c, 1);
+}
+
+static void biased(ModelConfig *c) {
+  dense_gqa(c);
+  c->qkv_bias = 1;
+  c->o_bias = 1;
 }
 
 static void gpt2(ModelConfig *c) {
@@ -117,6 +124,7 @@ static void test_moe(void **state) {
 static void test_gpt2(void **state) {
   (void)state;
   check_config(gpt2, "GPT-2");
+  check_config(biased, "attention biases with RoPE");
 }
 
 static void test_capacity_refused(void **state) {
