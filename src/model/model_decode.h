@@ -9,6 +9,7 @@
  *   model_decode(&model, &kv, &next, 1, logits, err);    // one more position
  *   model_kv_cache_reset(&kv);                    // start again at position 0
  *
+ * Capacity: max_T positions (GPT-2: at most n_positions).
  * Positions are 0, 1, ... in cache order (RoPE angles or GPT-2's learned
  * position rows), so the logits equal model_logits over the cached tokens
  * (to float rounding: GEMMs over fewer rows sum in another order). GQA
