@@ -81,6 +81,12 @@ if [ -x "$BUILD/bench/bench_attention" ]; then
   "$BUILD/bench/bench_attention"
 fi
 
+if [ -x "$BUILD/bench/bench_sample" ]; then
+  echo
+  echo "=== generation with and without the key/value cache (demo model, 1 thread, as fivefold sample) ==="
+  env OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE "$BUILD/bench/bench_sample" configs/demo-moe.json 1
+fi
+
 if [ -x "$BUILD/bench/bench_conv" ]; then
   echo
   echo "=== convolution kernels against PyTorch (bench/bench_conv.sh) ==="

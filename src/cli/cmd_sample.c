@@ -46,9 +46,12 @@ static void sample_help(FILE *f) {
           "                       share well, and on a busy machine waiting threads cost more than\n"
           "                       they give; larger models gain from more)\n"
           "  --no-echo            do not print the prompt before the generated text\n"
+          "  --no-kv-cache        re-run the model over the whole context for every token (the\n"
+          "                       slow path, kept for comparison)\n"
           "  -h, --help           show this help\n\n"
-          "Every new token re-runs the model over the whole context (no key/value cache), so the\n"
-          "cost per token grows with --context.\n");
+          "A key/value cache makes each new token cost one position's forward. When the text outgrows\n"
+          "--context, the newest half of the context is kept and run again from position 0 (every\n"
+          "context/2 tokens); with --no-kv-cache the window slides by one token each time instead.\n");
 }
 
 static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -64,7 +67,7 @@ static int fail(int code, const char *fmt, ...) {
 
 typedef struct SampleArgs {
   const char *checkpoint, *prompt, *tokenizer;
-  int max_tokens, context, threads, echo;
+  int max_tokens, context, threads, echo, no_kv_cache;
   SamplerOptions opts;
 } SampleArgs;
 
@@ -95,7 +98,7 @@ static int parse_args(int argc, char **argv, SampleArgs *a) {
   sampler_options_default(&a->opts);
   static const char *const KNOWN[] = {"--checkpoint", "--prompt",  "--tokenizer", "--max-tokens",  "--context",
                                       "--threads",    "--top-k",   "--seed",      "--temperature", "--top-p",
-                                      "--no-echo",    "--help"};
+                                      "--no-echo",    "--no-kv-cache", "--help"};
   OptionParser op;
   Error perr = {0};
   option_parser_init(&op, "sample", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
@@ -107,6 +110,11 @@ static int parse_args(int argc, char **argv, SampleArgs *a) {
     if (option_is(&op, "--no-echo")) {
       if (option_switch(&op, &perr)) return fail(2, "%s", perr.msg);
       a->echo = 0;
+      continue;
+    }
+    if (option_is(&op, "--no-kv-cache")) {
+      if (option_switch(&op, &perr)) return fail(2, "%s", perr.msg);
+      a->no_kv_cache = 1;
       continue;
     }
     const char *name = op.name, *v = NULL;
@@ -267,7 +275,8 @@ int cmd_sample(int argc, char **argv) {
   Output out = {s.tok, s.tok ? tok_eot_id(s.tok) : -1};
   if (a.echo && fputs(a.prompt, stdout) == EOF) rc = error_set(&err, ERR_IO, "cannot write to stdout");
   fflush(stdout);
-  SampleRequest req = {s.prompt.ids, (int)s.prompt.n, a.max_tokens, context, out.stop, write_token, &out};
+  SampleRequest req = {s.prompt.ids, (int)s.prompt.n, a.max_tokens, context, out.stop, write_token, &out,
+                       a.no_kv_cache};
   int generated = 0;
   double t0 = timer_now();
   if (!rc) rc = sampler_generate(&s.model, &s.sampler, &req, &generated, &err);
@@ -277,8 +286,9 @@ int cmd_sample(int argc, char **argv) {
   if (!rc)
     fprintf(stderr,
             "sample: %d tokens in %.1f s (%.1f tokens/s) | checkpoint %s (step %d) | prompt %zu tokens, "
-            "context %d | temperature %g, top-k %d, top-p %g, seed %llu\n",
+            "context %d%s | temperature %g, top-k %d, top-p %g, seed %llu\n",
             generated, secs, secs > 0 ? generated / secs : 0.0, dir, step, s.prompt.n, context,
+            a.no_kv_cache ? " (no kv cache)" : "",
             (double)a.opts.temperature, a.opts.top_k, (double)a.opts.top_p, (unsigned long long)a.opts.seed);
   session_free(&s);
   return rc ? fail(1, "%s", err.msg) : 0;

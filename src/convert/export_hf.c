@@ -41,6 +41,14 @@ static void add_reason(Reasons *r, const char *fmt, ...) {
 }
 
 int export_hf_check(const ModelConfig *cfg, Error *err) {
+  if (cfg->gpt2)
+    return error_set(err, ERR_CONFIG,
+                     "this GPT-2 model cannot be exported yet (export writes LlamaForCausalLM and "
+                     "MixtralForCausalLM directories; GPT2LMHeadModel is not written). See docs/export.md");
+  if (cfg->qkv_bias)
+    return error_set(err, ERR_CONFIG,
+                     "this model has attention biases (qkv_bias / attention_bias), which export does not write yet. "
+                     "See docs/export.md");
   int n_moe = model_config_num_moe_layers(cfg);
   if (n_moe == 0) return 0; /* LlamaForCausalLM expresses every dense fivefold model */
   Reasons r = {.used = 0, .n = 0};

@@ -38,6 +38,8 @@ int upcycle_model_config(const ModelConfig *dense, const UpcycleOptions *o, Mode
   if (dense->num_experts > 0 || model_config_num_moe_layers(dense) > 0)
     FAIL("the checkpoint's model is already an MoE model (%d experts); upcycling starts from a dense one",
          dense->num_experts);
+  if (dense->gpt2)
+    FAIL("the checkpoint's model is a GPT-2 (GeLU MLP with biases); upcycling starts from a dense SwiGLU model");
   *moe = *dense;
   if (o->dense_control) return 0;
   const int E = o->num_experts, K = o->top_k, G = o->granularity, F = dense->intermediate_size;

@@ -2,6 +2,8 @@
  * see sampler.h for the exact filtering order and tie rules. */
 #include "infer/sampler.h"
 
+#include "model/model_decode.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,16 +141,34 @@ int sampler_generate(Model *m, Sampler *s, const SampleRequest *req, int *n_gene
   if (!text || !logits) rc = error_set(err, ERR_NOMEM, "sampler: out of memory for %zu tokens", total);
   for (int i = 0; i < req->n_prompt && !rc; i++) text[i] = req->prompt[i];
   size_t len = (size_t)req->n_prompt;
+  ModelKvCache kv = {0};
+  int cached = !rc && !req->no_kv_cache && model_kv_cache_supported(m, NULL) == 0 && req->max_new_tokens > 0;
+  if (cached && (rc = model_kv_cache_create(&kv, m, err))) cached = 0;
+  const int context = cached && kv.capacity < req->context ? kv.capacity : req->context;
   for (int g = 0; g < req->max_new_tokens && !rc; g++) {
-    int T = len < (size_t)req->context ? (int)len : req->context;
-    rc = model_logits(m, text + (len - (size_t)T), 1, T, logits, err);
+    int T = len < (size_t)context ? (int)len : context;
+    const float *next;
+    if (cached) {
+      int run = kv.len == 0 ? T : 1; /* the window once, then the new token */
+      if (kv.len == context) {
+        /* Full: keep the newest half and recompute from position 0. */
+        model_kv_cache_reset(&kv);
+        run = (context + 1) / 2;
+      }
+      rc = model_decode(m, &kv, text + (len - (size_t)run), run, logits, err);
+      next = logits;
+    } else {
+      rc = model_logits(m, text + (len - (size_t)T), 1, T, logits, err);
+      next = logits + (size_t)(T - 1) * V;
+    }
     if (rc) break;
-    int32_t tok = sampler_pick(s, logits + (size_t)(T - 1) * V);
+    int32_t tok = sampler_pick(s, next);
     text[len++] = tok;
     if (n_generated) (*n_generated)++;
     if (req->on_token && (rc = req->on_token(req->user, tok, err))) break;
     if (tok == req->stop_token) break;
   }
+  model_kv_cache_free(&kv);
   free(text);
   free(logits);
   return rc;

@@ -10,8 +10,17 @@
  * the draw never depend on sort stability. Temperature 0 means greedy
  * decoding (the argmax, lowest id on ties), which draws no random number.
  *
- * The generation loop re-runs the model over the whole window for every new
- * token (model_logits has no key/value cache); the window is the last
+ * The generation loop keeps a key/value cache (model/model_decode.h): the
+ * prompt's last `context` tokens are run once, then each new token costs one
+ * position's forward. When the cache holds `context` positions and another
+ * token comes, the newest (context + 1) / 2 tokens are kept, run again from
+ * position 0 into an emptied cache, and generation goes on: a recomputation
+ * every context / 2 tokens instead of every token. Until the text outgrows
+ * the context both paths see the same tokens at the same positions, so they
+ * pick the same tokens (up to float rounding in near ties).
+ * SampleRequest.no_kv_cache (`fivefold sample --no-kv-cache`), and models
+ * the cache cannot serve (an expert capacity factor), re-run the model over
+ * the whole window for every token instead; that window is the last
  * `context` tokens, so positions restart at 0 once the text outgrows it. */
 #ifndef FIVEFOLD_INFER_SAMPLER_H
 #define FIVEFOLD_INFER_SAMPLER_H
@@ -67,6 +76,7 @@ typedef struct SampleRequest {
   int32_t stop_token; /* generation ends after emitting it; -1: none */
   SamplerTokenFn on_token;
   void *user;
+  int no_kv_cache; /* 1: no key/value cache (the whole window per token) */
 } SampleRequest;
 
 /* Generates up to max_new_tokens tokens after the prompt with a B = 1 model

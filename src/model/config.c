@@ -12,8 +12,7 @@
  *    (MoE when (i + 1) % step == 0 and i not listed), else every layer.
  * Not modelled (accepted so that published configs load): Qwen2-MoE's
  * sigmoid gate on the shared expert, router jitter noise. Refused, because
- * a model with them would train as a plain one: q/k/v biases (qkv_bias
- * true) and sliding-window attention (use_sliding_window true, or a
+ * a model with them would train as a plain one: sliding-window attention (use_sliding_window true, or a
  * sliding_window smaller than max_position_embeddings without
  * use_sliding_window false: Mistral applies a window whenever one is set). */
 #include "model/config.h"
@@ -76,6 +75,22 @@ static const char *const PARSED_FIELDS[] = {
     "sliding_window",
 };
 
+/* GPT-2 (GPT2Config) fields read by the parser. */
+static const char *const GPT2_FIELDS[] = {
+    "model_type", "vocab_size", "n_embd", "n_layer", "n_head", "n_positions", "n_ctx", "n_inner",
+    "layer_norm_epsilon", "activation_function", "tie_word_embeddings", "initializer_range",
+    "scale_attn_by_inverse_layer_idx",
+};
+
+/* GPT2Config fields that do not change fivefold's computation: dropout
+ * (fivefold trains without it), the sequence-summary head, and attention
+ * details that equal the default computation. */
+static const char *const GPT2_IGNORED_FIELDS[] = {
+    "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
+    "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights", "reorder_and_upcast_attn",
+    "task_specific_params", "n_special", "predict_special_tokens", "add_cross_attention",
+};
+
 /* Hugging Face bookkeeping fields that do not change the computation. */
 static const char *const IGNORED_FIELDS[] = {
     "architectures",
@@ -98,7 +113,7 @@ static const char *const IGNORED_FIELDS[] = {
     "_attn_implementation",
 };
 
-static const char *const MODEL_TYPES[] = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "fivefold"};
+static const char *const MODEL_TYPES[] = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gpt2", "fivefold"};
 static const char *const SCORE_NAMES[] = {"softmax", "sigmoid"};
 static const char *const ORDER_NAMES[] = {"softmax_then_topk", "topk_then_softmax"};
 static const char *const POLICY_NAMES[] = {"probs", "position"};
@@ -247,11 +262,8 @@ static int check_bookkeeping(const cJSON *obj, const char *origin, Error *err) {
   if (v && (!cJSON_IsString(v) || strcmp(v->valuestring, "silu") != 0))
     return error_set(err, ERR_CONFIG, "%s: field \"hidden_act\": expected \"silu\" (fivefold's MLPs are SwiGLU)",
                      origin);
-  if (require_false(obj, origin, "attention_bias", "attention projections have no bias", err)) return err->code;
   if (require_false(obj, origin, "mlp_bias", "MLP projections have no bias", err)) return err->code;
   if (require_false(obj, origin, "use_sliding_window", "sliding-window attention is not implemented", err))
-    return err->code;
-  if (require_false(obj, origin, "qkv_bias", "q/k/v projections have no bias in fivefold's attention", err))
     return err->code;
   if (field(obj, "rope_scaling"))
     return error_set(err, ERR_CONFIG, "%s: field \"rope_scaling\": expected null (RoPE scaling is not supported)",
@@ -360,12 +372,80 @@ static int require(const cJSON *obj, const char *origin, const char *key, Error 
     if ((x) != 0) return err ? err->code : ERR_CONFIG; \
   } while (0)
 
+/* GPT2Config: its own field names, mapped onto ModelConfig. */
+static int parse_gpt2(ModelConfig *cfg, const cJSON *obj, const char *origin, Error *err) {
+  const cJSON *item;
+  cJSON_ArrayForEach(item, obj) {
+    const char *key = item->string ? item->string : "";
+    if (in_list(key, GPT2_FIELDS, COUNT(GPT2_FIELDS)) >= 0) continue;
+    if (in_list(key, GPT2_IGNORED_FIELDS, COUNT(GPT2_IGNORED_FIELDS)) >= 0) continue;
+    if (in_list(key, IGNORED_FIELDS, COUNT(IGNORED_FIELDS)) >= 0) continue;
+    return error_set(err, ERR_CONFIG,
+                     "%s: unknown field \"%s\" for model_type \"gpt2\"; expected the GPT2Config fields (n_embd, "
+                     "n_layer, n_head, n_positions, n_inner, layer_norm_epsilon, activation_function, vocab_size, "
+                     "tie_word_embeddings, initializer_range; see src/model/config.h)",
+                     origin, key);
+  }
+  for (const cJSON *prev = obj->child; prev; prev = prev->next)
+    for (const cJSON *next = prev->next; next; next = next->next)
+      if (prev->string && next->string && strcmp(prev->string, next->string) == 0)
+        return error_set(err, ERR_CONFIG, "%s: field \"%s\" appears more than once", origin, prev->string);
+  cfg->gpt2 = 1;
+  cfg->qkv_bias = 1;
+  cfg->o_bias = 1;
+  cfg->tie_word_embeddings = 1;
+  cfg->max_position_embeddings = 1024;
+  TRY(require(obj, origin, "vocab_size", err));
+  TRY(require(obj, origin, "n_embd", err));
+  TRY(require(obj, origin, "n_layer", err));
+  TRY(require(obj, origin, "n_head", err));
+  TRY(get_int(obj, origin, "vocab_size", 1, 1L << 30, &cfg->vocab_size, err));
+  TRY(get_int(obj, origin, "n_embd", 1, 1L << 20, &cfg->hidden_size, err));
+  TRY(get_int(obj, origin, "n_layer", 1, MODEL_MAX_LAYERS, &cfg->num_layers, err));
+  TRY(get_int(obj, origin, "n_head", 1, 1L << 16, &cfg->num_heads, err));
+  if (cfg->hidden_size % cfg->num_heads)
+    return error_set(err, ERR_CONFIG, "%s: field \"n_embd\" (%d) must be divisible by \"n_head\" (%d)", origin,
+                     cfg->hidden_size, cfg->num_heads);
+  cfg->num_kv_heads = cfg->num_heads;
+  cfg->head_dim = cfg->hidden_size / cfg->num_heads;
+  TRY(get_int(obj, origin, "n_positions", 1, INT_MAX, &cfg->max_position_embeddings, err));
+  int n_ctx = cfg->max_position_embeddings;
+  TRY(get_int(obj, origin, "n_ctx", 1, INT_MAX, &n_ctx, err));
+  if (n_ctx != cfg->max_position_embeddings)
+    return error_set(err, ERR_CONFIG, "%s: field \"n_ctx\" (%d) must equal \"n_positions\" (%d)", origin, n_ctx,
+                     cfg->max_position_embeddings);
+  cfg->intermediate_size = 4 * cfg->hidden_size;
+  TRY(get_int(obj, origin, "n_inner", 1, 1L << 24, &cfg->intermediate_size, err));
+  TRY(get_float(obj, origin, "layer_norm_epsilon", 0.0, 1, 1.0, &cfg->rms_norm_eps, err));
+  TRY(get_bool(obj, origin, "tie_word_embeddings", &cfg->tie_word_embeddings, err));
+  TRY(get_float(obj, origin, "initializer_range", 0.0, 1, 1e3, &cfg->init_std, err));
+  TRY(require_false(obj, origin, "scale_attn_by_inverse_layer_idx",
+                    "attention scores are scaled by 1/sqrt(head_dim) only", err));
+  const cJSON *act = field(obj, "activation_function");
+  if (act && (!cJSON_IsString(act) ||
+              (strcmp(act->valuestring, "gelu_new") != 0 && strcmp(act->valuestring, "gelu_pytorch_tanh") != 0)))
+    return error_set(err, ERR_CONFIG,
+                     "%s: field \"activation_function\": expected \"gelu_new\" or \"gelu_pytorch_tanh\" (GeLU with "
+                     "the tanh approximation)",
+                     origin);
+  return model_config_validate(cfg, origin, err);
+}
+
+static int is_gpt2_type(const cJSON *obj) {
+  const cJSON *v = field(obj, "model_type");
+  return v && cJSON_IsString(v) && strcmp(v->valuestring, "gpt2") == 0;
+}
+
 int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *origin, Error *err) {
   Error local;
   if (!err) err = &local;
   if (!origin) origin = "<config>";
   model_config_defaults(cfg);
   if (!cJSON_IsObject(obj)) return error_set(err, ERR_CONFIG, "%s: expected a JSON object", origin);
+  if (is_gpt2_type(obj)) {
+    snprintf(cfg->model_type, sizeof cfg->model_type, "gpt2");
+    return parse_gpt2(cfg, obj, origin, err);
+  }
   TRY(check_known_fields(obj, origin, err));
   TRY(check_bookkeeping(obj, origin, err));
 
@@ -401,6 +481,9 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *origi
   TRY(get_float(obj, origin, "rope_theta", 0.0, 1, FLT_MAX, &cfg->rope_theta, err));
   TRY(get_float(obj, origin, "rms_norm_eps", 0.0, 1, 1.0, &cfg->rms_norm_eps, err));
   TRY(get_bool(obj, origin, "tie_word_embeddings", &cfg->tie_word_embeddings, err));
+  TRY(get_bool(obj, origin, "qkv_bias", &cfg->qkv_bias, err));
+  TRY(get_bool(obj, origin, "attention_bias", &cfg->o_bias, err));
+  if (cfg->o_bias) cfg->qkv_bias = 1; /* Llama's attention_bias: q, k, v and o */
   TRY(get_int(obj, origin, "max_position_embeddings", 1, INT_MAX, &cfg->max_position_embeddings, err));
   TRY(check_sliding_window(obj, origin, cfg->max_position_embeddings, err));
   TRY(get_float(obj, origin, "initializer_range", 0.0, 1, 1e3, &cfg->init_std, err));
@@ -542,7 +625,10 @@ int model_config_validate(const ModelConfig *cfg, const char *origin, Error *err
     FAIL("%s: hidden_size (%d) must be divisible by num_attention_heads (%d) unless head_dim is given", origin,
          cfg->hidden_size, cfg->num_heads);
   int D = model_config_head_dim(cfg);
-  if (D < 2 || D % 2 != 0) FAIL("%s: head_dim must be even for RoPE (got %d)", origin, D);
+  if (!cfg->gpt2 && (D < 2 || D % 2 != 0)) FAIL("%s: head_dim must be even for RoPE (got %d)", origin, D);
+  if (cfg->gpt2 && cfg->num_experts > 0) FAIL("%s: the GPT-2 family is dense here (num_experts must be 0)", origin);
+  if (cfg->gpt2 && kv != cfg->num_heads)
+    FAIL("%s: GPT-2 has one key/value head per query head (num_key_value_heads %d != %d)", origin, kv, cfg->num_heads);
   if (!(cfg->rope_theta > 0)) FAIL("%s: rope_theta must be positive (got %g)", origin, cfg->rope_theta);
   if (!(cfg->rms_norm_eps > 0)) FAIL("%s: rms_norm_eps must be positive (got %g)", origin, cfg->rms_norm_eps);
   if (!(cfg->init_std >= 0)) FAIL("%s: initializer_range must be >= 0 (got %g)", origin, cfg->init_std);
@@ -587,6 +673,20 @@ int model_config_validate(const ModelConfig *cfg, const char *origin, Error *err
 cJSON *model_config_to_json(const ModelConfig *cfg) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
+  if (cfg->gpt2) {
+    cJSON_AddStringToObject(o, "model_type", "gpt2");
+    cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
+    cJSON_AddNumberToObject(o, "n_embd", cfg->hidden_size);
+    cJSON_AddNumberToObject(o, "n_layer", cfg->num_layers);
+    cJSON_AddNumberToObject(o, "n_head", cfg->num_heads);
+    cJSON_AddNumberToObject(o, "n_positions", cfg->max_position_embeddings);
+    cJSON_AddNumberToObject(o, "n_inner", cfg->intermediate_size);
+    cJSON_AddNumberToObject(o, "layer_norm_epsilon", cfg->rms_norm_eps);
+    cJSON_AddStringToObject(o, "activation_function", "gelu_new");
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", cfg->tie_word_embeddings != 0);
+    cJSON_AddNumberToObject(o, "initializer_range", cfg->init_std);
+    return o;
+  }
   cJSON_AddStringToObject(o, "model_type", cfg->model_type);
   cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
   cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden_size);
@@ -598,6 +698,9 @@ cJSON *model_config_to_json(const ModelConfig *cfg) {
   cJSON_AddNumberToObject(o, "rope_theta", cfg->rope_theta);
   cJSON_AddNumberToObject(o, "rms_norm_eps", cfg->rms_norm_eps);
   cJSON_AddBoolToObject(o, "tie_word_embeddings", cfg->tie_word_embeddings != 0);
+  /* Written only when set, so that configs without biases keep their form. */
+  if (cfg->o_bias) cJSON_AddBoolToObject(o, "attention_bias", 1);
+  else if (cfg->qkv_bias) cJSON_AddBoolToObject(o, "qkv_bias", 1);
   cJSON_AddNumberToObject(o, "max_position_embeddings", cfg->max_position_embeddings);
   cJSON_AddNumberToObject(o, "initializer_range", cfg->init_std);
   /* MoE fields are written for dense models too, so every field round-trips. */

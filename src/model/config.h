@@ -26,10 +26,23 @@
  * expert FFN when moe_intermediate_size is absent; norm_topk_prob defaults
  * to true (false for model_type qwen2_moe, as in HF).
  * Accepted but not modelled: Qwen2-MoE's sigmoid gate on the shared expert
- * (fivefold's shared expert is ungated) and its q/k/v biases; sliding-window
- * attention (use_sliding_window: true is refused); router jitter noise.
- * Refused: hidden_act other than "silu", attention_bias / mlp_bias true,
- * rope_scaling other than null.
+ * (fivefold's shared expert is ungated) and Qwen2's built-in q/k/v biases
+ * (give "qkv_bias": true for them); sliding-window attention
+ * (use_sliding_window: true is refused); router jitter noise.
+ * Biases: "qkv_bias": true gives q/k/v biases, "attention_bias": true (Llama)
+ * q/k/v and o biases; neither works with KV heads that several TP ranks
+ * share (refused by the shard).
+ * Refused: hidden_act other than "silu", mlp_bias true, rope_scaling other
+ * than null.
+ * GPT-2 (model_type "gpt2", HF GPT2Config fields): vocab_size n_embd n_layer
+ *   n_head n_positions n_ctx n_inner (null: 4 n_embd) layer_norm_epsilon
+ *   activation_function ("gelu_new" / "gelu_pytorch_tanh": GeLU, tanh
+ *   approximation) tie_word_embeddings (default true) initializer_range;
+ *   dropout and summary fields are accepted and ignored (fivefold trains
+ *   without dropout); scale_attn_by_inverse_layer_idx true is refused. A
+ *   GPT-2 model has LayerNorm with bias, learned absolute position
+ *   embeddings, biases in q/k/v/o and in the MLP (fc, proj), a GeLU MLP and
+ *   no RoPE; rms_norm_eps holds its layer_norm_epsilon.
  * Unknown fields are errors naming the file and the field, with a suggestion
  * for near misses.
  *
@@ -52,7 +65,10 @@ typedef enum { ROUTER_SOFTMAX_THEN_TOPK = 0, ROUTER_TOPK_THEN_SOFTMAX } RouterOr
 typedef enum { DROP_POLICY_PROBS = 0, DROP_POLICY_POSITION } DropPolicy;
 
 typedef struct ModelConfig {
-  char model_type[32]; /* "llama", "mixtral", "qwen2_moe", "fivefold" */
+  char model_type[32]; /* "llama", "mixtral", "qwen2_moe", "gpt2", "fivefold" */
+  int gpt2;            /* the GPT-2 family: LayerNorm, GeLU MLP, biases, learned positions, no RoPE */
+  int qkv_bias;        /* q/k/v projections have biases (GPT-2 always) */
+  int o_bias;          /* the output projection has a bias (GPT-2 always) */
   int vocab_size;
   int hidden_size;
   int num_layers;
@@ -61,7 +77,7 @@ typedef struct ModelConfig {
   int head_dim; /* default hidden_size / num_heads */
   int intermediate_size; /* FFN of dense layers */
   float rope_theta;
-  float rms_norm_eps;
+  float rms_norm_eps; /* the norm's epsilon (GPT-2: layer_norm_epsilon) */
   int tie_word_embeddings;
   int max_position_embeddings;
   float init_std;

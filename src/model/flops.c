@@ -4,6 +4,7 @@
  *   attention scores       12 s^2 a d_h          (QK^T and AV, no causal halving)
  *   SwiGLU MLP             18 s h f              (f = intermediate_size, or
  *                                                 top_k * f_moe + f_shared)
+ *   GeLU MLP (GPT-2)       12 s h f              (two GEMMs instead of three)
  * plus the LM head 6 s h V. For a uniform model this is exactly the formula
  * in /work/shared/REFERENCES.md divided by the batch size. The router GEMM
  * is not counted (Megatron does not count it either). */
@@ -19,7 +20,8 @@ double model_flops_per_sequence(const ModelConfig *cfg, int seq_len) {
       ffn = (double)cfg->top_k * cfg->moe_intermediate_size + cfg->shared_expert_intermediate_size;
     else
       ffn = cfg->intermediate_size;
-    total += 12.0 * s * h * d * (a + g) + 12.0 * s * s * a * d + 18.0 * s * h * ffn;
+    const double mlp_gemms = cfg->gpt2 ? 12.0 : 18.0;
+    total += 12.0 * s * h * d * (a + g) + 12.0 * s * s * a * d + mlp_gemms * s * h * ffn;
   }
   return total;
 }

@@ -138,7 +138,7 @@ static void layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int a
     S->dln_local = CARVE_F(cv, Nl * C);
     S->full = CARVE_F(cv, N * C);
     S->ln_local = CARVE_F(cv, Nl * C);
-    S->norm_dw = CARVE_F(cv, C);
+    S->norm_dw = CARVE_F(cv, 2 * C);
     if (kv_dw_floats > 0) S->kv_dw = CARVE_F(cv, kv_dw_floats);
   }
   if (E > 0 && A->moe_folded) {
@@ -283,6 +283,8 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     A->has_head = shard->has_head[ch] != 0;
     A->embed = chunks[ch].embed;
     A->final_norm = chunks[ch].final_norm;
+    A->final_norm_bias = chunks[ch].final_norm_bias;
+    A->pos_embed = chunks[ch].pos_embed;
     A->lm_head = chunks[ch].lm_head;
     A->param_begin = chunks[ch].param_begin;
     A->param_end = chunks[ch].param_end;
@@ -383,13 +385,17 @@ void model_init_weights(Model *m, uint64_t seed) {
     const ParamTensor *t = &m->tensors[i];
     float *p = m->params + t->offset;
     const long n = (long)t->numel;
+    if (t->is_bias) {
+      vec_zero(p, t->numel);
+      continue;
+    }
     if (t->no_weight_decay) {
 #pragma omp parallel for schedule(static) if ((size_t)n > PARALLEL_MIN_WORK)
       for (long j = 0; j < n; j++) p[j] = 1.0f;
       continue;
     }
     double std = m->cfg.init_std;
-    if (ends_with(t->name, "attn.wo") || ends_with(t->name, "w_down")) std *= out_scale;
+    if (ends_with(t->name, "attn.wo") || ends_with(t->name, "w_down") || ends_with(t->name, "w_proj")) std *= out_scale;
     const uint64_t stream = rng_stream_id(t->name);
     const long inner = t->view_count[t->view_ndim - 1];
     const long outer = inner > 0 ? n / inner : 0;

@@ -51,7 +51,8 @@ typedef struct ParamTensor {
   int shape[4];
   size_t offset; /* in floats, into Model.params / Model.grads */
   size_t numel;
-  int no_weight_decay; /* norms */
+  int no_weight_decay; /* norms and biases */
+  int is_bias;         /* a bias (GPT-2): initialised to zero */
   int is_expert;       /* routed-expert weights (reduced over EDP later) */
   /* Where this (local) tensor sits in the full logical tensor of the same
    * name, which has shape global_shape (ndim dims). Seen as the row-major

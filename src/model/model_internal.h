@@ -23,6 +23,9 @@ typedef struct LayerTensors {
   size_t mlp_gate_up, mlp_down;                 /* dense */
   size_t router, experts_gate_up, experts_down; /* MoE */
   size_t shared_gate_up, shared_down;
+  /* GPT-2: norm biases, projection biases, and the GeLU MLP [F, C] / [C, F] */
+  size_t attn_norm_bias, bq, bk, bv, bo, mlp_norm_bias;
+  size_t mlp_fc, mlp_fc_bias, mlp_proj, mlp_proj_bias;
 } LayerTensors;
 
 /* Row counts: N = B*T/cp tokens of the micro-batch that this CP rank
@@ -38,7 +41,7 @@ typedef struct LayerActs {
   float *q, *k, *v;   /* [N, local heads * D] after RoPE */
   float *att, *lse;
   float *ln2, *rstd2; /* [N, C], [Nl] */
-  float *mlp_h;       /* [N, 2F/t] dense layers */
+  float *mlp_h;       /* [N, 2F/t] dense layers (GPT-2: [N, F/t] before the GeLU) */
   MoeLayerActs moe;   /* over all N rows (TP path) */
   MoeA2aActs a2a;     /* dispatcher path, all-to-all */
   MoeAgActs ag;       /* dispatcher path, all-gather */
@@ -55,7 +58,7 @@ typedef struct ModelScratch {
   MoeScratch moe;            /* a/da/dh also serve the dense MLPs */
   float *full;               /* [N, C] (TP): partial sums before reduce-scatter, gathered gradients */
   float *ln_local;           /* [Nl, C] (TP): a norm's output before the all-gather */
-  float *norm_dw;            /* [C] (TP): one micro-batch's norm-weight gradient */
+  float *norm_dw;            /* [2C] (TP): one micro-batch's norm weight (and bias) gradient */
   float *kv_dw;              /* [2, Hkv*D, C] (TP, shared KV heads): wk/wv gradients to sum */
   float *xent_scratch;
   int xent_chunk;
@@ -85,6 +88,7 @@ struct ModelActs {
   int layer_begin, layer_end, has_embedding, has_head;
   /* parameters */
   size_t embed, final_norm, lm_head; /* NO_TENSOR when absent; lm_head == embed when tied on this rank */
+  size_t pos_embed, final_norm_bias; /* GPT-2; NO_TENSOR otherwise */
   size_t param_begin, param_end;     /* the chunk's range of the flat buffer */
   const LayerTensors *lt;            /* [L], shared by the chunks */
   /* the last forward */
@@ -111,6 +115,15 @@ static inline ModelActs *model_acts(const Model *m, int chunk, int slot) {
 /* Errors come only from the dispatcher and ring callbacks (fatal for the job). */
 int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *err);
 int block_backward(Model *m, ModelActs *A, int l, Error *err);
+
+/* GPT-2's MLP (mlp_layer.c): out (+)= W_proj . gelu(W_fc . x + b_fc), the
+ * proj bias left to the caller (it is added once, after any TP sum).
+ * h [N, F] keeps the pre-activation; a, da, dh are [N, F] scratch. */
+void gelu_mlp_forward(float *out, int accumulate, float *h, float *a, const float *x, const float *w_fc,
+                      const float *b_fc, const float *w_proj, int N, int C, int F);
+void gelu_mlp_backward(float *dx, float *dw_fc, float *db_fc, float *dw_proj, const float *dout, const float *x,
+                       const float *h, float *a, float *da, float *dh, const float *w_fc, const float *w_proj, int N,
+                       int C, int F);
 
 /* Tensor-parallel pieces (model_tp.c). */
 void tp_allgather_rows(const Model *m, float *out, const float *in, int Nl, int C);

@@ -1,6 +1,9 @@
 /* Forward and backward passes of one block and of one model chunk:
  *   x += wo . attn(rope(q, k), v) of rmsnorm(x)
  *   x += mlp(rmsnorm(x))  or  moe(rmsnorm(x))
+ * or, for GPT-2 (cfg.gpt2), LayerNorm with bias, biased q/k/v/o, no RoPE,
+ * the GeLU MLP with biases, and learned position embeddings added to the
+ * token embeddings;
  * then, on the head chunk, the final norm and the fused LM head +
  * cross-entropy, whose gradient is produced during a training forward.
  * Under tensor parallelism (tp > 1) the residual stream holds this rank's
@@ -14,7 +17,9 @@
 #include "kern/attention.h"
 #include "kern/cross_entropy.h"
 #include "kern/embedding.h"
+#include "kern/gelu.h"
 #include "kern/gemm.h"
+#include "kern/layernorm.h"
 #include "kern/rmsnorm.h"
 #include "kern/rope.h"
 #include "base/op_probe.h"
@@ -43,27 +48,48 @@ static MoeLayerGrads moe_grads(const Model *m, const LayerTensors *t) {
   return g;
 }
 
-/* rmsnorm of this rank's rows into `gathered` [N, C] (all ranks' rows
+/* The norm of rows: LayerNorm when it has a bias b (GPT-2), else RMSNorm. */
+static void norm_rows(const Model *m, float *out, float *rstd, const float *x, const float *w, const float *b,
+                      int rows, int C) {
+  if (b)
+    OP_PROBED(OP_PROBE_NORM, layernorm_forward(out, rstd, x, w, b, rows, C, m->cfg.rms_norm_eps));
+  else
+    OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(out, rstd, x, w, rows, C, m->cfg.rms_norm_eps));
+}
+
+/* The parameter at offset o, or NULL when the model has none there. */
+static const float *param_or_null(const Model *m, size_t o) { return o == NO_TENSOR ? NULL : m->params + o; }
+static float *grad_or_null(const Model *m, size_t o) { return o == NO_TENSOR ? NULL : m->grads + o; }
+
+/* The norm of this rank's rows into `gathered` [N, C] (all ranks' rows
  * under TP). */
 static void norm_forward_gathered(const Model *m, const ModelActs *A, float *gathered, float *rstd, const float *x,
-                                  const float *w) {
+                                  const float *w, const float *b) {
   float *out = A->tp > 1 ? A->s->ln_local : gathered;
-  OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(out, rstd, x, w, A->Nl, A->C, m->cfg.rms_norm_eps));
+  norm_rows(m, out, rstd, x, w, b, A->Nl, A->C);
   if (A->tp > 1) tp_allgather_rows(m, gathered, out, A->Nl, A->C);
 }
 
 /* dx += d/dx and dw += d/dw of a norm over this rank's rows; under TP the
  * weight's gradient is summed over the group first (each rank saw only its
  * rows) so every rank holds the full one. */
-static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *dw, const float *dout,
+static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *dw, float *db, const float *dout,
                           const float *x, const float *w, const float *rstd) {
-  if (A->tp == 1) {
-    OP_PROBED(OP_PROBE_NORM, rmsnorm_backward(dx, dw, dout, x, w, rstd, A->Nl, A->C));
-    return;
+  const size_t C = (size_t)A->C;
+  float *gw = dw, *gb = db;
+  if (A->tp > 1) {
+    vec_zero(A->s->norm_dw, 2 * C);
+    gw = A->s->norm_dw;
+    gb = A->s->norm_dw + C;
   }
-  vec_zero(A->s->norm_dw, (size_t)A->C);
-  OP_PROBED(OP_PROBE_NORM, rmsnorm_backward(dx, A->s->norm_dw, dout, x, w, rstd, A->Nl, A->C));
-  tp_add_reduced(m, dw, A->s->norm_dw, (size_t)A->C);
+  if (db)
+    OP_PROBED(OP_PROBE_NORM, layernorm_backward(dx, gw, gb, dout, x, w, rstd, A->Nl, A->C));
+  else
+    OP_PROBED(OP_PROBE_NORM, rmsnorm_backward(dx, gw, dout, x, w, rstd, A->Nl, A->C));
+  if (A->tp == 1) return;
+  m->ops->allreduce_sum(m->ops->ctx, A->s->norm_dw, db ? 2 * C : C);
+  vec_acc(dw, A->s->norm_dw, C);
+  if (db) vec_acc(db, A->s->norm_dw + C, C);
 }
 
 /* out = residual + (the sum over TP ranks of) partial [N, C]: a row-parallel
@@ -168,13 +194,21 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
   const int N = A->N, C = A->C;
   const size_t NC = (size_t)N * C, NlC = (size_t)A->Nl * C;
 
+  const int gpt2 = m->cfg.gpt2;
   OP_PROBE_LAYER(l);
-  norm_forward_gathered(m, A, la->ln1, la->rstd1, la->res_attn, P + t->attn_norm);
+  norm_forward_gathered(m, A, la->ln1, la->rstd1, la->res_attn, P + t->attn_norm, param_or_null(m, t->attn_norm_bias));
   OP_PROBED_GEMM(N, A->QD, C, linear_forward(la->q, la->ln1, P + t->wq, N, C, A->QD, 0));
   OP_PROBED_GEMM(N, A->KVD, C, linear_forward(la->k, la->ln1, P + t->wk, N, C, A->KVD, 0));
   OP_PROBED_GEMM(N, A->KVD, C, linear_forward(la->v, la->ln1, P + t->wv, N, C, A->KVD, 0));
-  OP_PROBED(OP_PROBE_ROPE, rope_forward(la->q, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
-  OP_PROBED(OP_PROBE_ROPE, rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
+  if (t->bq != NO_TENSOR) { /* before RoPE, as the projection's own bias */
+    bias_add_rows(la->q, P + t->bq, N, A->QD);
+    bias_add_rows(la->k, P + t->bk, N, A->KVD);
+    bias_add_rows(la->v, P + t->bv, N, A->KVD);
+  }
+  if (!gpt2) {
+    OP_PROBED(OP_PROBE_ROPE, rope_forward(la->q, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
+    OP_PROBED(OP_PROBE_ROPE, rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
+  }
   if (attention_core_forward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
   if (A->tp == 1) {
     vec_copy(la->res_mlp, la->res_attn, NC);
@@ -183,6 +217,7 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
     OP_PROBED_GEMM(N, C, A->QD, linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0));
     add_reduce_scattered(m, A, la->res_mlp, la->res_attn, S->full);
   }
+  if (t->bo != NO_TENSOR) bias_add_rows(la->res_mlp, P + t->bo, A->Nl, C);
 
   float *out = l + 1 < A->layer_end ? A->layers[l + 1].res_attn : A->final_in;
   if (is_moe(A, m, l) && A->moe_folded) {
@@ -198,8 +233,15 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
     A->dropped[l] = A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.perm.dropped : la->ag.perm.dropped;
     return 0;
   }
-  norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm);
-  if (is_moe(A, m, l)) {
+  norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, param_or_null(m, t->mlp_norm_bias));
+  if (gpt2) {
+    float *dst = A->tp == 1 ? out : S->full;
+    if (A->tp == 1) vec_copy(out, la->res_mlp, NC);
+    gelu_mlp_forward(dst, A->tp == 1, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_fc, P + t->mlp_fc_bias, P + t->mlp_proj,
+                     N, C, A->F);
+    if (A->tp > 1) add_reduce_scattered(m, A, out, la->res_mlp, S->full);
+    bias_add_rows(out, P + t->mlp_proj_bias, A->Nl, C);
+  } else if (is_moe(A, m, l)) {
     MoeLayerParams p = moe_params(m, t);
     double layer_aux = 0, layer_z = 0;
     if (A->tp == 1) {
@@ -237,9 +279,17 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
   const size_t NlC = (size_t)A->Nl * C;
   MoeScratch *s = &S->moe;
 
+  const int gpt2 = m->cfg.gpt2;
   OP_PROBE_LAYER(l);
   const float *dln;
-  if (is_moe(A, m, l) && A->moe_folded) {
+  if (gpt2) {
+    /* The replicated proj bias: every rank sums all gathered rows. */
+    const float *dout = gathered_grad(m, A, A->dres);
+    bias_backward_rows(G + t->mlp_proj_bias, dout, N, C);
+    gelu_mlp_backward(S->dln, G + t->mlp_fc, G + t->mlp_fc_bias, G + t->mlp_proj, dout, la->ln2, la->mlp_h, s->a,
+                      s->da, s->dh, P + t->mlp_fc, P + t->mlp_proj, N, C, A->F);
+    dln = scattered_grad(m, A, S->dln);
+  } else if (is_moe(A, m, l) && A->moe_folded) {
     if (moe_folded_backward(m, A, la, t, S->dln, err)) return err ? err->code : ERR_INTERNAL;
     dln = S->dln;
   } else if (is_moe(A, m, l)) {
@@ -254,13 +304,24 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
                         P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
     dln = scattered_grad(m, A, S->dln);
   }
-  norm_backward(m, A, A->dres, G + t->mlp_norm, dln, la->res_mlp, P + t->mlp_norm, la->rstd2);
+  norm_backward(m, A, A->dres, G + t->mlp_norm, grad_or_null(m, t->mlp_norm_bias), dln, la->res_mlp, P + t->mlp_norm,
+                la->rstd2);
 
   const float *datt_out = gathered_grad(m, A, A->dres);
+  if (t->bo != NO_TENSOR) bias_backward_rows(G + t->bo, datt_out, N, C);
   OP_PROBED_GEMM(N, C, 2 * A->QD, linear_backward(S->datt, G + t->wo, datt_out, la->att, P + t->wo, N, A->QD, C, 0));
   if (attention_core_backward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
-  OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
-  OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
+  if (!gpt2) {
+    OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
+    OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dk, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
+  }
+  if (t->bq != NO_TENSOR) {
+    /* The shard refuses biases on KV heads shared over TP, so k/v bias
+     * gradients need no TP sum. */
+    bias_backward_rows(G + t->bq, S->dq, N, A->QD);
+    bias_backward_rows(G + t->bk, S->dk, N, A->KVD);
+    bias_backward_rows(G + t->bv, S->dv, N, A->KVD);
+  }
   OP_PROBED_GEMM(N, A->QD, 2 * C, linear_backward(S->dln, G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0));
   float *gk = G + t->wk, *gv = G + t->wv;
   const size_t kv_floats = (size_t)m->cfg.num_kv_heads * A->D * C;
@@ -279,7 +340,8 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     vec_acc(G + t->wv, gv, (size_t)A->KVD * C);
   }
   dln = scattered_grad(m, A, S->dln);
-  norm_backward(m, A, A->dres, G + t->attn_norm, dln, la->res_attn, P + t->attn_norm, la->rstd1);
+  norm_backward(m, A, A->dres, G + t->attn_norm, grad_or_null(m, t->attn_norm_bias), dln, la->res_attn,
+                P + t->attn_norm, la->rstd1);
   return 0;
 }
 
@@ -302,6 +364,9 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   const int V = m->cfg.vocab_size, C = A->C, cp = A->cp;
   if (cp > 1 && T % (2 * cp))
     return error_set(err, ERR_ARG, "%s: sequence %d is not divisible by 2 * cp_size = %d", who, T, 2 * cp);
+  if (m->cfg.gpt2 && T > m->cfg.max_position_embeddings)
+    return error_set(err, ERR_ARG, "%s: sequence %d is longer than the model's %d learned positions (n_positions)",
+                     who, T, m->cfg.max_position_embeddings);
   const int N = B * (T / cp); /* this CP rank's rows */
   if (N % A->tp)
     return error_set(err, ERR_ARG,
@@ -346,6 +411,12 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
     OP_PROBED(OP_PROBE_EMBEDDING, embedding_forward(input, A->tokens, m->params + A->embed, N, C));
   else
     OP_PROBED(OP_PROBE_EMBEDDING, tp_embedding_forward(m, A, input));
+  if (A->has_embedding && A->pos_embed != NO_TENSOR) {
+    /* This rank's rows are rows tp_rank * Nl.. of the N it holds. */
+    const float *wpe = m->params + A->pos_embed;
+    const int row0 = A->tp_rank * A->Nl;
+    for (int i = 0; i < A->Nl; i++) vec_acc(input + (size_t)i * C, wpe + (size_t)A->pos[row0 + i] * C, (size_t)C);
+  }
   double aux = 0, z = 0;
   for (int l = A->layer_begin; l < A->layer_end; l++)
     if (block_forward(m, A, l, &aux, &z, err)) return error_wrap(err, "%s: layer %d", who, l);
@@ -356,7 +427,8 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   long count = 0;
   if (A->has_head) {
     OP_PROBE_LAYER(-1);
-    norm_forward_gathered(m, A, A->lnf, A->rstdf, A->final_in, m->params + A->final_norm);
+    norm_forward_gathered(m, A, A->lnf, A->rstdf, A->final_in, m->params + A->final_norm,
+                          param_or_null(m, A->final_norm_bias));
     if (targets && cp > 1) {
       cp_split_rows(A->s->targets_local, targets, B, T, sizeof *targets, cp, A->cp_rank);
       targets = A->s->targets_local;
@@ -432,7 +504,8 @@ static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const 
   if (A->has_head) {
     OP_PROBE_LAYER(-1);
     vec_zero(A->dres, NlC);
-    norm_backward(m, A, A->dres, m->grads + A->final_norm, A->dlnf, A->final_in, m->params + A->final_norm, A->rstdf);
+    norm_backward(m, A, A->dres, m->grads + A->final_norm, grad_or_null(m, A->final_norm_bias), A->dlnf, A->final_in,
+                  m->params + A->final_norm, A->rstdf);
     grads_ready(m, A->final_norm, A->param_end);
   } else {
     vec_copy(A->dres, dy, NlC);
@@ -447,6 +520,13 @@ static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const 
       OP_PROBED(OP_PROBE_EMBEDDING, embedding_backward(m->grads + A->embed, A->tokens, A->dres, A->N, C));
     else
       OP_PROBED(OP_PROBE_EMBEDDING, tp_embedding_backward(m, A, A->dres));
+    if (A->pos_embed != NO_TENSOR) {
+      /* Over all N rows (gathered by tp_embedding_backward under TP), so
+       * every TP rank holds the whole gradient of the replicated table. */
+      const float *d = A->tp == 1 ? A->dres : A->s->full;
+      float *dwpe = m->grads + A->pos_embed;
+      for (int n = 0; n < A->N; n++) vec_acc(dwpe + (size_t)A->pos[n] * C, d + (size_t)n * C, (size_t)C);
+    }
     grads_ready(m, A->param_begin, block_begin(A, A->layer_begin));
   }
   A->training_pending = 0;

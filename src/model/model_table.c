@@ -102,6 +102,11 @@ int model_shard_dims(const ModelConfig *c, const ModelShard *sh, ShardDims *d, E
     d->kv_head0 = d->q_head0 / group;
     d->kv_ranks = group / d->Hq;
   }
+  if ((c->qkv_bias || c->gpt2) && d->kv_ranks > 1)
+    return error_set(err, ERR_CONFIG,
+                     "model shard: q/k/v biases with KV heads shared by %d TP ranks are not supported "
+                     "(num_key_value_heads %d must be divisible by tp_size %d)",
+                     d->kv_ranks, Hkv, t);
   d->F = has_dense_layer(c) ? c->intermediate_size / t : c->intermediate_size;
   d->V = c->vocab_size / t;
   d->vocab0 = r * d->V;
@@ -142,7 +147,7 @@ int model_shard_dims(const ModelConfig *c, const ModelShard *sh, ShardDims *d, E
 
 /* ------------------------------------------------------------ the table */
 
-enum { NORM = 1, EXPERT = 2, SPLIT = 4, TIED_COPY = 8, EDP = 16 };
+enum { NORM = 1, EXPERT = 2, SPLIT = 4, TIED_COPY = 8, EDP = 16, BIAS = 32 };
 
 typedef struct TensorSpec {
   const char *name;
@@ -173,7 +178,8 @@ static size_t add(TableBuilder *b, const TensorSpec *s) {
     }
     t->offset = offset;
     t->numel = numel;
-    t->no_weight_decay = (s->flags & NORM) != 0;
+    t->no_weight_decay = (s->flags & (NORM | BIAS)) != 0;
+    t->is_bias = (s->flags & BIAS) != 0;
     t->is_expert = (s->flags & EXPERT) != 0;
     t->tied_copy = (s->flags & TIED_COPY) != 0;
     t->tp_ranks = s->tp_ranks;
@@ -207,6 +213,13 @@ static size_t add_cols(TableBuilder *b, const char *name, int rows, int cols, in
   return add(b, &s);
 }
 
+/* Entries [start, start + count) of a vector of n (a column-parallel
+ * layer's bias). */
+static size_t add_vec_part(TableBuilder *b, const char *name, int n, int start, int count, int ranks) {
+  TensorSpec s = {name, 1, {count, 0, 0}, {n, 0, 0}, 1, {n, 0, 0}, {start, 0, 0}, {count, 0, 0}, BIAS, ranks};
+  return add(b, &s);
+}
+
 /* The fused [gate; up] projection [2F, C]: this rank's F/t gate rows, then
  * its F/t up rows (the view [2, F, C]). */
 static size_t add_gate_up(TableBuilder *b, const char *name, int F, int C, int start, int count) {
@@ -225,12 +238,24 @@ static void add_block(const ModelConfig *c, TableBuilder *b, int l, LayerTensors
   for (size_t *p = (size_t *)&lt; p < (size_t *)(&lt + 1); p++) *p = NO_TENSOR;
 #define NAME(suffix) (snprintf(name, sizeof name, "layers.%d.%s", l, suffix), name)
   lt.attn_norm = add_full(b, NAME("attn_norm.weight"), 1, C, 0, 0, NORM);
+  if (c->gpt2) lt.attn_norm_bias = add_full(b, NAME("attn_norm.bias"), 1, C, 0, 0, BIAS);
   lt.wq = add_rows(b, NAME("attn.wq"), QD, C, d->q_head0 * D, d->Hq * D, 1, 0);
+  if (c->qkv_bias || c->gpt2) lt.bq = add_vec_part(b, NAME("attn.bq"), QD, d->q_head0 * D, d->Hq * D, 1);
   lt.wk = add_rows(b, NAME("attn.wk"), KVD, C, d->kv_head0 * D, d->Hkv * D, d->kv_ranks, 0);
+  if (c->qkv_bias || c->gpt2) lt.bk = add_vec_part(b, NAME("attn.bk"), KVD, d->kv_head0 * D, d->Hkv * D, d->kv_ranks);
   lt.wv = add_rows(b, NAME("attn.wv"), KVD, C, d->kv_head0 * D, d->Hkv * D, d->kv_ranks, 0);
+  if (c->qkv_bias || c->gpt2) lt.bv = add_vec_part(b, NAME("attn.bv"), KVD, d->kv_head0 * D, d->Hkv * D, d->kv_ranks);
   lt.wo = add_cols(b, NAME("attn.wo"), C, QD, d->q_head0 * D, d->Hq * D);
+  /* A row-parallel layer's bias is replicated and added once, after the sum. */
+  if (c->o_bias || c->gpt2) lt.bo = add_full(b, NAME("attn.bo"), 1, C, 0, 0, BIAS);
   lt.mlp_norm = add_full(b, NAME("mlp_norm.weight"), 1, C, 0, 0, NORM);
-  if (c->num_experts > 0 && c->is_moe_layer[l]) {
+  if (c->gpt2) lt.mlp_norm_bias = add_full(b, NAME("mlp_norm.bias"), 1, C, 0, 0, BIAS);
+  if (c->gpt2) {
+    lt.mlp_fc = add_rows(b, NAME("mlp.w_fc"), F, C, d->r * (F / t), F / t, 1, 0);
+    lt.mlp_fc_bias = add_vec_part(b, NAME("mlp.b_fc"), F, d->r * (F / t), F / t, 1);
+    lt.mlp_proj = add_cols(b, NAME("mlp.w_proj"), C, F, d->r * (F / t), F / t);
+    lt.mlp_proj_bias = add_full(b, NAME("mlp.b_proj"), 1, C, 0, 0, BIAS);
+  } else if (c->num_experts > 0 && c->is_moe_layer[l]) {
     const int E = c->num_experts, Fe = c->moe_intermediate_size, Fs = c->shared_expert_intermediate_size;
     lt.router = add_full(b, NAME("moe.router"), 2, E, C, 0, 0);
     if (!d->moe_folded) {
@@ -265,11 +290,16 @@ void model_build_table(const ModelConfig *c, const ModelShard *sh, TableBuilder 
   const int C = c->hidden_size, V = c->vocab_size;
   size_t embed = NO_TENSOR;
   for (int i = 0; i < sh->num_chunks; i++) {
-    TableChunk ch = {NO_TENSOR, NO_TENSOR, NO_TENSOR, b->total, 0};
+    TableChunk ch = {NO_TENSOR, NO_TENSOR, NO_TENSOR, b->total, 0, NO_TENSOR, NO_TENSOR};
     if (sh->has_embedding[i]) embed = ch.embed = add_rows(b, "embed.weight", V, C, d->vocab0, d->V, 1, 0);
+    /* Replicated over TP: each rank computes its full gradient from the
+     * gathered rows, so no TP sum is needed. */
+    if (sh->has_embedding[i] && c->gpt2)
+      ch.pos_embed = add_full(b, "pos_embed.weight", 2, c->max_position_embeddings, C, 0, 0);
     for (int l = sh->layer_begin[i]; l < sh->layer_end[i]; l++) add_block(c, b, l, lt);
     if (sh->has_head[i]) {
       ch.final_norm = add_full(b, "final_norm.weight", 1, C, 0, 0, NORM);
+      if (c->gpt2) ch.final_norm_bias = add_full(b, "final_norm.bias", 1, C, 0, 0, BIAS);
       if (!c->tie_word_embeddings)
         ch.lm_head = add_rows(b, "lm_head.weight", V, C, d->vocab0, d->V, 1, 0);
       else if (!d->embedding_here)

@@ -38,6 +38,7 @@ typedef struct TableBuilder {
 typedef struct TableChunk {
   size_t embed, final_norm, lm_head; /* NO_TENSOR when absent */
   size_t param_begin, param_end;
+  size_t pos_embed, final_norm_bias; /* GPT-2 */
 } TableChunk;
 
 /* Lays out the shard's tensors chunk by chunk; with lt / chunks non-NULL

@@ -254,7 +254,8 @@ static void print_model(const Trainer *tr, FILE *out) {
     if (moe_layers < mc->num_layers) fprintf(out, "; dense ffn %d", mc->intermediate_size);
     fputc('\n', out);
   } else {
-    fprintf(out, "  mlp      dense SwiGLU, ffn %d\n", mc->intermediate_size);
+    fprintf(out, "  mlp      dense %s, ffn %d\n", mc->gpt2 ? "GeLU (LayerNorm, biases, learned positions)" : "SwiGLU",
+            mc->intermediate_size);
   }
   fprintf(out, "  params   %s total, %s active per token\n", fmt_si(a, sizeof a, total), fmt_si(b, sizeof b, active));
   const TokenWindows *tw = &tr->train.windows;

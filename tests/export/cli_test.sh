@@ -93,6 +93,10 @@ expect 0 "And God said" "sample: " "tokens/s" "context 32" -- "${S[@]}" --prompt
 greedy1=$("${S[@]}" --prompt "And God" --temperature 0 2>/dev/null)
 greedy2=$("${S[@]}" --prompt "And God" --temperature 0 --seed 99 2>/dev/null)
 [ "$greedy1" = "$greedy2" ] || fail "greedy sampling depends on the seed"
+# Within the context the key/value cache picks what the full re-run picks.
+nocache=$("${S[@]}" --prompt "And God" --temperature 0 --no-kv-cache 2>/dev/null)
+[ "$greedy1" = "$nocache" ] || fail "--no-kv-cache gives other tokens than the cache: '$nocache' vs '$greedy1'"
+expect 0 "(no kv cache)" -- "${S[@]}" --prompt "And" --no-kv-cache
 case "$greedy1" in "And God"?*) ;; *) fail "greedy output does not continue the echoed prompt: '$greedy1'" ;; esac
 s1=$("${S[@]}" --prompt "And" --temperature 1.5 --top-p 1 --seed 1 2>/dev/null)
 s1b=$("${S[@]}" --prompt "And" --temperature 1.5 --top-p 1 --seed 1 2>/dev/null)

@@ -158,7 +158,6 @@ static void test_errors(void **state) {
   expect_error("{" BASE "\"intermediate_size\":8,\"num_experts\":4,\"moe_token_drop_policy\":\"random\"}",
                "moe_token_drop_policy", "\"probs\", \"position\"");
   expect_error("{" BASE "\"intermediate_size\":8,\"hidden_act\":\"gelu\"}", "hidden_act", "silu");
-  expect_error("{" BASE "\"intermediate_size\":8,\"attention_bias\":true}", "attention_bias", "must be false");
   expect_error("{" BASE "\"intermediate_size\":8,\"num_experts\":4,\"num_experts_per_tok\":5}", "num_experts_per_tok",
                NULL);
   expect_error(
@@ -186,7 +185,7 @@ static void test_errors(void **state) {
                NULL);
   expect_error("{\"hidden_size\":8,\"num_hidden_layers\":2,\"num_attention_heads\":2,\"intermediate_size\":8}",
                "missing required field \"vocab_size\"", NULL);
-  expect_error("{" BASE "\"intermediate_size\":8,\"model_type\":\"gpt2\"}", "model_type", "\"llama\"");
+  expect_error("{" BASE "\"intermediate_size\":8,\"model_type\":\"gpt_neox\"}", "model_type", "\"llama\"");
 }
 
 /* Attention features fivefold does not compute are refused, naming the
@@ -199,7 +198,6 @@ static void accept(const char *json) {
 
 static void test_unimplemented_attention_refused(void **state) {
   (void)state;
-  expect_error("{" BASE "\"intermediate_size\":8,\"qkv_bias\":true}", "\"qkv_bias\"", "must be false");
   expect_error("{" BASE "\"intermediate_size\":8,\"use_sliding_window\":true,\"sliding_window\":4}",
                "\"use_sliding_window\"", "must be false");
   /* Mistral semantics: a window applies whenever it is set. */
@@ -272,6 +270,59 @@ static void test_round_trip(void **state) {
   round_trip(&c);
 }
 
+/* q/k/v biases (qkv_bias) and Llama's attention_bias (q/k/v and o). */
+static void test_attention_biases(void **state) {
+  (void)state;
+  ModelConfig c;
+  Error err = {0};
+  if (parse_string(&c, "{" BASE "\"intermediate_size\":8,\"qkv_bias\":true}", &err)) fail_msg("%s", err.msg);
+  assert_int_equal(c.qkv_bias, 1);
+  assert_int_equal(c.o_bias, 0);
+  round_trip(&c);
+  if (parse_string(&c, "{" BASE "\"intermediate_size\":8,\"attention_bias\":true}", &err)) fail_msg("%s", err.msg);
+  assert_int_equal(c.qkv_bias, 1);
+  assert_int_equal(c.o_bias, 1);
+  round_trip(&c);
+}
+
+/* GPT2Config fields: the published GPT-2 small shape and its defaults
+ * (tied embeddings, n_inner = 4 n_embd); what GPT-2 cannot mean is refused. */
+static void test_gpt2(void **state) {
+  (void)state;
+  ModelConfig c;
+  char path[1200];
+  snprintf(path, sizeof path, "%s/configs/models/gpt2-124m.json", repo_root);
+  Error err = {0};
+  if (model_config_load(&c, path, &err)) fail_msg("%s", err.msg);
+  assert_int_equal(c.gpt2, 1);
+  assert_string_equal(c.model_type, "gpt2");
+  assert_int_equal(c.vocab_size, 50257);
+  assert_int_equal(c.hidden_size, 768);
+  assert_int_equal(c.num_layers, 12);
+  assert_int_equal(c.num_heads, 12);
+  assert_int_equal(model_config_kv_heads(&c), 12);
+  assert_int_equal(model_config_head_dim(&c), 64);
+  assert_int_equal(c.intermediate_size, 3072);
+  assert_int_equal(c.max_position_embeddings, 1024);
+  assert_int_equal(c.tie_word_embeddings, 1);
+  assert_float_equal(c.rms_norm_eps, 1e-5f, 0);
+  assert_int_equal(c.num_experts, 0);
+  round_trip(&c);
+  load_tiny(&c, "gpt2.json");
+  assert_int_equal(c.intermediate_size, 40);
+  assert_int_equal(c.max_position_embeddings, 64);
+  round_trip(&c);
+#define GPT2_BASE "\"model_type\":\"gpt2\",\"vocab_size\":16,\"n_embd\":8,\"n_layer\":1,\"n_head\":2"
+  expect_error("{" GPT2_BASE ",\"hidden_size\":8}", "hidden_size", "n_embd");
+  expect_error("{" GPT2_BASE ",\"activation_function\":\"relu\"}", "activation_function", "gelu_new");
+  expect_error("{" GPT2_BASE ",\"scale_attn_by_inverse_layer_idx\":true}", "scale_attn_by_inverse_layer_idx",
+               "false");
+  expect_error("{" GPT2_BASE ",\"n_positions\":32,\"n_ctx\":16}", "n_ctx", "n_positions");
+  expect_error("{\"model_type\":\"gpt2\",\"vocab_size\":16,\"n_embd\":9,\"n_layer\":1,\"n_head\":2}", "n_embd",
+               "divisible");
+#undef GPT2_BASE
+}
+
 static void test_programmatic_defaults(void **state) {
   (void)state;
   ModelConfig c;
@@ -306,6 +357,8 @@ int main(void) {
       cmocka_unit_test(test_unimplemented_attention_refused),
       cmocka_unit_test(test_load_errors),
       cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_gpt2),
+      cmocka_unit_test(test_attention_biases),
       cmocka_unit_test(test_programmatic_defaults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,7 @@
 /* Model FLOPs: a uniform model equals Megatron's formula from
  * /work/shared/REFERENCES.md divided by the batch size (dense, MoE with and
  * without a shared expert, GQA, head_dim != hidden/heads); a mixed model
- * equals the sum of its layers. */
+ * equals the sum of its layers; GPT-2 small's MLP counts two GEMMs. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,6 +43,26 @@ static void test_uniform_dense(void **state) {
   c.num_kv_heads = 0; /* MHA */
   c.head_dim = 96;    /* not hidden / heads */
   close_to(model_flops_per_sequence(&c, 1000), megatron(1, 1000, 32, 4096, 32, 32, 96, 32000, 1, 14336, 0));
+}
+
+/* GPT-2 124M at s = 1024: per layer 24 s h^2 (attention projections)
+ * + 12 s^2 h (scores) + 48 s h^2 (MLP, f = 4h, two GEMMs), plus 6 s h V (forward and backward). */
+static void test_gpt2(void **state) {
+  (void)state;
+  ModelConfig c;
+  model_config_defaults(&c);
+  c.gpt2 = 1;
+  c.vocab_size = 50257;
+  c.hidden_size = 768;
+  c.num_layers = 12;
+  c.num_heads = 12;
+  c.intermediate_size = 3072;
+  const double s = 1024, h = 768;
+  const double want = 12 * (24 * s * h * h + 12 * s * s * h + 48 * s * h * h) + 6 * s * h * 50257;
+  close_to(model_flops_per_sequence(&c, 1024), want);
+  /* The same shape with a SwiGLU MLP counts its third GEMM. */
+  c.gpt2 = 0;
+  close_to(model_flops_per_sequence(&c, 1024), want + 12 * 24 * s * h * h);
 }
 
 static void test_uniform_moe(void **state) {
@@ -90,6 +110,7 @@ static void test_mixed_is_sum_of_layers(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uniform_dense),
+      cmocka_unit_test(test_gpt2),
       cmocka_unit_test(test_uniform_moe),
       cmocka_unit_test(test_mixed_is_sum_of_layers),
   };

@@ -50,6 +50,15 @@ dense_json() {
 JSON
 }
 
+# gpt2_json FILE LAYERS: a GPT-2 (LayerNorm, biases, learned positions,
+# tied head), hidden 32, vocab 256, 4 heads, 64 positions.
+gpt2_json() {
+  cat >"$1" <<JSON
+{"model_type": "gpt2", "vocab_size": 256, "n_embd": 32, "n_layer": $2, "n_head": 4, "n_positions": 64,
+ "n_inner": 64}
+JSON
+}
+
 # moe_json FILE LAYERS EXPERTS [HIDDEN]: an MoE model, top-2 and dropless,
 # hidden HIDDEN (32), dense FFN 2 x HIDDEN, expert FFN HIDDEN, aux and z
 # losses on.

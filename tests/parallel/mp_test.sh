@@ -15,6 +15,8 @@
 #                 holds only the embedding)
 #   golden-mixed  TP2 x PP2 (dense, MoE), TP2 x DP2 x PP2 on 8 ranks (dense,
 #                 with the distributed optimizer)
+#   golden-gpt2   GPT-2 (4 blocks, tied head, biases, position embeddings on
+#                 the first stage): TP2, PP2, DP2, CP2, TP2 x PP2
 #   reshard       a TP2 x PP2 checkpoint at step 3 resumed by one rank and by
 #                 DP4 with the distributed optimizer; both end where the
 #                 uninterrupted one-rank run ends
@@ -36,7 +38,8 @@ work_dir mp-test
 make_corpus
 dense_json dense.json 4 tied
 moe_json moe.json 4 4
-for model in dense moe; do run_json "run-$model.json" "$model.json"; done
+gpt2_json gpt2.json 4
+for model in dense moe gpt2; do run_json "run-$model.json" "$model.json"; done
 
 case "$MODE" in
   golden-tp)
@@ -71,6 +74,14 @@ case "$MODE" in
     train 8 tp2dp2pp2-dense dense --grad-accum 2 --tp 2 --pp 2 --distributed-optimizer --bucket-mb 0.004 &&
       same tp2dp2pp2-dense one-dense 5
     one_printer tp2dp2pp2-dense
+    ;;
+  golden-gpt2)
+    train 0 one-gpt2 gpt2 --grad-accum 4 || exit 1
+    train 2 tp2-gpt2 gpt2 --grad-accum 4 --tp 2 && same tp2-gpt2 one-gpt2 5
+    train 2 pp2-gpt2 gpt2 --grad-accum 4 --pp 2 && same pp2-gpt2 one-gpt2 5
+    train 2 dp2-gpt2 gpt2 --grad-accum 2 && same dp2-gpt2 one-gpt2 5
+    train 2 cp2-gpt2 gpt2 --grad-accum 4 --cp 2 && same cp2-gpt2 one-gpt2 5
+    train 4 tp2pp2-gpt2 gpt2 --grad-accum 4 --tp 2 --pp 2 && same tp2pp2-gpt2 one-gpt2 5
     ;;
   reshard)
     train 0 one-moe moe --grad-accum 4 || exit 1

@@ -15,10 +15,11 @@ foreach(mode golden-dense golden-moe resume kill)
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
 # Model parallelism (tests/parallel/mp_test.sh): TP, PP (1F1B, interleaved,
-# uneven partition), TP x PP, TP x DP x PP against one rank; checkpoints
+# uneven partition), TP x PP, TP x DP x PP, GPT-2 under TP2 / PP2 / DP2 /
+# TP2 x PP2 against one rank; checkpoints
 # moving from TP2 x PP2 to one rank and to ZeRO-1 DP4; layouts that do not
 # fit the world refused.
-foreach(mode golden-tp golden-pp golden-mixed reshard config)
+foreach(mode golden-tp golden-pp golden-mixed golden-gpt2 reshard config)
   string(REPLACE "-" "_" name ${mode})
   add_test(NAME parallel.mp_${name}
            COMMAND bash ${PARALLEL_TEST_DIR}/mp_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})

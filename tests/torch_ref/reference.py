@@ -8,6 +8,9 @@ that the C forward, backward and optimizer are compared against
     model = build_model(cfg, seed=0)            # random init, model.h names
     logits, losses = model(tokens, targets)     # losses: lm, aux, z, total
 
+model_type "gpt2" configs get the GPT-2 of gpt2_reference.py instead
+(make_model / build_model / load_config dispatch on the config).
+
 Parameter names (model.named_parameters()) are exactly fivefold's tensor
 names, so state dicts move between the two by name. The MoE layer is written
 plainly (a loop over experts with index masks) to stay easy to check against
@@ -21,6 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import gpt2_reference
 
 
 def _f32(x):
@@ -41,6 +46,8 @@ class RefConfig:
     rope_theta: float = 10000.0
     rms_norm_eps: float = _f32(1e-5)
     tie_word_embeddings: bool = False
+    qkv_bias: bool = False  # q/k/v projection biases (qkv_bias, or attention_bias)
+    o_bias: bool = False  # output projection bias (Llama's attention_bias)
     max_position_embeddings: int = 2048
     init_std: float = _f32(0.02)
     num_experts: int = 0
@@ -63,6 +70,8 @@ def config_from_dict(d):
     """Reads a config the way src/model/config.c does: Hugging Face field
     names plus fivefold's moe_* options; null counts as absent."""
     d = {k: v for k, v in d.items() if v is not None}
+    if d.get("model_type") == "gpt2":
+        return gpt2_reference.config_from_dict(d)
     c = RefConfig()
     c.model_type = d.get("model_type", "fivefold")
     c.vocab_size = int(d["vocab_size"])
@@ -79,6 +88,8 @@ def config_from_dict(d):
     c.rope_theta = _f32(d.get("rope_theta", hf_theta))
     c.rms_norm_eps = _f32(d.get("rms_norm_eps", hf_eps))
     c.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
+    c.o_bias = bool(d.get("attention_bias", False))
+    c.qkv_bias = bool(d.get("qkv_bias", False)) or c.o_bias
     c.max_position_embeddings = int(d.get("max_position_embeddings", 2048))
     c.init_std = _f32(d.get("initializer_range", 0.02))
     if "num_experts" in d and "num_local_experts" in d and d["num_experts"] != d["num_local_experts"]:
@@ -174,13 +185,19 @@ class Attention(nn.Module):
         self.wk = nn.Parameter(torch.empty(self.Hkv * D, C))
         self.wv = nn.Parameter(torch.empty(self.Hkv * D, C))
         self.wo = nn.Parameter(torch.empty(C, self.Hq * D))
+        # Projection biases (Qwen2's q/k/v, Llama's attention_bias), added
+        # before RoPE as part of the projection.
+        self.bq = nn.Parameter(torch.empty(self.Hq * D)) if cfg.qkv_bias else None
+        self.bk = nn.Parameter(torch.empty(self.Hkv * D)) if cfg.qkv_bias else None
+        self.bv = nn.Parameter(torch.empty(self.Hkv * D)) if cfg.qkv_bias else None
+        self.bo = nn.Parameter(torch.empty(C)) if cfg.o_bias else None
 
     def forward(self, x):
         B, T, _ = x.shape
         D = self.D
-        q = (x @ self.wq.t()).view(B, T, self.Hq, D)
-        k = (x @ self.wk.t()).view(B, T, self.Hkv, D)
-        v = (x @ self.wv.t()).view(B, T, self.Hkv, D)
+        q = F.linear(x, self.wq, self.bq).view(B, T, self.Hq, D)
+        k = F.linear(x, self.wk, self.bk).view(B, T, self.Hkv, D)
+        v = F.linear(x, self.wv, self.bv).view(B, T, self.Hkv, D)
         cos, sin = rope_cos_sin(T, D, self.theta, x.dtype, x.device)
         cos, sin = cos[None, :, None, :], sin[None, :, None, :]
         q = q * cos + rotate_half(q) * sin
@@ -194,7 +211,7 @@ class Attention(nn.Module):
         scores = scores.masked_fill(~causal, float("-inf"))
         out = scores.softmax(dim=-1) @ v  # [B, Hq, T, D]
         out = out.transpose(1, 2).reshape(B, T, self.Hq * D)
-        return out @ self.wo.t()
+        return F.linear(out, self.wo, self.bo)
 
 
 class DenseMLP(nn.Module):
@@ -359,8 +376,12 @@ class FivefoldModel(nn.Module):
         self.last_moe_stats = []
 
     def no_weight_decay(self, name):
-        """Norm weights are not decayed (ParamTensor.no_weight_decay)."""
-        return name.endswith("norm.weight")
+        """Norm weights and biases are not decayed (ParamTensor.no_weight_decay)."""
+        return name.endswith("norm.weight") or self.is_bias(name)
+
+    @staticmethod
+    def is_bias(name):
+        return name.rsplit(".", 1)[-1] in ("bq", "bk", "bv", "bo")
 
     def forward(self, tokens, targets=None):
         """tokens [B, T] int64 -> logits [B, T, V] and losses
@@ -390,13 +411,22 @@ class FivefoldModel(nn.Module):
         return logits, losses
 
 
+def make_model(cfg):
+    """The reference network of cfg (a RefConfig or a GPT2Config), uninitialised."""
+    if isinstance(cfg, gpt2_reference.GPT2Config):
+        return gpt2_reference.GPT2Model(cfg)
+    return FivefoldModel(cfg)
+
+
 def init_weights(model, seed=0):
     """Random init like fivefold's (matrices ~ N(0, init_std), norms = 1),
     though not the same numbers: comparisons load fivefold's weights."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if model.no_weight_decay(name):
+            if model.is_bias(name):
+                p.zero_()
+            elif model.no_weight_decay(name):
                 p.fill_(1.0)
             else:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * model.cfg.init_std)
@@ -407,13 +437,18 @@ def build_model(cfg, seed=0, dtype=torch.float32, device="cpu"):
     """cfg: a RefConfig or a config dict (HF config.json fields)."""
     if isinstance(cfg, dict):
         cfg = config_from_dict(cfg)
-    model = FivefoldModel(cfg)
-    init_weights(model, seed)
+    model = make_model(cfg)
+    if isinstance(cfg, gpt2_reference.GPT2Config):
+        gpt2_reference.init_weights(model, seed)
+    else:
+        init_weights(model, seed)
     return model.to(dtype=dtype, device=device)
 
 
 def expected_param_shapes(cfg):
     """model.h's table of tensor names and shapes, for cross-checking."""
+    if isinstance(cfg, gpt2_reference.GPT2Config):
+        return gpt2_reference.expected_param_shapes(cfg)
     C, V, D = cfg.hidden_size, cfg.vocab_size, cfg.head_dim
     shapes = {"embed.weight": [V, C]}
     for i in range(cfg.num_layers):
@@ -423,6 +458,12 @@ def expected_param_shapes(cfg):
         shapes[p + "attn.wk"] = [cfg.num_kv_heads * D, C]
         shapes[p + "attn.wv"] = [cfg.num_kv_heads * D, C]
         shapes[p + "attn.wo"] = [C, cfg.num_heads * D]
+        if cfg.qkv_bias:
+            shapes[p + "attn.bq"] = [cfg.num_heads * D]
+            shapes[p + "attn.bk"] = [cfg.num_kv_heads * D]
+            shapes[p + "attn.bv"] = [cfg.num_kv_heads * D]
+        if cfg.o_bias:
+            shapes[p + "attn.bo"] = [C]
         shapes[p + "mlp_norm.weight"] = [C]
         if cfg.is_moe_layer[i]:
             E, Fe, Fs = cfg.num_experts, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size

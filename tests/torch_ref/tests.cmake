@@ -8,6 +8,8 @@ set(TORCH_REF_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(TORCH_REF_CONFIGS
   dense_gqa
   dense_tied
+  gpt2
+  dense_attention_bias
   moe_softmax_then_topk
   moe_topk_then_softmax
   moe_sigmoid
@@ -36,6 +38,11 @@ add_test(NAME torch_ref.self_check_honest
                  ${TORCH_REF_DIR}/configs/moe_capacity_probs.json)
 set_tests_properties(torch_ref.self_check torch_ref.self_check_honest PROPERTIES LABELS torch TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+add_test(NAME torch_ref.self_check_gpt2
+         COMMAND bash ${TORCH_REF_DIR}/run_compare.sh --self-check
+                 ${TORCH_REF_DIR}/configs/gpt2.json grad.pos_embed.weight)
+set_tests_properties(torch_ref.self_check_gpt2 PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMP_NUM_THREADS=2")
 
 # conv2d / conv_transpose2d against PyTorch on fixed weights
 # (tests/tools/conv2d_dump), and proof that its comparison can fail.
