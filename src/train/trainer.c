@@ -737,6 +737,9 @@ static void run_print_end(const Trainer *tr, RunState *rs) {
           sum->steps, fmt_duration(dur, sizeof dur, sum->train_seconds + sum->eval_seconds), sum->train_seconds,
           sum->eval_seconds, sum->final_loss, val, fmt_thousands(tok, sizeof tok, sum->tokens_per_s), sum->mfu_pct,
           rs->opts->write_run_files ? " | output " : "", rs->opts->write_run_files ? cfg->out_dir : "");
+  if (tr->nonfinite_skipped > 0)
+    fprintf(out, "nonfinite: %d step(s) skipped for a non-finite loss or gradient (weights left as they were)\n",
+            tr->nonfinite_skipped);
   fflush(out);
   if (tr->ep * tr->etp > 1 && sum->train_seconds > 0) {
     fprintf(out, "moe: %.2f s of %.2f s training in the dispatcher's collectives on rank 0 (%.1f%%, waiting for "

@@ -59,6 +59,7 @@ nonfinite_skip() {
   weights_equal "$(ckpt "$name" 2)" "$(ckpt "$name" 3)" || fail "$name: the skipped step 3 changed the weights or moments"
   weights_equal "$(ckpt "$name" 3)" "$(ckpt "$name" 4)" && fail "$name: step 4 did not train"
   [ -d "$(ckpt "$name" 5)" ] || fail "$name: the run did not go on to step 5"
+  grep -q "^nonfinite: 1 step(s) skipped" "$name.log" || fail "$name: the end of the run does not count the skipped step"
 }
 
 case $MODE in
