@@ -4,7 +4,7 @@
 #   nonfinite   a NaN put into one gradient element (FIVEFOLD_TEST_NONFINITE)
 #               at step 3, on one rank and on DP2 (plain and ZeRO-1) under
 #               mpirun: the warning names the step and the tensor, the step
-#               is skipped (step 3's weights and moments equal step 2's
+#               is skipped (also with two pipeline stages; step 3's weights and moments equal step 2's
 #               bit for bit), training goes on (step 4 differs); "stop" exits
 #               non-zero naming them and writes no checkpoint of step 3; a
 #               NaN weight is never checkpointed; skips in a row beyond
@@ -49,7 +49,8 @@ weights_equal() {
 
 TENSOR=layers.1.attn.wq
 
-# nonfinite_skip NP NAME [flags]: a NaN in step 3's gradient is skipped.
+# nonfinite_skip NP NAME [flags]: a NaN in step 3's gradient of $TENSOR
+# (on world rank 0) is skipped.
 nonfinite_skip() {
   local np=$1 name=$2
   shift 2
@@ -68,6 +69,8 @@ case $MODE in
     nonfinite_skip 0 one
     nonfinite_skip 2 dp2
     nonfinite_skip 2 zero --distributed-optimizer 1
+    # two pipeline stages: the NaN on stage 0 (rank 0), both ranks skip
+    TENSOR=layers.0.attn.wq nonfinite_skip 2 pp2 --pp 2 --grad-accum 2
     # stop: non-zero, the message, no checkpoint of the step
     config run-stop.json nonfinite='"stop"'
     if FIVEFOLD_TEST_NONFINITE="grad:3:$TENSOR" "$MPIEXEC" -np 2 --oversubscribe "$FIVEFOLD" train \
