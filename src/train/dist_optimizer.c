@@ -62,6 +62,24 @@ double dist_optimizer_local_sumsq(const DistOptimizer *opt, const Model *model, 
   return sumsq;
 }
 
+int dist_optimizer_first_nonfinite(const DistOptimizer *opt, const Model *model) {
+  const DpGrads *g = opt->grads;
+  int first = -1;
+  for (int b = 0; b < g->num_buckets; b++) {
+    size_t lo, hi;
+    dp_grads_own_range(g, b, &lo, &hi);
+    const float *base = g->shard + g->buckets[b].shard_offset;
+    for (size_t at = lo; at < hi;) {
+      int t = tensor_at(model, at);
+      const ParamTensor *p = &model->tensors[t];
+      size_t stop = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+      if ((first < 0 || t < first) && !isfinite(vec_sumsq(base + (at - lo), stop - at))) first = t;
+      at = stop;
+    }
+  }
+  return first;
+}
+
 int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *info, Error *err) {
   double sumsq = dist_optimizer_local_sumsq(opt, model, 0);
   int rc = comm_allreduce_f64(opt->grads->group, &sumsq, 1, COMM_SUM, NULL, err);

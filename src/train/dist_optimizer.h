@@ -44,6 +44,9 @@ void dist_optimizer_free(DistOptimizer *opt);
 
 /* Collective over the group. Uses grads->shard (after dp_grads_finish). The
  * norm is summed over the DP group only (a model without TP or PP). */
+/* The first tensor (table index) with a non-finite value in this rank's
+ * gradient shard; -1 when all are finite. */
+int dist_optimizer_first_nonfinite(const DistOptimizer *opt, const Model *model);
 int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *info, Error *err);
 /* Sum of squares of this rank's shard, by the counting rule of
  * optimizer_tensor_in_norm. */

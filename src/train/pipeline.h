@@ -64,6 +64,7 @@ typedef struct Pipeline {
   struct TraceSession *trace;         /* receives' completions are stamped here; NULL: tracing off */
   /* what the step's forwards accumulated */
   double lm_sum, aux_sum, z_sum;
+  int loss_nonfinite; /* a micro-batch's loss of this step was not finite (the guard decides) */
   long tokens_counted;
   long *expert_counts; /* [num_layers * num_experts] or NULL for dense models */
   size_t num_counts;

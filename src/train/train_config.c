@@ -66,6 +66,10 @@ static const FieldSpec FIELDS[] = {
      "matrix-product library: onednn (default) | openblas"},
     {"training", "precision", "--precision", "NAME", FIELD_TEXT, OFF(precision), 0, 0, 0, 0,
      "fp32 (default) | bf16: bf16 GEMM inputs with fp32 accumulation, fp32 master weights (needs avx512_bf16)"},
+    {"training", "nonfinite", NULL, "NAME", FIELD_TEXT, OFF(nonfinite), 0, 0, 0, 0,
+     "a non-finite loss or gradient: skip (the step, weights untouched) | stop (the run, with an error)"},
+    {"training", "max_nonfinite_skips", NULL, "N", FIELD_INT, OFF(max_nonfinite_skips), 0, 1 << 30, 0, 0,
+     "consecutive skipped steps after which the run stops with an error"},
     {"data", "train", "--train-data", "PATHS", FIELD_PATHS, OFF(train_paths), 0, 0, 0, 0,
      "training shard(s), comma-separated"},
     {"data", "val", "--val-data", "PATHS", FIELD_PATHS, OFF(val_paths), 0, 0, 0, 0,
@@ -74,6 +78,8 @@ static const FieldSpec FIELDS[] = {
      "tokenizer.json, or byte-level (default)"},
     {"checkpoint", "interval", "--save-interval", "N", FIELD_INT, OFF(checkpoint_interval), 0, 1 << 30, 0, 0,
      "checkpoint every N steps (0: at the end only)"},
+    {"checkpoint", "interval_minutes", NULL, "X", FIELD_DOUBLE, OFF(checkpoint_interval_minutes), 0, BIG, 0, 0,
+     "also checkpoint when X minutes have passed since the last one (default 30; 0: off)"},
     {"checkpoint", "keep_last", "--keep-last", "K", FIELD_INT, OFF(keep_last), 0, 1 << 30, 0, 0,
      "checkpoints kept in the run directory (0: all)"},
     {"parallel", "tp", "--tp", "N", FIELD_INT, OFF(tp), 1, 1 << 16, 0, 0,
@@ -149,6 +155,8 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->eval_batches = 20;
   snprintf(cfg->gemm_backend, sizeof cfg->gemm_backend, "onednn");
   snprintf(cfg->precision, sizeof cfg->precision, "fp32");
+  snprintf(cfg->nonfinite, sizeof cfg->nonfinite, "skip");
+  cfg->max_nonfinite_skips = 5;
   cfg->world_size = 1;
   cfg->world_ranks = 1;
   cfg->tp = cfg->pp = cfg->vpp = 1;
@@ -157,6 +165,7 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->schedule = -1;
   snprintf(cfg->tokenizer, sizeof cfg->tokenizer, "%s", TRAIN_TOKENIZER_BYTE_LEVEL);
   cfg->checkpoint_interval = 0;
+  cfg->checkpoint_interval_minutes = 30;
   cfg->keep_last = 3;
 }
 

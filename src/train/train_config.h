@@ -72,6 +72,9 @@ typedef struct TrainConfig {
   /* compute (train_config_compute.c): checked at finalize */
   char gemm_backend[64]; /* "onednn" (default) | "openblas" */
   char precision[64];    /* "fp32" (default) | "bf16": GEMM inputs, fp32 accumulation */
+  /* a non-finite loss or gradient (train/nonfinite.h) */
+  char nonfinite[64];      /* "skip" (default) | "stop" */
+  int max_nonfinite_skips; /* consecutive skipped steps before the run stops */
 
   /* data */
   char **train_paths;
@@ -84,6 +87,7 @@ typedef struct TrainConfig {
 
   /* checkpoint */
   int checkpoint_interval; /* save every N steps; 0: only at the end (and when stopped) */
+  double checkpoint_interval_minutes; /* also save when this long has passed since the last save; 0: off */
   int keep_last;           /* checkpoints kept in the run directory; 0: all */
 
   char out_dir[TRAIN_PATH_MAX]; /* "" until finalize: runs/<config name> */

@@ -91,6 +91,9 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
                ? check_network_layout(cfg, origin, err)
                : model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
   if (rc) return rc;
+  if (strcmp(cfg->nonfinite, "skip") && strcmp(cfg->nonfinite, "stop"))
+    return error_set(err, ERR_CONFIG, "%s: training.nonfinite must be \"skip\" or \"stop\", got \"%s\"", origin,
+                     cfg->nonfinite);
   /* Products in 64 bits: each factor is range-checked, their product is not. */
   long long per_step_ll = (long long)cfg->micro_batch_size * cfg->world_size;
   if (per_step_ll > (1LL << 30))

@@ -19,6 +19,7 @@
 #include "kern/precision.h"
 #include "sched/partition.h"
 #include "ckpt/checkpoint_dist.h"
+#include "train/nonfinite.h"
 #include "train/trace_session.h"
 #include "train/trainer_net.h"
 
@@ -79,8 +80,10 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   /* Full logical tensors: the ZeRO-1 AdamW state is gathered first (each
    * bucket over its group), so every rank holds the moments of its whole
    * shard. */
+  /* A checkpoint with non-finite weights would resume into the same NaNs. */
+  int rc = nonfinite_guard_weights(tr, err);
+  if (rc) return rc;
   Optimizer full = tr->opt;
-  int rc = 0;
   if (tr->zero) {
     if ((rc = optimizer_create(&full, &tr->model, &tr->opt.cfg, err))) return rc;
     rc = dist_optimizer_gather(&tr->dist_opt, &full, err);
@@ -532,7 +535,16 @@ typedef struct RunState {
   int is_moe;
   IntervalStats iv; /* the steps since the last log line */
   double exposed_sum, dispatch_sum, last_interval_loss;
+  double last_save_clock; /* run_clock at the start or the last checkpoint */
 } RunState;
+
+/* The clock of checkpoint.interval_minutes. Test hook: with
+ * FIVEFOLD_TEST_CLOCK_STEP_SECONDS=X it reads X seconds per step run, so
+ * that a test of the interval does not depend on the machine's speed. */
+static double run_clock(const Trainer *tr) {
+  const char *fake = getenv("FIVEFOLD_TEST_CLOCK_STEP_SECONDS");
+  return fake ? (tr->step - tr->start_step) * atof(fake) : timer_now();
+}
 
 /* The peak the MFU is stated against, and where the report goes. */
 static int run_open(Trainer *tr, const TrainerOptions *opts, RunState *rs, Error *err) {
@@ -568,6 +580,7 @@ static int run_open(Trainer *tr, const TrainerOptions *opts, RunState *rs, Error
     if ((rc = agree_with_root(tr, rc, "to check the run directory", err))) return rc;
   }
   if (opts->write_run_files && rs->root) rc = open_run_files(tr, &rs->jsonl, err);
+  rs->last_save_clock = run_clock(tr);
   return rc;
 }
 
@@ -592,7 +605,9 @@ static void run_print_header(const Trainer *tr, const RunState *rs) {
   if (rs->opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
   if (rs->opts->save_checkpoints) {
     char every[64] = "";
-    if (cfg->checkpoint_interval > 0) snprintf(every, sizeof every, "every %d steps and ", cfg->checkpoint_interval);
+    int n = cfg->checkpoint_interval > 0 ? snprintf(every, sizeof every, "every %d steps and ", cfg->checkpoint_interval) : 0;
+    if (cfg->checkpoint_interval_minutes > 0)
+      snprintf(every + n, sizeof every - (size_t)n, "every %g min and ", cfg->checkpoint_interval_minutes);
     char keep[64] = ", keeping all";
     if (cfg->keep_last > 0) snprintf(keep, sizeof keep, ", keeping the last %d", cfg->keep_last);
     fprintf(out, "  ckpt     %sat the end%s, in %s/%s\n", every, keep, cfg->out_dir, CHECKPOINT_SUBDIR);
@@ -660,12 +675,14 @@ static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResu
   }
 }
 
-/* A stop request reaches the ranks in different steps: they stop together. */
-static int run_agree_on_stop(const Trainer *tr, int *stop, Error *err) {
+/* A stop request reaches the ranks in different steps: they stop together;
+ * and they save together when rank 0's clock says a checkpoint is due. */
+static int run_agree_on_stop(const Trainer *tr, int *stop, int *save_due, Error *err) {
   if (tr->world <= 1) return 0;
-  int64_t flag = *stop;
-  int rc = comm_allreduce_i64(comm_world(), &flag, 1, COMM_MAX, NULL, err);
-  *stop = flag != 0;
+  int64_t flags[2] = {*stop, *save_due};
+  int rc = comm_allreduce_i64(comm_world(), flags, 2, COMM_MAX, NULL, err);
+  *stop = flags[0] != 0;
+  *save_due = flags[1] != 0;
   return rc;
 }
 
@@ -681,15 +698,19 @@ static int run_one_step(Trainer *tr, RunState *rs, int *finished, Error *err) {
   if (rs->opts->on_step) rs->opts->on_step(rs->opts->ctx, &r);
   run_account_step(tr, rs, &r);
   int stop = rs->opts->stop && *rs->opts->stop;
-  if ((rc = run_agree_on_stop(tr, &stop, err))) return rc;
+  double now = run_clock(tr);
+  int save_due = rs->root && cfg->checkpoint_interval_minutes > 0 &&
+                 now - rs->last_save_clock >= cfg->checkpoint_interval_minutes * 60;
+  if ((rc = run_agree_on_stop(tr, &stop, &save_due, err))) return rc;
   int last = r.step == cfg->steps || stop;
   run_report_step(tr, rs, &r, last);
   int eval_now = cfg->eval_interval > 0 && r.step % cfg->eval_interval == 0;
   if (tr->has_val && (eval_now || last) && (rc = run_evaluate(tr, rs, r.step, err))) return rc;
-  int save_now = cfg->checkpoint_interval > 0 && r.step % cfg->checkpoint_interval == 0;
+  int save_now = save_due || (cfg->checkpoint_interval > 0 && r.step % cfg->checkpoint_interval == 0);
   if (rs->opts->save_checkpoints && (save_now || last)) {
     progress_clear(&rs->progress);
     if ((rc = save_and_report(tr, rs->out, rs->jsonl, err))) return rc;
+    rs->last_save_clock = now;
   }
   if (stop) {
     rs->sum.stopped_early = 1;
@@ -717,6 +738,9 @@ static void run_print_end(const Trainer *tr, RunState *rs) {
           sum->steps, fmt_duration(dur, sizeof dur, sum->train_seconds + sum->eval_seconds), sum->train_seconds,
           sum->eval_seconds, sum->final_loss, val, fmt_thousands(tok, sizeof tok, sum->tokens_per_s), sum->mfu_pct,
           rs->opts->write_run_files ? " | output " : "", rs->opts->write_run_files ? cfg->out_dir : "");
+  if (tr->nonfinite_skipped > 0)
+    fprintf(out, "nonfinite: %d step(s) skipped for a non-finite loss or gradient (weights left as they were)\n",
+            tr->nonfinite_skipped);
   fflush(out);
   if (tr->ep * tr->etp > 1 && sum->train_seconds > 0) {
     fprintf(out, "moe: %.2f s of %.2f s training in the dispatcher's collectives on rank 0 (%.1f%%, waiting for "

@@ -118,6 +118,9 @@ typedef struct Trainer {
   /* the trace session of trainer_run with cfg->trace_path (NULL: tracing
    * off); the executor and the pipeline stamp into it */
   struct TraceSession *trace;
+  /* the non-finite guard (train/nonfinite.h): steps skipped in a row and
+   * in all, and whether the running step was skipped */
+  int nonfinite_consecutive, nonfinite_skipped, step_skipped;
   /* what the running step's optimizer did */
   struct {
     OptimizerStepInfo info;
@@ -130,6 +133,7 @@ typedef struct TrainStepResult {
   double loss, lm, aux, z;
   float lr;
   double grad_norm;
+  int skipped;      /* a non-finite loss or gradient: no update (training.nonfinite skip) */
   double imbalance; /* MoE layers; 0 for dense models */
   long tokens;
   double seconds;

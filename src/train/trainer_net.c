@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "base/timer.h"
+#include "kern/vecops.h"
 #include "sched/builders.h"
+#include "train/nonfinite.h"
 
 /* The network's table as the model tensor table the optimizer and the
  * checkpoints take: whole tensors, identical on every (data-parallel) rank. */
@@ -98,10 +100,19 @@ static MlpBatch step_batch(const Trainer *tr, int mb) {
 
 /* AdamW after the reduction, with the global gradient norm. */
 static int update(Trainer *tr, Error *err) {
-  if (!tr->zero) return optimizer_step(&tr->opt, &tr->model, &tr->acc.info, err);
-  double sumsq = dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, 0);
-  int rc = sum_over_replicas(tr, &sumsq, err);
+  double sumsq;
+  int rc = 0;
+  if (!tr->zero) {
+    sumsq = vec_sumsq(tr->model.grads, tr->model.num_params);
+  } else {
+    sumsq = dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, 0);
+    rc = sum_over_replicas(tr, &sumsq, err);
+  }
   if (rc) return error_wrap(err, "global gradient norm");
+  /* Nothing touches the weights before every rank knows the step is finite. */
+  int skip;
+  if ((rc = nonfinite_guard_step(tr, sumsq, &skip, err)) || skip) return rc;
+  if (!tr->zero) return optimizer_apply(&tr->opt, &tr->model, sumsq, &tr->acc.info, err);
   return dist_optimizer_apply(&tr->dist_opt, &tr->model, sumsq, &tr->acc.info, err);
 }
 
@@ -207,6 +218,8 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   const TrainConfig *cfg = tr->cfg;
   double t0 = timer_now();
   memset(tr->net.grads, 0, tr->net.num_values * sizeof(float));
+  tr->step_skipped = 0;
+  nonfinite_test_poison(tr, "grad");
   if (tr->reduce_grads) dp_grads_begin(&tr->dp_grads);
   tr->net_loss = 0;
   int rc = executor_run(&tr->exec, err);
@@ -214,8 +227,10 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   if (!rc) rc = sum_over_replicas(tr, &loss, err);
   if (rc) return rc;
   tr->step++;
+  nonfinite_test_poison(tr, "weight");
   memset(res, 0, sizeof *res);
   res->step = tr->step;
+  res->skipped = tr->step_skipped;
   res->loss = res->lm = loss / (cfg->grad_accum_steps * tr->dp);
   res->lr = tr->acc.info.lr;
   res->grad_norm = tr->acc.info.grad_norm;

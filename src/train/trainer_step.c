@@ -9,10 +9,12 @@
 #include <string.h>
 
 #include "base/timer.h"
+#include "kern/vecops.h"
 #include "model/flops.h"
 #include "sched/builders.h"
 #include "sched/partition.h"
 #include "train/net_transformer.h"
+#include "train/nonfinite.h"
 #include "train/trace_session.h"
 #include "train/trainer.h"
 #include "train/trainer_fold.h"
@@ -147,19 +149,23 @@ static int run_optim(void *ctx, const SchedAction *a, Error *err) {
   (void)a;
   int rc = sum_tied_gradients(tr, err);
   if (rc) return rc;
-  if (tr->world == 1) return optimizer_step(&tr->opt, &tr->model, &tr->acc.info, err);
-  if (tr->folded && !tr->zero) {
-    double folded_sumsq = 0;
-    if ((rc = trainer_fold_sumsq(tr, &folded_sumsq, err))) return error_wrap(err, "global gradient norm");
-    return optimizer_apply(&tr->opt, &tr->model, folded_sumsq, &tr->acc.info, err);
-  }
   /* The global norm counts each logical element once: TP-replicated tensors
    * on TP rank 0, tied copies never; ZeRO-1 shards add up over the DP group
    * too. */
-  double sumsq = tr->zero ? dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, tr->tp_rank)
-                          : optimizer_local_sumsq(&tr->model, tr->tp_rank);
-  rc = sum_over_group(tr->zero ? comm_world() : tr->mp_group, &sumsq, err);
+  double sumsq = 0;
+  if (tr->world == 1) {
+    sumsq = vec_sumsq(tr->model.grads, tr->model.num_params);
+  } else if (tr->folded && !tr->zero) {
+    rc = trainer_fold_sumsq(tr, &sumsq, err);
+  } else {
+    sumsq = tr->zero ? dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, tr->tp_rank)
+                     : optimizer_local_sumsq(&tr->model, tr->tp_rank);
+    rc = sum_over_group(tr->zero ? comm_world() : tr->mp_group, &sumsq, err);
+  }
   if (rc) return error_wrap(err, "global gradient norm");
+  /* Nothing touches the weights before every rank knows the step is finite. */
+  int skip;
+  if ((rc = nonfinite_guard_step(tr, sumsq, &skip, err)) || skip) return rc;
   if (tr->zero) return dist_optimizer_apply(&tr->dist_opt, &tr->model, sumsq, &tr->acc.info, err);
   return optimizer_apply(&tr->opt, &tr->model, sumsq, &tr->acc.info, err);
 }
@@ -489,6 +495,8 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
   for (int i = 0; i < accum; i++)
     data_loader_next(&tr->train, tr->step_inputs + (size_t)i * bt, tr->step_targets + (size_t)i * bt, NULL);
   model_zero_grad(&tr->model);
+  tr->step_skipped = 0;
+  nonfinite_test_poison(tr, "grad");
   if (tr->reduce_grads) dp_grads_begin(&tr->dp_grads);
   pipeline_begin_step(&tr->pipe, tr->step_inputs, tr->step_targets, tr->grad_scale);
   trace_session_begin_iteration(tr->trace, tr->step);
@@ -507,7 +515,9 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
   sums[2] /= (double)tr->dp * trainer_fold_loss_copies(tr);
   sums[3] /= (double)tr->dp * trainer_fold_loss_copies(tr);
   tr->step++;
+  nonfinite_test_poison(tr, "weight");
   res->step = tr->step;
+  res->skipped = tr->step_skipped;
   res->lm = sums[1] > 0 ? sums[0] / sums[1] : 0;
   res->aux = sums[2] / accum;
   res->z = sums[3] / accum;
