@@ -52,7 +52,7 @@ static void train_help(FILE *f) {
           "  --plan FILE            take the layout from a plan of `fivefold plan --out`: tp, pp, vpp,\n"
           "                         dp, micro-batch and global batch size, schedule, distributed\n"
           "                         optimizer, layers per stage (flags given here override it)\n"
-          "  --no-progress          no in-place progress line (default: drawn on a terminal)\n"
+          "  --no-progress          the same as --progress never\n"
           "  --distributed-optimizer  alone means --distributed-optimizer 1 (ZeRO-1 over the dp ranks)\n"
           "  -h, --help             show this help\n\n"
           "overrides (each replaces the config field in brackets; also --flag=value):\n");
