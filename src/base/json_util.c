@@ -36,7 +36,21 @@ double json_float_value(float x) {
   char text[32];
   for (int digits = 6; digits <= 9; digits++) {
     snprintf(text, sizeof text, "%.*g", digits, (double)x);
-    if (strtof(text, NULL) == x) break; /* 9 significant digits always round-trip a float */
+    /* As a JSON reader sees it: a double, then the float field. 9
+     * significant digits always round-trip. */
+    if ((float)strtod(text, NULL) == x) break;
   }
   return strtod(text, NULL);
+}
+
+void json_shorten_floats(cJSON *node) {
+  for (cJSON *c = node ? node->child : NULL; c; c = c->next) {
+    if (cJSON_IsNumber(c)) {
+      double v = c->valuedouble;
+      if (isfinite(v) && v != floor(v) && fabs(v) < 3e38 && (double)(float)v == v)
+        cJSON_SetNumberValue(c, json_float_value((float)v));
+    } else {
+      json_shorten_floats(c);
+    }
+  }
 }

@@ -19,4 +19,10 @@ void json_error_position(const char *text, const char *at, int *line, int *colum
  * the double it is given. */
 double json_float_value(float x);
 
+/* json_float_value on every non-integer number under `node` that is
+ * exactly a float, for a subtree written from float fields by code that
+ * passes them as doubles (the model config's writer). A double that is not
+ * a float, such as 0.1, stays as it is. */
+void json_shorten_floats(cJSON *node);
+
 #endif

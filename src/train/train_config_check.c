@@ -205,6 +205,7 @@ cJSON *train_config_to_json(const TrainConfig *cfg) {
   cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
   cJSON_AddItemToObject(root, "model", cfg->family == TRAIN_FAMILY_MLP ? mlp_config_to_json(&cfg->mlp)
                                                                      : model_config_to_json(&cfg->model));
+  json_shorten_floats(cJSON_GetObjectItemCaseSensitive(root, "model")); /* 1e-05, not 9.99999974737875e-06 */
   section_to_json(cfg, "training", cJSON_AddObjectToObject(root, "training"));
   cJSON *d = cJSON_AddObjectToObject(root, "data");
   cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));

@@ -142,7 +142,7 @@ static void test_errors_name_file_and_field(void **state) {
       {"{\"model\": \"missing-model.json\"" DATA "}", "missing-model.json", "not found", 0},
       {"{\"model\": 3" DATA "}", "model must be an object", "got a number", 0},
       {"{\"training\": {}" DATA "}", "no \"model\" section", "", 0},
-      {"{\"model\": \"model.json\",\n\"training\": {\"steps\": 3,}}", "invalid JSON", "line 2, column 23", 0},
+      {"{\"model\": \"model.json\",\n\"training\": {\"steps\": 3,}}", "invalid JSON", "line 2, column 26", 0},
       {"[1, 2]", "top level must be an object of sections", "got an array", 0},
       {"{\"model\": \"model.json\", \"traces\": {}" DATA "}", "did you mean 'trace'", "checkpoint, parallel, trace",
        0},
@@ -317,6 +317,7 @@ static void test_newcomer_fixes(void **state) {
   assert_contains(text, "\"weight_decay\":0.1,");
   assert_contains(text, "\"beta2\":0.95,");
   assert_contains(text, "\"progress\":\"never\"");
+  assert_contains(text, "\"rms_norm_eps\":1e-05,"); /* the model section's floats too */
   free(text);
   train_config_free(&cfg);
 
