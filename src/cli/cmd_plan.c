@@ -42,7 +42,8 @@ typedef struct PlanCli {
 
 static void common_help(FILE *f) {
   fprintf(f,
-          "  --model M                model config: a path, or a name in configs/models/ (e.g. mixtral-8x22b)\n"
+          "  --model M                model: a name in configs/models/ (e.g. mixtral-8x22b), a model config\n"
+          "                           file, or a run config (its model section, as fivefold train reads it)\n"
           "  --cluster C              cluster spec: a path, or a name in configs/clusters/ (e.g. dgx-h100)\n"
           "  --gpus N                 GPUs to use\n"
           "  --seq S                  sequence length in tokens\n"
