@@ -172,7 +172,7 @@ static const char *const kCommonOptions[] = {
 static const char *const kSimulateOptions[] = {"--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
                                                "--trace", "--quiet", "--moe-tp-replicated"};
-static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
+static const char *const kPlanOptions[] = {"--top", "--out", "--runtime", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding"};
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
