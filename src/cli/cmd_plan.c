@@ -47,7 +47,8 @@ typedef struct PlanCli {
 
 static void common_help(FILE *f) {
   fprintf(f,
-          "  --model M                model config: a path, or a name in configs/models/ (e.g. mixtral-8x22b)\n"
+          "  --model M                model: a name in configs/models/ (e.g. mixtral-8x22b), a model config\n"
+          "                           file, or a run config (its model section, as fivefold train reads it)\n"
           "  --cluster C              cluster spec: a path, or a name in configs/clusters/ (e.g. dgx-h100)\n"
           "  --gpus N                 GPUs to use\n"
           "  --seq S                  sequence length in tokens\n"
@@ -351,7 +352,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
 static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluster) {
   char path[4096];
   Error err = {0, ""};
-  if (plan_find_config("models", c->model, path, sizeof path, &err) || model_config_load(model, path, &err)) {
+  if (plan_find_config("models", c->model, path, sizeof path, &err) || plan_load_model(path, model, NULL, &err)) {
     fprintf(stderr, "fivefold %s: %s\n", c->cmd, err.msg);
     return -1;
   }
@@ -365,6 +366,19 @@ static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluste
     return -1;
   }
   return 0;
+}
+
+/* The `fivefold simulate` command that prices the best configuration
+ * alone, so a user can vary it by hand. */
+static void print_simulate_line(const PlanCli *c, const PlanConfig *best) {
+  const PlanParallel *p = &best->par;
+  printf("\nsimulate the best: fivefold simulate --model %s --cluster %s --gpus %d --seq %d --global-batch %d "
+         "--dtype %s --tp %d --cp %d --pp %d --vpp %d --ep %d --etp %d --mbs %d --schedule %s",
+         c->model, c->cluster, c->gpus, c->seq, c->global_batch, plan_dtype_name(c->dtype), p->tp, p->cp, p->pp,
+         p->vpp, p->ep, p->etp, best->micro_batch_size, sched_schedule_name(best->schedule));
+  if (best->recompute != PLAN_RECOMPUTE_NONE) printf(" --recompute %s", plan_recompute_name(best->recompute));
+  if (best->distributed_optimizer) printf(" --distributed-optimizer");
+  printf("\n");
 }
 
 static void init_cli(PlanCli *c, const char *cmd) {
@@ -553,6 +567,7 @@ int cmd_plan(int argc, char **argv) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
   }
+  if (res.num_top > 0) print_simulate_line(c, &res.top[0].cfg);
   if (c->explain) {
     /* Simulate the winner again with the exposed-transfer measurement. */
     PlanSimOptions sim = {1, NULL};

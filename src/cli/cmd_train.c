@@ -48,7 +48,8 @@ static void train_help(FILE *f) {
           "Ctrl-C (or SIGTERM) stops after the current step with a final evaluation and\n"
           "checkpoint; twice quits.\n\n"
           "options:\n"
-          "  --config FILE          run configuration (JSON: model, training, data, checkpoint, out)\n"
+          "  --config FILE          run configuration (JSON: model, training, data, checkpoint, parallel,\n"
+          "                         trace, out)\n"
           "  --resume [PATH]        continue from the newest valid checkpoint in the run's output\n"
           "                         directory, or in PATH (a checkpoint step-NNNNNNNN, a run\n"
           "                         directory or its checkpoints/); the model config must match,\n"
@@ -56,7 +57,7 @@ static void train_help(FILE *f) {
           "  --plan FILE            take the layout from a plan of `fivefold plan --out`: tp, pp, vpp,\n"
           "                         dp, micro-batch and global batch size, schedule, distributed\n"
           "                         optimizer, layers per stage (flags given here override it)\n"
-          "  --no-progress          no in-place progress line (default: drawn on a terminal)\n"
+          "  --no-progress          the same as --progress never\n"
           "  --distributed-optimizer  alone means --distributed-optimizer 1 (ZeRO-1 over the dp ranks)\n"
           "  -h, --help             show this help\n\n"
           "overrides (each replaces the config field in brackets; also --flag=value):\n");

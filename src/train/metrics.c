@@ -4,7 +4,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/timer.h"
 
@@ -124,6 +126,30 @@ void progress_init(ProgressLine *p, FILE *f, int enabled) {
   p->enabled = enabled;
   p->shown = 0;
   p->last_draw = -1e9;
+}
+
+static int under_mpi_launcher(void) {
+  static const char *const VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++)
+    if (getenv(VARS[i])) return 1;
+  return 0;
+}
+
+/* The parent's fd 1 names a terminal device (/dev/pts/N, /dev/ttyX); a
+ * file, pipe, socket or /dev/null does not, and neither does a parent
+ * whose /proc entry cannot be read. */
+static int parent_stdout_is_terminal(void) {
+  char link[64], target[256];
+  snprintf(link, sizeof link, "/proc/%ld/fd/1", (long)getppid());
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0) return 0;
+  target[n] = '\0';
+  return !strncmp(target, "/dev/pts/", 9) || !strncmp(target, "/dev/tty", 8);
+}
+
+int progress_output_is_terminal(FILE *f) {
+  if (!f || !isatty(fileno(f))) return 0;
+  return !under_mpi_launcher() || parent_stdout_is_terminal();
 }
 
 /* Seconds between redraws: fast steps would otherwise flood the terminal. */

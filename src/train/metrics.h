@@ -59,6 +59,13 @@ typedef struct ProgressLine {
 } ProgressLine;
 
 void progress_init(ProgressLine *p, FILE *f, int enabled);
+/* Whether `f` really ends on a terminal, the rule of --progress auto: it
+ * must be a terminal, and under an MPI launcher (Open MPI, PMIx or
+ * MPICH/Hydra variables in the environment) the launcher's own standard
+ * output (the parent process's, read through /proc) must be one too, since
+ * the launcher hands each rank a pseudo-terminal even when its own output
+ * goes to a file. */
+int progress_output_is_terminal(FILE *f);
 void progress_draw(ProgressLine *p, int step, int total_steps, double ms_per_step, double eta_seconds);
 void progress_clear(ProgressLine *p);
 

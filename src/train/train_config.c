@@ -34,9 +34,9 @@ static const FieldSpec FIELDS[] = {
      "sequences per optimizer step; sets grad_accum_steps = N / micro_batch_size"},
     {"training", "steps", "--steps", "N", FIELD_INT, OFF(steps), 1, 1 << 30, 0, 0, "optimizer steps to run"},
     {"training", "lr", "--lr", "X", FIELD_FLOAT, OFF(lr), 0, 10, 1, 0, "peak learning rate (after warm-up)"},
-    {"training", "min_lr", NULL, "X", FIELD_FLOAT, OFF(min_lr), 0, 10, 0, 0,
+    {"training", "min_lr", "--min-lr", "X", FIELD_FLOAT, OFF(min_lr), 0, 10, 0, 0,
      "learning rate at the end of the decay (default lr / 10)"},
-    {"training", "warmup_steps", NULL, "N", FIELD_INT, OFF(warmup_steps), 0, 1 << 30, 0, 0,
+    {"training", "warmup_steps", "--warmup-steps", "N", FIELD_INT, OFF(warmup_steps), 0, 1 << 30, 0, 0,
      "linear warm-up steps from 0 to lr"},
     {"training", "decay", NULL, "NAME", FIELD_DECAY, OFF(decay), 0, 0, 0, 0,
      "learning-rate decay after warm-up: cosine | linear | constant"},
@@ -70,6 +70,9 @@ static const FieldSpec FIELDS[] = {
      "a non-finite loss or gradient: skip (the step, weights untouched) | stop (the run, with an error)"},
     {"training", "max_nonfinite_skips", NULL, "N", FIELD_INT, OFF(max_nonfinite_skips), 0, 1 << 30, 0, 0,
      "consecutive skipped steps after which the run stops with an error"},
+    {"training", "progress", "--progress", "auto|always|never", FIELD_PROGRESS, OFF(progress), 0, 0, 0, 0,
+     "in-place progress line between log lines; auto (default): only when the output really is a terminal "
+     "(under mpirun: when mpirun's own output is)"},
     {"data", "train", "--train-data", "PATHS", FIELD_PATHS, OFF(train_paths), 0, 0, 0, 0,
      "training shard(s), comma-separated"},
     {"data", "val", "--val-data", "PATHS", FIELD_PATHS, OFF(val_paths), 0, 0, 0, 0,
@@ -124,6 +127,17 @@ const int train_config_num_fields = NUM_FIELDS;
 static const char *const SECTIONS[] = {"model",    "training", "data", "checkpoint",
                                        "parallel", "trace",    "out",  "description"};
 #define NUM_SECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
+
+int train_progress_parse(const char *name) {
+  if (!strcmp(name, "auto")) return TRAIN_PROGRESS_AUTO;
+  if (!strcmp(name, "always")) return TRAIN_PROGRESS_ALWAYS;
+  if (!strcmp(name, "never")) return TRAIN_PROGRESS_NEVER;
+  return -1;
+}
+
+const char *train_progress_name(int progress) {
+  return progress == TRAIN_PROGRESS_ALWAYS ? "always" : progress == TRAIN_PROGRESS_NEVER ? "never" : "auto";
+}
 
 const char *lr_decay_name(LrDecay decay) {
   switch (decay) {
@@ -307,6 +321,13 @@ static int store_auto_switch(TrainConfig *cfg, const FieldSpec *f, const char *t
   return 0;
 }
 
+static int store_progress(TrainConfig *cfg, const FieldSpec *f, const char *text, const char *where, Error *err) {
+  int p = train_progress_parse(text);
+  if (p < 0) return error_set(err, ERR_CONFIG, "%s must be \"auto\", \"always\" or \"never\", got \"%s\"", where, text);
+  *(int *)((char *)cfg + f->offset) = p;
+  return 0;
+}
+
 static int store_stages(TrainConfig *cfg, const int *values, int n, const char *where, Error *err) {
   if (n < 1 || n > TRAIN_MAX_STAGES)
     return error_set(err, ERR_CONFIG, "%s must list between 1 and %d stages, got %d", where, TRAIN_MAX_STAGES, n);
@@ -392,6 +413,11 @@ static int parse_field(TrainConfig *cfg, const FieldSpec *f, const cJSON *v, con
         return store_auto_switch(cfg, f, v->valuedouble == 0 ? "0" : "1", where, err);
       if (cJSON_IsBool(v)) return store_auto_switch(cfg, f, cJSON_IsTrue(v) ? "1" : "0", where, err);
       return error_set(err, ERR_CONFIG, "%s must be \"auto\", 0 or 1, got %s", where, json_type_name(v));
+    case FIELD_PROGRESS:
+      if (!cJSON_IsString(v))
+        return error_set(err, ERR_CONFIG, "%s must be \"auto\", \"always\" or \"never\", got %s", where,
+                         json_type_name(v));
+      return store_progress(cfg, f, v->valuestring, where, err);
     case FIELD_STAGES: {
       int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
       if (n < 1 || n > TRAIN_MAX_STAGES)
@@ -495,15 +521,14 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
   snprintf(cfg->config_path, sizeof cfg->config_path, "%s", origin);
   cJSON *root = cJSON_Parse(json_text);
   if (!root) {
-    const char *at = cJSON_GetErrorPtr();
-    int line = 1;
-    if (at)
-      for (const char *p = json_text; p < at && *p; p++) line += *p == '\n';
-    return error_set(err, ERR_CONFIG, "%s: invalid JSON near line %d (expected an object of sections)", origin, line);
+    int line, column;
+    json_error_position(json_text, cJSON_GetErrorPtr(), &line, &column);
+    return error_set(err, ERR_CONFIG, "%s: invalid JSON at line %d, column %d", origin, line, column);
   }
   int rc = 0;
   if (!cJSON_IsObject(root)) {
-    rc = error_set(err, ERR_CONFIG, "%s: the top level must be an object, got %s", origin, json_type_name(root));
+    rc = error_set(err, ERR_CONFIG, "%s: the top level must be an object of sections, got %s", origin,
+                   json_type_name(root));
     goto done;
   }
   for (const cJSON *v = root->child; v && !rc; v = v->next) {
@@ -516,11 +541,12 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
       if (!cJSON_IsString(v))
         rc = error_set(err, ERR_CONFIG, "%s: description must be a string, got %s", origin, json_type_name(v));
     } else {
-      char hint[128];
+      char hint[128], expected[160] = "";
       suggest(hint, sizeof hint, v->string, SECTIONS, NUM_SECTIONS);
-      rc = error_set(err, ERR_CONFIG,
-                     "%s: unknown section \"%s\"%s (expected model, training, data, checkpoint, parallel, out)",
-                     origin, v->string, hint);
+      for (int i = 0, at = 0; i < NUM_SECTIONS; i++)
+        at += snprintf(expected + at, sizeof expected - (size_t)at, "%s%s", i ? ", " : "", SECTIONS[i]);
+      rc = error_set(err, ERR_CONFIG, "%s: unknown section \"%s\"%s (expected %s)", origin, v->string, hint,
+                     expected);
     }
   }
   if (!rc && !cfg->has_model)
@@ -601,6 +627,7 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
     case FIELD_TOKENIZER: rc = store_tokenizer(cfg, f, value, NULL, flag, err); break;
     case FIELD_SCHEDULE: rc = store_schedule(cfg, value, flag, err); break;
     case FIELD_AUTO_SWITCH: rc = store_auto_switch(cfg, f, value, flag, err); break;
+    case FIELD_PROGRESS: rc = store_progress(cfg, f, value, flag, err); break;
     case FIELD_STAGES: {
       int *values = NULL, n = 0;
       Error perr = {0};

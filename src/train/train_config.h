@@ -40,6 +40,14 @@
 #define TRAIN_MAX_STAGES 256 /* pp x vpp */
 #define TRAIN_AUTO (-1)      /* a switch left to the runtime ("auto") */
 
+/* training.progress / --progress: the in-place progress line. Auto draws it
+ * only where the output really is a terminal (trainer.c: progress_wanted). */
+typedef enum TrainProgress {
+  TRAIN_PROGRESS_AUTO = 0,
+  TRAIN_PROGRESS_ALWAYS,
+  TRAIN_PROGRESS_NEVER
+} TrainProgress;
+
 /* The network family of a run: the model section's "family" ("mlp"), or a
  * transformer (a model config without "family"). */
 typedef enum TrainFamily { TRAIN_FAMILY_TRANSFORMER = 0, TRAIN_FAMILY_MLP } TrainFamily;
@@ -60,6 +68,7 @@ typedef struct TrainConfig {
   int steps;
   float lr, min_lr; /* min_lr < 0: unset, finalize makes it lr / 10 */
   int warmup_steps;
+  int progress; /* TrainProgress */
   LrDecay decay;
   float weight_decay, beta1, beta2, eps, grad_clip; /* grad_clip 0: off */
   uint64_t seed;
@@ -161,6 +170,9 @@ long train_config_tokens_per_step(const TrainConfig *cfg);
 struct cJSON *train_config_to_json(const TrainConfig *cfg);
 
 const char *lr_decay_name(LrDecay decay);
+/* "auto" | "always" | "never" -> TrainProgress, -1 for anything else; and back. */
+int train_progress_parse(const char *name);
+const char *train_progress_name(int progress);
 /* The schedule a finalized config runs (its default resolved). */
 SchedScheduleKind train_config_schedule(const TrainConfig *cfg);
 /* Part of finalize (train_config_parallel.c): the schedule fits pp, vpp and

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/json_util.h"
 #include "sched/partition.h"
 #include "tok/tokenizer.h"
 #include "train/train_config_fields.h"
@@ -129,8 +130,10 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   if ((rc = train_config_check_compute(cfg, origin, err))) return rc;
   if (cfg->min_lr < 0) cfg->min_lr = cfg->lr * 0.1f;
   if (cfg->min_lr > cfg->lr)
-    return error_set(err, ERR_CONFIG, "%s: training.min_lr %g is above lr %g (expected min_lr <= lr)", origin,
-                     (double)cfg->min_lr, (double)cfg->lr);
+    return error_set(err, ERR_CONFIG,
+                     "%s: training.min_lr %g is above lr %g (expected min_lr <= lr; set it with --min-lr, e.g. "
+                     "--min-lr %g)",
+                     origin, (double)cfg->min_lr, (double)cfg->lr, (double)cfg->lr * 0.1);
   if (cfg->model.max_position_embeddings > 0 && cfg->seq_len > cfg->model.max_position_embeddings)
     return error_set(err, ERR_CONFIG,
                      "%s: training.seq_len %d exceeds the model's max_position_embeddings %d (expected seq_len <= "
@@ -176,7 +179,7 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
     const char *base = (const char *)cfg + f->offset;
     switch (f->kind) {
       case FIELD_INT: cJSON_AddNumberToObject(t, f->name, *(const int *)base); break;
-      case FIELD_FLOAT: cJSON_AddNumberToObject(t, f->name, *(const float *)base); break;
+      case FIELD_FLOAT: cJSON_AddNumberToObject(t, f->name, json_float_value(*(const float *)base)); break;
       case FIELD_DOUBLE:
         if (*(const double *)base > 0) cJSON_AddNumberToObject(t, f->name, *(const double *)base);
         break;
@@ -187,6 +190,7 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
         if (*(const int *)base == TRAIN_AUTO) cJSON_AddStringToObject(t, f->name, "auto");
         else cJSON_AddNumberToObject(t, f->name, *(const int *)base);
         break;
+      case FIELD_PROGRESS: cJSON_AddStringToObject(t, f->name, train_progress_name(*(const int *)base)); break;
       case FIELD_TEXT:
         if (base[0]) cJSON_AddStringToObject(t, f->name, base);
         break;
@@ -204,6 +208,7 @@ cJSON *train_config_to_json(const TrainConfig *cfg) {
   cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
   cJSON_AddItemToObject(root, "model", cfg->family == TRAIN_FAMILY_MLP ? mlp_config_to_json(&cfg->mlp)
                                                                      : model_config_to_json(&cfg->model));
+  json_shorten_floats(cJSON_GetObjectItemCaseSensitive(root, "model")); /* 1e-05, not 9.99999974737875e-06 */
   section_to_json(cfg, "training", cJSON_AddObjectToObject(root, "training"));
   cJSON *d = cJSON_AddObjectToObject(root, "data");
   cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));

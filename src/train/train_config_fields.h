@@ -19,6 +19,7 @@ typedef enum {
   FIELD_STAGES,    /* list of non-negative ints (layers_per_stage); "2,1,1" as a flag */
   FIELD_TEXT,      /* a short string kept as given (trace.steps; checked at finalize) */
   FIELD_AUTO_SWITCH, /* "auto" | 0 | 1 (int, TRAIN_AUTO = auto) */
+  FIELD_PROGRESS,    /* "auto" | "always" | "never" (int, TrainProgress) */
 } FieldKind;
 
 typedef struct FieldSpec {

@@ -276,8 +276,9 @@ static void print_model(const Trainer *tr, FILE *out) {
     fprintf(out, "           no validation data\n");
   fprintf(out, "  tokens   %s%s\n", cfg->tokenizer,
           strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL) ? "" : " (one token per byte)");
-  fprintf(out, "  batch    %d x %d tokens x %d accumulation = %s tokens per step\n", cfg->micro_batch_size,
-          cfg->seq_len, cfg->grad_accum_steps, fmt_thousands(a, sizeof a, (double)per_step));
+  fprintf(out, "  batch    %d x %d tokens x %d accumulation x %d dp = %s tokens per step\n",
+          cfg->micro_batch_size, cfg->seq_len, cfg->grad_accum_steps, cfg->world_size,
+          fmt_thousands(a, sizeof a, (double)per_step));
 }
 
 static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_measured, int job_cores) {
@@ -532,6 +533,7 @@ typedef struct RunState {
   TrainSummary sum;
   double peak; /* GFLOP/s of the job, the MFU denominator */
   int peak_measured, job_cores;
+  int mfu_warned; /* the stated peak is below what the run reached (said once) */
   int is_moe;
   IntervalStats iv; /* the steps since the last log line */
   double exposed_sum, dispatch_sum, last_interval_loss;
@@ -650,6 +652,17 @@ static void run_account_step(const Trainer *tr, RunState *rs, const TrainStepRes
   rs->exposed_sum += r->reduce_exposed_seconds;
 }
 
+/* MFU above 100% means the stated peak_gflops is below the machine's
+ * real peak: every MFU figure of the run is then too high. Said once. */
+static void run_check_mfu(RunState *rs, double mfu_pct) {
+  if (rs->peak_measured || rs->mfu_warned || !(mfu_pct > 100.0)) return;
+  rs->mfu_warned = 1;
+  fprintf(rs->out,
+          "warning: MFU %.0f%% exceeds 100%% of the stated peak (training.peak_gflops / --peak-gflops, %.0f "
+          "GFLOP/s for the job): the peak is below this machine's; leave it out to have it measured\n",
+          mfu_pct, rs->peak);
+}
+
 /* The log line (and its metrics.jsonl record) at the end of an interval,
  * else the progress line. */
 static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResult *r, int last) {
@@ -661,6 +674,7 @@ static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResu
     progress_clear(&rs->progress);
     format_log_line(line, sizeof line, &l);
     fprintf(rs->out, "%s\n", line);
+    run_check_mfu(rs, l.mfu_pct);
     fflush(rs->out);
     if (rs->jsonl) {
       format_log_json(line, sizeof line, &l);
@@ -741,6 +755,7 @@ static void run_print_end(const Trainer *tr, RunState *rs) {
   if (tr->nonfinite_skipped > 0)
     fprintf(out, "nonfinite: %d step(s) skipped for a non-finite loss or gradient (weights left as they were)\n",
             tr->nonfinite_skipped);
+  run_check_mfu(rs, sum->mfu_pct);
   fflush(out);
   if (tr->ep * tr->etp > 1 && sum->train_seconds > 0) {
     fprintf(out, "moe: %.2f s of %.2f s training in the dispatcher's collectives on rank 0 (%.1f%%, waiting for "
@@ -799,8 +814,11 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
     fflush(rs.out);
   }
   if (!rc) {
-    int tty = isatty(fileno(rs.out));
-    progress_init(&rs.progress, rs.out, opts->progress < 0 ? tty : opts->progress);
+    int draw = opts->progress >= 0                              ? opts->progress
+               : tr->cfg->progress == TRAIN_PROGRESS_ALWAYS ? 1
+               : tr->cfg->progress == TRAIN_PROGRESS_NEVER  ? 0
+                                                             : progress_output_is_terminal(rs.out);
+    progress_init(&rs.progress, rs.out, draw);
     if (tr->has_val && opts->eval_at_start && tr->step == 0) rc = run_evaluate(tr, &rs, 0, err);
   }
   for (int finished = 0; !rc && !finished && tr->step < tr->cfg->steps;) rc = run_one_step(tr, &rs, &finished, err);

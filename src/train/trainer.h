@@ -176,7 +176,7 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err);
 
 typedef struct TrainerOptions {
   FILE *out;              /* banner, log lines, progress (NULL: stdout) */
-  int progress;           /* -1: when `out` is a terminal; 0 never; 1 always */
+  int progress;           /* -1: as the run config's training.progress says; 0 never; 1 always */
   int write_run_files;    /* config.json and metrics.jsonl under cfg->out_dir; a resumed run
                              keeps the records up to its start step and appends */
   int save_checkpoints;   /* every checkpoint.interval steps, at the end and when stopped

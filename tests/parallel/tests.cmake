@@ -80,3 +80,10 @@ endforeach()
 # losses are held to the relative tolerance, not to an absolute one.
 add_test(NAME parallel.compare_rule COMMAND /usr/bin/python3 ${PARALLEL_TEST_DIR}/compare_runs_test.py)
 set_tests_properties(parallel.compare_rule PROPERTIES TIMEOUT 60)
+# Logs that read well in a file (tests/parallel/log_file_test.sh): no
+# progress line in mpirun's redirected output, one with --progress always,
+# dp in the banner's batch line, the warning for MFU above a stated peak.
+add_test(NAME parallel.log_file
+         COMMAND bash ${PARALLEL_TEST_DIR}/log_file_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.log_file PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")

@@ -39,6 +39,26 @@ static int run_cmd(int (*cmd)(int, char **), int argc, char **argv) {
   return rc;
 }
 
+/* Runs a command with its stdout and stderr written to `path`. */
+static int run_to_file(int (*cmd)(int, char **), const char *path, int argc, char **argv) {
+  fflush(stdout);
+  fflush(stderr);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  int out = dup(1), err = dup(2);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  int rc = cmd(argc, argv);
+  fflush(stdout);
+  fflush(stderr);
+  dup2(out, 1);
+  dup2(err, 2);
+  close(out);
+  close(err);
+  close(fd);
+  return rc;
+}
+
 #define RUN(cmd, ...)                                           \
   ({                                                            \
     char *args_[] = {__VA_ARGS__};                              \
@@ -287,6 +307,75 @@ static void test_plan_mapping_refinement_replication(void **state) {
   assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8",
                        "--seq", "4096", "--global-batch", "8", "--map-devices"),
                    2);
+static void assert_has(const char *text, const char *needle) {
+  if (!strstr(text, needle)) fail_msg("expected \"%s\" in:\n%s", needle, text);
+}
+
+/* What a newcomer tried: `plan --model` on a run config (its model
+ * section, inline or a path relative to the run config), the simulate
+ * line plan prints (which runs as printed), and an unknown model name that
+ * lists the names there are. */
+static void test_run_config_and_names(void **state) {
+  (void)state;
+  char dir[] = "/tmp/fivefold_plan_cli_run_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char run_inline[4200], run_path[4200], model[4200], log[4200];
+  snprintf(run_inline, sizeof run_inline, "%s/inline.json", dir);
+  snprintf(run_path, sizeof run_path, "%s/by-path.json", dir);
+  snprintf(model, sizeof model, "%s/tiny.json", dir);
+  snprintf(log, sizeof log, "%s/out.txt", dir);
+  static const char MODEL[] =
+      "{\"model_type\": \"fivefold\", \"vocab_size\": 4096, \"hidden_size\": 256, \"num_hidden_layers\": 4, "
+      "\"num_attention_heads\": 4, \"intermediate_size\": 512, \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+      "\"moe_intermediate_size\": 256}";
+  FILE *f = fopen(run_inline, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"description\": \"a run\", \"model\": %s, \"training\": {\"steps\": 3}, \"data\": {}}", MODEL);
+  fclose(f);
+  f = fopen(model, "w");
+  assert_non_null(f);
+  fputs(MODEL, f);
+  fclose(f);
+  f = fopen(run_path, "w");
+  assert_non_null(f);
+  fputs("{\"description\": \"a run\", \"model\": \"tiny.json\", \"training\": {}}", f);
+  fclose(f);
+
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", run_path, "--cluster", "dgx-h100", "--gpus", "8", "--seq",
+                       "1024", "--global-batch", "64", "--quiet"),
+                   0);
+  char *argv[] = {"plan", "--model", run_inline, "--cluster", "dgx-h100", "--gpus", "8", "--seq", "1024",
+                  "--global-batch", "64", "--top", "2", "--mbs-list", "1,2"};
+  assert_int_equal(run_to_file(cmd_plan, log, (int)(sizeof argv / sizeof *argv), argv), 0);
+  char *text = read_all(log);
+  assert_non_null(text);
+  const char *line = strstr(text, "simulate the best: fivefold simulate ");
+  if (!line) fail_msg("plan printed no simulate line:\n%s", text);
+  /* The line runs as printed. */
+  char copy[2048];
+  snprintf(copy, sizeof copy, "%s", line + strlen("simulate the best: fivefold "));
+  char *nl = strchr(copy, '\n');
+  if (nl) *nl = '\0';
+  char *words[64];
+  int n = 0;
+  for (char *w = strtok(copy, " "); w && n < 63; w = strtok(NULL, " ")) words[n++] = w;
+  assert_has(line, "--model ");
+  assert_has(line, "--mbs ");
+  words[n++] = "--quiet";
+  assert_int_equal(run_cmd(cmd_simulate, n, words), 0);
+
+  char *bad[] = {"simulate", "--model", "mixtrl-8x7b", "--cluster", "dgx-h100", "--gpus", "8", "--seq", "1024",
+                 "--global-batch", "64"};
+  assert_int_equal(run_to_file(cmd_simulate, log, (int)(sizeof bad / sizeof *bad), bad), 1);
+  text = read_all(log);
+  assert_has(text, "did you mean 'mixtral-8x7b'");
+  assert_has(text, "known: ");
+  assert_has(text, "llama-3-8b");
+  remove(run_inline);
+  remove(run_path);
+  remove(model);
+  remove(log);
+  rmdir(dir);
 }
 
 int main(void) {
@@ -297,6 +386,7 @@ int main(void) {
       cmocka_unit_test(test_simulate_schedule_is_used),
       cmocka_unit_test(test_plan_writes_plan_json),
       cmocka_unit_test(test_plan_mapping_refinement_replication),
+      cmocka_unit_test(test_run_config_and_names),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

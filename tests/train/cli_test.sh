@@ -85,6 +85,16 @@ cat >"$WORK/ok.json" <<'JSON'
 JSON
 expect 2 "fivefold train:" "--steps" "'abc'" -- "$FIVEFOLD" train --config "$WORK/ok.json" --steps abc
 expect 2 "fivefold train:" "did you mean '--steps'" -- "$FIVEFOLD" train --config "$WORK/ok.json" --stpes 3
+# A lower --lr than the file's min_lr: the error points at --min-lr, which fixes it.
+sed 's/"warmup_steps": 1}/"warmup_steps": 1, "min_lr": 0.0003}/' "$WORK/ok.json" >"$WORK/minlr.json"
+expect 1 "fivefold train:" "training.min_lr" "--min-lr" -- "$FIVEFOLD" train --config "$WORK/minlr.json" --lr 1e-4 --steps 1 --out "$WORK/minlr-bad"
+expect 0 "step 1/1" -- "$FIVEFOLD" train --config "$WORK/minlr.json" --lr 1e-4 --min-lr 1e-5 --warmup-steps 0 --steps 1 --out "$WORK/minlr-ok"
+grep -Eq '"min_lr":[[:space:]]*1e-05,' "$WORK/minlr-ok/config.json" || fail "config.json does not record --min-lr 1e-5 as 1e-05"
+cat >"$WORK/section.json" <<'JSON'
+{"model": "model.json", "trcae": {}, "data": {"train": "shards/train.bin"}}
+JSON
+expect 1 "fivefold train:" "unknown section \"trcae\"" "did you mean 'trace'" "checkpoint, parallel, trace, out" \
+  -- "$FIVEFOLD" train --config "$WORK/section.json"
 
 # --- a tiny run through the CLI, with overrides (relative to the current directory)
 cd "$WORK" || exit 1

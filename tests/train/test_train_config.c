@@ -142,7 +142,10 @@ static void test_errors_name_file_and_field(void **state) {
       {"{\"model\": \"missing-model.json\"" DATA "}", "missing-model.json", "not found", 0},
       {"{\"model\": 3" DATA "}", "model must be an object", "got a number", 0},
       {"{\"training\": {}" DATA "}", "no \"model\" section", "", 0},
-      {"{\"model\": \"model.json\",\n\"training\": {\"steps\": 3,}}", "invalid JSON", "line 2", 0},
+      {"{\"model\": \"model.json\",\n\"training\": {\"steps\": 3,}}", "invalid JSON", "line 2, column 26", 0},
+      {"[1, 2]", "top level must be an object of sections", "got an array", 0},
+      {"{\"model\": \"model.json\", \"traces\": {}" DATA "}", "did you mean 'trace'", "checkpoint, parallel, trace",
+       0},
       {"{\"model\": \"model.json\", \"data\": {}}", "no training data", "--train-data", 1},
       {"{\"model\": \"model.json\", \"training\": {\"micro_batch_size\": 4, \"global_batch_size\": 10}" DATA "}",
        "global_batch_size 10", "multiple of 4", 1},
@@ -151,6 +154,9 @@ static void test_errors_name_file_and_field(void **state) {
        "grad_accum_steps 3 contradicts", "", 1},
       {"{\"model\": \"model.json\", \"training\": {\"lr\": 0.001, \"min_lr\": 0.01}" DATA "}", "training.min_lr",
        "above lr", 1},
+      {"{\"model\": \"model.json\", \"training\": {\"lr\": 0.001, \"min_lr\": 0.01}" DATA "}", "--min-lr", "", 1},
+      {"{\"model\": \"model.json\", \"training\": {\"progress\": \"sometimes\"}" DATA "}", "training.progress",
+       "\"auto\", \"always\" or \"never\"", 0},
       {"{\"model\": \"model.json\", \"training\": {\"seq_len\": 1024}" DATA "}", "training.seq_len 1024",
        "max_position_embeddings 512", 1},
   };
@@ -279,6 +285,48 @@ static void test_resolved_round_trip(void **state) {
   train_config_free(&b);
 }
 
+/* What a newcomer tripped over: no flag for min_lr or warm-up (so
+ * `--lr 1e-4` on a config with min_lr 3e-4 could not be fixed from the
+ * command line), float fields written as long doubles, a syntax error
+ * blamed on the document's shape, and the progress switch. */
+static void test_newcomer_fixes(void **state) {
+  (void)state;
+  TrainConfig cfg;
+  Error err;
+  int rc = load_text(&cfg, "nc.json",
+                     "{\"model\": \"model.json\", \"training\": {\"lr\": 0.003, \"min_lr\": 0.0003, "
+                     "\"weight_decay\": 0.1}" DATA "}",
+                     &err);
+  if (rc) fail_msg("%s", err.msg);
+  assert_int_equal(cfg.progress, TRAIN_PROGRESS_AUTO);
+  if (train_config_override(&cfg, "--lr", "1e-4", &err)) fail_msg("%s", err.msg);
+  assert_int_equal(train_config_override(&cfg, "--min-lr", "1e-5", &err), 0);
+  assert_int_equal(train_config_override(&cfg, "--warmup-steps", "7", &err), 0);
+  assert_int_equal(train_config_override(&cfg, "--progress", "never", &err), 0);
+  assert_int_equal(train_config_override(&cfg, "--progress", "maybe", &err), ERR_ARG);
+  assert_contains(err.msg, "--progress");
+  assert_float_equal(cfg.min_lr, 1e-5f, 0);
+  assert_int_equal(cfg.warmup_steps, 7);
+  assert_int_equal(cfg.progress, TRAIN_PROGRESS_NEVER);
+  if (train_config_finalize(&cfg, &err)) fail_msg("%s", err.msg);
+  cJSON *json = train_config_to_json(&cfg);
+  char *text = cJSON_PrintUnformatted(json);
+  cJSON_Delete(json);
+  assert_contains(text, "\"lr\":0.0001,");
+  assert_contains(text, "\"min_lr\":1e-05,");
+  assert_contains(text, "\"weight_decay\":0.1,");
+  assert_contains(text, "\"beta2\":0.95,");
+  assert_contains(text, "\"progress\":\"never\"");
+  assert_contains(text, "\"rms_norm_eps\":1e-05,"); /* the model section's floats too */
+  free(text);
+  train_config_free(&cfg);
+
+  /* A syntax error is not "expected an object": it says where. */
+  assert_int_equal(load_text(&cfg, "syntax.json", "{\"model\": \"model.json\" \"data\": {}}", &err), ERR_CONFIG);
+  assert_contains(err.msg, "line 1, column 24");
+  if (strstr(err.msg, "object of sections")) fail_msg("a syntax error blamed on the shape: %s", err.msg);
+}
+
 static void test_help_lists_every_flag(void **state) {
   (void)state;
   char *buf = NULL;
@@ -288,7 +336,8 @@ static void test_help_lists_every_flag(void **state) {
   fclose(f);
   static const char *flags[] = {"--steps",        "--lr",          "--micro-batch-size", "--seq-len",  "--grad-accum",
                                 "--seed",         "--log-interval", "--eval-interval",   "--threads",  "--peak-gflops",
-                                "--train-data",   "--val-data",    "--out"};
+                                "--train-data",   "--val-data",    "--out",            "--min-lr",   "--warmup-steps",
+                                "--progress"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
     assert_contains(buf, flags[i]);
     assert_true(train_config_is_flag(flags[i]));
@@ -396,6 +445,7 @@ int main(void) {
       cmocka_unit_test(test_errors_name_file_and_field), cmocka_unit_test(test_inline_model_error),
       cmocka_unit_test(test_overrides),           cmocka_unit_test(test_resolved_round_trip),
       cmocka_unit_test(test_help_lists_every_flag), cmocka_unit_test(test_parallel_layout),
+      cmocka_unit_test(test_newcomer_fixes),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
