@@ -170,14 +170,7 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   tr->net_y = malloc(samples * sizeof(int));
   if (!tr->net_x || !tr->net_y) return error_set(err, ERR_NOMEM, "out of memory for the mlp's batch");
   tr->has_val = cfg->eval_batches > 0;
-  OptimizerConfig oc = {
-      .schedule = {cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps, cfg->decay},
-      .beta1 = cfg->beta1,
-      .beta2 = cfg->beta2,
-      .eps = cfg->eps,
-      .weight_decay = cfg->weight_decay,
-      .grad_clip = cfg->grad_clip,
-  };
+  OptimizerConfig oc = trainer_optimizer_config(cfg);
   if ((rc = create_data_parallel(tr, &oc, err))) return rc;
   if ((rc = create_program(tr, err))) return rc;
   tr->flops_per_token = mlp_flops_per_sample(&cfg->mlp);

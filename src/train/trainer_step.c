@@ -352,9 +352,7 @@ static int open_data(Trainer *tr, Error *err) {
   return rc;
 }
 
-/* AdamW, whole or sharded (ZeRO-1), and the gradient reduction it needs. */
-static int create_optimizer(Trainer *tr, Error *err) {
-  const TrainConfig *cfg = tr->cfg;
+OptimizerConfig trainer_optimizer_config(const TrainConfig *cfg) {
   OptimizerConfig oc = {
       .schedule = {cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps, cfg->decay},
       .beta1 = cfg->beta1,
@@ -363,6 +361,13 @@ static int create_optimizer(Trainer *tr, Error *err) {
       .weight_decay = cfg->weight_decay,
       .grad_clip = cfg->grad_clip,
   };
+  return oc;
+}
+
+/* AdamW, whole or sharded (ZeRO-1), and the gradient reduction it needs. */
+static int create_optimizer(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  OptimizerConfig oc = trainer_optimizer_config(cfg);
   trainer_fold_need_reduction(tr);
   /* Where the reducing peers run (for overlap_grad_reduce auto): the dp-cp
    * group, or the expert-data group when folding makes it the larger.
