@@ -668,17 +668,7 @@ static int root_verify(const char *dir, const Model *m, LoadedState *out, Error 
     rc = ckpt_join(path, sizeof path, dir, CKPT_FILES[i], err);
     if (!rc) rc = safetensors_open(&r, path, err);
     if (!rc) rc = check_file_tensors(r, i, g, ng, err);
-    if (!rc && i == 1) {
-      const SafetensorsTensorInfo *info = safetensors_find(r, "step");
-      int64_t step = -1;
-      if (!info || info->dtype != ST_I64 || info->numel != 1)
-        rc = error_set(err, ERR_FORMAT, "%s: tensor 'step' must be one I64 (the optimizer's step count)%s", path,
-                       info ? "" : ", but it is missing");
-      if (!rc) rc = safetensors_read(r, "step", ST_I64, &step, sizeof step, err);
-      if (!rc && step != st.step)
-        rc = error_set(err, ERR_FORMAT, "%s: optimizer step %lld differs from the checkpoint's step %d", path,
-                       (long long)step, st.step);
-    }
+    if (!rc && i == 1) rc = ckpt_check_optimizer_step(r, path, st.step, err);
     safetensors_close(r);
   }
   if (!rc) {

@@ -102,5 +102,11 @@ int ckpt_save_commit(const char *root, const char *tmp, const char *final_dir, i
                      uint64_t bytes, CheckpointSaveInfo *info, Error *err);
 /* Removes a directory of plain files (a checkpoint, or a temporary one). */
 int ckpt_remove_dir_flat(const char *path, Error *err);
+/* Writes n bytes to path (created or truncated) and fsyncs it; errors name
+ * the path and, for a failed write, suggest a full disk. */
+int ckpt_write_file_synced(const char *path, const char *data, size_t n, Error *err);
+/* 0 if optimizer.safetensors (r, read from path) holds a one-element I64
+ * 'step' equal to `expected`, the checkpoint's step; else ERR_FORMAT. */
+int ckpt_check_optimizer_step(SafetensorsReader *r, const char *path, int expected, Error *err);
 
 #endif

@@ -515,6 +515,20 @@ int checkpoint_load_weights(const char *ckpt_dir, Model *m, Error *err) {
   return rc;
 }
 
+int ckpt_check_optimizer_step(SafetensorsReader *r, const char *path, int expected, Error *err) {
+  const SafetensorsTensorInfo *info = safetensors_find(r, "step");
+  int64_t step = -1;
+  int rc = 0;
+  if (!info || info->dtype != ST_I64 || info->numel != 1)
+    rc = error_set(err, ERR_FORMAT, "%s: tensor 'step' must be one I64 (the optimizer's step count)%s", path,
+                   info ? "" : ", but it is missing");
+  if (!rc) rc = safetensors_read(r, "step", ST_I64, &step, sizeof step, err);
+  if (!rc && step != expected)
+    rc = error_set(err, ERR_FORMAT, "%s: optimizer step %lld differs from the checkpoint's step %d", path,
+                   (long long)step, expected);
+  return rc;
+}
+
 static int load_optimizer(const CkptState *st, const Model *m, CheckpointOptimizer *opt, Error *err) {
   if (opt->num_params != m->num_params)
     return error_set(err, ERR_INTERNAL, "optimizer built for %zu parameters, model has %zu", opt->num_params,
@@ -523,21 +537,13 @@ static int load_optimizer(const CkptState *st, const Model *m, CheckpointOptimiz
   int rc = open_checked(st, 1, &r, err);
   if (rc) return rc;
   const char *path = safetensors_path(r);
-  const SafetensorsTensorInfo *info = safetensors_find(r, "step");
-  int64_t step = -1;
-  if (!info || info->dtype != ST_I64 || info->numel != 1)
-    rc = error_set(err, ERR_FORMAT, "%s: tensor 'step' must be one I64 (the optimizer's step count)%s", path,
-                   info ? "" : ", but it is missing");
-  if (!rc) rc = safetensors_read(r, "step", ST_I64, &step, sizeof step, err);
-  if (!rc && step != st->step)
-    rc = error_set(err, ERR_FORMAT, "%s: optimizer step %lld differs from the checkpoint's step %d", path,
-                   (long long)step, st->step);
+  rc = ckpt_check_optimizer_step(r, path, st->step, err);
   static const char *const prefixes[] = {"m.", "v."};
   if (!rc) rc = load_param_tensors(r, m, "m.", opt->m, err);
   if (!rc) rc = load_param_tensors(r, m, "v.", opt->v, err);
   if (!rc) rc = check_no_foreign_tensors(r, m, prefixes, 2, 1, err);
   safetensors_close(r);
-  if (!rc) opt->step = (int)step;
+  if (!rc) opt->step = st->step; /* equal to the file's step, checked above */
   return rc;
 }
 

@@ -23,28 +23,6 @@
 /* A tokenizer.json of a real vocabulary is a few MB. */
 #define TOKENIZER_MAX_BYTES ((size_t)256 << 20)
 
-static int write_synced(const char *path, const char *data, size_t n, Error *err) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", path, strerror(errno));
-  for (size_t done = 0; done < n;) {
-    ssize_t k = write(fd, data + done, n - done);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      int saved = errno;
-      close(fd);
-      return error_set(err, ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(saved));
-    }
-    done += (size_t)k;
-  }
-  if (fsync(fd) != 0) {
-    int saved = errno;
-    close(fd);
-    return error_set(err, ERR_IO, "cannot sync %s: %s", path, strerror(saved));
-  }
-  if (close(fd) != 0) return error_set(err, ERR_IO, "closing %s failed: %s", path, strerror(errno));
-  return 0;
-}
-
 int ckpt_tokenizer_store(const char *tmp, const char *tokenizer, CkptTokenizerRecord *rec, Error *err) {
   memset(rec, 0, sizeof *rec);
   if (!strcmp(tokenizer, CHECKPOINT_BYTE_LEVEL)) return 0;
@@ -54,7 +32,7 @@ int ckpt_tokenizer_store(const char *tmp, const char *tokenizer, CkptTokenizerRe
   if (rc) return error_wrap(err, "storing the tokenizer in the checkpoint");
   char path[CKPT_PATH_MAX];
   rc = ckpt_join(path, sizeof path, tmp, CHECKPOINT_TOKENIZER_FILE, err);
-  if (!rc) rc = write_synced(path, text, n, err);
+  if (!rc) rc = ckpt_write_file_synced(path, text, n, err);
   if (!rc) {
     rec->stored = 1;
     rec->file.bytes = n;

@@ -53,7 +53,7 @@ int ckpt_remove_dir_flat(const char *path, Error *err) {
   return rc;
 }
 
-static int write_file_synced(const char *path, const char *data, size_t n, Error *err) {
+int ckpt_write_file_synced(const char *path, const char *data, size_t n, Error *err) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", path, strerror(errno));
   const char *p = data;
@@ -262,7 +262,7 @@ int ckpt_save_finish_contents(const char *tmp, const CheckpointSource *src, uint
   }
   memcpy(with_nl + len, "\n", 2);
   int rc = ckpt_join(path, sizeof path, tmp, CHECKPOINT_STATE_FILE, err);
-  if (!rc) rc = write_file_synced(path, with_nl, len + 1, err);
+  if (!rc) rc = ckpt_write_file_synced(path, with_nl, len + 1, err);
   free(with_nl);
   *bytes += len + 1;
   if (!rc) rc = fsync_dir(tmp, err);

@@ -492,9 +492,10 @@ int comm_alltoallv_reverse_f32(const CommGroup *g, const CommAlltoallv *x, const
   return alltoallv(g, x, send, recv, 1, req, OP_NAME("comm_alltoallv_reverse_f32", req), err);
 }
 
-int comm_alltoall_i64(const CommGroup *g, const int64_t *send, int64_t *recv, size_t per_rank,
-                      CommRequest *req, Error *err) {
-  const char *name = OP_NAME("comm_alltoall_i64", req);
+/* The checks and the call of an all-to-all of per_rank elements of `type`
+ * to and from every rank, blocking or started on req. */
+static int alltoall_typed(const CommGroup *g, const void *send, void *recv, size_t per_rank, MPI_Datatype type,
+                          CommRequest *req, const char *name, Error *err) {
   int rc;
   if ((rc = check_group(g, name, err)) || (rc = check_count(per_rank, "per_rank", name, g, err)) ||
       (rc = check_buffer(send, per_rank, "send", name, g, err)) ||
@@ -503,32 +504,21 @@ int comm_alltoall_i64(const CommGroup *g, const int64_t *send, int64_t *recv, si
     return rc;
   comm_set_operation(name);
   if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_INT64_T, per_rank * (size_t)g->size), -1,
-                                 MPI_Alltoall(send, (int)per_rank, MPI_INT64_T, recv, (int)per_rank,
-                                              MPI_INT64_T, g->comm)),
+    return comm_check(PROBED_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(type, per_rank * (size_t)g->size), -1,
+                                 MPI_Alltoall(send, (int)per_rank, type, recv, (int)per_rank, type, g->comm)),
                       name, g, err);
-  return started(MPI_Ialltoall(send, (int)per_rank, MPI_INT64_T, recv, (int)per_rank, MPI_INT64_T,
-                               g->comm, &req->mpi),
-                 req, name, g, err);
+  return started(MPI_Ialltoall(send, (int)per_rank, type, recv, (int)per_rank, type, g->comm, &req->mpi), req,
+                 name, g, err);
+}
+
+int comm_alltoall_i64(const CommGroup *g, const int64_t *send, int64_t *recv, size_t per_rank,
+                      CommRequest *req, Error *err) {
+  return alltoall_typed(g, send, recv, per_rank, MPI_INT64_T, req, OP_NAME("comm_alltoall_i64", req), err);
 }
 
 int comm_alltoall_f32(const CommGroup *g, const float *send, float *recv, size_t per_rank, CommRequest *req,
                       Error *err) {
-  const char *name = OP_NAME("comm_alltoall_f32", req);
-  int rc;
-  if ((rc = check_group(g, name, err)) || (rc = check_count(per_rank, "per_rank", name, g, err)) ||
-      (rc = check_buffer(send, per_rank, "send", name, g, err)) ||
-      (rc = check_buffer(recv, per_rank, "recv", name, g, err)) ||
-      (rc = check_request(req, name, g, err)))
-    return rc;
-  comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_FLOAT, per_rank * (size_t)g->size), -1,
-                                 MPI_Alltoall(send, (int)per_rank, MPI_FLOAT, recv, (int)per_rank, MPI_FLOAT,
-                                              g->comm)),
-                      name, g, err);
-  return started(MPI_Ialltoall(send, (int)per_rank, MPI_FLOAT, recv, (int)per_rank, MPI_FLOAT, g->comm, &req->mpi),
-                 req, name, g, err);
+  return alltoall_typed(g, send, recv, per_rank, MPI_FLOAT, req, OP_NAME("comm_alltoall_f32", req), err);
 }
 
 int comm_reduce_scatterv_sum_f32(const CommGroup *g, const float *send, float *recv,

@@ -2,12 +2,12 @@
  * per OpenMP thread, and square GEMMs through the backends. */
 #include "kern/peak.h"
 
-#include <omp.h>
 #include <stdlib.h>
 
 #include "base/timer.h"
 #include "kern/bf16.h"
 #include "kern/gemm.h"
+#include "kern/peak_timing.h"
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -62,35 +62,10 @@ __attribute__((noinline)) static float fma_rounds(long iters, float seed) {
   return sum;
 }
 
-static volatile float peak_sink;
-
-/* Each thread times many short batches (~0.1 ms) and keeps its fastest: a
- * batch that lost its core to another process is slower, never faster, so
- * the best batch is the hardware rate even on a shared machine. */
 double peak_fma_gflops(int threads, double seconds) {
-  if (threads <= 0) threads = omp_get_max_threads();
-  if (seconds <= 0.0) seconds = 0.1;
   const long rounds_per_batch = 1L << 15;
   const double flops_per_batch = 2.0 * PEAK_LANES * PEAK_CHAINS * (double)rounds_per_batch;
-  double total_gflops = 0.0;
-#pragma omp parallel num_threads(threads) reduction(+ : total_gflops)
-  {
-    float sink = 0.0f;
-    /* Warm-up lets the core reach its sustained clock before timing. */
-    double warm_end = timer_now() + 0.1 * seconds;
-    while (timer_now() < warm_end) sink += fma_rounds(rounds_per_batch, sink);
-#pragma omp barrier
-    double start = timer_now(), now = start, best_batch = 1e30;
-    do {
-      double batch_start = now;
-      sink += fma_rounds(rounds_per_batch, sink * 1e-30f);
-      now = timer_now();
-      if (now - batch_start < best_batch) best_batch = now - batch_start;
-    } while (now - start < seconds);
-    peak_sink = sink;
-    total_gflops += flops_per_batch / best_batch * 1e-9;
-  }
-  return total_gflops;
+  return peak_timed_rate(fma_rounds, rounds_per_batch, flops_per_batch, threads, seconds);
 }
 
 /* Best single n x n x n product on (backend, precision), as for the FMA
@@ -147,28 +122,9 @@ __attribute__((noinline)) static float bf16_dot_rounds(long iters, float seed) {
 double peak_bf16_gflops(int threads, double seconds) {
 #if defined(__AVX512BF16__)
   if (!kern_bf16_supported(NULL, 0)) return 0.0;
-  if (threads <= 0) threads = omp_get_max_threads();
-  if (seconds <= 0.0) seconds = 0.1;
   const long rounds_per_batch = 1L << 14;
   const double flops_per_batch = 64.0 * PEAK_CHAINS * (double)rounds_per_batch;
-  double total_gflops = 0.0;
-#pragma omp parallel num_threads(threads) reduction(+ : total_gflops)
-  {
-    float sink = 0.0f;
-    double warm_end = timer_now() + 0.1 * seconds;
-    while (timer_now() < warm_end) sink += bf16_dot_rounds(rounds_per_batch, sink * 1e-30f);
-#pragma omp barrier
-    double start = timer_now(), now = start, best_batch = 1e30;
-    do {
-      double batch_start = now;
-      sink += bf16_dot_rounds(rounds_per_batch, sink * 1e-30f);
-      now = timer_now();
-      if (now - batch_start < best_batch) best_batch = now - batch_start;
-    } while (now - start < seconds);
-    peak_sink = sink;
-    total_gflops += flops_per_batch / best_batch * 1e-9;
-  }
-  return total_gflops;
+  return peak_timed_rate(bf16_dot_rounds, rounds_per_batch, flops_per_batch, threads, seconds);
 #else
   (void)threads, (void)seconds;
   return 0.0;

@@ -2,9 +2,7 @@
  * per OpenMP thread, the inner step of a tropical product without loads. */
 #include "kern/peak_tropical.h"
 
-#include <omp.h>
-
-#include "base/timer.h"
+#include "kern/peak_timing.h"
 
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
@@ -58,29 +56,8 @@ __attribute__((noinline)) static float add_max_rounds(long iters, float seed) {
   return pt_sum(total);
 }
 
-static volatile float peak_tropical_sink;
-
 double peak_add_max_gops(int threads, double seconds) {
-  if (threads <= 0) threads = omp_get_max_threads();
-  if (seconds <= 0.0) seconds = 0.1;
   const long rounds_per_batch = 1L << 15;
   const double ops_per_batch = (double)PT_LANES * PT_CHAINS * (double)rounds_per_batch;
-  double total = 0.0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-  {
-    float sink = 0.0f;
-    double warm_end = timer_now() + 0.1 * seconds;
-    while (timer_now() < warm_end) sink += add_max_rounds(rounds_per_batch, sink * 1e-30f);
-#pragma omp barrier
-    double start = timer_now(), now = start, best_batch = 1e30;
-    do {
-      double batch_start = now;
-      sink += add_max_rounds(rounds_per_batch, sink * 1e-30f);
-      now = timer_now();
-      if (now - batch_start < best_batch) best_batch = now - batch_start;
-    } while (now - start < seconds);
-    peak_tropical_sink = sink;
-    total += ops_per_batch / best_batch * 1e-9;
-  }
-  return total;
+  return peak_timed_rate(add_max_rounds, rounds_per_batch, ops_per_batch, threads, seconds);
 }

@@ -69,23 +69,7 @@ static int create_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *e
 
 /* The sum over the replicas in rank order, so that every rank gets the same bits. */
 static int sum_over_replicas(const Trainer *tr, double *x, Error *err) {
-  if (tr->dp <= 1) return 0;
-  const CommGroup *g = comm_world();
-  int64_t mine, *all = malloc((size_t)g->size * sizeof *all);
-  if (!all) return error_set(err, ERR_NOMEM, "out of memory");
-  memcpy(&mine, x, sizeof mine);
-  int rc = comm_allgather_i64(g, &mine, all, 1, NULL, err);
-  if (!rc) {
-    double s = 0;
-    for (int i = 0; i < g->size; i++) {
-      double v;
-      memcpy(&v, &all[i], sizeof v);
-      s += v;
-    }
-    *x = s;
-  }
-  free(all);
-  return rc;
+  return tr->dp > 1 ? trainer_sum_over_group(comm_world(), x, err) : 0;
 }
 
 /* Micro-batch mb of this replica's share of the step: samples are numbered
@@ -109,11 +93,7 @@ static int update(Trainer *tr, Error *err) {
     rc = sum_over_replicas(tr, &sumsq, err);
   }
   if (rc) return error_wrap(err, "global gradient norm");
-  /* Nothing touches the weights before every rank knows the step is finite. */
-  int skip;
-  if ((rc = nonfinite_guard_step(tr, sumsq, &skip, err)) || skip) return rc;
-  if (!tr->zero) return optimizer_apply(&tr->opt, &tr->model, sumsq, &tr->acc.info, err);
-  return dist_optimizer_apply(&tr->dist_opt, &tr->model, sumsq, &tr->acc.info, err);
+  return trainer_apply_update(tr, sumsq, err);
 }
 
 /* ---- the program's actions (executor handlers) ---- */
@@ -190,14 +170,7 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   tr->net_y = malloc(samples * sizeof(int));
   if (!tr->net_x || !tr->net_y) return error_set(err, ERR_NOMEM, "out of memory for the mlp's batch");
   tr->has_val = cfg->eval_batches > 0;
-  OptimizerConfig oc = {
-      .schedule = {cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps, cfg->decay},
-      .beta1 = cfg->beta1,
-      .beta2 = cfg->beta2,
-      .eps = cfg->eps,
-      .weight_decay = cfg->weight_decay,
-      .grad_clip = cfg->grad_clip,
-  };
+  OptimizerConfig oc = trainer_optimizer_config(cfg);
   if ((rc = create_data_parallel(tr, &oc, err))) return rc;
   if ((rc = create_program(tr, err))) return rc;
   tr->flops_per_token = mlp_flops_per_sample(&cfg->mlp);

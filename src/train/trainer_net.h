@@ -21,4 +21,14 @@ int trainer_net_evaluate(Trainer *tr, EvalResult *res, Error *err);
 /* The banner lines that describe the network, its data and batch. */
 void trainer_net_print_model(const Trainer *tr, FILE *out);
 
+/* Shared with the transformer's step (trainer_step.c). */
+/* Sums x over g, identically on every rank (values gathered and added in
+ * rank order); nothing to do for a missing or one-rank group. */
+int trainer_sum_over_group(const CommGroup *g, double *x, Error *err);
+/* The optimizer step with the global gradient norm sumsq, after the
+ * non-finite guard (which may skip the step or stop the run). */
+int trainer_apply_update(Trainer *tr, double sumsq, Error *err);
+/* AdamW's settings and learning-rate schedule from the run's config. */
+OptimizerConfig trainer_optimizer_config(const TrainConfig *cfg);
+
 #endif

@@ -63,7 +63,7 @@ static int run_grad_reduce(void *ctx, const SchedAction *a, Error *err) {
 /* Sums x over g, identically on every rank: every value is gathered and
  * added in rank order (an all-reduce may round differently per rank, and
  * the clipping factor must not). */
-static int sum_over_group(const CommGroup *g, double *x, Error *err) {
+int trainer_sum_over_group(const CommGroup *g, double *x, Error *err) {
   if (!g || g->size <= 1) return 0;
   int64_t mine, *all = malloc((size_t)g->size * sizeof *all);
   if (!all) return error_set(err, ERR_NOMEM, "out of memory");
@@ -160,11 +160,15 @@ static int run_optim(void *ctx, const SchedAction *a, Error *err) {
   } else {
     sumsq = tr->zero ? dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, tr->tp_rank)
                      : optimizer_local_sumsq(&tr->model, tr->tp_rank);
-    rc = sum_over_group(tr->zero ? comm_world() : tr->mp_group, &sumsq, err);
+    rc = trainer_sum_over_group(tr->zero ? comm_world() : tr->mp_group, &sumsq, err);
   }
   if (rc) return error_wrap(err, "global gradient norm");
+  return trainer_apply_update(tr, sumsq, err);
+}
+
+int trainer_apply_update(Trainer *tr, double sumsq, Error *err) {
   /* Nothing touches the weights before every rank knows the step is finite. */
-  int skip;
+  int skip, rc;
   if ((rc = nonfinite_guard_step(tr, sumsq, &skip, err)) || skip) return rc;
   if (tr->zero) return dist_optimizer_apply(&tr->dist_opt, &tr->model, sumsq, &tr->acc.info, err);
   return optimizer_apply(&tr->opt, &tr->model, sumsq, &tr->acc.info, err);
@@ -348,9 +352,7 @@ static int open_data(Trainer *tr, Error *err) {
   return rc;
 }
 
-/* AdamW, whole or sharded (ZeRO-1), and the gradient reduction it needs. */
-static int create_optimizer(Trainer *tr, Error *err) {
-  const TrainConfig *cfg = tr->cfg;
+OptimizerConfig trainer_optimizer_config(const TrainConfig *cfg) {
   OptimizerConfig oc = {
       .schedule = {cfg->lr, cfg->min_lr, cfg->warmup_steps, cfg->steps, cfg->decay},
       .beta1 = cfg->beta1,
@@ -359,6 +361,13 @@ static int create_optimizer(Trainer *tr, Error *err) {
       .weight_decay = cfg->weight_decay,
       .grad_clip = cfg->grad_clip,
   };
+  return oc;
+}
+
+/* AdamW, whole or sharded (ZeRO-1), and the gradient reduction it needs. */
+static int create_optimizer(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  OptimizerConfig oc = trainer_optimizer_config(cfg);
   trainer_fold_need_reduction(tr);
   /* Where the reducing peers run (for overlap_grad_reduce auto): the dp-cp
    * group, or the expert-data group when folding makes it the larger.

@@ -307,6 +307,8 @@ static void test_plan_mapping_refinement_replication(void **state) {
   assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8",
                        "--seq", "4096", "--global-batch", "8", "--map-devices"),
                    2);
+}
+
 static void assert_has(const char *text, const char *needle) {
   if (!strstr(text, needle)) fail_msg("expected \"%s\" in:\n%s", needle, text);
 }
