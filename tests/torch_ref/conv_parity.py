@@ -24,6 +24,7 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parity_util  # noqa: E402
 import safetensors_io  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -83,21 +84,8 @@ def run_case(tool, case, index, tmp, perturb):
     got, _ = safetensors_io.load(out_path)
     ref = reference(case, x, w, b, dy)
     if perturb:
-        ref["dw"] = ref["dw"] + 1e-3 * ref["dw"].abs().max() * torch.sign(torch.randn(ref["dw"].shape, generator=gen))
-    ok = True
-    parts = []
-    for key in ("y", "dx", "dw", "db"):
-        a, r = got[key].double(), ref[key]
-        if tuple(a.shape) != tuple(r.shape):
-            print(f"{name}: {key} has shape {tuple(a.shape)}, PyTorch {tuple(r.shape)}")
-            ok = False
-            continue
-        err = ((a - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
-        parts.append(f"{key} {err:.2e}")
-        if not err <= TOLERANCE:
-            ok = False
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: " + ", ".join(parts))
-    return ok
+        parity_util.perturb_dw(ref, gen)
+    return parity_util.compare(name, got, ref, ("y", "dx", "dw", "db"), TOLERANCE, digits=2)
 
 
 def main():

@@ -28,6 +28,7 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parity_util  # noqa: E402
 import safetensors_io  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -121,20 +122,8 @@ def run_case(tool, name, case, index, tmp, perturb):
         return False
     got, _ = safetensors_io.load(out_path)
     if perturb:
-        ref["dw"] = ref["dw"] + 1e-3 * ref["dw"].abs().max() * torch.sign(torch.randn(ref["dw"].shape, generator=gen))
-    ok, parts = True, []
-    for key in ref:
-        a, r = got[key].double(), ref[key]
-        if tuple(a.shape) != tuple(r.shape):
-            print(f"{name}: {key} has shape {tuple(a.shape)}, PyTorch {tuple(r.shape)}")
-            ok = False
-            continue
-        err = ((a - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
-        parts.append(f"{key} {err:.1e}")
-        if not err <= TOLERANCE:
-            ok = False
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: " + ", ".join(parts))
-    return ok
+        parity_util.perturb_dw(ref, gen)
+    return parity_util.compare(name, got, ref, list(ref), TOLERANCE, digits=1)
 
 
 def main():
