@@ -65,6 +65,10 @@ typedef struct LayerOps {
   void (*init)(Layer *l, uint64_t seed, uint64_t stream);
   int (*forward)(Layer *l, const float *x, float *y, int n, int train, Error *err);
   int (*backward)(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err);
+  /* Optional (NULL for most kinds): called after every optimizer update of
+   * the layer's parameters, for re-parametrisations that leave the function
+   * unchanged (re-centring tropical weights into their bias). */
+  void (*after_update)(Layer *l);
   void (*free)(Layer *l); /* frees impl and the workspace, not the bound buffers */
 } LayerOps;
 

@@ -83,6 +83,9 @@ typedef struct NetworkOps {
   int (*backward)(Network *net, int chunk, const void *batch, float loss_scale, Error *err);
   /* The metrics of the last forward; metrics[0] is the loss. Returns the count. */
   int (*metrics)(const Network *net, NetMetric *metrics, int cap);
+  /* Optional (NULL when there is nothing to do): called on every rank after
+   * each optimizer update of param_group, with the updated values in place. */
+  void (*after_update)(Network *net, int param_group);
   void (*free)(Network *net);
 } NetworkOps;
 
