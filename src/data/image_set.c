@@ -30,6 +30,7 @@ void image_set_config_defaults(ImageSetConfig *cfg) {
   cfg->std = FM_TRAIN_STD;
   cfg->noise_on = IMAGE_NOISE_TEST;
   cfg->noise_seed = 1;
+  cfg->test_at_end = 1;
 }
 
 static int bad(Error *err, const char *origin, const char *field, const char *expected, const cJSON *v) {
@@ -72,9 +73,9 @@ int image_set_config_from_json(ImageSetConfig *cfg, const cJSON *obj, const char
     else if (!strcmp(k, "max_train_images")) rc = read_count(f, k, 0, &cfg->max_train_images, origin, err);
     else if (!strcmp(k, "max_val_images")) rc = read_count(f, k, 0, &cfg->max_val_images, origin, err);
     else if (!strcmp(k, "max_test_images")) rc = read_count(f, k, 0, &cfg->max_test_images, origin, err);
-    else if (!strcmp(k, "normalize")) {
+    else if (!strcmp(k, "normalize") || !strcmp(k, "test_at_end")) {
       if (!cJSON_IsBool(f)) rc = bad(err, origin, k, "true or false", f);
-      else cfg->normalize = cJSON_IsTrue(f);
+      else *(k[0] == 'n' ? &cfg->normalize : &cfg->test_at_end) = cJSON_IsTrue(f);
     } else if (!strcmp(k, "mean")) {
       if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble)) rc = bad(err, origin, k, "a number", f);
       else cfg->mean = f->valuedouble;
@@ -94,7 +95,7 @@ int image_set_config_from_json(ImageSetConfig *cfg, const cJSON *obj, const char
     } else {
       rc = error_set(err, ERR_CONFIG, "%s: data.%s: unknown field of a vision run's data (expected dir, val_images, "
                      "split_seed, max_train_images, max_val_images, max_test_images, normalize, mean, std, "
-                     "noise_gaussian, noise_salt_pepper, noise_on, noise_seed)", origin, k);
+                     "noise_gaussian, noise_salt_pepper, noise_on, noise_seed, test_at_end)", origin, k);
     }
   }
   return rc;
@@ -115,6 +116,7 @@ cJSON *image_set_config_to_json(const ImageSetConfig *cfg) {
   cJSON_AddNumberToObject(o, "noise_salt_pepper", cfg->noise_salt_pepper);
   cJSON_AddStringToObject(o, "noise_on", image_noise_on_name(cfg->noise_on));
   cJSON_AddNumberToObject(o, "noise_seed", (double)cfg->noise_seed);
+  cJSON_AddBoolToObject(o, "test_at_end", cfg->test_at_end);
   return o;
 }
 

@@ -59,6 +59,7 @@ typedef struct ImageSetConfig {
   double noise_salt_pepper;     /* "noise_salt_pepper": fraction of pixels, [0, 1] (default 0) */
   int noise_on;                 /* "noise_on": "test" | "eval" (val and test) | "train" | "all" */
   uint64_t noise_seed;          /* "noise_seed" (default 1) */
+  int test_at_end;              /* "test_at_end": evaluate the test part after training (default true) */
 } ImageSetConfig;
 
 void image_set_config_defaults(ImageSetConfig *cfg);
