@@ -8,15 +8,22 @@
 
 #include "nets/layer_spec.h"
 
+static const LayerOps MAXPOOL_OPS;
+
 typedef struct PoolImpl {
   int kh, kw, sh, sw;
   int *winner; /* max pool: [max_batch, out numel], the input index (within its sample) that won */
 } PoolImpl;
 
-static int maxpool_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
+/* Both poolings' forward: per output, the max of its window (keeping the
+ * winner when training) or the window's sum scaled by 1 / (kh kw), each in
+ * a fixed order. */
+static int pool_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
   (void)err;
   const PoolImpl *p = l->impl;
+  int is_max = l->ops == &MAXPOOL_OPS;
   int C = l->in.c, H = l->in.h, W = l->in.w, OH = l->out.h, OW = l->out.w;
+  float scale = 1.0f / (float)(p->kh * p->kw);
   size_t in_numel = layer_shape_numel(l->in), out_numel = layer_shape_numel(l->out);
   for (int s = 0; s < n; s++)
     for (int c = 0; c < C; c++)
@@ -24,56 +31,23 @@ static int maxpool_forward(Layer *l, const float *x, float *y, int n, int train,
         for (int ow = 0; ow < OW; ow++) {
           const float *xs = x + (size_t)s * in_numel;
           int best = (c * H + oh * p->sh) * W + ow * p->sw;
+          float sum = 0;
           for (int i = 0; i < p->kh; i++)
             for (int j = 0; j < p->kw; j++) {
               int at = (c * H + oh * p->sh + i) * W + ow * p->sw + j;
               if (xs[at] > xs[best]) best = at; /* strictly greater: the first of equals keeps the window */
+              sum += xs[at];
             }
           size_t o = (size_t)s * out_numel + ((size_t)c * OH + oh) * OW + ow;
-          y[o] = xs[best];
-          if (train) p->winner[o] = best;
+          y[o] = is_max ? xs[best] : sum * scale;
+          if (is_max && train) p->winner[o] = best;
         }
   return 0;
 }
 
-static int maxpool_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n,
-                            Error *err) {
-  (void)x;
-  (void)y;
-  (void)err;
-  if (!dx) return 0;
-  const PoolImpl *p = l->impl;
-  size_t in_numel = layer_shape_numel(l->in), out_numel = layer_shape_numel(l->out);
-  memset(dx, 0, (size_t)n * in_numel * sizeof(float));
-  for (int s = 0; s < n; s++)
-    for (size_t o = 0; o < out_numel; o++)
-      dx[(size_t)s * in_numel + p->winner[(size_t)s * out_numel + o]] += dy[(size_t)s * out_numel + o];
-  return 0;
-}
-
-/* The window sums in a fixed order, scaled by 1 / (kh kw). */
-static int avgpool_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
-  (void)train;
-  (void)err;
-  const PoolImpl *p = l->impl;
-  int C = l->in.c, H = l->in.h, W = l->in.w, OH = l->out.h, OW = l->out.w;
-  float scale = 1.0f / (float)(p->kh * p->kw);
-  size_t in_numel = layer_shape_numel(l->in), out_numel = layer_shape_numel(l->out);
-  for (int s = 0; s < n; s++)
-    for (int c = 0; c < C; c++)
-      for (int oh = 0; oh < OH; oh++)
-        for (int ow = 0; ow < OW; ow++) {
-          const float *xs = x + (size_t)s * in_numel;
-          float sum = 0;
-          for (int i = 0; i < p->kh; i++)
-            for (int j = 0; j < p->kw; j++) sum += xs[(c * H + oh * p->sh + i) * W + ow * p->sw + j];
-          y[(size_t)s * out_numel + ((size_t)c * OH + oh) * OW + ow] = sum * scale;
-        }
-  return 0;
-}
-
-static int avgpool_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n,
-                            Error *err) {
+/* Max pooling: each output's gradient to its window's winner; average
+ * pooling: spread evenly over the window. */
+static int pool_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
   (void)x;
   (void)y;
   (void)err;
@@ -83,6 +57,12 @@ static int avgpool_backward(Layer *l, const float *x, const float *y, const floa
   float scale = 1.0f / (float)(p->kh * p->kw);
   size_t in_numel = layer_shape_numel(l->in), out_numel = layer_shape_numel(l->out);
   memset(dx, 0, (size_t)n * in_numel * sizeof(float));
+  if (l->ops == &MAXPOOL_OPS) {
+    for (int s = 0; s < n; s++)
+      for (size_t o = 0; o < out_numel; o++)
+        dx[(size_t)s * in_numel + p->winner[(size_t)s * out_numel + o]] += dy[(size_t)s * out_numel + o];
+    return 0;
+  }
   for (int s = 0; s < n; s++)
     for (int c = 0; c < C; c++)
       for (int oh = 0; oh < OH; oh++)
@@ -107,10 +87,10 @@ static void pool_free(Layer *l) {
   free(p);
 }
 
-static const LayerOps MAXPOOL_OPS = {.kind = "maxpool", .init = pool_init, .forward = maxpool_forward,
-                                     .backward = maxpool_backward, .free = pool_free};
-static const LayerOps AVGPOOL_OPS = {.kind = "avgpool", .init = pool_init, .forward = avgpool_forward,
-                                     .backward = avgpool_backward, .free = pool_free};
+static const LayerOps MAXPOOL_OPS = {.kind = "maxpool", .init = pool_init, .forward = pool_forward,
+                                     .backward = pool_backward, .free = pool_free};
+static const LayerOps AVGPOOL_OPS = {.kind = "avgpool", .init = pool_init, .forward = pool_forward,
+                                     .backward = pool_backward, .free = pool_free};
 
 static int create_pool(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin, int is_max,
                        Error *err) {

@@ -10,6 +10,7 @@
 
 #include "base/json_util.h"
 #include "nets/layer.h"
+#include "nets/layer_spec.h"
 
 #define ORIGIN_MAX 4200
 
@@ -26,16 +27,6 @@ typedef struct Vision {
 } Vision;
 
 /* ---- config ---- */
-
-static int read_int(const cJSON *v, const char *field, int lo, int hi, int *out, const char *origin, Error *err) {
-  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-    return error_set(err, ERR_CONFIG, "%s: model.%s: expected an integer in %d..%d, got %s", origin, field, lo, hi,
-                     !v                  ? "nothing (the field is required)"
-                     : cJSON_IsNumber(v) ? "a number out of range"
-                                         : json_type_name(v));
-  *out = (int)v->valuedouble;
-  return 0;
-}
 
 static void free_layers(Layer *layers, int n) {
   for (int i = 0; i < n; i++) layer_free(&layers[i]);
@@ -83,11 +74,16 @@ int vision_config_from_json(VisionConfig *cfg, const cJSON *obj, const char *ori
     return error_set(err, ERR_CONFIG, "%s: model.input: expected [channels, height, width], got %s", origin,
                      cJSON_IsArray(input) ? "an array of another length" : input ? json_type_name(input)
                                                                                  : "nothing (the field is required)");
-  int rc = read_int(cJSON_GetArrayItem(input, 0), "input[0]", 1, 4096, &cfg->in_c, origin, err);
-  if (!rc) rc = read_int(cJSON_GetArrayItem(input, 1), "input[1]", 1, 1 << 14, &cfg->in_h, origin, err);
-  if (!rc) rc = read_int(cJSON_GetArrayItem(input, 2), "input[2]", 1, 1 << 14, &cfg->in_w, origin, err);
-  if (!rc) rc = read_int(cJSON_GetObjectItemCaseSensitive(obj, "classes"), "classes", 2, 1 << 16, &cfg->classes,
-                         origin, err);
+  int *dims[3] = {&cfg->in_c, &cfg->in_h, &cfg->in_w};
+  for (int d = 0; d < 3; d++) {
+    const cJSON *v = cJSON_GetArrayItem(input, d);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > 16384)
+      return error_set(err, ERR_CONFIG, "%s: model.input[%d]: expected an integer in 1..16384", origin, d);
+    *dims[d] = (int)v->valuedouble;
+  }
+  char where[ORIGIN_MAX];
+  snprintf(where, sizeof where, "%s: model", origin);
+  int rc = layer_spec_int(obj, "classes", 1, 0, 2, 1 << 16, &cfg->classes, where, err);
   if (rc) return rc;
   const cJSON *layers = cJSON_GetObjectItemCaseSensitive(obj, "layers");
   int count = cJSON_GetArraySize(layers);

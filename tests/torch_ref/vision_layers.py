@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 try:
     import torch
@@ -119,22 +118,5 @@ def run_case(tool, case, index, tmp, perturb):
     return parity_util.compare(name, got, ref, ["y", "dx"] + ["d" + k for k in pd], TOLERANCE, digits=2)
 
 
-def main():
-    if len(sys.argv) < 2:
-        print(__doc__)
-        return 2
-    tool, self_check = sys.argv[1], "--self-check" in sys.argv[2:]
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory(prefix="fivefold-vision-parity.") as tmp:
-        if self_check:
-            caught = not run_case(tool, CASES[2], 2, tmp, perturb=True)
-            print("self-check: the perturbed dweight was " + ("caught, as it should be" if caught else "NOT caught"))
-            return 0 if caught else 1
-        results = [run_case(tool, case, i, tmp, perturb=False) for i, case in enumerate(CASES)]
-    bad = results.count(False)
-    print(f"{len(results) - bad}/{len(results)} cases within {TOLERANCE:g} relative of PyTorch")
-    return 1 if bad else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(parity_util.main(__doc__, sys.argv, CASES, run_case, 2, "dweight"))
