@@ -15,7 +15,7 @@ import json, sys
 c = json.load(open(sys.argv[1]))
 c["data"].update({"max_train_images": 4000, "max_val_images": 1000, "max_test_images": 1000})
 c["training"].update({"micro_batch_size": 32, "steps": 300, "warmup_steps": 20, "log_interval": 100,
-                      "eval_interval": 0, "threads": 1})
+                      "eval_interval": 0, "threads": 1, "peak_gflops": 50})
 c["checkpoint"] = {"interval": 0, "keep_last": 1}
 json.dump(c, open("run-learn.json", "w"))
 PYEOF

@@ -26,7 +26,7 @@ vision_json() { # FILE DATA_DIR LAYER1_TYPE
  "data": {"dir": "$2", "max_train_images": 256, "max_val_images": 40, "max_test_images": 30},
  "training": {"micro_batch_size": 4, "grad_accum_steps": 4, "steps": 6, "lr": 0.01, "warmup_steps": 2,
               "weight_decay": 0.05, "grad_clip": 1.0, "seed": 5, "log_interval": 1, "eval_interval": 3,
-              "threads": 1},
+              "threads": 1, "peak_gflops": 50},
  "checkpoint": {"interval": 3, "keep_last": 0}}
 JSON
 }
@@ -48,13 +48,17 @@ grep -q '"family":[[:space:]]*"vision"' "$(ckpt one 6)/state.json" || fail "the 
 resume_and_replicas vision
 train 4 dp4 vision --grad-accum 1 && same dp4 one 6
 
-# Refusals that name what is wrong.
+# Refusals that name what is wrong (the data and layer ones on one process, without mpirun).
 refused 2 vision "a vision network trains data-parallel only" --tp 2
+refused0() { # MODEL EXPECTED-TEXT
+  if "$FIVEFOLD" train --config "run-$1.json" --out bad --no-progress >bad.log 2>&1; then fail "run-$1.json was accepted"; fi
+  grep -q "$2" bad.log || { cat bad.log; fail "no clear message for run-$1.json (expected '$2')"; }
+}
 mkdir -p bad-idx && echo "not an idx file" | gzip >bad-idx/train-images-idx3-ubyte.gz
 vision_json run-badidx.json "$WORK/bad-idx" relu
-refused 1 badidx "bad-idx/train-images-idx3-ubyte.gz: magic number"
+refused0 badidx "bad-idx/train-images-idx3-ubyte.gz: magic number"
 vision_json run-nodata.json "$WORK/no-such-dir" relu
-refused 1 nodata "no-such-dir/train-images-idx3-ubyte.gz: cannot open"
+refused0 nodata "no-such-dir/train-images-idx3-ubyte.gz: cannot open"
 vision_json run-badlayer.json /usr/share/datasets/fashion-mnist reluu
-refused 1 badlayer "run-badlayer.json: model.layers\[1\].type: unknown layer type \"reluu\""
+refused0 badlayer "run-badlayer.json: model.layers\[1\].type: unknown layer type \"reluu\""
 finish vision_train_test
