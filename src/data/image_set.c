@@ -193,7 +193,8 @@ static void make_image(const ImageSet *s, ImagePart part, const uint8_t *pixels,
     if (with_noise) {
       uint64_t at = counter * (uint64_t)n + i;
       if (c->noise_gaussian > 0) u += c->noise_gaussian * rng_normal(c->noise_seed, STREAM_GAUSS + stream_add, at);
-      if (c->noise_salt_pepper > 0 && rng_uniform(c->noise_seed, STREAM_SP_WHICH + stream_add, at) < c->noise_salt_pepper)
+      if (c->noise_salt_pepper > 0 &&
+          rng_uniform(c->noise_seed, STREAM_SP_WHICH + stream_add, at) < c->noise_salt_pepper)
         u = rng_uniform(c->noise_seed, STREAM_SP_VALUE + stream_add, at) < 0.5 ? 0.0 : 1.0;
       u = u < 0 ? 0 : u > 1 ? 1 : u;
     }

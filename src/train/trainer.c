@@ -298,7 +298,8 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
                  "norms, softmax, router, loss; bf16 GEMMs on oneDNN)"
                : "fp32");
   fprintf(out, "  compute  %s FLOP per %s (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s",
-          fmt_si(d, sizeof d, tr->flops_per_token), cfg->family == TRAIN_FAMILY_VISION ? "image" : "token", tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
+          fmt_si(d, sizeof d, tr->flops_per_token), cfg->family == TRAIN_FAMILY_VISION ? "image" : "token",
+          tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
           peak,
           !peak_measured ? "stated: training.peak_gflops"
           : bf16         ? "measured: vdpbf16ps loop on every thread"

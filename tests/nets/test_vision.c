@@ -101,7 +101,8 @@ static void test_config_errors(void **state) {
   expect_error("{\"family\":\"vision\",\"input\":[1,6,6],\"classes\":3,\"layers\":[]}", "cfg.json: model.layers");
   expect_error("{\"family\":\"vision\",\"input\":[1,6,6],\"layers\":[{\"type\":\"relu\"}]}",
                "cfg.json: model.classes");
-  expect_error("{\"family\":\"vision\",\"input\":[1,6,6],\"classes\":3,\"layer\":[]}", "cfg.json: model.layer: unknown");
+  expect_error("{\"family\":\"vision\",\"input\":[1,6,6],\"classes\":3,\"layer\":[]}",
+               "cfg.json: model.layer: unknown");
 }
 
 int main(void) {

@@ -20,7 +20,8 @@ c["checkpoint"] = {"interval": 0, "keep_last": 1}
 json.dump(c, open("run-learn.json", "w"))
 PYEOF
 train 0 learn learn || exit 1
-acc=$($PY -c "import json; r=[json.loads(l) for l in open('learn/metrics.jsonl')]; print([x['val_accuracy'] for x in r if x['type']=='eval'][-1])")
+acc=$($PY -c "import json; r=[json.loads(l) for l in open('learn/metrics.jsonl')]
+print([x['val_accuracy'] for x in r if x['type'] == 'eval'][-1])")
 echo "validation accuracy after 300 steps: $acc (chance 0.1)"
 $PY -c "import sys; sys.exit(0 if $acc >= 0.60 else 1)" || fail "validation accuracy $acc, expected >= 0.60"
 finish vision_learn_test

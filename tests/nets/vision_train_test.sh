@@ -33,7 +33,8 @@ JSON
 vision_json run-vision.json /usr/share/datasets/fashion-mnist relu
 
 train 0 one vision --trace one.trace.json || exit 1
-grep -q "model    vision: input 1x28x28 -> conv2d 3x13x13 -> relu" one.log || fail "the banner does not describe the net"
+grep -q "model    vision: input 1x28x28 -> conv2d 3x13x13 -> relu" one.log ||
+  fail "the banner does not describe the net"
 # 3 x 13 x 13 outputs of 9 taps (4,563), then 3 x 6 x 6 = 108 -> 10 (1,080)
 grep -q "5,643 multiplications" one.log || fail "the banner does not state 5,643 multiplications per image"
 grep -q "img/s" one.log || fail "the log line does not count images/s"
@@ -51,7 +52,9 @@ train 4 dp4 vision --grad-accum 1 && same dp4 one 6
 # Refusals that name what is wrong (the data and layer ones on one process, without mpirun).
 refused 2 vision "a vision network trains data-parallel only" --tp 2
 refused0() { # MODEL EXPECTED-TEXT
-  if "$FIVEFOLD" train --config "run-$1.json" --out bad --no-progress >bad.log 2>&1; then fail "run-$1.json was accepted"; fi
+  if "$FIVEFOLD" train --config "run-$1.json" --out bad --no-progress >bad.log 2>&1; then
+    fail "run-$1.json was accepted"
+  fi
   grep -q "$2" bad.log || { cat bad.log; fail "no clear message for run-$1.json (expected '$2')"; }
 }
 mkdir -p bad-idx && echo "not an idx file" | gzip >bad-idx/train-images-idx3-ubyte.gz
