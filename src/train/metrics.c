@@ -29,6 +29,8 @@ void interval_to_log_line(const IntervalStats *s, int step, int total_steps, dou
   out->mfu_pct = peak_gflops > 0 ? 100.0 * out->gflops / peak_gflops : 0;
   out->is_moe = is_moe;
   out->imbalance = s->imbalance / n;
+  out->has_accuracy = s->has_accuracy;
+  out->accuracy = s->accuracy / n;
 }
 
 void format_log_line(char *buf, size_t cap, const LogLine *l) {
@@ -40,12 +42,16 @@ void format_log_line(char *buf, size_t cap, const LogLine *l) {
   if (l->is_moe)
     n = snprintf(buf, cap, "step %d/%d | loss %.3f (lm %.3f aux %.4f z %.4f)", l->step, l->total_steps, l->loss, l->lm,
                  l->aux, l->z);
+  else if (l->has_accuracy)
+    n = snprintf(buf, cap, "step %d/%d | loss %.3f | acc %.1f%%", l->step, l->total_steps, l->loss,
+                 100.0 * l->accuracy);
   else
     n = snprintf(buf, cap, "step %d/%d | loss %.3f", l->step, l->total_steps, l->loss);
   if (n < 0 || (size_t)n >= cap) return;
   int m = snprintf(buf + n, cap - (size_t)n,
-                   " | lr %.2e | gnorm %.2f | %s ms/it | %s tok/s | %.1f GFLOP/s | MFU %.1f%% of %.0f GFLOP/s",
-                   (double)l->lr, l->grad_norm, ms, tok, l->gflops, l->mfu_pct, l->peak_gflops);
+                   " | lr %.2e | gnorm %.2f | %s ms/it | %s %s/s | %.1f GFLOP/s | MFU %.1f%% of %.0f GFLOP/s",
+                   (double)l->lr, l->grad_norm, ms, tok, l->unit ? l->unit : "tok", l->gflops, l->mfu_pct,
+                   l->peak_gflops);
   if (m < 0 || (size_t)(n + m) >= cap) return;
   n += m;
   if (l->is_moe) snprintf(buf + n, cap - (size_t)n, " | moe imbalance %.2f (max/mean tokens per expert)", l->imbalance);
@@ -54,11 +60,17 @@ void format_log_line(char *buf, size_t cap, const LogLine *l) {
 void format_log_json(char *buf, size_t cap, const LogLine *l) {
   int n = snprintf(buf, cap,
                    "{\"type\":\"train\",\"step\":%d,\"steps\":%d,\"loss\":%.6g,\"lm\":%.6g,\"aux\":%.6g,\"z\":%.6g,"
-                   "\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,"
+                   "\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.6g,\"%s_per_s\":%.6g,\"gflops\":%.6g,"
                    "\"mfu_pct\":%.6g,\"peak_gflops\":%.6g",
                    l->step, l->total_steps, l->loss, l->lm, l->aux, l->z, (double)l->lr, l->grad_norm,
-                   l->ms_per_step, l->tokens_per_s, l->gflops, l->mfu_pct, l->peak_gflops);
+                   l->ms_per_step, l->unit && !strcmp(l->unit, "img") ? "images" : "tokens", l->tokens_per_s,
+                   l->gflops, l->mfu_pct, l->peak_gflops);
   if (n < 0 || (size_t)n >= cap) return;
+  if (l->has_accuracy) {
+    int m = snprintf(buf + n, cap - (size_t)n, ",\"accuracy\":%.6g", l->accuracy);
+    if (m < 0 || (size_t)(n + m) >= cap) return;
+    n += m;
+  }
   if (l->is_moe) snprintf(buf + n, cap - (size_t)n, ",\"moe_imbalance\":%.6g}", l->imbalance);
   else snprintf(buf + n, cap - (size_t)n, "}");
 }

@@ -18,6 +18,8 @@ typedef struct IntervalStats {
   double seconds;          /* training time (evaluation excluded) */
   double tokens, flops;
   float last_lr;
+  int has_accuracy;
+  double accuracy; /* sum over steps of the step means (classifiers of nets/) */
 } IntervalStats;
 
 /* One log line's numbers (means over the interval). */
@@ -29,6 +31,9 @@ typedef struct LogLine {
   double ms_per_step, tokens_per_s, gflops, mfu_pct, peak_gflops;
   int is_moe;
   double imbalance;
+  int has_accuracy;
+  double accuracy;
+  const char *unit; /* what tokens_per_s counts: NULL or "tok", "img" for images */
 } LogLine;
 
 void interval_to_log_line(const IntervalStats *s, int step, int total_steps, double peak_gflops, int is_moe,

@@ -151,6 +151,7 @@ const char *lr_decay_name(LrDecay decay) {
 void train_config_defaults(TrainConfig *cfg) {
   memset(cfg, 0, sizeof *cfg);
   model_config_defaults(&cfg->model);
+  image_set_config_defaults(&cfg->images);
   cfg->micro_batch_size = 8;
   cfg->seq_len = 256;
   cfg->steps = 1000;
@@ -493,13 +494,16 @@ static int parse_model(TrainConfig *cfg, const cJSON *v, const char *origin, Err
     if (rc) return error_wrap(err, "%s: model", origin);
   } else if (cJSON_IsObject(v) && cJSON_GetObjectItemCaseSensitive(v, "family")) {
     const cJSON *family = cJSON_GetObjectItemCaseSensitive(v, "family");
-    if (!cJSON_IsString(family) || strcmp(family->valuestring, "mlp"))
-      return error_set(err, ERR_CONFIG, "%s: model.family: expected \"mlp\" (or no family: a transformer), got %s",
+    int vision = cJSON_IsString(family) && !strcmp(family->valuestring, "vision");
+    if (!cJSON_IsString(family) || (strcmp(family->valuestring, "mlp") && !vision))
+      return error_set(err, ERR_CONFIG,
+                       "%s: model.family: expected \"mlp\" or \"vision\" (or no family: a transformer), got %s",
                        origin, cJSON_IsString(family) ? family->valuestring : json_type_name(family));
     cfg->model_source[0] = '\0';
-    int rc = mlp_config_from_json(&cfg->mlp, v, origin, err);
+    int rc = vision ? vision_config_from_json(&cfg->vision, v, origin, err)
+                    : mlp_config_from_json(&cfg->mlp, v, origin, err);
     if (rc) return rc;
-    cfg->family = TRAIN_FAMILY_MLP;
+    cfg->family = vision ? TRAIN_FAMILY_VISION : TRAIN_FAMILY_MLP;
   } else if (cJSON_IsObject(v)) {
     cfg->model_source[0] = '\0';
     /* The model parser prefixes its messages with this origin. */
@@ -531,8 +535,13 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
                    json_type_name(root));
     goto done;
   }
+  /* The model first: its family decides what the data section holds. */
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  if (model) rc = parse_model(cfg, model, origin, err);
   for (const cJSON *v = root->child; v && !rc; v = v->next) {
-    if (!strcmp(v->string, "model")) rc = parse_model(cfg, v, origin, err);
+    if (!strcmp(v->string, "model")) continue;
+    if (!strcmp(v->string, "data") && cfg->family == TRAIN_FAMILY_VISION)
+      rc = image_set_config_from_json(&cfg->images, v, origin, err);
     else if (!strcmp(v->string, "training") || !strcmp(v->string, "data") || !strcmp(v->string, "checkpoint") ||
              !strcmp(v->string, "parallel") || !strcmp(v->string, "trace"))
       rc = parse_section(cfg, v, v->string, origin, err);

@@ -32,7 +32,9 @@
 #include "base/error.h"
 #include "kern/lr_schedule.h"
 #include "model/config.h"
+#include "data/image_set.h"
 #include "nets/mlp.h"
+#include "nets/vision.h"
 #include "sched/program.h"
 
 #define TRAIN_PATH_MAX 4096
@@ -48,9 +50,9 @@ typedef enum TrainProgress {
   TRAIN_PROGRESS_NEVER
 } TrainProgress;
 
-/* The network family of a run: the model section's "family" ("mlp"), or a
- * transformer (a model config without "family"). */
-typedef enum TrainFamily { TRAIN_FAMILY_TRANSFORMER = 0, TRAIN_FAMILY_MLP } TrainFamily;
+/* The network family of a run: the model section's "family" ("mlp",
+ * "vision"), or a transformer (a model config without "family"). */
+typedef enum TrainFamily { TRAIN_FAMILY_TRANSFORMER = 0, TRAIN_FAMILY_MLP, TRAIN_FAMILY_VISION } TrainFamily;
 
 typedef struct TrainConfig {
   char config_path[TRAIN_PATH_MAX];  /* file it was read from */
@@ -59,6 +61,8 @@ typedef struct TrainConfig {
   TrainFamily family;
   ModelConfig model; /* the transformer's (TRAIN_FAMILY_TRANSFORMER) */
   MlpConfig mlp;     /* TRAIN_FAMILY_MLP: trained on its synthetic task, no data files */
+  VisionConfig vision;   /* TRAIN_FAMILY_VISION: an image classifier (nets/vision.h) */
+  ImageSetConfig images; /* TRAIN_FAMILY_VISION: its "data" section (data/image_set.h) */
 
   /* training */
   int micro_batch_size;  /* B */

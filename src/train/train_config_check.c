@@ -70,17 +70,19 @@ static int finish_out_dir(TrainConfig *cfg, const char *origin) {
   return 0;
 }
 
-/* A network of nets/ trains data-parallel only (one chunk, whole tensors)
- * on its own synthetic data. */
+/* A network of nets/ trains data-parallel only (one chunk, whole tensors);
+ * the MLP on its own synthetic data, a vision network on its image set. */
 static int check_network_layout(const TrainConfig *cfg, const char *origin, Error *err) {
+  const char *what = cfg->family == TRAIN_FAMILY_VISION ? "a vision network" : "an mlp";
   if (cfg->tp > 1 || cfg->pp > 1 || cfg->vpp > 1 || cfg->cp > 1 || cfg->ep > 1 || cfg->etp > 1)
     return error_set(err, ERR_CONFIG,
-                     "%s: an mlp trains data-parallel only (expected tp, pp, vpp, cp, ep and etp of 1; the ranks "
+                     "%s: %s trains data-parallel only (expected tp, pp, vpp, cp, ep and etp of 1; the ranks "
                      "become data-parallel replicas)",
-                     origin);
+                     origin, what);
   if (cfg->num_train || cfg->num_val)
-    return error_set(err, ERR_CONFIG, "%s: data: an mlp trains on its synthetic task (expected no data.train / "
-                     "data.val)", origin);
+    return error_set(err, ERR_CONFIG, "%s: data: %s (expected no data.train / data.val)", origin,
+                     cfg->family == TRAIN_FAMILY_VISION ? "a vision network reads its images from data.dir"
+                                                        : "an mlp trains on its synthetic task");
   return 0;
 }
 
@@ -88,7 +90,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
   train_config_default_eval_windows(cfg);
   if (!cfg->has_model) return error_set(err, ERR_CONFIG, "%s: no model configured", origin);
-  int rc = cfg->family == TRAIN_FAMILY_MLP
+  int rc = cfg->family != TRAIN_FAMILY_TRANSFORMER
                ? check_network_layout(cfg, origin, err)
                : model_config_validate(&cfg->model, cfg->model_source[0] ? cfg->model_source : origin, err);
   if (rc) return rc;
@@ -139,7 +141,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
                      "%s: training.seq_len %d exceeds the model's max_position_embeddings %d (expected seq_len <= "
                      "%d)",
                      origin, cfg->seq_len, cfg->model.max_position_embeddings, cfg->model.max_position_embeddings);
-  if (cfg->family == TRAIN_FAMILY_MLP) return finish_out_dir(cfg, origin);
+  if (cfg->family != TRAIN_FAMILY_TRANSFORMER) return finish_out_dir(cfg, origin);
   if (cfg->num_train == 0)
     return error_set(err, ERR_CONFIG,
                      "%s: no training data (expected data.train in the config or --train-data on the command line)",
@@ -206,17 +208,22 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
 cJSON *train_config_to_json(const TrainConfig *cfg) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
-  cJSON_AddItemToObject(root, "model", cfg->family == TRAIN_FAMILY_MLP ? mlp_config_to_json(&cfg->mlp)
-                                                                     : model_config_to_json(&cfg->model));
+  cJSON_AddItemToObject(root, "model", cfg->family == TRAIN_FAMILY_MLP      ? mlp_config_to_json(&cfg->mlp)
+                                       : cfg->family == TRAIN_FAMILY_VISION ? vision_config_to_json(&cfg->vision)
+                                                                            : model_config_to_json(&cfg->model));
   json_shorten_floats(cJSON_GetObjectItemCaseSensitive(root, "model")); /* 1e-05, not 9.99999974737875e-06 */
   section_to_json(cfg, "training", cJSON_AddObjectToObject(root, "training"));
-  cJSON *d = cJSON_AddObjectToObject(root, "data");
-  cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));
-  if (cfg->num_val) cJSON_AddItemToObject(d, "val", paths_json(cfg->val_paths, cfg->num_val));
-  if (!strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL))
-    cJSON_AddStringToObject(d, "tokenizer", TRAIN_TOKENIZER_BYTE_LEVEL);
-  else
-    cJSON_AddItemToObject(d, "tokenizer", path_json(cfg->tokenizer));
+  if (cfg->family == TRAIN_FAMILY_VISION) {
+    cJSON_AddItemToObject(root, "data", image_set_config_to_json(&cfg->images));
+  } else {
+    cJSON *d = cJSON_AddObjectToObject(root, "data");
+    cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));
+    if (cfg->num_val) cJSON_AddItemToObject(d, "val", paths_json(cfg->val_paths, cfg->num_val));
+    if (!strcmp(cfg->tokenizer, TRAIN_TOKENIZER_BYTE_LEVEL))
+      cJSON_AddStringToObject(d, "tokenizer", TRAIN_TOKENIZER_BYTE_LEVEL);
+    else
+      cJSON_AddItemToObject(d, "tokenizer", path_json(cfg->tokenizer));
+  }
   section_to_json(cfg, "checkpoint", cJSON_AddObjectToObject(root, "checkpoint"));
   section_to_json(cfg, "parallel", cJSON_AddObjectToObject(root, "parallel"));
   cJSON_AddItemToObject(root, "out", path_json(cfg->out_dir));

@@ -98,7 +98,7 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
       .model = &tr->model,
       .opt = checkpoint_optimizer_of(&full),
       .data_loader = tr->train.state,
-      .data_windows = network ? 1 : tr->train.windows.num_windows,
+      .data_windows = network ? trainer_net_data_windows(tr) : tr->train.windows.num_windows,
       .train_config = run_config,
       .model_record = model_record,
       .tokenizer = tr->cfg->tokenizer,
@@ -193,9 +193,9 @@ int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
     cJSON_Delete(now);
     cJSON_Delete(saved);
   }
-  uint64_t windows = tr->train.windows.num_windows;
+  uint64_t windows = network ? trainer_net_data_windows(tr) : tr->train.windows.num_windows;
   tr->train.state = st.data_loader;
-  if (!network && st.data_windows != windows) {
+  if (st.data_windows != windows) {
     log_warn("the training data has %llu windows but the checkpoint was saved on %llu: the data changed, so the "
              "order from here on is not that of the original run",
              (unsigned long long)windows, (unsigned long long)st.data_windows);
@@ -297,8 +297,9 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           bf16 ? "bf16 (bf16 GEMM and attention inputs, fp32 accumulation; fp32 weights, gradients, optimizer, "
                  "norms, softmax, router, loss; bf16 GEMMs on oneDNN)"
                : "fp32");
-  fprintf(out, "  compute  %s FLOP per token (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s",
-          fmt_si(d, sizeof d, tr->flops_per_token), tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
+  fprintf(out, "  compute  %s FLOP per %s (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s",
+          fmt_si(d, sizeof d, tr->flops_per_token), cfg->family == TRAIN_FAMILY_VISION ? "image" : "token",
+          tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
           peak,
           !peak_measured ? "stated: training.peak_gflops"
           : bf16         ? "measured: vdpbf16ps loop on every thread"
@@ -336,6 +337,16 @@ static void print_parallel(const Trainer *tr, FILE *out) {
 static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev) {
   char tok[32];
   char win[32];
+  if (ev->has_accuracy) { /* a classifier of nets/: samples, not tokens */
+    fprintf(out, "eval step %d/%d | val loss %.3f | val accuracy %.2f%% | %s samples | %.1f s\n", step, total,
+            ev->loss, 100.0 * ev->accuracy, fmt_thousands(win, sizeof win, (double)ev->tokens), ev->seconds);
+    if (jsonl)
+      fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"val_accuracy\":%.9g,\"samples\":%ld,"
+                     "\"seconds\":%.6g}\n", step, ev->loss, ev->accuracy, ev->tokens, ev->seconds);
+    fflush(out);
+    if (jsonl) fflush(jsonl);
+    return;
+  }
   fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %s windows, %s tokens | %.1f s\n", step, total,
           ev->loss, ev->loss / log(2.0), fmt_thousands(win, sizeof win, (double)ev->windows),
           fmt_thousands(tok, sizeof tok, (double)ev->tokens), ev->seconds);
@@ -553,7 +564,7 @@ static int run_open(Trainer *tr, const TrainerOptions *opts, RunState *rs, Error
   const TrainConfig *cfg = tr->cfg;
   memset(rs, 0, sizeof *rs);
   rs->opts = opts;
-  rs->sum.first_val_loss = rs->sum.final_val_loss = NAN;
+  rs->sum.first_val_loss = rs->sum.final_val_loss = rs->sum.final_val_accuracy = NAN;
   rs->last_interval_loss = NAN;
   rs->is_moe = model_config_num_moe_layers(&cfg->model) > 0;
   /* Only rank 0 reports; the others run the same collective steps. */
@@ -626,6 +637,7 @@ static int run_evaluate(Trainer *tr, RunState *rs, int step, Error *err) {
   print_eval(rs->out, rs->jsonl, step, tr->cfg->steps, &ev);
   if (step == 0) rs->sum.first_val_loss = ev.loss;
   else rs->sum.final_val_loss = ev.loss;
+  if (step > 0 && ev.has_accuracy) rs->sum.final_val_accuracy = ev.accuracy;
   rs->sum.eval_seconds += ev.seconds;
   return 0;
 }
@@ -642,6 +654,8 @@ static void run_account_step(const Trainer *tr, RunState *rs, const TrainStepRes
   iv->z += r->z;
   iv->grad_norm += r->grad_norm;
   iv->imbalance += r->imbalance;
+  iv->has_accuracy = r->has_accuracy;
+  iv->accuracy += r->accuracy;
   iv->seconds += r->seconds;
   iv->tokens += (double)r->tokens;
   iv->flops += tr->flops_per_token * (double)r->tokens;
@@ -671,6 +685,7 @@ static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResu
   if (r->step % cfg->log_interval == 0 || r->step == 1 || last) {
     LogLine l;
     interval_to_log_line(&rs->iv, r->step, cfg->steps, rs->peak, rs->is_moe, &l);
+    l.unit = cfg->family == TRAIN_FAMILY_VISION ? "img" : NULL;
     progress_clear(&rs->progress);
     format_log_line(line, sizeof line, &l);
     fprintf(rs->out, "%s\n", line);
@@ -745,12 +760,15 @@ static void run_print_end(const Trainer *tr, RunState *rs) {
   sum->mfu_pct = peak > 0 && sum->train_seconds > 0
                      ? 100.0 * tr->flops_per_token * (double)sum->tokens / sum->train_seconds / 1e9 / peak
                      : 0;
-  char tok[32], dur[32], val[64] = "";
-  if (!isnan(sum->final_val_loss)) snprintf(val, sizeof val, " | val loss %.3f", sum->final_val_loss);
-  fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s tok/s | "
+  char tok[32], dur[32], val[96] = "";
+  int n = isnan(sum->final_val_loss) ? 0 : snprintf(val, sizeof val, " | val loss %.3f", sum->final_val_loss);
+  if (!isnan(sum->final_val_accuracy) && n > 0)
+    snprintf(val + n, sizeof val - (size_t)n, ", accuracy %.2f%%", 100.0 * sum->final_val_accuracy);
+  fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s %s/s | "
                "MFU %.1f%%%s%s\n",
           sum->steps, fmt_duration(dur, sizeof dur, sum->train_seconds + sum->eval_seconds), sum->train_seconds,
-          sum->eval_seconds, sum->final_loss, val, fmt_thousands(tok, sizeof tok, sum->tokens_per_s), sum->mfu_pct,
+          sum->eval_seconds, sum->final_loss, val, fmt_thousands(tok, sizeof tok, sum->tokens_per_s),
+          cfg->family == TRAIN_FAMILY_VISION ? "images" : "tok", sum->mfu_pct,
           rs->opts->write_run_files ? " | output " : "", rs->opts->write_run_files ? cfg->out_dir : "");
   if (tr->nonfinite_skipped > 0)
     fprintf(out, "nonfinite: %d step(s) skipped for a non-finite loss or gradient (weights left as they were)\n",
@@ -790,6 +808,9 @@ static void run_write_summary(const Trainer *tr, const RunState *rs) {
   char first_val[32] = "null", final_val[32] = "null";
   if (!isnan(sum->first_val_loss)) snprintf(first_val, sizeof first_val, "%.6g", sum->first_val_loss);
   if (!isnan(sum->final_val_loss)) snprintf(final_val, sizeof final_val, "%.6g", sum->final_val_loss);
+  if (!isnan(sum->final_val_accuracy)) /* a classifier of nets/: one more field */
+    snprintf(grad_reduce_json + strlen(grad_reduce_json), sizeof grad_reduce_json - strlen(grad_reduce_json),
+             ",\"final_val_accuracy\":%.6g", sum->final_val_accuracy);
   fprintf(rs->jsonl,
           "{\"type\":\"summary\",\"steps\":%d,\"first_loss\":%.6g,\"final_loss\":%.6g,\"first_val_loss\":%s,"
           "\"final_val_loss\":%s,\"tokens\":%ld,\"tokens_per_s\":%.6g,\"mfu_pct\":%.6g,\"peak_gflops\":%.6g,"
@@ -824,6 +845,9 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   for (int finished = 0; !rc && !finished && tr->step < tr->cfg->steps;) rc = run_one_step(tr, &rs, &finished, err);
   if (!rc) {
     progress_clear(&rs.progress);
+    rc = trainer_net_test(tr, rs.out, rs.jsonl, err);
+  }
+  if (!rc) {
     run_print_end(tr, &rs);
     run_write_summary(tr, &rs);
     rc = finish_trace(tr, rs.out, err);

@@ -72,7 +72,8 @@ typedef struct Trainer {
                   network itself, and `model` only a view of its table (train/trainer_net.h) */
   float *net_x;  /* a network of nets/: the step's micro-batches of features and classes */
   int *net_y;
-  double net_loss; /* the running step's summed micro-batch losses */
+  double net_loss, net_accuracy; /* the running step's summed micro-batch losses and accuracies */
+  struct ImageSet *images;        /* a vision network's data (data/image_set.h) */
   Optimizer opt;
   DataLoader train;
   ValLoader val;
@@ -131,6 +132,8 @@ typedef struct Trainer {
 typedef struct TrainStepResult {
   int step; /* 1-based number of this step */
   double loss, lm, aux, z;
+  int has_accuracy; /* a classifier of nets/: accuracy is the step's mean */
+  double accuracy;
   float lr;
   double grad_norm;
   int skipped;      /* a non-finite loss or gradient: no update (training.nonfinite skip) */
@@ -147,6 +150,8 @@ typedef struct TrainStepResult {
 
 typedef struct EvalResult {
   double loss; /* mean LM loss per validation token */
+  int has_accuracy; /* a classifier of nets/ */
+  double accuracy;
   long tokens;
   int batches;  /* micro-batches over all replicas, padding included */
   long windows; /* validation windows: training.eval_windows (or all there are), whatever the layout */
@@ -194,6 +199,7 @@ typedef struct TrainSummary {
   double final_loss;     /* mean loss over the last log interval */
   double first_val_loss; /* NAN without val data or start evaluation */
   double final_val_loss; /* NAN without val data */
+  double final_val_accuracy; /* NAN without val data or for a transformer */
   double tokens_per_s;   /* training tokens / training time (evaluation excluded) */
   double mfu_pct, peak_gflops;
   double train_seconds, eval_seconds;

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "base/timer.h"
+#include "data/image_set.h"
 #include "kern/vecops.h"
+#include "nets/vision.h"
 #include "sched/builders.h"
 #include "train/nonfinite.h"
 
@@ -72,14 +74,51 @@ static int sum_over_replicas(const Trainer *tr, double *x, Error *err) {
   return tr->dp > 1 ? trainer_sum_over_group(comm_world(), x, err) : 0;
 }
 
-/* Micro-batch mb of this replica's share of the step: samples are numbered
- * so that the replicas' micro-batches of one step tile the global batch, as
- * a one-rank run's micro-batches do. */
-static MlpBatch step_batch(const Trainer *tr, int mb) {
+static int is_vision(const Trainer *tr) { return tr->cfg->family == TRAIN_FAMILY_VISION; }
+
+/* Floats per sample of the network's input. */
+static size_t sample_floats(const Trainer *tr) {
   const TrainConfig *cfg = tr->cfg;
-  size_t at = (size_t)mb * (size_t)cfg->micro_batch_size;
-  MlpBatch b = {.n = cfg->micro_batch_size, .x = tr->net_x + at * cfg->mlp.inputs, .y = tr->net_y + at};
-  return b;
+  return is_vision(tr) ? (size_t)cfg->vision.in_c * cfg->vision.in_h * cfg->vision.in_w : (size_t)cfg->mlp.inputs;
+}
+
+/* The batch of n samples at x, y as the family's forward takes it. */
+typedef struct NetBatch {
+  MlpBatch mlp;
+  VisionBatch vision;
+} NetBatch;
+
+static const void *as_batch(const Trainer *tr, NetBatch *b, int n, float *x, int *y) {
+  b->mlp = (MlpBatch){.n = n, .x = x, .y = y};
+  b->vision = (VisionBatch){.n = n, .x = x, .y = y};
+  return is_vision(tr) ? (const void *)&b->vision : (const void *)&b->mlp;
+}
+
+/* Micro-batch mb of this replica's share of the step, in the step's buffers. */
+static const void *step_batch(const Trainer *tr, int mb, NetBatch *b) {
+  size_t at = (size_t)mb * (size_t)tr->cfg->micro_batch_size;
+  return as_batch(tr, b, tr->cfg->micro_batch_size, tr->net_x + at * sample_floats(tr), tr->net_y + at);
+}
+
+/* The batch source of each family. Samples are numbered so that the
+ * replicas' micro-batches of one step tile the global batch, as a one-rank
+ * run's micro-batches do: micro-batch mb of replica r starts (r x accum +
+ * mb) x B samples into the step. The MLP's samples follow from the step
+ * alone; a vision network's from the image order's state (tr->train.state,
+ * which checkpoints record), moved on by the global batch after each step. */
+static void fill_step_batch(Trainer *tr, int mb) {
+  const TrainConfig *cfg = tr->cfg;
+  int B = cfg->micro_batch_size;
+  uint64_t offset = ((uint64_t)tr->dp_rank * (uint64_t)cfg->grad_accum_steps + (uint64_t)mb) * (uint64_t)B;
+  size_t at = (size_t)mb * (size_t)B;
+  float *x = tr->net_x + at * sample_floats(tr);
+  int *y = tr->net_y + at;
+  if (is_vision(tr)) {
+    image_set_train_batch(tr->images, &tr->train.state, offset, B, x, y);
+  } else {
+    MlpBatch b = {.n = B, .x = x, .y = y};
+    mlp_synthetic_batch(&cfg->mlp, cfg->seed, (uint64_t)tr->step * (uint64_t)cfg->global_batch_size + offset, B, &b);
+  }
 }
 
 /* AdamW after the reduction, with the global gradient norm. */
@@ -93,29 +132,36 @@ static int update(Trainer *tr, Error *err) {
     rc = sum_over_replicas(tr, &sumsq, err);
   }
   if (rc) return error_wrap(err, "global gradient norm");
-  return trainer_apply_update(tr, sumsq, err);
+  if ((rc = trainer_apply_update(tr, sumsq, err))) return rc;
+  /* Every rank holds the updated values (ZeRO-1 gathers them): each runs the hooks. */
+  if (!tr->step_skipped && tr->net.ops->after_update) tr->net.ops->after_update(&tr->net, 0);
+  return 0;
 }
 
 /* ---- the program's actions (executor handlers) ---- */
 
+/* The loss and accuracy of the last forward, added to *loss, *accuracy. */
+static void add_metrics(const Trainer *tr, double weight, double *loss, double *accuracy) {
+  NetMetric m[NET_MAX_METRICS];
+  int n = tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS);
+  if (n > 0) *loss += weight * m[0].value;
+  double acc = network_metric(m, n, "accuracy");
+  if (!isnan(acc)) *accuracy += weight * acc;
+}
+
 static int net_forward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  const TrainConfig *cfg = tr->cfg;
-  MlpBatch b = step_batch(tr, a->microbatch);
-  uint64_t step_first = (uint64_t)tr->step * (uint64_t)cfg->global_batch_size;
-  uint64_t first = step_first + ((uint64_t)tr->dp_rank * (uint64_t)cfg->grad_accum_steps + (uint64_t)a->microbatch) *
-                                    (uint64_t)cfg->micro_batch_size;
-  mlp_synthetic_batch(&cfg->mlp, cfg->seed, first, cfg->micro_batch_size, &b);
-  int rc = tr->net.ops->forward(&tr->net, a->chunk, &b, err);
-  NetMetric m[NET_MAX_METRICS];
-  if (!rc && tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS) > 0) tr->net_loss += m[0].value;
+  fill_step_batch(tr, a->microbatch);
+  NetBatch b;
+  int rc = tr->net.ops->forward(&tr->net, a->chunk, step_batch(tr, a->microbatch, &b), err);
+  if (!rc) add_metrics(tr, 1.0, &tr->net_loss, &tr->net_accuracy);
   return rc;
 }
 
 static int net_backward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  MlpBatch b = step_batch(tr, a->microbatch);
-  return tr->net.ops->backward(&tr->net, a->chunk, &b, tr->grad_scale, err);
+  NetBatch b;
+  return tr->net.ops->backward(&tr->net, a->chunk, step_batch(tr, a->microbatch, &b), tr->grad_scale, err);
 }
 
 /* One chunk: the whole gradient is ready; its buckets start here. */
@@ -152,6 +198,38 @@ static int create_program(Trainer *tr, Error *err) {
   return 0;
 }
 
+/* The network of the run's family, initialised from the seed; a vision
+ * network's image set opened and its order started at the seed. */
+static int create_network(Trainer *tr, const TrainConfig *cfg, Error *err) {
+  int B = cfg->micro_batch_size, rc;
+  if (!is_vision(tr)) {
+    if ((rc = mlp_create(&tr->net, &cfg->mlp, B, err))) return error_wrap(err, "creating the mlp");
+    mlp_init_weights(&tr->net, cfg->seed);
+    tr->flops_per_token = mlp_flops_per_sample(&cfg->mlp);
+    return 0;
+  }
+  if ((rc = vision_create(&tr->net, &cfg->vision, B, err)))
+    return error_wrap(err, "%s: creating the vision network", cfg->config_path);
+  vision_init_weights(&tr->net, cfg->seed);
+  /* 2 FLOP per multiply-add, forward and the two backward products */
+  tr->flops_per_token = 6.0 * vision_mults_per_sample(&tr->net);
+  tr->images = calloc(1, sizeof *tr->images);
+  if (!tr->images) return error_set(err, ERR_NOMEM, "out of memory for the image set");
+  if ((rc = image_set_open(tr->images, &cfg->images, err))) {
+    free(tr->images);
+    tr->images = NULL;
+    return error_wrap(err, "%s: data", cfg->config_path);
+  }
+  if (tr->images->channels != cfg->vision.in_c || tr->images->rows != cfg->vision.in_h ||
+      tr->images->cols != cfg->vision.in_w || tr->images->classes != cfg->vision.classes)
+    return error_set(err, ERR_CONFIG, "%s: model.input [%d, %d, %d] with %d classes does not fit the images of %s "
+                     "([%d, %d, %d], %d classes)", cfg->config_path, cfg->vision.in_c, cfg->vision.in_h,
+                     cfg->vision.in_w, cfg->vision.classes, cfg->images.dir, tr->images->channels, tr->images->rows,
+                     tr->images->cols, tr->images->classes);
+  tr->train.state = (DataLoaderState){.seed = cfg->seed, .epoch = 0, .position = 0};
+  return 0;
+}
+
 int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   tr->threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
   omp_set_num_threads(tr->threads);
@@ -160,21 +238,17 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   tr->dp = cfg->world_size > 0 ? cfg->world_size : 1;
   tr->world = tr->dp;
   tr->grad_scale = 1.0f / ((float)cfg->grad_accum_steps * (float)tr->dp);
-  int B = cfg->micro_batch_size;
-  int rc = mlp_create(&tr->net, &cfg->mlp, B, err);
-  if (rc) return error_wrap(err, "creating the mlp");
-  mlp_init_weights(&tr->net, cfg->seed);
+  int rc = create_network(tr, cfg, err);
+  if (rc) return rc;
   if ((rc = model_view(&tr->model, &tr->net, err))) return rc;
-  size_t samples = (size_t)B * (size_t)cfg->grad_accum_steps;
-  tr->net_x = malloc(samples * cfg->mlp.inputs * sizeof(float));
+  size_t samples = (size_t)cfg->micro_batch_size * (size_t)cfg->grad_accum_steps;
+  tr->net_x = malloc(samples * sample_floats(tr) * sizeof(float));
   tr->net_y = malloc(samples * sizeof(int));
-  if (!tr->net_x || !tr->net_y) return error_set(err, ERR_NOMEM, "out of memory for the mlp's batch");
-  tr->has_val = cfg->eval_batches > 0;
+  if (!tr->net_x || !tr->net_y) return error_set(err, ERR_NOMEM, "out of memory for the network's batch");
+  tr->has_val = is_vision(tr) ? tr->images->num_val > 0 : cfg->eval_batches > 0;
   OptimizerConfig oc = trainer_optimizer_config(cfg);
   if ((rc = create_data_parallel(tr, &oc, err))) return rc;
-  if ((rc = create_program(tr, err))) return rc;
-  tr->flops_per_token = mlp_flops_per_sample(&cfg->mlp);
-  return 0;
+  return create_program(tr, err);
 }
 
 void trainer_net_free(Trainer *tr) {
@@ -185,7 +259,12 @@ void trainer_net_free(Trainer *tr) {
   free(tr->net_y);
   tr->net_x = NULL;
   tr->net_y = NULL;
+  if (tr->images) image_set_close(tr->images);
+  free(tr->images);
+  tr->images = NULL;
 }
+
+uint64_t trainer_net_data_windows(const Trainer *tr) { return tr->images ? tr->images->num_train : 1; }
 
 int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   const TrainConfig *cfg = tr->cfg;
@@ -194,17 +273,21 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   tr->step_skipped = 0;
   nonfinite_test_poison(tr, "grad");
   if (tr->reduce_grads) dp_grads_begin(&tr->dp_grads);
-  tr->net_loss = 0;
+  tr->net_loss = tr->net_accuracy = 0;
   int rc = executor_run(&tr->exec, err);
-  double loss = tr->net_loss;
+  double loss = tr->net_loss, accuracy = tr->net_accuracy;
   if (!rc) rc = sum_over_replicas(tr, &loss, err);
+  if (!rc) rc = sum_over_replicas(tr, &accuracy, err);
   if (rc) return rc;
   tr->step++;
+  if (tr->images) image_set_advance(tr->images, &tr->train.state, (uint64_t)cfg->global_batch_size);
   nonfinite_test_poison(tr, "weight");
   memset(res, 0, sizeof *res);
   res->step = tr->step;
   res->skipped = tr->step_skipped;
   res->loss = res->lm = loss / (cfg->grad_accum_steps * tr->dp);
+  res->has_accuracy = 1;
+  res->accuracy = accuracy / (cfg->grad_accum_steps * tr->dp);
   res->lr = tr->acc.info.lr;
   res->grad_norm = tr->acc.info.grad_norm;
   res->tokens = (long)cfg->global_batch_size;
@@ -213,33 +296,125 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   return 0;
 }
 
-/* The same eval_batches micro-batches of validation samples every time,
- * shared out over the replicas. */
+/* Loss and accuracy over every image of a part (validation or test),
+ * shared out over the replicas in batches of up to B images; the sums are
+ * weighted by each batch's size, so the means are over images. */
+static int evaluate_images(Trainer *tr, ImagePart part, EvalResult *res, Error *err) {
+  const ImageSet *s = tr->images;
+  size_t total = image_set_count(s, part), pixels = image_set_pixels(s);
+  int B = tr->cfg->micro_batch_size, rc = 0;
+  double loss = 0, accuracy = 0;
+  vision_set_eval(&tr->net, 1);
+  for (size_t first = (size_t)tr->dp_rank * B; first < total && !rc; first += (size_t)tr->dp * B) {
+    int n = (int)(total - first < (size_t)B ? total - first : (size_t)B);
+    for (int k = 0; k < n; k++) image_set_read(s, part, first + k, tr->net_x + (size_t)k * pixels, &tr->net_y[k]);
+    NetBatch b;
+    rc = tr->net.ops->forward(&tr->net, 0, as_batch(tr, &b, n, tr->net_x, tr->net_y), err);
+    if (!rc) add_metrics(tr, n, &loss, &accuracy);
+  }
+  vision_set_eval(&tr->net, 0);
+  if (!rc) rc = sum_over_replicas(tr, &loss, err);
+  if (!rc) rc = sum_over_replicas(tr, &accuracy, err);
+  if (rc) return rc;
+  res->batches = (int)((total + B - 1) / B);
+  res->loss = total ? loss / total : NAN;
+  res->has_accuracy = 1;
+  res->accuracy = total ? accuracy / total : NAN;
+  res->tokens = res->windows = (long)total;
+  return 0;
+}
+
+/* The MLP: the same eval_batches micro-batches of validation samples every
+ * time, shared out over the replicas. A vision network: its validation part. */
 int trainer_net_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   const TrainConfig *cfg = tr->cfg;
   double t0 = timer_now();
-  int B = cfg->micro_batch_size;
-  double loss = 0;
-  int rc = 0;
-  MlpBatch batch = {.x = tr->net_x, .y = tr->net_y};
-  for (int k = tr->dp_rank; k < cfg->eval_batches && !rc; k += tr->dp) {
-    mlp_synthetic_batch(&cfg->mlp, cfg->seed, MLP_VAL_FIRST_SAMPLE + (uint64_t)k * (uint64_t)B, B, &batch);
-    rc = tr->net.ops->forward(&tr->net, 0, &batch, err);
-    NetMetric m[NET_MAX_METRICS];
-    if (!rc && tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS) > 0) loss += m[0].value;
-  }
-  if (!rc) rc = sum_over_replicas(tr, &loss, err);
-  if (rc) return rc;
   memset(res, 0, sizeof *res);
-  res->batches = cfg->eval_batches;
-  res->loss = cfg->eval_batches > 0 ? loss / cfg->eval_batches : NAN;
-  res->tokens = (long)cfg->eval_batches * B;
+  int rc = 0;
+  if (is_vision(tr)) {
+    rc = evaluate_images(tr, IMAGE_PART_VAL, res, err);
+  } else {
+    int B = cfg->micro_batch_size;
+    double loss = 0, accuracy = 0;
+    MlpBatch batch = {.x = tr->net_x, .y = tr->net_y};
+    for (int k = tr->dp_rank; k < cfg->eval_batches && !rc; k += tr->dp) {
+      mlp_synthetic_batch(&cfg->mlp, cfg->seed, MLP_VAL_FIRST_SAMPLE + (uint64_t)k * (uint64_t)B, B, &batch);
+      rc = tr->net.ops->forward(&tr->net, 0, &batch, err);
+      if (!rc) add_metrics(tr, 1.0, &loss, &accuracy);
+    }
+    if (!rc) rc = sum_over_replicas(tr, &loss, err);
+    if (!rc) rc = sum_over_replicas(tr, &accuracy, err);
+    res->batches = cfg->eval_batches;
+    res->loss = cfg->eval_batches > 0 ? loss / cfg->eval_batches : NAN;
+    res->has_accuracy = 1;
+    res->accuracy = cfg->eval_batches > 0 ? accuracy / cfg->eval_batches : NAN;
+    res->tokens = (long)cfg->eval_batches * B;
+  }
   res->seconds = timer_now() - t0;
+  return rc;
+}
+
+int trainer_net_test(Trainer *tr, FILE *out, FILE *jsonl, Error *err) {
+  if (!is_vision(tr) || !tr->cfg->images.test_at_end || tr->images->num_test == 0) return 0;
+  double t0 = timer_now();
+  EvalResult res;
+  memset(&res, 0, sizeof res);
+  int rc = evaluate_images(tr, IMAGE_PART_TEST, &res, err);
+  if (rc) return rc;
+  res.seconds = timer_now() - t0;
+  const ImageSetConfig *c = &tr->cfg->images;
+  char noise[96] = "clean";
+  if ((c->noise_gaussian > 0 || c->noise_salt_pepper > 0) && (c->noise_on == IMAGE_NOISE_TEST ||
+                                                              c->noise_on == IMAGE_NOISE_EVAL ||
+                                                              c->noise_on == IMAGE_NOISE_ALL))
+    snprintf(noise, sizeof noise, "noise gaussian %g, salt-and-pepper %g", c->noise_gaussian, c->noise_salt_pepper);
+  if (out) {
+    fprintf(out, "test step %d/%d | test loss %.3f | test accuracy %.2f%% | %ld images (%s) | %.1f s\n", tr->step,
+            tr->cfg->steps, res.loss, 100.0 * res.accuracy, res.tokens, noise, res.seconds);
+    fflush(out);
+  }
+  if (jsonl) {
+    fprintf(jsonl, "{\"type\":\"test\",\"step\":%d,\"test_loss\":%.9g,\"test_accuracy\":%.9g,\"images\":%ld,"
+                   "\"noise_gaussian\":%.6g,\"noise_salt_pepper\":%.6g,\"seconds\":%.6g}\n",
+            tr->step, res.loss, res.accuracy, res.tokens, strcmp(noise, "clean") ? c->noise_gaussian : 0.0,
+            strcmp(noise, "clean") ? c->noise_salt_pepper : 0.0, res.seconds);
+    fflush(jsonl);
+  }
   return 0;
+}
+
+static void print_vision(const Trainer *tr, FILE *out) {
+  const TrainConfig *cfg = tr->cfg;
+  const ImageSet *s = tr->images;
+  const ImageSetConfig *c = &cfg->images;
+  char layers[1024], a[32], b[32], d[32];
+  vision_describe(&tr->net, layers, sizeof layers);
+  fprintf(out, "  model    vision: input %dx%dx%d -> %s; %d classes\n", cfg->vision.in_c, cfg->vision.in_h,
+          cfg->vision.in_w, layers, cfg->vision.classes);
+  fprintf(out, "  params   %s parameters; %s multiplications and %s additions/comparisons per image (forward)\n",
+          fmt_thousands(a, sizeof a, (double)tr->net.num_values),
+          fmt_thousands(b, sizeof b, vision_mults_per_sample(&tr->net)),
+          fmt_thousands(d, sizeof d, vision_adds_per_sample(&tr->net)));
+  fprintf(out, "  data     Fashion-MNIST (%s): %s train, %s validation (held out of the training file, split seed "
+               "%llu), %zu test images\n", c->dir, fmt_thousands(a, sizeof a, (double)s->num_train),
+          fmt_thousands(b, sizeof b, (double)s->num_val), (unsigned long long)c->split_seed, s->num_test);
+  if (c->normalize) fprintf(out, "           normalised (x - %g) / %g", c->mean, c->std);
+  else fprintf(out, "           pixels in [0, 1], not normalised");
+  if (c->noise_gaussian > 0 || c->noise_salt_pepper > 0)
+    fprintf(out, "; noise on %s: gaussian sigma %g, salt-and-pepper %g (seed %llu)\n", image_noise_on_name(c->noise_on),
+            c->noise_gaussian, c->noise_salt_pepper, (unsigned long long)c->noise_seed);
+  else fprintf(out, "; no noise\n");
+  double epochs = (double)cfg->global_batch_size * cfg->steps / (double)s->num_train;
+  fprintf(out, "  batch    %d x %d accumulation x %d replica(s) = %d images per step (%.2f epochs over %d steps)\n",
+          cfg->micro_batch_size, cfg->grad_accum_steps, tr->dp, cfg->global_batch_size, epochs, cfg->steps);
 }
 
 void trainer_net_print_model(const Trainer *tr, FILE *out) {
   const TrainConfig *cfg = tr->cfg;
+  if (is_vision(tr)) {
+    print_vision(tr, out);
+    return;
+  }
   const MlpConfig *m = &cfg->mlp;
   fprintf(out, "  model    mlp: %d inputs, hidden [", m->inputs);
   for (int i = 0; i < m->num_hidden; i++) fprintf(out, "%s%d", i ? ", " : "", m->hidden[i]);

@@ -18,6 +18,13 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err);
 void trainer_net_free(Trainer *tr);
 int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err);
 int trainer_net_evaluate(Trainer *tr, EvalResult *res, Error *err);
+/* The test part's loss and accuracy after training (a vision network with
+ * data.test_at_end): a "test step" line on out and a {"type": "test"}
+ * record on jsonl (either may be NULL). Nothing for other families. */
+int trainer_net_test(Trainer *tr, FILE *out, FILE *jsonl, Error *err);
+/* The size of the training order a checkpoint records: a vision network's
+ * training images, 1 for the MLP (its samples follow from the step). */
+uint64_t trainer_net_data_windows(const Trainer *tr);
 /* The banner lines that describe the network, its data and batch. */
 void trainer_net_print_model(const Trainer *tr, FILE *out);
 

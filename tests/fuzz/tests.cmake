@@ -150,7 +150,7 @@ function(fuzz_harness reader runs)
   add_custom_command(OUTPUT ${exe}
                      COMMAND ${FIVEFOLD_FUZZ_CC} -fsanitize=fuzzer ${FUZZ_SANITIZE} ${objs}
                              -Wl,--start-group ${FUZZ_ARCHIVE_FILES} -Wl,--end-group -Wl,--as-needed
-                             ${CJSON_LINK_LIBRARIES} ${OPENBLAS_LIB} ${DNNL_LIB} ${FUZZ_EXTRA_LIBS} -lm -lpthread -o ${exe}
+                             ${CJSON_LINK_LIBRARIES} ${OPENBLAS_LIB} ${DNNL_LIB} ${FUZZ_EXTRA_LIBS} -lz -lm -lpthread -o ${exe}
                      DEPENDS ${objs} ${FUZZ_ARCHIVES}
                      COMMENT "fuzz: linking fuzz_${reader}" VERBATIM)
   add_custom_target(fuzz_${reader} ALL DEPENDS ${exe})

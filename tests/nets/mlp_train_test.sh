@@ -13,6 +13,7 @@ FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MPIEXEC=$2
 MODE=mlp
 . "$(dirname "$0")/../parallel/lib.sh"
+. "$(dirname "$0")/net_runs.sh"
 work_dir mlp
 
 cat >run-mlp.json <<'JSON'
@@ -29,22 +30,8 @@ grep -q "model    mlp: 12 inputs" one.log || fail "the banner does not describe 
 grep -q '"family":"mlp"' "$(ckpt one 6)/state.json" || grep -q '"family":[[:space:]]*"mlp"' "$(ckpt one 6)/state.json" ||
   fail "the checkpoint does not record the mlp's config"
 
-# Resume from step 3 in a fresh directory: bit for bit the same end.
-mkdir -p resumed/checkpoints && cp -r "$(ckpt one 3)" resumed/checkpoints/
-train 0 resumed mlp --resume || exit 1
-for f in model optimizer; do
-  cmp -s "$(ckpt one 6)/$f.safetensors" "$(ckpt resumed 6)/$f.safetensors" ||
-    fail "the resumed run's $f.safetensors differs from the uninterrupted run's"
-done
-$PY "$COMPARE" losses resumed one 0 || fail "the resumed run's losses differ from the uninterrupted run's"
-
-# Data parallel, plain and ZeRO-1, against one rank (same global batch of 16).
-train 2 dp2 mlp --grad-accum 2 && same dp2 one 6
-grep -q "parallel dp 2" dp2.log || fail "the DP run's banner does not say dp 2"
-train 2 zero2 mlp --grad-accum 2 --distributed-optimizer 1 --bucket-mb 0.001 && same zero2 one 6
-grep -q "ZeRO-1" zero2.log || fail "the ZeRO-1 run's banner does not say so"
-mkdir -p zres/checkpoints && cp -r "$(ckpt one 3)" zres/checkpoints/
-train 2 zres mlp --grad-accum 2 --distributed-optimizer 1 --resume && same zres one 6
+# Resume from step 3 (bit for bit), DP2, ZeRO-1 and a resumed ZeRO-1 run against one rank (net_runs.sh).
+resume_and_replicas mlp
 
 refused 2 mlp "an mlp trains data-parallel only" --tp 2
 finish mlp_train_test

@@ -5,3 +5,15 @@ add_test(NAME nets.mlp_train
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mlp_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(nets.mlp_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+
+# A vision network on Fashion-MNIST through `fivefold train` (label "mpi"):
+# resume, DP2 / DP4 / ZeRO-1 against one rank, --trace, refusals; and a
+# short learning run (well above chance within 300 steps).
+add_test(NAME nets.vision_train
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/vision_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(nets.vision_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+add_test(NAME nets.vision_learns
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/vision_learn_test.sh $<TARGET_FILE:fivefold>
+                 ${CMAKE_SOURCE_DIR}/configs/vision)
+set_tests_properties(nets.vision_learns PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")

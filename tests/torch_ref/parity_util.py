@@ -25,3 +25,26 @@ def compare(name, got, ref, keys, tolerance, digits=2):
             ok = False
     print(f"{'ok  ' if ok else 'FAIL'} {name}: " + ", ".join(parts))
     return ok
+
+
+def main(doc, argv, cases, run_case, self_check_index, what):
+    """The command line of a parity script: `SCRIPT TOOL [--self-check]`.
+    Runs run_case(tool, case, index, tmp, perturb) over every case, or with
+    --self-check only case self_check_index with its reference perturbed,
+    which must then be caught. Returns the exit status."""
+    import tempfile
+
+    if len(argv) < 2:
+        print(doc)
+        return 2
+    tool, self_check = argv[1], "--self-check" in argv[2:]
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="fivefold-parity.") as tmp:
+        if self_check:
+            caught = not run_case(tool, cases[self_check_index], self_check_index, tmp, perturb=True)
+            print(f"self-check: the perturbed {what} was " + ("caught, as it should be" if caught else "NOT caught"))
+            return 0 if caught else 1
+        results = [run_case(tool, case, i, tmp, perturb=False) for i, case in enumerate(cases)]
+    bad = results.count(False)
+    print(f"{len(results) - bad}/{len(results)} cases within tolerance of PyTorch")
+    return 1 if bad else 0

@@ -67,3 +67,13 @@ add_test(NAME torch_ref.tropical_self_check
          COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/tropical_parity.py $<TARGET_FILE:tropical_dump> --self-check)
 set_tests_properties(torch_ref.tropical torch_ref.tropical_self_check PROPERTIES LABELS torch TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# The classic layer kinds of nets/ (linear, conv2d, pooling, activations)
+# against torch.nn.functional on fixed weights (tests/tools/layer_dump), a
+# max-pool case full of ties included, and proof that the comparison can fail.
+add_test(NAME torch_ref.vision_layers
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/vision_layers.py $<TARGET_FILE:layer_dump>)
+add_test(NAME torch_ref.vision_layers_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/vision_layers.py $<TARGET_FILE:layer_dump> --self-check)
+set_tests_properties(torch_ref.vision_layers torch_ref.vision_layers_self_check PROPERTIES LABELS torch
+                     TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")

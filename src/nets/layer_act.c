@@ -1,0 +1,111 @@
+/* ReLU, leaky ReLU and tanh (nets/layer_act.h). The slope of a leaky ReLU
+ * lives in the impl pointer's float. */
+#include "nets/layer_act.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "nets/layer_spec.h"
+
+static size_t count(const Layer *l, int n) { return (size_t)n * layer_shape_numel(l->in); }
+static float slope_of(const Layer *l) { return *(const float *)l->impl; }
+
+static int relu_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
+  (void)train;
+  (void)err;
+  for (size_t i = 0, e = count(l, n); i < e; i++) y[i] = x[i] > 0 ? x[i] : 0.0f;
+  return 0;
+}
+
+static int relu_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
+  (void)x;
+  (void)err;
+  if (dx)
+    for (size_t i = 0, e = count(l, n); i < e; i++) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+  return 0;
+}
+
+static int leaky_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
+  (void)train;
+  (void)err;
+  float a = slope_of(l);
+  for (size_t i = 0, e = count(l, n); i < e; i++) {
+    float scaled = a * x[i];
+    y[i] = x[i] > 0 ? x[i] : scaled;
+  }
+  return 0;
+}
+
+static int leaky_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
+  (void)y;
+  (void)err;
+  float a = slope_of(l);
+  if (dx)
+    for (size_t i = 0, e = count(l, n); i < e; i++) dx[i] = x[i] > 0 ? dy[i] : a * dy[i];
+  return 0;
+}
+
+static int tanh_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
+  (void)train;
+  (void)err;
+  for (size_t i = 0, e = count(l, n); i < e; i++) y[i] = tanhf(x[i]);
+  return 0;
+}
+
+static int tanh_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
+  (void)x;
+  (void)err;
+  if (dx)
+    for (size_t i = 0, e = count(l, n); i < e; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+  return 0;
+}
+
+static void act_init(Layer *l, uint64_t seed, uint64_t stream) {
+  (void)l;
+  (void)seed;
+  (void)stream;
+}
+
+static void act_free(Layer *l) { free(l->impl); }
+
+static const LayerOps RELU_OPS = {.kind = "relu", .init = act_init, .forward = relu_forward,
+                                  .backward = relu_backward, .free = act_free};
+static const LayerOps LEAKY_OPS = {.kind = "leaky_relu", .init = act_init, .forward = leaky_forward,
+                                   .backward = leaky_backward, .free = act_free};
+static const LayerOps TANH_OPS = {.kind = "tanh", .init = act_init, .forward = tanh_forward,
+                                  .backward = tanh_backward, .free = act_free};
+
+static int create_act(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin,
+                      const LayerOps *ops, Error *err) {
+  static const char *const NONE[] = {NULL}, *const SLOPE[] = {"slope", NULL};
+  int leaky = ops == &LEAKY_OPS;
+  double slope = 0.01;
+  int rc = layer_spec_check_fields(spec, leaky ? SLOPE : NONE, origin, err);
+  if (!rc && leaky) rc = layer_spec_double(spec, "slope", 0.01, 0.0, 1.0, &slope, origin, err);
+  if (rc) return rc;
+  float *a = malloc(sizeof *a);
+  if (!a) return error_set(err, ERR_NOMEM, "%s: out of memory", origin);
+  *a = (float)slope;
+  l->impl = a;
+  l->ops = ops;
+  l->in = l->out = in;
+  l->max_batch = max_batch;
+  double numel = (double)layer_shape_numel(in);
+  l->mults_per_sample = leaky ? numel : 0;
+  l->adds_per_sample = ops == &TANH_OPS ? 0 : numel;
+  return 0;
+}
+
+int layer_create_relu(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin, Error *err) {
+  return create_act(l, spec, in, max_batch, origin, &RELU_OPS, err);
+}
+
+int layer_create_leaky_relu(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin,
+                            Error *err) {
+  return create_act(l, spec, in, max_batch, origin, &LEAKY_OPS, err);
+}
+
+int layer_create_tanh(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin, Error *err) {
+  return create_act(l, spec, in, max_batch, origin, &TANH_OPS, err);
+}

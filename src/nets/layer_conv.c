@@ -1,0 +1,90 @@
+/* The conv2d layer (nets/layer_conv.h): a Conv2dShape kept per layer, the
+ * batch filled in per call. */
+#include "nets/layer_conv.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+#include "kern/conv2d.h"
+#include "kern/precision.h"
+#include "nets/layer_spec.h"
+#include "nets/layer_util.h"
+
+typedef struct ConvImpl {
+  Conv2dShape shape; /* batch set per call */
+} ConvImpl;
+
+static Conv2dPrecision precision(void) {
+  return kern_precision() == KERN_PRECISION_BF16 ? CONV2D_BF16 : CONV2D_FP32;
+}
+
+static void conv_init(Layer *l, uint64_t seed, uint64_t stream) {
+  const Conv2dShape *s = &((ConvImpl *)l->impl)->shape;
+  layer_init_fan_in_uniform(l, (double)s->in_channels * s->kernel_h * s->kernel_w, seed, stream);
+}
+
+static Conv2dShape batch_shape(const Layer *l, int n) {
+  Conv2dShape s = ((const ConvImpl *)l->impl)->shape;
+  s.batch = n;
+  return s;
+}
+
+static int conv_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
+  (void)train;
+  Conv2dShape s = batch_shape(l, n);
+  return conv2d_forward(&s, precision(), y, x, l->param[0], l->num_params > 1 ? l->param[1] : NULL, err);
+}
+
+static int conv_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
+  (void)y;
+  Conv2dShape s = batch_shape(l, n);
+  int rc = dx ? conv2d_backward_data(&s, precision(), dx, dy, l->param[0], 0, err) : 0;
+  if (!rc)
+    rc = conv2d_backward_weights(&s, precision(), l->grad[0], l->num_params > 1 ? l->grad[1] : NULL, dy, x, 1, err);
+  return rc;
+}
+
+static void conv_free(Layer *l) { free(l->impl); }
+
+static const LayerOps CONV_OPS = {.kind = "conv2d", .init = conv_init, .forward = conv_forward,
+                                  .backward = conv_backward, .free = conv_free};
+
+int layer_create_conv2d(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin, Error *err) {
+  static const char *const FIELDS[] = {"out_channels", "kernel", "stride", "padding", "bias", NULL};
+  Conv2dShape s = conv2d_shape_default();
+  int bias;
+  int rc = layer_spec_check_fields(spec, FIELDS, origin, err);
+  if (!rc) rc = layer_spec_int(spec, "out_channels", 1, 0, 1, 1 << 16, &s.out_channels, origin, err);
+  if (!rc) rc = layer_spec_pair(spec, "kernel", 1, 0, 1, 1 << 12, &s.kernel_h, &s.kernel_w, origin, err);
+  if (!rc) rc = layer_spec_pair(spec, "stride", 0, 1, 1, 1 << 12, &s.stride_h, &s.stride_w, origin, err);
+  if (!rc) rc = layer_spec_pair(spec, "padding", 0, 0, 0, 1 << 12, &s.pad_h, &s.pad_w, origin, err);
+  if (!rc) rc = layer_spec_bool(spec, "bias", 1, &bias, origin, err);
+  if (rc) return rc;
+  if (s.pad_h >= s.kernel_h || s.pad_w >= s.kernel_w)
+    return error_set(err, ERR_CONFIG, "%s.padding: %d x %d, expected below the kernel %d x %d", origin, s.pad_h,
+                     s.pad_w, s.kernel_h, s.kernel_w);
+  s.batch = 1;
+  s.in_channels = in.c;
+  s.in_h = in.h;
+  s.in_w = in.w;
+  int oh, ow;
+  Error why = {0};
+  if (in.h + 2 * s.pad_h < s.kernel_h || in.w + 2 * s.pad_w < s.kernel_w || conv2d_output_size(&s, &oh, &ow, &why))
+    return error_set(err, ERR_CONFIG, "%s.kernel: %d x %d does not fit the padded input %d x %d (expected a kernel "
+                     "at most the input plus twice the padding)", origin, s.kernel_h, s.kernel_w, in.h + 2 * s.pad_h,
+                     in.w + 2 * s.pad_w);
+  ConvImpl *impl = calloc(1, sizeof *impl);
+  if (!impl) return error_set(err, ERR_NOMEM, "%s: out of memory", origin);
+  impl->shape = s;
+  l->impl = impl;
+  l->ops = &CONV_OPS;
+  l->in = in;
+  l->out = (LayerShape){s.out_channels, oh, ow};
+  l->max_batch = max_batch;
+  layer_declare_param(l, 0, "weight", 4, (const int64_t[]){s.out_channels, in.c, s.kernel_h, s.kernel_w}, 0);
+  if (bias) layer_declare_param(l, 1, "bias", 1, (const int64_t[]){s.out_channels}, 1);
+  double outputs = (double)s.out_channels * oh * ow, taps = (double)in.c * s.kernel_h * s.kernel_w;
+  l->mults_per_sample = outputs * taps;
+  l->adds_per_sample = outputs * (taps - 1 + (bias ? 1 : 0));
+  return 0;
+}

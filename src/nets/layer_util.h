@@ -1,0 +1,38 @@
+/* Small pieces the layer kinds of nets/ share: PyTorch's default
+ * initialisation of weights and biases and the bookkeeping of a parameter
+ * spec, so that every kind starts from the same scheme. */
+#ifndef FIVEFOLD_NETS_LAYER_UTIL_H
+#define FIVEFOLD_NETS_LAYER_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "base/rng.h"
+#include "nets/layer.h"
+
+/* U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for every tensor of l, as PyTorch's
+ * nn.Linear and nn.Conv2d start; tensor i draws from counter block i of
+ * (seed, stream), so layers (streams) and tensors never share draws. */
+static inline void layer_init_fan_in_uniform(Layer *l, double fan_in, uint64_t seed, uint64_t stream) {
+  double bound = 1.0 / sqrt(fan_in);
+  for (int t = 0; t < l->num_params; t++)
+    for (size_t i = 0; i < l->params[t].numel; i++)
+      l->param[t][i] = (float)(bound * (2.0 * rng_uniform(seed, stream, ((uint64_t)t << 40) + i) - 1.0));
+}
+
+/* Declares parameter `t` of l: suffix, shape (ndim values), element count. */
+static inline void layer_declare_param(Layer *l, int t, const char *suffix, int ndim, const int64_t *shape,
+                                       int no_weight_decay) {
+  LayerParamSpec *p = &l->params[t];
+  p->suffix = suffix;
+  p->ndim = ndim;
+  p->numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    p->shape[d] = shape[d];
+    p->numel *= (size_t)shape[d];
+  }
+  p->no_weight_decay = no_weight_decay;
+  if (l->num_params < t + 1) l->num_params = t + 1;
+}
+
+#endif
