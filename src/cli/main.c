@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_blur.h"
 #include "cli/cmd_calibrate.h"
 #include "cli/cmd_export.h"
 #include "cli/cmd_plan.h"
@@ -29,6 +30,7 @@ static const Command COMMANDS[] = {
     {"schedule", "build, check, print and price the per-rank program of one iteration", cmd_schedule},
     {"trace", "record a run with eBPF, analyze a trace as a timing DAG (critical path, stragglers)", cmd_trace},
     {"upcycle", "turn a trained dense checkpoint into an MoE checkpoint that training continues", cmd_upcycle},
+    {"blur", "motion-blur an image by a seeded camera-shake kernel, and save the kernel beside it", cmd_blur},
 };
 #define NUM_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 
