@@ -11,7 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#include "base/file_text.h"
 
 /* Largest file read: far above any image this project trains on. */
 #define IMAGE_MAX_FILE_BYTES ((size_t)1 << 30)
@@ -225,29 +226,11 @@ int image_decode(const char *name, const unsigned char *bytes, size_t size, Imag
 
 int image_read(const char *path, Image *out, Error *err) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return error_set(err, ERR_IO, "%s: not a regular file", path);
-  }
-  if ((size_t)st.st_size > IMAGE_MAX_FILE_BYTES) {
-    fclose(f);
-    return error_set(err, ERR_FORMAT, "%s: %lld bytes, larger than the %zu an image file may have", path,
-                     (long long)st.st_size, IMAGE_MAX_FILE_BYTES);
-  }
-  size_t size = (size_t)st.st_size;
-  unsigned char *bytes = malloc(size ? size : 1);
-  if (!bytes) {
-    fclose(f);
-    return error_set(err, ERR_NOMEM, "%s: out of memory for %zu bytes", path, size);
-  }
-  size_t got = fread(bytes, 1, size, f);
-  int read_failed = ferror(f);
-  fclose(f);
-  int rc = read_failed || got != size ? error_set(err, ERR_IO, "%s: read %zu of %zu bytes", path, got, size)
-                                      : image_decode(path, bytes, size, out, err);
+  char *bytes;
+  size_t size;
+  int rc = file_read_text(path, "image", IMAGE_MAX_FILE_BYTES, &bytes, &size, err);
+  if (rc) return rc;
+  rc = image_decode(path, (const unsigned char *)bytes, size, out, err);
   free(bytes);
   return rc;
 }

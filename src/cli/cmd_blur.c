@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/image_io.h"
+#include "base/json_util.h"
 #include "base/options.h"
 #include "kern/image_metrics.h"
 #include "kern/motion_blur.h"
@@ -92,18 +93,11 @@ static int write_kernel_json(const char *path, const MotionBlurInfo *info, uint6
   cJSON *rows = cJSON_AddArrayToObject(root, "kernel");
   for (int y = 0; y < K; y++) {
     cJSON *row = cJSON_CreateArray();
-    for (int x = 0; x < K; x++) cJSON_AddItemToArray(row, cJSON_CreateNumber(kernel[y * K + x]));
+    for (int x = 0; x < K; x++) cJSON_AddItemToArray(row, cJSON_CreateNumber(json_float_value(kernel[y * K + x])));
     cJSON_AddItemToArray(rows, row);
   }
-  char *text = cJSON_Print(root);
+  int rc = json_write_file(path, root, err);
   cJSON_Delete(root);
-  if (!text) return error_set(err, ERR_NOMEM, "%s: out of memory", path);
-  FILE *f = fopen(path, "w");
-  int rc = 0;
-  if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
-    rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-  if (f && fclose(f) && !rc) rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-  free(text);
   return rc;
 }
 

@@ -44,7 +44,7 @@ raise SystemExit(0 if a == b else 1)" || fail "--noise changed the kernel"
 "$FIVEFOLD" blur --input a.png --out rgb.png --seed 1 > /dev/null 2>&1 || fail "a PNG input failed"
 
 out=$("$FIVEFOLD" blur --input missing.png --out x.png 2>&1); rc=$?
-[ $rc -eq 1 ] && grep -q "missing.png: cannot open" <<<"$out" || fail "missing input: rc $rc: $out"
+[ $rc -eq 1 ] && grep -q "cannot open image missing.png" <<<"$out" || fail "missing input: rc $rc: $out"
 out=$("$FIVEFOLD" blur --input sharp.pgm --out x.png --kernel-size 10 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "kernel_size 10, expected an odd number" <<<"$out" || fail "even kernel: rc $rc: $out"
 printf 'P5\n4 4\n255\nab' > short.pgm
