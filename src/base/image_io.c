@@ -1,4 +1,4 @@
-/* PGM and PNG reading and writing into float planes, grey conversion and
+/* PGM, PNG and JPEG reading, PGM and PNG writing into float planes, grey conversion and
  * resizing (base/image_io.h). A file is read whole into memory first, so
  * that both decoders see a bounded byte range and can say exactly where a
  * truncated file ends. */
@@ -7,10 +7,14 @@
 #include <errno.h>
 #include <math.h>
 #include <png.h>
+#include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+/* jpeglib.h needs FILE and size_t first. */
+#include <jerror.h>
+#include <jpeglib.h>
 
 #include "base/file_text.h"
 
@@ -208,11 +212,90 @@ static int decode_png(const char *name, const unsigned char *bytes, size_t size,
   return rc;
 }
 
+/* ---- JPEG --------------------------------------------------------------- */
+
+/* libjpeg reports errors through a callback that must not return: it
+ * longjmps back to decode_jpeg. Warnings about corrupt or missing data are
+ * errors here (libjpeg would otherwise fill a truncated image with grey). */
+typedef struct JpegError {
+  struct jpeg_error_mgr mgr; /* first: libjpeg's err pointer is this */
+  jmp_buf jump;
+  int truncated;
+  char message[JMSG_LENGTH_MAX];
+} JpegError;
+
+static void jpeg_on_error(j_common_ptr cinfo) {
+  JpegError *e = (JpegError *)cinfo->err;
+  (*cinfo->err->format_message)(cinfo, e->message);
+  longjmp(e->jump, 1);
+}
+
+static void jpeg_on_message(j_common_ptr cinfo, int level) {
+  if (level >= 0) return; /* trace messages */
+  JpegError *e = (JpegError *)cinfo->err;
+  e->truncated = cinfo->err->msg_code == JWRN_JPEG_EOF;
+  jpeg_on_error(cinfo);
+}
+
+static int decode_jpeg(const char *name, const unsigned char *bytes, size_t size, Image *out, Error *err) {
+  struct jpeg_decompress_struct cinfo;
+  JpegError *e = calloc(1, sizeof *e);
+  unsigned char *volatile row = NULL;
+  if (!e) return error_set(err, ERR_NOMEM, "%s: out of memory", name);
+  cinfo.err = jpeg_std_error(&e->mgr);
+  e->mgr.error_exit = jpeg_on_error;
+  e->mgr.emit_message = jpeg_on_message;
+  int rc = 0;
+  if (setjmp(e->jump)) {
+    rc = e->truncated ? error_set(err, ERR_FORMAT, "%s: truncated: the JPEG data ends early (%zu bytes)", name, size)
+                      : error_set(err, ERR_FORMAT, "%s: malformed JPEG: %s", name, e->message);
+    image_free(out);
+  } else {
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, bytes, (unsigned long)size);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.num_components != 1 && cinfo.num_components != 3) {
+      snprintf(e->message, sizeof e->message, "unsupported: %d colour components (CMYK?), expected grey or colour",
+               cinfo.num_components);
+      longjmp(e->jump, 1);
+    }
+    cinfo.out_color_space = cinfo.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    if (cinfo.image_width > IMAGE_MAX_SIDE || cinfo.image_height > IMAGE_MAX_SIDE) {
+      snprintf(e->message, sizeof e->message, "%u x %u pixels, larger than %d on a side", cinfo.image_width,
+               cinfo.image_height, IMAGE_MAX_SIDE);
+      longjmp(e->jump, 1);
+    }
+    jpeg_start_decompress(&cinfo);
+    const int c = cinfo.output_components, w = (int)cinfo.output_width, h = (int)cinfo.output_height;
+    Error alloc_err;
+    row = malloc((size_t)w * (size_t)c);
+    if (!row || image_alloc(out, c, h, w, &alloc_err)) {
+      snprintf(e->message, sizeof e->message, "out of memory for %d x %d pixels", w, h);
+      longjmp(e->jump, 1);
+    }
+    const size_t plane = (size_t)w * (size_t)h;
+    while (cinfo.output_scanline < cinfo.output_height) {
+      const size_t y = cinfo.output_scanline;
+      JSAMPROW rows[1] = {row};
+      jpeg_read_scanlines(&cinfo, rows, 1);
+      for (int x = 0; x < w; x++)
+        for (int ch = 0; ch < c; ch++) out->data[(size_t)ch * plane + y * (size_t)w + (size_t)x] = row[x * c + ch] / 255.0f;
+    }
+    jpeg_finish_decompress(&cinfo);
+  }
+  jpeg_destroy_decompress(&cinfo);
+  free(row);
+  free(e);
+  return rc;
+}
+
 /* ---- reading ------------------------------------------------------------ */
 
 int image_decode(const char *name, const unsigned char *bytes, size_t size, Image *out, Error *err) {
   memset(out, 0, sizeof *out);
   if (size >= 8 && !png_sig_cmp(bytes, 0, 8)) return decode_png(name, bytes, size, out, err);
+  if (size >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff)
+    return decode_jpeg(name, bytes, size, out, err);
   if (size >= 2 && bytes[0] == 'P' && (bytes[1] == '2' || bytes[1] == '5') && (size == 2 || is_space(bytes[2])))
     return decode_pgm(name, bytes, size, out, err);
   if (size >= 2 && bytes[0] == 'P' && bytes[1] >= '1' && bytes[1] <= '7')
@@ -220,7 +303,7 @@ int image_decode(const char *name, const unsigned char *bytes, size_t size, Imag
                      name, bytes[1]);
   char seen[3 * 8 + 1] = "";
   for (size_t i = 0; i < size && i < 8; i++) snprintf(seen + 3 * i, 4, "%02x ", bytes[i]);
-  return error_set(err, ERR_FORMAT, "%s: bad magic: first bytes %s(%zu bytes in all), expected a PNG signature or P2/P5 (PGM)",
+  return error_set(err, ERR_FORMAT, "%s: bad magic: first bytes %s(%zu bytes in all), expected a PNG signature, a JPEG SOI marker or P2/P5 (PGM)",
                    name, size ? seen : "(none) ", size);
 }
 

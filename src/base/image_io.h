@@ -1,5 +1,6 @@
-/* Image files as float planes: PGM (P2 ASCII and P5 binary, 8-bit) and PNG
- * (through libpng) read into an Image of values 0..1 laid out channel after
+/* Image files as float planes: PGM (P2 ASCII and P5 binary, 8-bit), PNG
+ * (through libpng) and JPEG (through libjpeg, for photos such as dlib's
+ * example faces) read into an Image of values 0..1 laid out channel after
  * channel (CHW, the layout the networks of nets/ take), written back as
  * 8-bit grey or RGB; and a resize that is bilinear when enlarging and
  * area-aware (a widened triangle filter, so detail finer than the new
@@ -13,6 +14,8 @@
  *         sample. Alpha is dropped (images are taken as opaque): grey and
  *         grey+alpha give 1 channel, the others 3. 16-bit samples keep
  *         their full precision (value / 65535).
+ *   JPEG  baseline and progressive, grey or colour (1 or 3 channels; CMYK is
+ *         refused); a truncated or corrupt stream is an error, not grey.
  * What is written: PGM (P5) for a 1-channel image to a path ending in
  * ".pgm", PNG (8-bit grey or RGB) otherwise; values are clamped to 0..1
  * and rounded to the nearest of 256 levels.
@@ -44,7 +47,7 @@ static inline size_t image_numel(const Image *im) {
 int image_alloc(Image *im, int channels, int height, int width, Error *err);
 void image_free(Image *im);
 
-/* Reads a PGM or PNG file, recognised by its magic number, not its name. */
+/* Reads a PGM, PNG or JPEG file, recognised by its magic number, not its name. */
 int image_read(const char *path, Image *out, Error *err);
 /* The same from bytes in memory; `name` stands for the file in messages
  * (the fuzz harness and the malformed-input tests use it). */

@@ -14,6 +14,7 @@
 #include "base/json_util.h"
 #include "base/npy.h"
 #include "base/rng.h"
+#include "data/image_boxes.h"
 
 ImageSetOptions image_set_options_default(void) {
   ImageSetOptions o = {64, 1, 1.0, 0.1, 0.1, 1};
@@ -115,6 +116,45 @@ int image_set_add_idx(ImageSet *s, const char *images_path, const char *labels_p
     for (size_t p = 0; p < plane; p++) it->image.data[p] = set.pixels[k * plane + p] / 255.0f;
   }
   idx_image_set_free(&set);
+  return rc;
+}
+
+int image_set_add_boxes(ImageSet *s, const char *xml_path, const char *name, double margin, int label, Error *err) {
+  if (!(margin >= 0.0 && margin <= 2.0))
+    return error_set(err, ERR_ARG, "image set: box margin %g, expected 0..2 (a fraction of the box side)", margin);
+  ImageBoxList boxes;
+  int rc = image_boxes_read(xml_path, &boxes, err);
+  if (rc) return rc;
+  if ((rc = add_source(s, name, xml_path, err))) return image_boxes_free(&boxes), rc;
+  size_t index = 0;
+  for (int i = 0; !rc && i < boxes.num_images; i++) {
+    Image photo;
+    if ((rc = image_read(boxes.images[i].path, &photo, err))) break;
+    for (int b = 0; !rc && b < boxes.images[i].num_boxes; b++, index++) {
+      const ImageBox *box = &boxes.boxes[boxes.images[i].first_box + b];
+      if (box->ignore) continue;
+      const int longest = box->width > box->height ? box->width : box->height;
+      int side = (int)lround(longest * (1.0 + 2.0 * margin));
+      const int fit = photo.height < photo.width ? photo.height : photo.width;
+      side = side > fit ? fit : side;
+      int top = (int)lround(box->top + 0.5 * box->height - 0.5 * side);
+      int left = (int)lround(box->left + 0.5 * box->width - 0.5 * side);
+      top = top < 0 ? 0 : top + side > photo.height ? photo.height - side : top;
+      left = left < 0 ? 0 : left + side > photo.width ? photo.width - side : left;
+      ImageSetItem *it = new_item(s, index, label, err);
+      if (!it || (rc = image_alloc(&it->image, photo.channels, side, side, err))) {
+        rc = rc ? rc : ERR_NOMEM;
+        if (it) s->count--, s->source_count[it->source]--;
+        break;
+      }
+      for (int c = 0; c < photo.channels; c++)
+        for (int y = 0; y < side; y++)
+          memcpy(it->image.data + ((size_t)c * side + y) * side,
+                 photo.data + ((size_t)c * photo.height + top + y) * photo.width + left, sizeof(float) * (size_t)side);
+    }
+    image_free(&photo);
+  }
+  image_boxes_free(&boxes);
   return rc;
 }
 

@@ -19,7 +19,9 @@
  *
  * Sources: NumPy arrays [n, h, w] (grey) or [n, h, w, 3] (RGB) with values
  * 0..1 (float) or 0..255 (bytes), such as scikit-image's lfw_subset.npy
- * (base/npy.h), and IDX image files such as Fashion-MNIST (base/idx.h).
+ * (base/npy.h); IDX image files such as Fashion-MNIST (base/idx.h); and
+ * photos with face boxes in dlib's XML (data/image_boxes.h), one crop per
+ * box.
  *
  * Augmentation (horizontal flips, shifts of a few pixels) is not baked into
  * the files: it belongs to the loader that reads the set, drawn per epoch
@@ -67,6 +69,12 @@ typedef struct ImageSet {
  * all given `label`, as source `name`. */
 int image_set_add_npy(ImageSet *s, const char *path, const char *name, size_t first, size_t count, int label,
                       Error *err);
+/* One square crop per box of a dlib image-metadata XML file
+ * (data/image_boxes.h), boxes marked ignore skipped: the square of side
+ * max(width, height) (1 + 2 margin) centred on the box, moved and shrunk as
+ * needed to lie inside the photo. Items are numbered by box in file order
+ * and labelled `label`. */
+int image_set_add_boxes(ImageSet *s, const char *xml_path, const char *name, double margin, int label, Error *err);
 /* The first `limit` images (0: all) of an IDX images file and its labels. */
 int image_set_add_idx(ImageSet *s, const char *images_path, const char *labels_path, int classes, const char *name,
                       size_t limit, Error *err);

@@ -5,7 +5,9 @@
  * depth, values above maxval, trailing bytes); every prefix and a fixed
  * set of seeded byte mutations of a valid PNG and PGM either decode or fail
  * with ERR_FORMAT (never crash: the ASan pass runs this too); the resize
- * (bilinear up, area-aware down) and grey conversion. */
+ * (bilinear up, area-aware down) and grey conversion; JPEG (grey and
+ * colour written by libjpeg) read close to what was written, and cut or
+ * mutated JPEG streams refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include <cmocka.h>
 #include <math.h>
 #include <png.h>
+#include <jpeglib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +251,69 @@ static void test_malformed(void **state) {
   assert_non_null(strstr(err.msg, "missing.png"));
 }
 
+/* A JPEG of an image (1 or 3 channels) at quality 100, in memory. */
+static unsigned char *encode_jpeg(const Image *im, unsigned long *size) {
+  struct jpeg_compress_struct c;
+  struct jpeg_error_mgr e;
+  c.err = jpeg_std_error(&e);
+  jpeg_create_compress(&c);
+  unsigned char *buf = NULL;
+  jpeg_mem_dest(&c, &buf, size);
+  c.image_width = (JDIMENSION)im->width, c.image_height = (JDIMENSION)im->height;
+  c.input_components = im->channels, c.in_color_space = im->channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, 100, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  unsigned char row[256 * 3];
+  const size_t plane = (size_t)im->width * im->height;
+  while (c.next_scanline < c.image_height) {
+    for (int x = 0; x < im->width; x++)
+      for (int ch = 0; ch < im->channels; ch++)
+        row[x * im->channels + ch] =
+            (unsigned char)lrintf(255.0f * im->data[ch * plane + c.next_scanline * (size_t)im->width + x]);
+    JSAMPROW rows[1] = {row};
+    jpeg_write_scanlines(&c, rows, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  return buf;
+}
+
+static void test_jpeg(void **state) {
+  (void)state;
+  Error err;
+  for (int channels = 1; channels <= 3; channels += 2) {
+    Image im, back;
+    assert_int_equal(image_alloc(&im, channels, 12, 20, &err), 0);
+    for (int ch = 0; ch < channels; ch++)
+      for (int y = 0; y < 12; y++)
+        for (int x = 0; x < 20; x++) im.data[(ch * 12 + y) * 20 + x] = 0.2f + 0.02f * x + 0.02f * y + 0.05f * ch;
+    unsigned long size = 0;
+    unsigned char *jpg = encode_jpeg(&im, &size);
+    if (image_decode("smooth.jpg", jpg, size, &back, &err)) fail_msg("%s", err.msg);
+    assert_images_equal(&im, &back, 0.03f);
+    image_free(&back);
+    /* Cut anywhere: refused (a prefix past the header says truncated). */
+    assert_int_equal(image_decode("cut.jpg", jpg, size / 2, &back, &err), ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "cut.jpg: truncated"));
+    for (unsigned long cut = 0; cut < size; cut++) {
+      int rc = image_decode("prefix.jpg", jpg, cut, &back, &err);
+      if (rc != ERR_FORMAT) fail_msg("JPEG prefix of %lu bytes: rc %d", cut, rc);
+    }
+    Rng r = rng_make(7, (uint64_t)channels);
+    unsigned char *m = malloc(size);
+    for (int t = 0; t < 300; t++) {
+      memcpy(m, jpg, size);
+      for (int k = 0; k < 3; k++) m[rng_next_below(&r, size)] = (unsigned char)rng_next_below(&r, 256);
+      int rc = image_decode("mutant.jpg", m, size, &back, &err);
+      if (rc && rc != ERR_FORMAT) fail_msg("JPEG mutation %d: rc %d", t, rc);
+      if (!rc) image_free(&back);
+    }
+    free(m), free(jpg);
+    image_free(&im);
+  }
+}
+
 static void test_resize(void **state) {
   (void)state;
   Error err;
@@ -294,7 +360,8 @@ int main(void) {
   if (!mkdtemp(tmp_dir)) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip), cmocka_unit_test(test_png_colour_types), cmocka_unit_test(test_pgm_ascii),
-      cmocka_unit_test(test_malformed),  cmocka_unit_test(test_resize),           cmocka_unit_test(test_grey),
+      cmocka_unit_test(test_malformed),  cmocka_unit_test(test_jpeg),             cmocka_unit_test(test_resize),
+      cmocka_unit_test(test_grey),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[512];

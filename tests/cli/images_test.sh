@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # `fivefold images` on the real offline sources: the 100 LFW faces of
 # scikit-image's lfw_subset.npy (and all 200 with --lfw-all) plus the first
-# Fashion-MNIST images, resized and split; the manifest agrees with the
-# files, two runs give identical files, a missing source is refused naming
-# it. Exit 77 (SKIP, missing dependency) when lfw_subset.npy or the
-# Fashion-MNIST files are not installed.
+# Fashion-MNIST images, resized and split; the 43 annotated faces of dlib's
+# example photos (JPEG, cropped around their boxes); the manifest agrees
+# with the files, two runs give identical files, a missing source is
+# refused naming it. Exit 77 (SKIP, missing dependency) when lfw_subset.npy,
+# the Fashion-MNIST files or dlib's examples are not installed.
 # Usage: images_test.sh path/to/fivefold
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 LFW=/usr/lib/python3/dist-packages/skimage/data/lfw_subset.npy
 FASHION=/usr/share/datasets/fashion-mnist
+DLIB=/usr/share/doc/libdlib19.1/examples/faces
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-images-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
@@ -52,6 +54,15 @@ sys.exit(0 if ok and files == 140 else 1)
 PY
 "$FIVEFOLD" images --out all --lfw-all --size 25 --rgb --val 0 --test 0.5 > /dev/null 2>&1 || fail "--lfw-all failed"
 [ "$(ls all/train all/test | grep -c png)" -eq 200 ] || fail "--lfw-all did not write 200 images"
+
+if [ ! -r "$DLIB/training.xml" ]; then
+  echo "SKIP (missing dependency: libdlib19.1): $DLIB is not installed"
+  [ "$failures" -ne 0 ] && exit 1
+  exit 77
+fi
+"$FIVEFOLD" images --out faces --dlib --size 48 --rgb --val 0 --test 0 > dlib.log 2>&1 || fail "--dlib exited $?: $(cat dlib.log)"
+grep -q "18 from dlib-training.*25 from dlib-testing" dlib.log || fail "--dlib: expected 18 + 25 faces: $(cat dlib.log)"
+[ "$(ls faces/train | grep -c png)" -eq 43 ] || fail "--dlib did not write 43 crops"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"

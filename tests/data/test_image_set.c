@@ -2,7 +2,10 @@
  * the split sizes and the manifest, every PNG at the chosen size, the crop
  * and the grey/RGB conversion, the same seed giving the same set byte for
  * byte and another seed another split, and refused inputs (values outside
- * 0..1, a shape that is not images, bad options) naming what was wrong. */
+ * 0..1, a shape that is not images, bad options) naming what was wrong;
+ * face crops from a dlib-style box XML over a photo the test writes (the
+ * square around each box with its margin, moved inside the photo, ignored
+ * boxes skipped) and malformed box files refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/file_text.h"
+#include "data/image_boxes.h"
 #include "data/image_set.h"
 
 static char tmp_dir[] = "/tmp/fivefold-image-set-test.XXXXXX";
@@ -167,12 +171,62 @@ static void test_refused(void **state) {
   image_set_free(&s);
 }
 
+static void spit_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_boxes(void **state) {
+  (void)state;
+  /* A 40 x 60 photo whose 8-bit values differ between neighbouring pixels. */
+  Image photo;
+  Error err;
+  assert_int_equal(image_alloc(&photo, 1, 40, 60, &err), 0);
+  for (int i = 0; i < 40 * 60; i++) photo.data[i] = (float)((i * 7) % 256) / 255.0f;
+  assert_int_equal(image_write(tmp_path("photo.png"), &photo, &err), 0);
+  spit_text(tmp_path("boxes.xml"),
+            "<?xml version='1.0'?>\n<dataset><images>\n"
+            "  <image file='photo.png' width='60' height='40'>\n"
+            "    <box top='10' left='20' width='8' height='6'/>\n"
+            "    <box top='0' left='55' width='10' height='10'/>\n"
+            "    <box top='5' left='5' width='4' height='4' ignore='1'/>\n"
+            "  </image>\n</images></dataset>\n");
+  ImageSet s = {0};
+  if (image_set_add_boxes(&s, tmp_path("boxes.xml"), "faces", 0.25, 1, &err)) fail_msg("%s", err.msg);
+  assert_int_equal(s.count, 2);
+  /* Box 0: side 8 * 1.5 = 12 centred on (13, 24): top 7, left 18. */
+  assert_true(s.items[0].image.height == 12 && s.items[0].image.width == 12 && s.items[0].index == 0);
+  assert_float_equal(s.items[0].image.data[0], photo.data[7 * 60 + 18], 1e-6);
+  /* Box 1: side 15 centred on (5, 60) moved inside: top 0, left 45. */
+  assert_true(s.items[1].image.height == 15 && s.items[1].index == 1 && s.items[1].label == 1);
+  assert_float_equal(s.items[1].image.data[14], photo.data[0 * 60 + 45 + 14], 1e-6);
+  image_set_free(&s);
+  ImageBoxList l;
+  spit_text(tmp_path("nobox.xml"), "<images><image file='photo.png'><box top='1' left='2' height='3'/></image></images>");
+  assert_int_equal(image_boxes_read(tmp_path("nobox.xml"), &l, &err), ERR_FORMAT);
+  assert_non_null(strstr(err.msg, "width"));
+  assert_non_null(strstr(err.msg, "photo.png"));
+  spit_text(tmp_path("empty.xml"), "<dataset></dataset>");
+  assert_int_equal(image_boxes_read(tmp_path("empty.xml"), &l, &err), ERR_FORMAT);
+  spit_text(tmp_path("open.xml"), "<images><image file='photo.png'><box top='1' left='2' width='3' height='3'/>");
+  assert_int_equal(image_boxes_read(tmp_path("open.xml"), &l, &err), ERR_FORMAT);
+  assert_non_null(strstr(err.msg, "</image>"));
+  spit_text(tmp_path("gone.xml"), "<images><image file='gone.png'></image></images>");
+  assert_int_equal(image_set_add_boxes(&s, tmp_path("gone.xml"), "gone", 0.25, 1, &err), ERR_IO);
+  assert_non_null(strstr(err.msg, "gone.png"));
+  image_set_free(&s);
+  image_free(&photo);
+}
+
 int main(void) {
   if (!mkdtemp(tmp_dir)) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_and_manifest),
       cmocka_unit_test(test_crop_and_colours),
       cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_boxes),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[600];
