@@ -45,7 +45,9 @@ typedef struct Cursor {
   size_t size, pos;
 } Cursor;
 
-static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+static int is_space(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 static void skip_space_and_comments(Cursor *c) {
   while (c->pos < c->size) {
@@ -61,8 +63,8 @@ static int read_uint(Cursor *c, const char *name, const char *field, long max, l
   skip_space_and_comments(c);
   if (c->pos >= c->size) return error_set(err, ERR_FORMAT, "%s: truncated: the file ends before the %s", name, field);
   if (c->p[c->pos] < '0' || c->p[c->pos] > '9')
-    return error_set(err, ERR_FORMAT, "%s: %s: expected a decimal number, found byte 0x%02x at offset %zu", name,
-                     field, c->p[c->pos], c->pos);
+    return error_set(err, ERR_FORMAT, "%s: %s: expected a decimal number, found byte 0x%02x at offset %zu", name, field,
+                     c->p[c->pos], c->pos);
   long v = 0;
   while (c->pos < c->size && c->p[c->pos] >= '0' && c->p[c->pos] <= '9') {
     v = v * 10 + (c->p[c->pos++] - '0');
@@ -167,8 +169,7 @@ static int decode_png(const char *name, const unsigned char *bytes, size_t size,
   if (setjmp(png_jmpbuf(png))) {
     if (r->truncated)
       rc = error_set(err, ERR_FORMAT, "%s: truncated: the PNG data ends at byte %zu, inside a chunk", name, r->size);
-    else
-      rc = error_set(err, ERR_FORMAT, "%s: malformed PNG: %s", name, r->message);
+    else rc = error_set(err, ERR_FORMAT, "%s: malformed PNG: %s", name, r->message);
     image_free(out);
   } else {
     png_set_read_fn(png, r, png_read_from_memory);
@@ -184,8 +185,7 @@ static int decode_png(const char *name, const unsigned char *bytes, size_t size,
     const int channels = png_get_channels(png, info);
     const int bytes_per_sample = png_get_bit_depth(png, info) == 16 ? 2 : 1;
     const int width = (int)png_get_image_width(png, info), height = (int)png_get_image_height(png, info);
-    if (channels != 1 && channels != 3)
-      png_error(png, "unexpected channel count after expansion");
+    if (channels != 1 && channels != 3) png_error(png, "unexpected channel count after expansion");
     const size_t row_bytes = png_get_rowbytes(png, info);
     if (row_bytes != (size_t)width * (size_t)channels * (size_t)bytes_per_sample)
       png_error(png, "unexpected row size after expansion");
@@ -279,7 +279,8 @@ static int decode_jpeg(const char *name, const unsigned char *bytes, size_t size
       JSAMPROW rows[1] = {row};
       jpeg_read_scanlines(&cinfo, rows, 1);
       for (int x = 0; x < w; x++)
-        for (int ch = 0; ch < c; ch++) out->data[(size_t)ch * plane + y * (size_t)w + (size_t)x] = row[x * c + ch] / 255.0f;
+        for (int ch = 0; ch < c; ch++)
+          out->data[(size_t)ch * plane + y * (size_t)w + (size_t)x] = row[x * c + ch] / 255.0f;
     }
     jpeg_finish_decompress(&cinfo);
   }
@@ -299,12 +300,14 @@ int image_decode(const char *name, const unsigned char *bytes, size_t size, Imag
   if (size >= 2 && bytes[0] == 'P' && (bytes[1] == '2' || bytes[1] == '5') && (size == 2 || is_space(bytes[2])))
     return decode_pgm(name, bytes, size, out, err);
   if (size >= 2 && bytes[0] == 'P' && bytes[1] >= '1' && bytes[1] <= '7')
-    return error_set(err, ERR_FORMAT, "%s: bad magic: 'P%c' is a Netpbm format other than PGM, expected P2 or P5",
-                     name, bytes[1]);
+    return error_set(err, ERR_FORMAT, "%s: bad magic: 'P%c' is a Netpbm format other than PGM, expected P2 or P5", name,
+                     bytes[1]);
   char seen[3 * 8 + 1] = "";
   for (size_t i = 0; i < size && i < 8; i++) snprintf(seen + 3 * i, 4, "%02x ", bytes[i]);
-  return error_set(err, ERR_FORMAT, "%s: bad magic: first bytes %s(%zu bytes in all), expected a PNG signature, a JPEG SOI marker or P2/P5 (PGM)",
-                   name, size ? seen : "(none) ", size);
+  return error_set(
+      err, ERR_FORMAT,
+      "%s: bad magic: first bytes %s(%zu bytes in all), expected a PNG signature, a JPEG SOI marker or P2/P5 (PGM)",
+      name, size ? seen : "(none) ", size);
 }
 
 int image_read(const char *path, Image *out, Error *err) {
@@ -468,8 +471,7 @@ int image_resize(const Image *in, int out_h, int out_w, Image *out, Error *err) 
   int rc = 0;
   if (!tmp || axis_taps(in->height, out_h, &th) || axis_taps(in->width, out_w, &tw))
     rc = error_set(err, ERR_NOMEM, "out of memory resizing %d x %d to %d x %d", in->height, in->width, out_h, out_w);
-  else
-    rc = image_alloc(out, in->channels, out_h, out_w, err);
+  else rc = image_alloc(out, in->channels, out_h, out_w, err);
   if (!rc) {
     for (int c = 0; c < in->channels; c++) {
       for (int y = 0; y < in->height; y++) {
@@ -477,7 +479,8 @@ int image_resize(const Image *in, int out_h, int out_w, Image *out, Error *err) 
         float *dst = tmp + ((size_t)c * in->height + y) * out_w;
         for (int x = 0; x < out_w; x++) {
           float s = 0.0f;
-          for (int k = 0; k < tw.count[x]; k++) s += tw.weight[x * tw.max_taps + k] * src[tw.index[x * tw.max_taps + k]];
+          for (int k = 0; k < tw.count[x]; k++)
+            s += tw.weight[x * tw.max_taps + k] * src[tw.index[x * tw.max_taps + k]];
           dst[x] = s;
         }
       }

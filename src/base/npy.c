@@ -53,8 +53,7 @@ static int parse_header(const char *name, const char *text, size_t len, NpyArray
   while (!accept(&c, '}')) {
     char key[32];
     if (quoted(&c, key, sizeof key) || !accept(&c, ':'))
-      return error_set(err, ERR_FORMAT, "%s: header: expected a quoted key and ':' at offset %td", name,
-                       c.p - text);
+      return error_set(err, ERR_FORMAT, "%s: header: expected a quoted key and ':' at offset %td", name, c.p - text);
     if (!strcmp(key, "descr")) {
       if (quoted(&c, out->descr, sizeof out->descr))
         return error_set(err, ERR_FORMAT, "%s: header 'descr': expected a quoted type such as '<f8'", name);
@@ -87,15 +86,16 @@ static int parse_header(const char *name, const char *text, size_t len, NpyArray
       }
       have_shape = 1;
     } else {
-      return error_set(err, ERR_FORMAT, "%s: header key '%s', expected only descr, fortran_order and shape", name,
-                       key);
+      return error_set(err, ERR_FORMAT, "%s: header key '%s', expected only descr, fortran_order and shape", name, key);
     }
     if (!accept(&c, ',') && !(skip_blanks(&c), c.p < c.end && *c.p == '}'))
       return error_set(err, ERR_FORMAT, "%s: header: expected ',' or '}' after '%s'", name, key);
   }
   if (!have_descr || !have_order || !have_shape)
     return error_set(err, ERR_FORMAT, "%s: header lacks '%s'", name,
-                     !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
+                     !have_descr   ? "descr"
+                     : !have_order ? "fortran_order"
+                                   : "shape");
   /* What follows the dict is padding: spaces and the closing newline. */
   while (c.p < c.end && (*c.p == ' ' || *c.p == '\n' || *c.p == '\0')) c.p++;
   if (c.p != c.end) return error_set(err, ERR_FORMAT, "%s: header: unexpected text after the dict", name);

@@ -17,6 +17,7 @@
 #include "base/image_io.h"
 #include "base/json_util.h"
 #include "base/options.h"
+#include "cli/cli_util.h"
 #include "kern/image_metrics.h"
 #include "kern/motion_blur.h"
 
@@ -45,36 +46,13 @@ static void blur_help(FILE *f) {
           MOTION_BLUR_MAX_KERNEL);
 }
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "fivefold blur: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return code;
-}
-
-static int parse_number(OptionParser *op, const char *v, double lo, double hi, double *out, Error *err) {
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-    char expected[96];
-    snprintf(expected, sizeof expected, "a number in %g..%g", lo, hi);
-    return option_bad_value(op, v, expected, err);
-  }
-  *out = x;
-  return 0;
-}
-
 /* OUT.kernel.json: the parameters resolved, the draws, and the values. */
 static int write_kernel_json(const char *path, const MotionBlurInfo *info, uint64_t seed, double noise,
                              const float *kernel, Error *err) {
   const int K = info->params.kernel_size;
   cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "generator", "camera-shake trajectory (Boracchi and Foi 2012), fivefold kern/motion_blur");
+  cJSON_AddStringToObject(root, "generator",
+                          "camera-shake trajectory (Boracchi and Foi 2012), fivefold kern/motion_blur");
   cJSON_AddNumberToObject(root, "seed", (double)seed);
   cJSON_AddNumberToObject(root, "kernel_size", K);
   cJSON_AddNumberToObject(root, "length", info->params.length);
@@ -125,23 +103,25 @@ int cmd_blur(int argc, char **argv) {
                   : option_is(&op, "--exposure")    ? &p.exposure
                   : option_is(&op, "--samples")     ? &samples
                                                     : NULL;
-    if (!is_input && !is_out && !num) return fail(2, "%s", (option_unknown(&op, &err), err.msg));
-    if (option_value(&op, &v, &err)) return fail(2, "%s", err.msg);
+    if (!is_input && !is_out && !num) return cli_fail("blur", 2, "%s", (option_unknown(&op, &err), err.msg));
+    if (option_value(&op, &v, &err)) return cli_fail("blur", 2, "%s", err.msg);
     if (is_input) input = v;
     else if (is_out) out = v;
     else {
       const int integer = num == &seed || num == &kernel_size || num == &samples;
-      const double hi = num == &seed ? 9007199254740992.0 : num == &kernel_size ? MOTION_BLUR_MAX_KERNEL
-                        : num == &samples ? 1000000 : num == &p.length ? 100.0 * MOTION_BLUR_MAX_KERNEL : 1.0;
-      if (parse_number(&op, v, 0, hi, num, &err)) return fail(2, "%s", err.msg);
-      if (integer && *num != floor(*num)) return fail(2, "%s expects an integer, got '%s'", op.name, v);
+      const double hi = num == &seed          ? 9007199254740992.0
+                        : num == &kernel_size ? MOTION_BLUR_MAX_KERNEL
+                        : num == &samples     ? 1000000
+                        : num == &p.length    ? 100.0 * MOTION_BLUR_MAX_KERNEL
+                                              : 1.0;
+      if (cli_parse_number(&op, v, 0, hi, integer, num, &err)) return cli_fail("blur", 2, "%s", err.msg);
     }
   }
-  if (!input) return fail(2, "no input image given (--input IMG)");
-  if (!out) return fail(2, "no output image given (--out IMG)");
+  if (!input) return cli_fail("blur", 2, "no input image given (--input IMG)");
+  if (!out) return cli_fail("blur", 2, "no output image given (--out IMG)");
   p.kernel_size = (int)kernel_size, p.samples = (int)samples;
   Image sharp, blurred = {0}, kimage = {0};
-  if (image_read(input, &sharp, &err)) return fail(1, "%s", err.msg);
+  if (image_read(input, &sharp, &err)) return cli_fail("blur", 1, "%s", err.msg);
   const int K = p.kernel_size;
   float *kernel = malloc(sizeof(float) * (size_t)K * (size_t)K);
   MotionBlurInfo info;
@@ -171,12 +151,13 @@ int cmd_blur(int argc, char **argv) {
   double psnr = 0.0;
   if (!rc) rc = image_psnr(blurred.data, sharp.data, image_numel(&sharp), 1.0, &psnr, &err);
   if (!rc)
-    printf("blur: %s (%d x %d, %d channel%s) -> %s: kernel %d x %d (seed %.0f, length %g px, anxiety %.4f, "
-           "exposure %g%s), noise %g; PSNR against the input %.2f dB; kernel in %s.kernel.png/.json\n",
-           input, sharp.width, sharp.height, sharp.channels, sharp.channels == 1 ? "" : "s", out, K, K, seed,
-           info.params.length * info.fit_scale, info.params.anxiety, info.params.exposure,
-           info.fit_scale < 1.0 ? ", shrunk to fit" : "", noise, psnr, out);
+    printf(
+        "blur: %s (%d x %d, %d channel%s) -> %s: kernel %d x %d (seed %.0f, length %g px, anxiety %.4f, "
+        "exposure %g%s), noise %g; PSNR against the input %.2f dB; kernel in %s.kernel.png/.json\n",
+        input, sharp.width, sharp.height, sharp.channels, sharp.channels == 1 ? "" : "s", out, K, K, seed,
+        info.params.length * info.fit_scale, info.params.anxiety, info.params.exposure,
+        info.fit_scale < 1.0 ? ", shrunk to fit" : "", noise, psnr, out);
   image_free(&sharp), image_free(&blurred), image_free(&kimage);
   free(kernel);
-  return rc ? fail(rc == ERR_ARG ? 2 : 1, "%s", err.msg) : 0;
+  return rc ? cli_fail("blur", rc == ERR_ARG ? 2 : 1, "%s", err.msg) : 0;
 }

@@ -13,6 +13,7 @@
 #include "base/idx.h"
 #include "base/npy.h"
 #include "base/options.h"
+#include "cli/cli_util.h"
 #include "data/image_boxes.h"
 #include "data/image_set.h"
 
@@ -47,38 +48,13 @@ static void images_help(FILE *f) {
           SKIMAGE_LFW_SUBSET, DLIB_FACES_DIR, FASHION_MNIST_DIR);
 }
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "fivefold images: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return code;
-}
-
-static int parse_number(OptionParser *op, const char *v, double lo, double hi, int integer, double *out,
-                        Error *err) {
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (errno || end == v || *end || !(x >= lo && x <= hi) || (integer && x != (double)(long long)x)) {
-    char expected[96];
-    snprintf(expected, sizeof expected, "%s in %g..%g", integer ? "an integer" : "a number", lo, hi);
-    return option_bad_value(op, v, expected, err);
-  }
-  *out = x;
-  return 0;
-}
-
 /* An optional path value: the next argument unless it is an option. */
 static int not_an_option(const char *next) { return next[0] != '-'; }
 
 int cmd_images(int argc, char **argv) {
-  static const char *const KNOWN[] = {"--out",  "--lfw",  "--lfw-all", "--dlib", "--dlib-margin", "--fashion-mnist",
-                                      "--fashion-limit", "--size", "--rgb", "--crop", "--val", "--test", "--seed",
-                                      "--help"};
+  static const char *const KNOWN[] = {"--out",           "--lfw",           "--lfw-all", "--dlib", "--dlib-margin",
+                                      "--fashion-mnist", "--fashion-limit", "--size",    "--rgb",  "--crop",
+                                      "--val",           "--test",          "--seed",    "--help"};
   const char *out = NULL, *lfw = NULL, *fashion = NULL, *dlib = NULL;
   int lfw_all = 0;
   double dlib_margin = 0.25, fashion_limit = 2000, size = 64, crop = 1, val = 0.1, test = 0.1, seed = 1;
@@ -109,24 +85,28 @@ int cmd_images(int argc, char **argv) {
       o.channels = 3;
     } else {
       double *num = option_is(&op, "--fashion-limit") ? &fashion_limit
-                    : option_is(&op, "--dlib-margin")   ? &dlib_margin
+                    : option_is(&op, "--dlib-margin") ? &dlib_margin
                     : option_is(&op, "--size")        ? &size
                     : option_is(&op, "--crop")        ? &crop
                     : option_is(&op, "--val")         ? &val
                     : option_is(&op, "--test")        ? &test
                     : option_is(&op, "--seed")        ? &seed
                                                       : NULL;
-      if (!num) return fail(2, "%s", (option_unknown(&op, &err), err.msg));
+      if (!num) return cli_fail("images", 2, "%s", (option_unknown(&op, &err), err.msg));
       const int integer = num == &fashion_limit || num == &size || num == &seed;
-      const double hi = num == &seed ? 9007199254740992.0 : num == &fashion_limit ? 1e9 : num == &size ? 4096 : num == &dlib_margin ? 2 : 1;
+      const double hi = num == &seed            ? 9007199254740992.0
+                        : num == &fashion_limit ? 1e9
+                        : num == &size          ? 4096
+                        : num == &dlib_margin   ? 2
+                                                : 1;
       rc = option_value(&op, &v, &err);
-      if (!rc) rc = parse_number(&op, v, num == &size ? 4 : 0, hi, integer, num, &err);
+      if (!rc) rc = cli_parse_number(&op, v, num == &size ? 4 : 0, hi, integer, num, &err);
     }
-    if (rc) return fail(2, "%s", err.msg);
+    if (rc) return cli_fail("images", 2, "%s", err.msg);
   }
-  if (!out) return fail(2, "no output directory given (--out DIR)");
+  if (!out) return cli_fail("images", 2, "no output directory given (--out DIR)");
   if (!lfw && !dlib && !fashion)
-    return fail(2, "no source given (--lfw, --dlib, --fashion-mnist; see 'fivefold images --help')");
+    return cli_fail("images", 2, "no source given (--lfw, --dlib, --fashion-mnist; see 'fivefold images --help')");
   o.size = (int)size, o.crop = crop, o.val_fraction = val, o.test_fraction = test, o.seed = (uint64_t)seed;
   ImageSet set = {0};
   int rc = 0;
@@ -141,8 +121,7 @@ int cmd_images(int argc, char **argv) {
   if (!rc && fashion) {
     snprintf(images, sizeof images, "%s/train-images-idx3-ubyte.gz", fashion);
     snprintf(labels, sizeof labels, "%s/train-labels-idx1-ubyte.gz", fashion);
-    rc = image_set_add_idx(&set, images, labels, FASHION_MNIST_CLASSES, "fashion-mnist", (size_t)fashion_limit,
-                           &err);
+    rc = image_set_add_idx(&set, images, labels, FASHION_MNIST_CLASSES, "fashion-mnist", (size_t)fashion_limit, &err);
   }
   ImageSetCounts counts;
   if (!rc) rc = image_set_write(&set, out, &o, &counts, &err);
@@ -150,9 +129,9 @@ int cmd_images(int argc, char **argv) {
     printf("images: %zu images", set.count);
     for (int s = 0; s < set.num_sources; s++)
       printf("%s%zu from %s (%s)", s ? ", " : " (", set.source_count[s], set.source_name[s], set.source_path[s]);
-    printf(") -> %s: %d x %d %s, split train %zu / val %zu / test %zu (seed %.0f); manifest %s/manifest.json\n",
-           out, o.size, o.size, o.channels == 1 ? "grey" : "RGB", counts.train, counts.val, counts.test, seed, out);
+    printf(") -> %s: %d x %d %s, split train %zu / val %zu / test %zu (seed %.0f); manifest %s/manifest.json\n", out,
+           o.size, o.size, o.channels == 1 ? "grey" : "RGB", counts.train, counts.val, counts.test, seed, out);
   }
   image_set_free(&set);
-  return rc ? fail(rc == ERR_ARG ? 2 : 1, "%s", err.msg) : 0;
+  return rc ? cli_fail("images", rc == ERR_ARG ? 2 : 1, "%s", err.msg) : 0;
 }

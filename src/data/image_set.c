@@ -28,11 +28,9 @@ static int add_source(ImageSet *s, const char *name, const char *path, Error *er
     return error_set(err, ERR_ARG, "image set: source name '%s' or path '%s' is empty or too long", name, path);
   for (const char *p = name; *p; p++)
     if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
-      return error_set(err, ERR_ARG, "image set: source name '%s', expected lower-case letters, digits, - and _",
-                       name);
+      return error_set(err, ERR_ARG, "image set: source name '%s', expected lower-case letters, digits, - and _", name);
   for (int i = 0; i < s->num_sources; i++)
-    if (!strcmp(s->source_name[i], name))
-      return error_set(err, ERR_ARG, "image set: source '%s' given twice", name);
+    if (!strcmp(s->source_name[i], name)) return error_set(err, ERR_ARG, "image set: source '%s' given twice", name);
   snprintf(s->source_name[s->num_sources], sizeof s->source_name[0], "%s", name);
   snprintf(s->source_path[s->num_sources], sizeof s->source_path[0], "%s", path);
   s->source_count[s->num_sources] = 0;
@@ -69,15 +67,15 @@ int image_set_add_npy(ImageSet *s, const char *path, const char *name, size_t fi
   const size_t n = (size_t)a.dims[0];
   if (first > n || (count && count > n - first)) {
     npy_free(&a);
-    return error_set(err, ERR_ARG, "%s: images %zu..%zu asked for, the file has %zu", path, first,
-                     first + count - 1, n);
+    return error_set(err, ERR_ARG, "%s: images %zu..%zu asked for, the file has %zu", path, first, first + count - 1,
+                     n);
   }
   if (!count) count = n - first;
   const float scale = a.descr[1] == 'u' ? 1.0f / 255.0f : 1.0f;
   for (size_t i = 0; i < a.count; i++)
     if (!(a.data[i] * scale >= 0.0f && a.data[i] * scale <= 1.0f)) {
-      rc = error_set(err, ERR_FORMAT, "%s: value %zu is %g, expected 0..1 for '%s' images", path, i, a.data[i],
-                     a.descr);
+      rc =
+          error_set(err, ERR_FORMAT, "%s: value %zu is %g, expected 0..1 for '%s' images", path, i, a.data[i], a.descr);
       npy_free(&a);
       return rc;
     }
@@ -176,8 +174,8 @@ static int prepare(const Image *in, const ImageSetOptions *o, Image *out, Error 
   if (rc) return rc;
   for (int c = 0; c < in->channels; c++)
     for (int y = 0; y < side; y++)
-      memcpy(crop.data + ((size_t)c * side + y) * side,
-             in->data + ((size_t)c * in->height + y0 + y) * in->width + x0, sizeof(float) * (size_t)side);
+      memcpy(crop.data + ((size_t)c * side + y) * side, in->data + ((size_t)c * in->height + y0 + y) * in->width + x0,
+             sizeof(float) * (size_t)side);
   if (o->channels == 1) {
     rc = image_to_grey(&crop, &coloured, err);
   } else if (crop.channels == 3) {
@@ -230,8 +228,7 @@ static cJSON *manifest_header(const ImageSet *s, const ImageSetOptions *o, const
   return root;
 }
 
-int image_set_write(const ImageSet *s, const char *dir, const ImageSetOptions *o, ImageSetCounts *counts,
-                    Error *err) {
+int image_set_write(const ImageSet *s, const char *dir, const ImageSetOptions *o, ImageSetCounts *counts, Error *err) {
   memset(counts, 0, sizeof *counts);
   int rc = check_options(o, err);
   if (rc) return rc;
@@ -256,7 +253,8 @@ int image_set_write(const ImageSet *s, const char *dir, const ImageSetOptions *o
     size_t j = (size_t)rng_next_below(&rng, i + 1), t = perm[i];
     perm[i] = perm[j], perm[j] = t;
   }
-  const size_t n_test = (size_t)llround(o->test_fraction * (double)n), n_val = (size_t)llround(o->val_fraction * (double)n);
+  const size_t n_test = (size_t)llround(o->test_fraction * (double)n),
+               n_val = (size_t)llround(o->val_fraction * (double)n);
   for (size_t i = 0; i < n; i++) split[perm[i]] = i < n_test ? 2 : i < n_test + n_val ? 1 : 0;
   counts->test = n_test, counts->val = n_val, counts->train = n - n_test - n_val;
   cJSON *root = manifest_header(s, o, counts);

@@ -38,12 +38,12 @@
 #define IMAGE_SET_MAX_SOURCES 8
 
 typedef struct ImageSetOptions {
-  int size;              /* side of the square images written, 4..4096 */
-  int channels;          /* 1 (grey) or 3 (RGB) */
-  double crop;           /* centred square of this fraction of the shorter side, (0, 1] */
-  double val_fraction;   /* of all images, rounded; [0, 1) */
-  double test_fraction;  /* likewise; val + test < 1 */
-  uint64_t seed;         /* of the split */
+  int size;             /* side of the square images written, 4..4096 */
+  int channels;         /* 1 (grey) or 3 (RGB) */
+  double crop;          /* centred square of this fraction of the shorter side, (0, 1] */
+  double val_fraction;  /* of all images, rounded; [0, 1) */
+  double test_fraction; /* likewise; val + test < 1 */
+  uint64_t seed;        /* of the split */
 } ImageSetOptions;
 
 /* size 64, grey, crop 1, val 0.1, test 0.1, seed 1. */
@@ -85,8 +85,7 @@ typedef struct ImageSetCounts {
 
 /* Writes the set under dir (created if missing; files of the same names
  * are replaced). */
-int image_set_write(const ImageSet *s, const char *dir, const ImageSetOptions *o, ImageSetCounts *counts,
-                    Error *err);
+int image_set_write(const ImageSet *s, const char *dir, const ImageSetOptions *o, ImageSetCounts *counts, Error *err);
 void image_set_free(ImageSet *s);
 
 #endif

@@ -63,8 +63,8 @@ int image_ssim(const float *test, const float *reference, int channels, int heig
         for (int k = 0; k < SSIM_WINDOW; k++)
           for (int q = 0; q < MOMENTS; q++) m[q] += g[k] * rows[((size_t)q * height + y + k) * ow + x];
         const double va = m[2] - m[0] * m[0], vb = m[3] - m[1] * m[1], cov = m[4] - m[0] * m[1];
-        channel_sum += ((2.0 * m[0] * m[1] + c1) * (2.0 * cov + c2)) /
-                       ((m[0] * m[0] + m[1] * m[1] + c1) * (va + vb + c2));
+        channel_sum +=
+            ((2.0 * m[0] * m[1] + c1) * (2.0 * cov + c2)) / ((m[0] * m[0] + m[1] * m[1] + c1) * (va + vb + c2));
       }
     total += channel_sum / ((double)oh * (double)ow);
   }

@@ -33,8 +33,7 @@ static int resolve(const MotionBlurParams *p, uint64_t seed, MotionBlurParams *r
   const double u_anxiety = rng_next_uniform(&rng), u_exposure = rng_next_uniform(&rng);
   if (p->length < 0) r->length = p->kernel_size - 1;
   else if (!isfinite(p->length) || p->length > 100.0 * p->kernel_size)
-    return error_set(err, ERR_ARG, "motion blur: length %g, expected 0..%d pixels", p->length,
-                     100 * p->kernel_size);
+    return error_set(err, ERR_ARG, "motion blur: length %g, expected 0..%d pixels", p->length, 100 * p->kernel_size);
   if (p->anxiety < 0) r->anxiety = 0.003 + 0.007 * u_anxiety;
   else if (!isfinite(p->anxiety) || p->anxiety > 1.0)
     return error_set(err, ERR_ARG, "motion blur: anxiety %g, expected 0..1 (DeblurGAN: 0.003..0.01)", p->anxiety);

@@ -102,7 +102,8 @@ int layer_create_conv_transpose2d(Layer *l, const cJSON *spec, LayerShape in, in
   s.transposed = 1, s.batch = 1;
   s.in_channels = in.c, s.in_h = in.h, s.in_w = in.w;
   int oh, ow;
-  if ((rc = conv2d_output_size(&s, &oh, &ow, err))) return error_wrap(err, "%s (input %d x %d x %d)", origin, in.c, in.h, in.w);
+  if ((rc = conv2d_output_size(&s, &oh, &ow, err)))
+    return error_wrap(err, "%s (input %d x %d x %d)", origin, in.c, in.h, in.w);
   ConvTransposeImpl *c = calloc(1, sizeof *c);
   if (!c) return error_set(err, ERR_NOMEM, "%s: out of memory", origin);
   c->shape = s, c->bias = bias;
@@ -122,7 +123,7 @@ int layer_create_conv_transpose2d(Layer *l, const cJSON *spec, LayerShape in, in
 typedef struct InstanceNormImpl {
   int affine;
   double eps;
-  int stats_batch;   /* samples whose statistics are kept (0: none) */
+  int stats_batch;     /* samples whose statistics are kept (0: none) */
   double *mean, *rstd; /* [max_batch, C] */
 } InstanceNormImpl;
 
@@ -166,8 +167,7 @@ static int instance_norm_backward(Layer *l, const float *x, const float *y, cons
   int rc = check_batch(l, n, err);
   if (rc) return rc;
   if (in->stats_batch != n)
-    return error_set(err, ERR_INTERNAL, "instance_norm: backward of %d samples without a training forward of them",
-                     n);
+    return error_set(err, ERR_INTERNAL, "instance_norm: backward of %d samples without a training forward of them", n);
   const int C = l->in.c;
   const size_t plane = (size_t)l->in.h * (size_t)l->in.w;
   const float *gamma = in->affine ? l->param[0] : NULL;

@@ -33,8 +33,8 @@
 
 #include "nets/layer.h"
 
-int layer_create_conv_transpose2d(Layer *l, const struct cJSON *spec, LayerShape in, int max_batch,
-                                  const char *origin, Error *err);
+int layer_create_conv_transpose2d(Layer *l, const struct cJSON *spec, LayerShape in, int max_batch, const char *origin,
+                                  Error *err);
 int layer_create_instance_norm(Layer *l, const struct cJSON *spec, LayerShape in, int max_batch, const char *origin,
                                Error *err);
 

@@ -8,31 +8,23 @@
  * (bilinear up, area-aware down) and grey conversion; JPEG (grey and
  * colour written by libjpeg) read close to what was written, and cut or
  * mutated JPEG streams refused. */
+#include <math.h>
+#include <png.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <math.h>
-#include <png.h>
-#include <jpeglib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+/* jpeglib.h needs FILE and size_t first. */
+#include <jpeglib.h>
 
 #include "base/image_io.h"
 #include "base/rng.h"
-
-static char tmp_dir[] = "/tmp/fivefold-image-test.XXXXXX";
-
-static const char *tmp_path(const char *name) {
-  static char buf[8][256];
-  static int next;
-  char *p = buf[next++ % 8];
-  snprintf(p, 256, "%s/%s", tmp_dir, name);
-  return p;
-}
+#include "test_tmpdir.h"
 
 static unsigned char *slurp(const char *path, size_t *size) {
   FILE *f = fopen(path, "rb");
@@ -118,52 +110,52 @@ static void write_png_raw(const char *path, int w, int h, int color, int depth, 
   fclose(f);
 }
 
+/* write_png_raw to tmp/name, then image_read of it into *im (must succeed). */
+static void png_round(const char *name, int w, int h, int color, int depth, const unsigned char *samples,
+                      int samples_per_pixel, const png_color *palette, int palette_size, Image *im) {
+  Error err;
+  write_png_raw(tmp_path(name), w, h, color, depth, samples, samples_per_pixel, palette, palette_size);
+  if (image_read(tmp_path(name), im, &err)) fail_msg("%s", err.msg);
+}
+
 static void test_png_colour_types(void **state) {
   (void)state;
-  Error err;
   Image im;
   /* grey+alpha 8-bit, 2 x 1: alpha dropped. */
   const unsigned char ga[] = {10, 255, 200, 0};
-  write_png_raw(tmp_path("ga.png"), 2, 1, PNG_COLOR_TYPE_GRAY_ALPHA, 8, ga, 2, NULL, 0);
-  assert_int_equal(image_read(tmp_path("ga.png"), &im, &err), 0);
+  png_round("ga.png", 2, 1, PNG_COLOR_TYPE_GRAY_ALPHA, 8, ga, 2, NULL, 0, &im);
   assert_int_equal(im.channels, 1);
   assert_float_equal(im.data[0], 10 / 255.0f, 1e-7), assert_float_equal(im.data[1], 200 / 255.0f, 1e-7);
   image_free(&im);
   /* RGBA 8-bit, 1 x 2: planes R, G, B. */
   const unsigned char rgba[] = {1, 2, 3, 4, 5, 6, 7, 8};
-  write_png_raw(tmp_path("rgba.png"), 2, 1, PNG_COLOR_TYPE_RGB_ALPHA, 8, rgba, 4, NULL, 0);
-  assert_int_equal(image_read(tmp_path("rgba.png"), &im, &err), 0);
+  png_round("rgba.png", 2, 1, PNG_COLOR_TYPE_RGB_ALPHA, 8, rgba, 4, NULL, 0, &im);
   assert_int_equal(im.channels, 3);
   const float want[] = {1, 5, 2, 6, 3, 7};
   for (int i = 0; i < 6; i++) assert_float_equal(im.data[i], want[i] / 255.0f, 1e-7);
   image_free(&im);
   /* 16-bit grey keeps its precision; 16-bit RGB. */
   const unsigned char g16[] = {0x12, 0x34, 0xff, 0xff};
-  write_png_raw(tmp_path("g16.png"), 2, 1, PNG_COLOR_TYPE_GRAY, 16, g16, 1, NULL, 0);
-  assert_int_equal(image_read(tmp_path("g16.png"), &im, &err), 0);
+  png_round("g16.png", 2, 1, PNG_COLOR_TYPE_GRAY, 16, g16, 1, NULL, 0, &im);
   assert_float_equal(im.data[0], 0x1234 / 65535.0f, 1e-7), assert_float_equal(im.data[1], 1.0f, 0);
   image_free(&im);
   const unsigned char rgb16[] = {0, 1, 0x80, 0, 0xff, 0xff};
-  write_png_raw(tmp_path("rgb16.png"), 1, 1, PNG_COLOR_TYPE_RGB, 16, rgb16, 3, NULL, 0);
-  assert_int_equal(image_read(tmp_path("rgb16.png"), &im, &err), 0);
+  png_round("rgb16.png", 1, 1, PNG_COLOR_TYPE_RGB, 16, rgb16, 3, NULL, 0, &im);
   assert_int_equal(im.channels, 3);
   assert_float_equal(im.data[0], 1 / 65535.0f, 1e-9), assert_float_equal(im.data[1], 0x8000 / 65535.0f, 1e-7);
   image_free(&im);
   /* 16-bit RGBA, 1-bit grey and a palette image. */
   const unsigned char rgba16[] = {0xff, 0xff, 0, 0, 0, 0, 0x12, 0x34};
-  write_png_raw(tmp_path("rgba16.png"), 1, 1, PNG_COLOR_TYPE_RGB_ALPHA, 16, rgba16, 4, NULL, 0);
-  assert_int_equal(image_read(tmp_path("rgba16.png"), &im, &err), 0);
+  png_round("rgba16.png", 1, 1, PNG_COLOR_TYPE_RGB_ALPHA, 16, rgba16, 4, NULL, 0, &im);
   assert_true(im.channels == 3 && im.data[0] == 1.0f && im.data[1] == 0.0f);
   image_free(&im);
   const unsigned char g1[] = {0xa0}; /* 1 0 1 0 */
-  write_png_raw(tmp_path("g1.png"), 4, 1, PNG_COLOR_TYPE_GRAY, 1, g1, 1, NULL, 0);
-  assert_int_equal(image_read(tmp_path("g1.png"), &im, &err), 0);
+  png_round("g1.png", 4, 1, PNG_COLOR_TYPE_GRAY, 1, g1, 1, NULL, 0, &im);
   assert_true(im.data[0] == 1.0f && im.data[1] == 0.0f && im.data[2] == 1.0f && im.data[3] == 0.0f);
   image_free(&im);
   const png_color pal[2] = {{255, 0, 0}, {0, 0, 51}};
   const unsigned char idx[] = {0x40}; /* 8-bit depth would need 2 bytes; 2-bit indices 1, 0, 0, 0 */
-  write_png_raw(tmp_path("pal.png"), 1, 1, PNG_COLOR_TYPE_PALETTE, 2, idx, 1, pal, 2);
-  assert_int_equal(image_read(tmp_path("pal.png"), &im, &err), 0);
+  png_round("pal.png", 1, 1, PNG_COLOR_TYPE_PALETTE, 2, idx, 1, pal, 2, &im);
   assert_true(im.channels == 3 && im.data[0] == 0.0f && im.data[1] == 0.0f);
   assert_float_equal(im.data[2], 0.2f, 1e-7);
   image_free(&im);
@@ -357,15 +349,12 @@ static void test_grey(void **state) {
 }
 
 int main(void) {
-  if (!mkdtemp(tmp_dir)) return 1;
+  if (test_tmpdir_make("image-test")) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_round_trip), cmocka_unit_test(test_png_colour_types), cmocka_unit_test(test_pgm_ascii),
-      cmocka_unit_test(test_malformed),  cmocka_unit_test(test_jpeg),             cmocka_unit_test(test_resize),
+      cmocka_unit_test(test_round_trip), cmocka_unit_test(test_png_colour_types),
+      cmocka_unit_test(test_pgm_ascii),  cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_jpeg),       cmocka_unit_test(test_resize),
       cmocka_unit_test(test_grey),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-  if (system(cmd)) return rc ? rc : 1;
-  return rc;
+  return test_tmpdir_remove(cmocka_run_group_tests(tests, NULL, NULL));
 }

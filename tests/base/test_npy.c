@@ -83,20 +83,18 @@ static void test_malformed(void **state) {
   memcpy(bad, buf, n), bad[n] = 0;
   expect_refused(bad, n + 1, "trailing");
   expect_refused(buf, 40, "truncated");
-  size_t m = make_npy(bad, 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2,), }", d, sizeof d);
-  expect_refused(bad, m, "fortran_order' is True");
-  m = make_npy(bad, 1, "{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", d, sizeof d);
-  expect_refused(bad, m, "unsupported element type '>f8'");
-  m = make_npy(bad, 1, "{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", d, sizeof d);
-  expect_refused(bad, m, "unsupported element type");
-  m = make_npy(bad, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'extra': 1}", d, sizeof d);
-  expect_refused(bad, m, "header key 'extra'");
-  m = make_npy(bad, 1, "{'descr': '<f8', 'shape': (2,), }", d, sizeof d);
-  expect_refused(bad, m, "lacks 'fortran_order'");
-  m = make_npy(bad, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, x), }", d, sizeof d);
-  expect_refused(bad, m, "'shape'");
-  m = make_npy(bad, 1, "['descr']", d, sizeof d);
-  expect_refused(bad, m, "a dict");
+  /* Headers that must be refused, each with what the message must say. */
+  static const char *const BAD_HEADERS[][2] = {
+      {"{'descr': '<f8', 'fortran_order': True, 'shape': (2,), }", "fortran_order' is True"},
+      {"{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", "unsupported element type '>f8'"},
+      {"{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", "unsupported element type"},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'extra': 1}", "header key 'extra'"},
+      {"{'descr': '<f8', 'shape': (2,), }", "lacks 'fortran_order'"},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (2, x), }", "'shape'"},
+      {"['descr']", "a dict"},
+  };
+  for (size_t i = 0; i < sizeof BAD_HEADERS / sizeof BAD_HEADERS[0]; i++)
+    expect_refused(bad, make_npy(bad, 1, BAD_HEADERS[i][0], d, sizeof d), BAD_HEADERS[i][1]);
   for (size_t cut = 0; cut < n; cut++) {
     NpyArray a;
     Error err;

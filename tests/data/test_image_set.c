@@ -6,13 +6,13 @@
  * face crops from a dlib-style box XML over a photo the test writes (the
  * square around each box with its margin, moved inside the photo, ignored
  * boxes skipped) and malformed box files refused. */
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <cjson/cJSON.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,23 +21,17 @@
 #include "base/file_text.h"
 #include "data/image_boxes.h"
 #include "data/image_set.h"
-
-static char tmp_dir[] = "/tmp/fivefold-image-set-test.XXXXXX";
-
-static const char *tmp_path(const char *name) {
-  static char buf[8][512];
-  static int next;
-  char *p = buf[next++ % 8];
-  snprintf(p, 512, "%s/%s", tmp_dir, name);
-  return p;
-}
+#include "test_tmpdir.h"
 
 /* A float64 .npy of shape [n, h, w] (c == 1) or [n, h, w, c]. */
 static const char *write_npy(const char *name, int n, int h, int w, int c, double (*value)(int, int, int, int)) {
   const char *path = tmp_path(name);
   char header[128];
-  if (c == 1) snprintf(header, sizeof header, "{'descr': '<f8', 'fortran_order': False, 'shape': (%d, %d, %d), }", n, h, w);
-  else snprintf(header, sizeof header, "{'descr': '<f8', 'fortran_order': False, 'shape': (%d, %d, %d, %d), }", n, h, w, c);
+  if (c == 1)
+    snprintf(header, sizeof header, "{'descr': '<f8', 'fortran_order': False, 'shape': (%d, %d, %d), }", n, h, w);
+  else
+    snprintf(header, sizeof header, "{'descr': '<f8', 'fortran_order': False, 'shape': (%d, %d, %d, %d), }", n, h, w,
+             c);
   size_t hl = strlen(header) + 1;
   while ((10 + hl) % 16) hl++;
   FILE *f = fopen(path, "wb");
@@ -60,7 +54,9 @@ static const char *write_npy(const char *name, int n, int h, int w, int c, doubl
 
 static double ramp(int k, int y, int x, int c) { return fmod(0.05 * k + 0.03 * y + 0.01 * x + 0.2 * c, 1.0); }
 /* The centre 4 x 4 of an 8 x 8 image is white, the rest black. */
-static double centre_white(int k, int y, int x, int c) { return (void)k, (void)c, (y >= 2 && y < 6 && x >= 2 && x < 6); }
+static double centre_white(int k, int y, int x, int c) {
+  return (void)k, (void)c, (y >= 2 && y < 6 && x >= 2 && x < 6);
+}
 static double too_bright(int k, int y, int x, int c) { return (void)k, (void)y, (void)x, (void)c, 1.5; }
 
 static cJSON *read_manifest(const char *dir, char **text_out) {
@@ -95,7 +91,8 @@ static void test_split_and_manifest(void **state) {
   int per_split[3] = {0};
   const cJSON *e;
   cJSON_ArrayForEach(e, images) {
-    const char *file = cJSON_GetObjectItem(e, "file")->valuestring, *split = cJSON_GetObjectItem(e, "split")->valuestring;
+    const char *file = cJSON_GetObjectItem(e, "file")->valuestring,
+               *split = cJSON_GetObjectItem(e, "split")->valuestring;
     assert_int_equal(strncmp(file, split, strlen(split)), 0);
     assert_int_equal(cJSON_GetObjectItem(e, "label")->valueint, 3);
     per_split[!strcmp(split, "train") ? 0 : !strcmp(split, "val") ? 1 : 2]++;
@@ -127,7 +124,8 @@ static void test_crop_and_colours(void **state) {
   (void)state;
   ImageSet s = {0};
   Error err;
-  assert_int_equal(image_set_add_npy(&s, write_npy("centre.npy", 1, 8, 8, 1, centre_white), "centre", 0, 0, -1, &err), 0);
+  assert_int_equal(image_set_add_npy(&s, write_npy("centre.npy", 1, 8, 8, 1, centre_white), "centre", 0, 0, -1, &err),
+                   0);
   assert_int_equal(image_set_add_npy(&s, write_npy("rgb.npy", 2, 4, 4, 3, ramp), "rgb", 1, 1, -1, &err), 0);
   assert_int_equal(s.count, 2);
   assert_int_equal(s.items[1].index, 1);
@@ -137,7 +135,7 @@ static void test_crop_and_colours(void **state) {
   assert_int_equal(image_set_write(&s, tmp_path("crop"), &o, &counts, &err), 0);
   Image im;
   assert_int_equal(image_read(tmp_path("crop/train/centre_00000.png"), &im, &err), 0);
-  assert_int_equal(im.channels, 3); /* grey repeated */
+  assert_int_equal(im.channels, 3);                                              /* grey repeated */
   for (size_t i = 0; i < image_numel(&im); i++) assert_true(im.data[i] == 1.0f); /* only the white centre is kept */
   image_free(&im);
   assert_int_equal(image_read(tmp_path("crop/train/rgb_00001.png"), &im, &err), 0);
@@ -204,7 +202,8 @@ static void test_boxes(void **state) {
   assert_float_equal(s.items[1].image.data[14], photo.data[0 * 60 + 45 + 14], 1e-6);
   image_set_free(&s);
   ImageBoxList l;
-  spit_text(tmp_path("nobox.xml"), "<images><image file='photo.png'><box top='1' left='2' height='3'/></image></images>");
+  spit_text(tmp_path("nobox.xml"),
+            "<images><image file='photo.png'><box top='1' left='2' height='3'/></image></images>");
   assert_int_equal(image_boxes_read(tmp_path("nobox.xml"), &l, &err), ERR_FORMAT);
   assert_non_null(strstr(err.msg, "width"));
   assert_non_null(strstr(err.msg, "photo.png"));
@@ -221,16 +220,12 @@ static void test_boxes(void **state) {
 }
 
 int main(void) {
-  if (!mkdtemp(tmp_dir)) return 1;
+  if (test_tmpdir_make("image-set-test")) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_and_manifest),
       cmocka_unit_test(test_crop_and_colours),
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_boxes),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-  if (system(cmd)) return rc ? rc : 1;
-  return rc;
+  return test_tmpdir_remove(cmocka_run_group_tests(tests, NULL, NULL));
 }

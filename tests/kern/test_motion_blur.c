@@ -6,12 +6,12 @@
  * example image (example_image) with seed 7, K = 13, exposure 1 gives the PSNR pinned
  * here (EXPECTED_BLUR_PSNR_DB), with image_metrics (kern/image_metrics.h)
  * measuring it. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,8 +169,8 @@ static void test_psnr_drop_on_example(void **state) {
   double psnr, ssim;
   assert_int_equal(image_psnr(blurred, im, EX_H * EX_W, 1.0, &psnr, &err), 0);
   assert_int_equal(image_ssim(blurred, im, 1, EX_H, EX_W, 1.0, &ssim, &err), 0);
-  print_message("seed 7, K 13, exposure 1: anxiety %.5f exposure %g fit %.3f: PSNR %.4f dB, SSIM %.4f\n", info.params.anxiety,
-                info.params.exposure, info.fit_scale, psnr, ssim);
+  print_message("seed 7, K 13, exposure 1: anxiety %.5f exposure %g fit %.3f: PSNR %.4f dB, SSIM %.4f\n",
+                info.params.anxiety, info.params.exposure, info.fit_scale, psnr, ssim);
   if (fabs(psnr - EXPECTED_BLUR_PSNR_DB) > EXPECTED_BLUR_PSNR_TOL_DB)
     fail_msg("blurred PSNR %.4f dB, expected %.2f +- %.2f", psnr, EXPECTED_BLUR_PSNR_DB, EXPECTED_BLUR_PSNR_TOL_DB);
 }

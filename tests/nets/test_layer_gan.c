@@ -6,13 +6,13 @@
  * without affine parameters; parameter gradients add up over calls and a
  * NULL dx skips only dx; shapes, parameter specs and counts; config errors
  * that name the field. PyTorch parity is tests/torch_ref/gan_layers.py. */
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <cjson/cJSON.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,12 +116,16 @@ static void gradient_check(Creator make, const char *spec, LayerShape in, int n,
 static void test_conv_transpose_gradients(void **state) {
   (void)state;
   const LayerShape in = {3, 4, 5};
-  gradient_check(layer_create_conv_transpose2d, "{\"out_channels\": 2, \"kernel\": 3, \"stride\": 2, \"padding\": 1, "
-                 "\"output_padding\": 1}", in, 2, 1e-2f, 5e-4);
+  gradient_check(layer_create_conv_transpose2d,
+                 "{\"out_channels\": 2, \"kernel\": 3, \"stride\": 2, \"padding\": 1, "
+                 "\"output_padding\": 1}",
+                 in, 2, 1e-2f, 5e-4);
   gradient_check(layer_create_conv_transpose2d, "{\"out_channels\": 4, \"kernel\": [2, 3], \"bias\": false}", in, 1,
                  1e-2f, 5e-4);
-  gradient_check(layer_create_conv_transpose2d, "{\"out_channels\": 2, \"kernel\": 4, \"stride\": [2, 1], "
-                 "\"padding\": [1, 2]}", in, 2, 1e-2f, 5e-4);
+  gradient_check(layer_create_conv_transpose2d,
+                 "{\"out_channels\": 2, \"kernel\": 4, \"stride\": [2, 1], "
+                 "\"padding\": [1, 2]}",
+                 in, 2, 1e-2f, 5e-4);
   conv2d_cache_clear();
 }
 
@@ -130,15 +134,16 @@ static void test_instance_norm_gradients(void **state) {
   const LayerShape in = {3, 3, 4};
   gradient_check(layer_create_instance_norm, "{\"affine\": true}", in, 2, 4e-3f, 1e-3);
   gradient_check(layer_create_instance_norm, "{}", in, 2, 4e-3f, 1e-3);
-  gradient_check(layer_create_instance_norm, "{\"affine\": true, \"eps\": 0.1}", (LayerShape){2, 1, 5}, 3, 4e-3f,
-                 1e-3);
+  gradient_check(layer_create_instance_norm, "{\"affine\": true, \"eps\": 0.1}", (LayerShape){2, 1, 5}, 3, 4e-3f, 1e-3);
 }
 
 static void test_shapes_and_counts(void **state) {
   (void)state;
   Layer l;
-  create(layer_create_conv_transpose2d, "{\"out_channels\": 8, \"kernel\": 3, \"stride\": 2, \"padding\": 1, "
-         "\"output_padding\": 1}", (LayerShape){16, 10, 12}, 4, &l);
+  create(layer_create_conv_transpose2d,
+         "{\"out_channels\": 8, \"kernel\": 3, \"stride\": 2, \"padding\": 1, "
+         "\"output_padding\": 1}",
+         (LayerShape){16, 10, 12}, 4, &l);
   assert_true(l.out.c == 8 && l.out.h == 20 && l.out.w == 24); /* (in - 1) 2 - 2 + 3 + 1 */
   assert_int_equal(l.num_params, 2);
   assert_string_equal(l.params[0].suffix, "weight");
@@ -186,8 +191,7 @@ static void test_config_errors(void **state) {
   expect_config_error(layer_create_conv_transpose2d, "{\"out_channels\": 2}", "kernel");
   expect_config_error(layer_create_conv_transpose2d, "{\"out_channels\": 2, \"kernel\": 3, \"output_padding\": 1}",
                       "output_padding");
-  expect_config_error(layer_create_conv_transpose2d, "{\"out_channels\": 2, \"kernel\": 3, \"padding\": 3}",
-                      "padding");
+  expect_config_error(layer_create_conv_transpose2d, "{\"out_channels\": 2, \"kernel\": 3, \"padding\": 3}", "padding");
   expect_config_error(layer_create_conv_transpose2d, "{\"out_channels\": 2, \"kernel\": 3, \"strde\": 2}", "strde");
   expect_config_error(layer_create_instance_norm, "{\"affine\": 1}", "affine");
   expect_config_error(layer_create_instance_norm, "{\"eps\": -1}", "eps");

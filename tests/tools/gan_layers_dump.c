@@ -15,19 +15,9 @@
 #include <string.h>
 
 #include "base/safetensors.h"
+#include "dump_util.h"
 #include "kern/conv2d.h"
 #include "nets/layer_gan.h"
-
-static int read_tensor(const SafetensorsReader *r, const char *name, size_t count, float **out, Error *err) {
-  const SafetensorsTensorInfo *t = safetensors_find(r, name);
-  if (!t) return error_set(err, ERR_FORMAT, "%s: tensor '%s' is missing", safetensors_path(r), name);
-  if (t->numel != count)
-    return error_set(err, ERR_FORMAT, "%s: tensor '%s' has %llu elements, the layer expects %zu", safetensors_path(r),
-                     name, (unsigned long long)t->numel, count);
-  *out = calloc(count, sizeof **out);
-  if (!*out) return error_set(err, ERR_NOMEM, "out of memory for '%s'", name);
-  return safetensors_read_f32(r, name, t->ndim, t->shape, *out, err);
-}
 
 static int run(const char *in_path, const char *out_path, Error *err) {
   SafetensorsReader *r = NULL;
@@ -53,11 +43,12 @@ static int run(const char *in_path, const char *out_path, Error *err) {
   static const char *const PARAM_NAMES[2] = {"w", "b"}, *const GRAD_NAMES[2] = {"dw", "db"};
   float *x = NULL, *dy = NULL, *y = NULL, *dx = NULL;
   const int n = xi ? (int)xi->shape[0] : 0;
-  const size_t nx = created ? (size_t)n * layer_shape_numel(l.in) : 0, ny = created ? (size_t)n * layer_shape_numel(l.out) : 0;
-  if (!rc) rc = read_tensor(r, "x", nx, &x, err);
-  if (!rc) rc = read_tensor(r, "dy", ny, &dy, err);
+  const size_t nx = created ? (size_t)n * layer_shape_numel(l.in) : 0,
+               ny = created ? (size_t)n * layer_shape_numel(l.out) : 0;
+  if (!rc) rc = dump_read_tensor(r, "x", nx, &x, err);
+  if (!rc) rc = dump_read_tensor(r, "dy", ny, &dy, err);
   for (int p = 0; !rc && p < l.num_params; p++) {
-    rc = read_tensor(r, PARAM_NAMES[p], l.params[p].numel, &l.param[p], err);
+    rc = dump_read_tensor(r, PARAM_NAMES[p], l.params[p].numel, &l.param[p], err);
     if (!rc && !(l.grad[p] = calloc(l.params[p].numel, sizeof(float)))) rc = error_set(err, ERR_NOMEM, "out of memory");
   }
   if (!rc && (!(y = calloc(ny, sizeof *y)) || !(dx = calloc(nx, sizeof *dx))))
