@@ -464,6 +464,7 @@ static int axis_taps(int n_in, int n_out, AxisTaps *t) {
 }
 
 int image_resize(const Image *in, int out_h, int out_w, Image *out, Error *err) {
+  memset(out, 0, sizeof *out);
   if (out_h < 1 || out_w < 1 || out_h > IMAGE_MAX_SIDE || out_w > IMAGE_MAX_SIDE)
     return error_set(err, ERR_ARG, "resize to %d x %d, expected sides 1..%d", out_h, out_w, IMAGE_MAX_SIDE);
   AxisTaps th = {0}, tw = {0};
