@@ -1,5 +1,5 @@
 /* `fivefold images --out DIR [--lfw [NPY]] [--dlib [DIR]] [--fashion-mnist [DIR]] ...`:
- * builds an image set directory (data/image_set.h) from the face crops and
+ * builds an image set directory (data/image_dir.h) from the face crops and
  * image files Debian ships, for the image networks and the deblurring
  * experiment. */
 #include "cli/cmd_images.h"
@@ -15,7 +15,7 @@
 #include "base/options.h"
 #include "cli/cli_util.h"
 #include "data/image_boxes.h"
-#include "data/image_set.h"
+#include "data/image_dir.h"
 
 static void images_help(FILE *f) {
   fprintf(f,
@@ -58,7 +58,7 @@ int cmd_images(int argc, char **argv) {
   const char *out = NULL, *lfw = NULL, *fashion = NULL, *dlib = NULL;
   int lfw_all = 0;
   double dlib_margin = 0.25, fashion_limit = 2000, size = 64, crop = 1, val = 0.1, test = 0.1, seed = 1;
-  ImageSetOptions o = image_set_options_default();
+  ImageDirOptions o = image_dir_options_default();
   OptionParser op;
   Error err = {0};
   option_parser_init(&op, "images", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
@@ -108,23 +108,23 @@ int cmd_images(int argc, char **argv) {
   if (!lfw && !dlib && !fashion)
     return cli_fail("images", 2, "no source given (--lfw, --dlib, --fashion-mnist; see 'fivefold images --help')");
   o.size = (int)size, o.crop = crop, o.val_fraction = val, o.test_fraction = test, o.seed = (uint64_t)seed;
-  ImageSet set = {0};
+  ImageDir set = {0};
   int rc = 0;
-  if (lfw) rc = image_set_add_npy(&set, lfw, "lfw", 0, lfw_all ? 0 : SKIMAGE_LFW_FACES, -1, &err);
+  if (lfw) rc = image_dir_add_npy(&set, lfw, "lfw", 0, lfw_all ? 0 : SKIMAGE_LFW_FACES, -1, &err);
   /* The LFW subset's labels: its first 100 images are faces. */
   for (size_t i = 0; !rc && i < set.count; i++) set.items[i].label = set.items[i].index < SKIMAGE_LFW_FACES;
   char images[4096], labels[4096];
   for (int part = 0; !rc && dlib && part < 2; part++) {
     snprintf(images, sizeof images, "%s/%s.xml", dlib, part ? "testing" : "training");
-    rc = image_set_add_boxes(&set, images, part ? "dlib-testing" : "dlib-training", dlib_margin, 1, &err);
+    rc = image_dir_add_boxes(&set, images, part ? "dlib-testing" : "dlib-training", dlib_margin, 1, &err);
   }
   if (!rc && fashion) {
     snprintf(images, sizeof images, "%s/train-images-idx3-ubyte.gz", fashion);
     snprintf(labels, sizeof labels, "%s/train-labels-idx1-ubyte.gz", fashion);
-    rc = image_set_add_idx(&set, images, labels, FASHION_MNIST_CLASSES, "fashion-mnist", (size_t)fashion_limit, &err);
+    rc = image_dir_add_idx(&set, images, labels, FASHION_MNIST_CLASSES, "fashion-mnist", (size_t)fashion_limit, &err);
   }
-  ImageSetCounts counts;
-  if (!rc) rc = image_set_write(&set, out, &o, &counts, &err);
+  ImageDirCounts counts;
+  if (!rc) rc = image_dir_write(&set, out, &o, &counts, &err);
   if (!rc) {
     printf("images: %zu images", set.count);
     for (int s = 0; s < set.num_sources; s++)
@@ -132,6 +132,6 @@ int cmd_images(int argc, char **argv) {
     printf(") -> %s: %d x %d %s, split train %zu / val %zu / test %zu (seed %.0f); manifest %s/manifest.json\n", out,
            o.size, o.size, o.channels == 1 ? "grey" : "RGB", counts.train, counts.val, counts.test, seed, out);
   }
-  image_set_free(&set);
+  image_dir_free(&set);
   return rc ? cli_fail("images", rc == ERR_ARG ? 2 : 1, "%s", err.msg) : 0;
 }

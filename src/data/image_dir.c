@@ -1,7 +1,7 @@
-/* Gathering, splitting and writing an image set (data/image_set.h). Images
+/* Gathering, splitting and writing an image set (data/image_dir.h). Images
  * are kept as read until the set is written, so that the crop, colour and
  * size options apply the same way to every source. */
-#include "data/image_set.h"
+#include "data/image_dir.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -16,14 +16,14 @@
 #include "base/rng.h"
 #include "data/image_boxes.h"
 
-ImageSetOptions image_set_options_default(void) {
-  ImageSetOptions o = {64, 1, 1.0, 0.1, 0.1, 1};
+ImageDirOptions image_dir_options_default(void) {
+  ImageDirOptions o = {64, 1, 1.0, 0.1, 0.1, 1};
   return o;
 }
 
-static int add_source(ImageSet *s, const char *name, const char *path, Error *err) {
-  if (s->num_sources == IMAGE_SET_MAX_SOURCES)
-    return error_set(err, ERR_ARG, "image set: more than %d sources", IMAGE_SET_MAX_SOURCES);
+static int add_source(ImageDir *s, const char *name, const char *path, Error *err) {
+  if (s->num_sources == IMAGE_DIR_MAX_SOURCES)
+    return error_set(err, ERR_ARG, "image set: more than %d sources", IMAGE_DIR_MAX_SOURCES);
   if (!name[0] || strlen(name) >= sizeof s->source_name[0] || strlen(path) >= sizeof s->source_path[0])
     return error_set(err, ERR_ARG, "image set: source name '%s' or path '%s' is empty or too long", name, path);
   for (const char *p = name; *p; p++)
@@ -38,21 +38,21 @@ static int add_source(ImageSet *s, const char *name, const char *path, Error *er
 }
 
 /* Appends an empty item of the last source; its image is filled by the caller. */
-static ImageSetItem *new_item(ImageSet *s, size_t index, int label, Error *err) {
+static ImageDirItem *new_item(ImageDir *s, size_t index, int label, Error *err) {
   if (s->count == s->capacity) {
     size_t cap = s->capacity ? 2 * s->capacity : 256;
-    ImageSetItem *items = realloc(s->items, cap * sizeof *items);
+    ImageDirItem *items = realloc(s->items, cap * sizeof *items);
     if (!items) return error_set(err, ERR_NOMEM, "image set: out of memory for %zu images", cap), NULL;
     s->items = items, s->capacity = cap;
   }
-  ImageSetItem *it = &s->items[s->count++];
+  ImageDirItem *it = &s->items[s->count++];
   memset(it, 0, sizeof *it);
   it->source = s->num_sources - 1, it->index = index, it->label = label;
   s->source_count[it->source]++;
   return it;
 }
 
-int image_set_add_npy(ImageSet *s, const char *path, const char *name, size_t first, size_t count, int label,
+int image_dir_add_npy(ImageDir *s, const char *path, const char *name, size_t first, size_t count, int label,
                       Error *err) {
   NpyArray a;
   int rc = npy_read_f32(path, &a, err);
@@ -83,7 +83,7 @@ int image_set_add_npy(ImageSet *s, const char *path, const char *name, size_t fi
   const int h = (int)a.dims[1], w = (int)a.dims[2], c = rgb ? 3 : 1;
   const size_t plane = (size_t)h * (size_t)w;
   for (size_t k = first; !rc && k < first + count; k++) {
-    ImageSetItem *it = new_item(s, k, label, err);
+    ImageDirItem *it = new_item(s, k, label, err);
     if (!it || (rc = image_alloc(&it->image, c, h, w, err))) {
       rc = rc ? rc : ERR_NOMEM;
       if (it) s->count--, s->source_count[it->source]--;
@@ -97,7 +97,7 @@ int image_set_add_npy(ImageSet *s, const char *path, const char *name, size_t fi
   return rc;
 }
 
-int image_set_add_idx(ImageSet *s, const char *images_path, const char *labels_path, int classes, const char *name,
+int image_dir_add_idx(ImageDir *s, const char *images_path, const char *labels_path, int classes, const char *name,
                       size_t limit, Error *err) {
   IdxImageSet set;
   int rc = idx_read_image_set(images_path, labels_path, classes, &set, err);
@@ -105,7 +105,7 @@ int image_set_add_idx(ImageSet *s, const char *images_path, const char *labels_p
   if ((rc = add_source(s, name, images_path, err))) return idx_image_set_free(&set), rc;
   const size_t n = limit && limit < set.count ? limit : set.count, plane = (size_t)set.rows * (size_t)set.cols;
   for (size_t k = 0; !rc && k < n; k++) {
-    ImageSetItem *it = new_item(s, k, set.labels[k], err);
+    ImageDirItem *it = new_item(s, k, set.labels[k], err);
     if (!it || (rc = image_alloc(&it->image, 1, set.rows, set.cols, err))) {
       rc = rc ? rc : ERR_NOMEM;
       if (it) s->count--, s->source_count[it->source]--;
@@ -117,7 +117,7 @@ int image_set_add_idx(ImageSet *s, const char *images_path, const char *labels_p
   return rc;
 }
 
-int image_set_add_boxes(ImageSet *s, const char *xml_path, const char *name, double margin, int label, Error *err) {
+int image_dir_add_boxes(ImageDir *s, const char *xml_path, const char *name, double margin, int label, Error *err) {
   if (!(margin >= 0.0 && margin <= 2.0))
     return error_set(err, ERR_ARG, "image set: box margin %g, expected 0..2 (a fraction of the box side)", margin);
   ImageBoxList boxes;
@@ -139,7 +139,7 @@ int image_set_add_boxes(ImageSet *s, const char *xml_path, const char *name, dou
       int left = (int)lround(box->left + 0.5 * box->width - 0.5 * side);
       top = top < 0 ? 0 : top + side > photo.height ? photo.height - side : top;
       left = left < 0 ? 0 : left + side > photo.width ? photo.width - side : left;
-      ImageSetItem *it = new_item(s, index, label, err);
+      ImageDirItem *it = new_item(s, index, label, err);
       if (!it || (rc = image_alloc(&it->image, photo.channels, side, side, err))) {
         rc = rc ? rc : ERR_NOMEM;
         if (it) s->count--, s->source_count[it->source]--;
@@ -156,7 +156,7 @@ int image_set_add_boxes(ImageSet *s, const char *xml_path, const char *name, dou
   return rc;
 }
 
-void image_set_free(ImageSet *s) {
+void image_dir_free(ImageDir *s) {
   if (!s) return;
   for (size_t i = 0; i < s->count; i++) image_free(&s->items[i].image);
   free(s->items);
@@ -164,7 +164,7 @@ void image_set_free(ImageSet *s) {
 }
 
 /* The image as it is stored: cropped, in the set's colours, resized. */
-static int prepare(const Image *in, const ImageSetOptions *o, Image *out, Error *err) {
+static int prepare(const Image *in, const ImageDirOptions *o, Image *out, Error *err) {
   const int side0 = in->height < in->width ? in->height : in->width;
   int side = (int)lround(o->crop * side0);
   if (side < 1) side = 1;
@@ -192,7 +192,7 @@ static int prepare(const Image *in, const ImageSetOptions *o, Image *out, Error 
 
 static const char *const SPLIT_NAMES[3] = {"train", "val", "test"};
 
-static int check_options(const ImageSetOptions *o, Error *err) {
+static int check_options(const ImageDirOptions *o, Error *err) {
   if (o->size < 4 || o->size > 4096) return error_set(err, ERR_ARG, "image set: size %d, expected 4..4096", o->size);
   if (o->channels != 1 && o->channels != 3)
     return error_set(err, ERR_ARG, "image set: channels %d, expected 1 (grey) or 3 (RGB)", o->channels);
@@ -204,7 +204,7 @@ static int check_options(const ImageSetOptions *o, Error *err) {
   return 0;
 }
 
-static cJSON *manifest_header(const ImageSet *s, const ImageSetOptions *o, const ImageSetCounts *counts) {
+static cJSON *manifest_header(const ImageDir *s, const ImageDirOptions *o, const ImageDirCounts *counts) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "fivefold image set");
   cJSON_AddNumberToObject(root, "size", o->size);
@@ -228,7 +228,7 @@ static cJSON *manifest_header(const ImageSet *s, const ImageSetOptions *o, const
   return root;
 }
 
-int image_set_write(const ImageSet *s, const char *dir, const ImageSetOptions *o, ImageSetCounts *counts, Error *err) {
+int image_dir_write(const ImageDir *s, const char *dir, const ImageDirOptions *o, ImageDirCounts *counts, Error *err) {
   memset(counts, 0, sizeof *counts);
   int rc = check_options(o, err);
   if (rc) return rc;
@@ -260,7 +260,7 @@ int image_set_write(const ImageSet *s, const char *dir, const ImageSetOptions *o
   cJSON *root = manifest_header(s, o, counts);
   cJSON *images = cJSON_AddArrayToObject(root, "images");
   for (size_t i = 0; !rc && i < n; i++) {
-    const ImageSetItem *it = &s->items[i];
+    const ImageDirItem *it = &s->items[i];
     char file[128];
     snprintf(file, sizeof file, "%s/%s_%05zu.png", SPLIT_NAMES[split[i]], s->source_name[it->source], it->index);
     snprintf(path, sizeof path, "%s/%s", dir, file);

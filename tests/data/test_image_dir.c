@@ -1,4 +1,4 @@
-/* Image sets (src/data/image_set.h) from tiny .npy files the test writes:
+/* Image sets (src/data/image_dir.h) from tiny .npy files the test writes:
  * the split sizes and the manifest, every PNG at the chosen size, the crop
  * and the grey/RGB conversion, the same seed giving the same set byte for
  * byte and another seed another split, and refused inputs (values outside
@@ -20,7 +20,7 @@
 
 #include "base/file_text.h"
 #include "data/image_boxes.h"
-#include "data/image_set.h"
+#include "data/image_dir.h"
 #include "test_tmpdir.h"
 
 /* A float64 .npy of shape [n, h, w] (c == 1) or [n, h, w, c]. */
@@ -75,14 +75,14 @@ static cJSON *read_manifest(const char *dir, char **text_out) {
 static void test_split_and_manifest(void **state) {
   (void)state;
   const char *npy = write_npy("ramp.npy", 20, 6, 8, 1, ramp);
-  ImageSet s = {0};
+  ImageDir s = {0};
   Error err;
-  if (image_set_add_npy(&s, npy, "ramp", 0, 0, 3, &err)) fail_msg("%s", err.msg);
+  if (image_dir_add_npy(&s, npy, "ramp", 0, 0, 3, &err)) fail_msg("%s", err.msg);
   assert_int_equal(s.count, 20);
-  ImageSetOptions o = image_set_options_default();
+  ImageDirOptions o = image_dir_options_default();
   o.size = 5, o.val_fraction = 0.2, o.test_fraction = 0.15, o.seed = 9;
-  ImageSetCounts counts;
-  if (image_set_write(&s, tmp_path("a"), &o, &counts, &err)) fail_msg("%s", err.msg);
+  ImageDirCounts counts;
+  if (image_dir_write(&s, tmp_path("a"), &o, &counts, &err)) fail_msg("%s", err.msg);
   assert_true(counts.train == 13 && counts.val == 4 && counts.test == 3);
   char *text_a;
   cJSON *m = read_manifest(tmp_path("a"), &text_a);
@@ -106,33 +106,33 @@ static void test_split_and_manifest(void **state) {
   assert_true(per_split[0] == 13 && per_split[1] == 4 && per_split[2] == 3);
   cJSON_Delete(m);
   /* The same seed: the same manifest; another seed: another split. */
-  assert_int_equal(image_set_write(&s, tmp_path("b"), &o, &counts, &err), 0);
+  assert_int_equal(image_dir_write(&s, tmp_path("b"), &o, &counts, &err), 0);
   char *text_b;
   cJSON_Delete(read_manifest(tmp_path("b"), &text_b));
   assert_string_equal(text_a, text_b);
   free(text_b);
   o.seed = 10;
-  assert_int_equal(image_set_write(&s, tmp_path("c"), &o, &counts, &err), 0);
+  assert_int_equal(image_dir_write(&s, tmp_path("c"), &o, &counts, &err), 0);
   char *text_c;
   cJSON_Delete(read_manifest(tmp_path("c"), &text_c));
   assert_true(strcmp(text_a, text_c) != 0);
   free(text_a), free(text_c);
-  image_set_free(&s);
+  image_dir_free(&s);
 }
 
 static void test_crop_and_colours(void **state) {
   (void)state;
-  ImageSet s = {0};
+  ImageDir s = {0};
   Error err;
-  assert_int_equal(image_set_add_npy(&s, write_npy("centre.npy", 1, 8, 8, 1, centre_white), "centre", 0, 0, -1, &err),
+  assert_int_equal(image_dir_add_npy(&s, write_npy("centre.npy", 1, 8, 8, 1, centre_white), "centre", 0, 0, -1, &err),
                    0);
-  assert_int_equal(image_set_add_npy(&s, write_npy("rgb.npy", 2, 4, 4, 3, ramp), "rgb", 1, 1, -1, &err), 0);
+  assert_int_equal(image_dir_add_npy(&s, write_npy("rgb.npy", 2, 4, 4, 3, ramp), "rgb", 1, 1, -1, &err), 0);
   assert_int_equal(s.count, 2);
   assert_int_equal(s.items[1].index, 1);
-  ImageSetOptions o = image_set_options_default();
+  ImageDirOptions o = image_dir_options_default();
   o.size = 4, o.crop = 0.5, o.val_fraction = 0, o.test_fraction = 0, o.channels = 3;
-  ImageSetCounts counts;
-  assert_int_equal(image_set_write(&s, tmp_path("crop"), &o, &counts, &err), 0);
+  ImageDirCounts counts;
+  assert_int_equal(image_dir_write(&s, tmp_path("crop"), &o, &counts, &err), 0);
   Image im;
   assert_int_equal(image_read(tmp_path("crop/train/centre_00000.png"), &im, &err), 0);
   assert_int_equal(im.channels, 3);                                              /* grey repeated */
@@ -141,32 +141,32 @@ static void test_crop_and_colours(void **state) {
   assert_int_equal(image_read(tmp_path("crop/train/rgb_00001.png"), &im, &err), 0);
   assert_int_equal(im.channels, 3);
   image_free(&im);
-  image_set_free(&s);
+  image_dir_free(&s);
 }
 
 static void test_refused(void **state) {
   (void)state;
-  ImageSet s = {0};
+  ImageDir s = {0};
   Error err;
   const char *npy = write_npy("bright.npy", 2, 4, 4, 1, too_bright);
-  assert_int_equal(image_set_add_npy(&s, npy, "bright", 0, 0, -1, &err), ERR_FORMAT);
+  assert_int_equal(image_dir_add_npy(&s, npy, "bright", 0, 0, -1, &err), ERR_FORMAT);
   assert_non_null(strstr(err.msg, "expected 0..1"));
   npy = write_npy("four.npy", 2, 4, 4, 2, ramp); /* 2 channels is not an image */
-  assert_int_equal(image_set_add_npy(&s, npy, "four", 0, 0, -1, &err), ERR_FORMAT);
+  assert_int_equal(image_dir_add_npy(&s, npy, "four", 0, 0, -1, &err), ERR_FORMAT);
   assert_non_null(strstr(err.msg, "four.npy"));
   npy = write_npy("ok.npy", 3, 4, 4, 1, ramp);
-  assert_int_equal(image_set_add_npy(&s, npy, "ok", 2, 5, -1, &err), ERR_ARG);
-  assert_int_equal(image_set_add_npy(&s, npy, "Bad Name", 0, 0, -1, &err), ERR_ARG);
-  assert_int_equal(image_set_add_npy(&s, npy, "ok", 0, 0, -1, &err), 0);
-  assert_int_equal(image_set_add_npy(&s, npy, "ok", 0, 0, -1, &err), ERR_ARG); /* twice */
-  ImageSetOptions o = image_set_options_default();
-  ImageSetCounts counts;
+  assert_int_equal(image_dir_add_npy(&s, npy, "ok", 2, 5, -1, &err), ERR_ARG);
+  assert_int_equal(image_dir_add_npy(&s, npy, "Bad Name", 0, 0, -1, &err), ERR_ARG);
+  assert_int_equal(image_dir_add_npy(&s, npy, "ok", 0, 0, -1, &err), 0);
+  assert_int_equal(image_dir_add_npy(&s, npy, "ok", 0, 0, -1, &err), ERR_ARG); /* twice */
+  ImageDirOptions o = image_dir_options_default();
+  ImageDirCounts counts;
   o.val_fraction = 0.6, o.test_fraction = 0.5;
-  assert_int_equal(image_set_write(&s, tmp_path("x"), &o, &counts, &err), ERR_ARG);
+  assert_int_equal(image_dir_write(&s, tmp_path("x"), &o, &counts, &err), ERR_ARG);
   assert_non_null(strstr(err.msg, "fractions"));
-  o = image_set_options_default(), o.crop = 0;
-  assert_int_equal(image_set_write(&s, tmp_path("x"), &o, &counts, &err), ERR_ARG);
-  image_set_free(&s);
+  o = image_dir_options_default(), o.crop = 0;
+  assert_int_equal(image_dir_write(&s, tmp_path("x"), &o, &counts, &err), ERR_ARG);
+  image_dir_free(&s);
 }
 
 static void spit_text(const char *path, const char *text) {
@@ -191,8 +191,8 @@ static void test_boxes(void **state) {
             "    <box top='0' left='55' width='10' height='10'/>\n"
             "    <box top='5' left='5' width='4' height='4' ignore='1'/>\n"
             "  </image>\n</images></dataset>\n");
-  ImageSet s = {0};
-  if (image_set_add_boxes(&s, tmp_path("boxes.xml"), "faces", 0.25, 1, &err)) fail_msg("%s", err.msg);
+  ImageDir s = {0};
+  if (image_dir_add_boxes(&s, tmp_path("boxes.xml"), "faces", 0.25, 1, &err)) fail_msg("%s", err.msg);
   assert_int_equal(s.count, 2);
   /* Box 0: side 8 * 1.5 = 12 centred on (13, 24): top 7, left 18. */
   assert_true(s.items[0].image.height == 12 && s.items[0].image.width == 12 && s.items[0].index == 0);
@@ -200,7 +200,7 @@ static void test_boxes(void **state) {
   /* Box 1: side 15 centred on (5, 60) moved inside: top 0, left 45. */
   assert_true(s.items[1].image.height == 15 && s.items[1].index == 1 && s.items[1].label == 1);
   assert_float_equal(s.items[1].image.data[14], photo.data[0 * 60 + 45 + 14], 1e-6);
-  image_set_free(&s);
+  image_dir_free(&s);
   ImageBoxList l;
   spit_text(tmp_path("nobox.xml"),
             "<images><image file='photo.png'><box top='1' left='2' height='3'/></image></images>");
@@ -213,9 +213,9 @@ static void test_boxes(void **state) {
   assert_int_equal(image_boxes_read(tmp_path("open.xml"), &l, &err), ERR_FORMAT);
   assert_non_null(strstr(err.msg, "</image>"));
   spit_text(tmp_path("gone.xml"), "<images><image file='gone.png'></image></images>");
-  assert_int_equal(image_set_add_boxes(&s, tmp_path("gone.xml"), "gone", 0.25, 1, &err), ERR_IO);
+  assert_int_equal(image_dir_add_boxes(&s, tmp_path("gone.xml"), "gone", 0.25, 1, &err), ERR_IO);
   assert_non_null(strstr(err.msg, "gone.png"));
-  image_set_free(&s);
+  image_dir_free(&s);
   image_free(&photo);
 }
 

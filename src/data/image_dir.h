@@ -26,8 +26,8 @@
  * Augmentation (horizontal flips, shifts of a few pixels) is not baked into
  * the files: it belongs to the loader that reads the set, drawn per epoch
  * from its seed, so that the stored set stays the plain, reproducible data. */
-#ifndef FIVEFOLD_DATA_IMAGE_SET_H
-#define FIVEFOLD_DATA_IMAGE_SET_H
+#ifndef FIVEFOLD_DATA_IMAGE_DIR_H
+#define FIVEFOLD_DATA_IMAGE_DIR_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -35,57 +35,57 @@
 #include "base/error.h"
 #include "base/image_io.h"
 
-#define IMAGE_SET_MAX_SOURCES 8
+#define IMAGE_DIR_MAX_SOURCES 8
 
-typedef struct ImageSetOptions {
+typedef struct ImageDirOptions {
   int size;             /* side of the square images written, 4..4096 */
   int channels;         /* 1 (grey) or 3 (RGB) */
   double crop;          /* centred square of this fraction of the shorter side, (0, 1] */
   double val_fraction;  /* of all images, rounded; [0, 1) */
   double test_fraction; /* likewise; val + test < 1 */
   uint64_t seed;        /* of the split */
-} ImageSetOptions;
+} ImageDirOptions;
 
 /* size 64, grey, crop 1, val 0.1, test 0.1, seed 1. */
-ImageSetOptions image_set_options_default(void);
+ImageDirOptions image_dir_options_default(void);
 
-typedef struct ImageSetItem {
+typedef struct ImageDirItem {
   Image image;
-  int source; /* index into ImageSet.source_name */
+  int source; /* index into ImageDir.source_name */
   size_t index;
   int label;
-} ImageSetItem;
+} ImageDirItem;
 
-typedef struct ImageSet {
-  ImageSetItem *items;
+typedef struct ImageDir {
+  ImageDirItem *items;
   size_t count, capacity;
   int num_sources;
-  char source_name[IMAGE_SET_MAX_SOURCES][32];
-  char source_path[IMAGE_SET_MAX_SOURCES][512];
-  size_t source_count[IMAGE_SET_MAX_SOURCES];
-} ImageSet;
+  char source_name[IMAGE_DIR_MAX_SOURCES][32];
+  char source_path[IMAGE_DIR_MAX_SOURCES][512];
+  size_t source_count[IMAGE_DIR_MAX_SOURCES];
+} ImageDir;
 
 /* Images first .. first + count - 1 of an .npy array (count 0: to the end),
  * all given `label`, as source `name`. */
-int image_set_add_npy(ImageSet *s, const char *path, const char *name, size_t first, size_t count, int label,
+int image_dir_add_npy(ImageDir *s, const char *path, const char *name, size_t first, size_t count, int label,
                       Error *err);
 /* One square crop per box of a dlib image-metadata XML file
  * (data/image_boxes.h), boxes marked ignore skipped: the square of side
  * max(width, height) (1 + 2 margin) centred on the box, moved and shrunk as
  * needed to lie inside the photo. Items are numbered by box in file order
  * and labelled `label`. */
-int image_set_add_boxes(ImageSet *s, const char *xml_path, const char *name, double margin, int label, Error *err);
+int image_dir_add_boxes(ImageDir *s, const char *xml_path, const char *name, double margin, int label, Error *err);
 /* The first `limit` images (0: all) of an IDX images file and its labels. */
-int image_set_add_idx(ImageSet *s, const char *images_path, const char *labels_path, int classes, const char *name,
+int image_dir_add_idx(ImageDir *s, const char *images_path, const char *labels_path, int classes, const char *name,
                       size_t limit, Error *err);
 
-typedef struct ImageSetCounts {
+typedef struct ImageDirCounts {
   size_t train, val, test;
-} ImageSetCounts;
+} ImageDirCounts;
 
 /* Writes the set under dir (created if missing; files of the same names
  * are replaced). */
-int image_set_write(const ImageSet *s, const char *dir, const ImageSetOptions *o, ImageSetCounts *counts, Error *err);
-void image_set_free(ImageSet *s);
+int image_dir_write(const ImageDir *s, const char *dir, const ImageDirOptions *o, ImageDirCounts *counts, Error *err);
+void image_dir_free(ImageDir *s);
 
 #endif
