@@ -9,6 +9,10 @@ PKGS=(
   libopenblas-openmp-dev        # cblas GEMM; the OpenMP build shares our thread pool
   libdnnl-dev                   # oneDNN: GEMM/matmul (fp32, bf16) and convolution kernels
   zlib1g-dev                    # gzip'd IDX image files (Fashion-MNIST)
+  libpng-dev                    # PNG image files (base/image_io.c: blur, images, deblur)
+  libjpeg-dev                   # JPEG photos read by base/image_io.c (dlib's example faces)
+  libdlib19.1                   # its examples/faces: photos with annotated face boxes (fivefold images --dlib)
+  python3-skimage               # PSNR/SSIM reference (tests/torch_ref/image_metrics_parity.py), lfw_subset.npy faces
   dataset-fashion-mnist         # Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist (base.idx)
   libcjson-dev                  # JSON configs, safetensors headers
   libcmocka-dev                 # unit-test framework (run under ctest)

@@ -2,6 +2,7 @@
  * in their shortest form for the JSON writers. */
 #include "base/json_util.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,4 +54,16 @@ void json_shorten_floats(cJSON *node) {
       json_shorten_floats(c);
     }
   }
+}
+
+int json_write_file(const char *path, const cJSON *root, Error *err) {
+  char *text = cJSON_Print(root);
+  if (!text) return error_set(err, ERR_NOMEM, "%s: out of memory printing JSON", path);
+  FILE *f = fopen(path, "w");
+  int rc = 0;
+  if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
+    rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+  if (f && fclose(f) && !rc) rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+  free(text);
+  return rc;
 }

@@ -6,6 +6,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/error.h"
+
 /* "a number", "a string", "a boolean", "null", "an array", "an object";
  * NULL (a missing field) reads "nothing (the field is missing)". */
 const char *json_type_name(const cJSON *value);
@@ -24,5 +26,10 @@ double json_float_value(float x);
  * passes them as doubles (the model config's writer). A double that is not
  * a float, such as 0.1, stays as it is. */
 void json_shorten_floats(cJSON *node);
+
+/* root printed (indented) with a closing newline to path, which is
+ * replaced; ERR_IO naming the path, ERR_NOMEM. Not atomic: for outputs a
+ * crash may leave half written (manifests, kernel files), not for state. */
+int json_write_file(const char *path, const cJSON *root, Error *err);
 
 #endif

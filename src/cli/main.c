@@ -4,8 +4,10 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_blur.h"
 #include "cli/cmd_calibrate.h"
 #include "cli/cmd_export.h"
+#include "cli/cmd_images.h"
 #include "cli/cmd_plan.h"
 #include "cli/cmd_sample.h"
 #include "cli/cmd_schedule.h"
@@ -29,6 +31,8 @@ static const Command COMMANDS[] = {
     {"schedule", "build, check, print and price the per-rank program of one iteration", cmd_schedule},
     {"trace", "record a run with eBPF, analyze a trace as a timing DAG (critical path, stragglers)", cmd_trace},
     {"upcycle", "turn a trained dense checkpoint into an MoE checkpoint that training continues", cmd_upcycle},
+    {"images", "build an image set (LFW faces, Fashion-MNIST) as PNG files with a split and a manifest", cmd_images},
+    {"blur", "motion-blur an image by a seeded camera-shake kernel, and save the kernel beside it", cmd_blur},
 };
 #define NUM_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 

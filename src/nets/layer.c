@@ -11,6 +11,7 @@
 #include "base/near_miss.h"
 #include "nets/layer_act.h"
 #include "nets/layer_conv.h"
+#include "nets/layer_gan.h"
 #include "nets/layer_linear.h"
 #include "nets/layer_pool.h"
 
@@ -25,6 +26,7 @@ static const struct {
     {"maxpool", layer_create_maxpool}, {"avgpool", layer_create_avgpool},
     {"relu", layer_create_relu},       {"leaky_relu", layer_create_leaky_relu},
     {"tanh", layer_create_tanh},
+    {"conv_transpose2d", layer_create_conv_transpose2d}, {"instance_norm", layer_create_instance_norm},
 };
 #define NUM_KINDS ((int)(sizeof KINDS / sizeof KINDS[0]))
 

@@ -14,11 +14,13 @@ regenerate it first:
   FIVEFOLD_FUZZ_DUMP_STATE=tests/fuzz/corpus/checkpoint/state.json \
       BUILD/tests/fuzz/fuzz_checkpoint -runs=0
 """
+import base64
 import json
 import os
 import re
 import shutil
 import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -338,6 +340,77 @@ def checkpoint():
         "fivefold-checkpoint", "model.safetensors", "optimizer.safetensors", "byte-level", "388c63a8"]
     write_dict("checkpoint", json_words(words) + json_words(literals("src/model/config.c")) + JSON_TOKENS)
 
+def png_file(width, height, depth, color, rows, palette=None):
+    """A PNG of the given IHDR fields and raw scanlines (filter byte 0 is
+    added to each row), written with zlib like any encoder would."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xffffffff)
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, 0)
+    raw = b"".join(b"\x00" + r for r in rows)
+    out = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
+    if palette:
+        out += chunk(b"PLTE", palette)
+    return out + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+# Small JPEGs (8 x 4, quality 50) made with libjpeg: grey baseline and colour
+# progressive; the standard library has no JPEG encoder.
+JPEG_GREY = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERXRTc4UG1R"
+    "V19iZ2hnPk1xeXBkeFxlZ2P/wAALCAAEAAgBAREA/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL/8QAtRAAAgED"
+    "AwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkKFhcYGRolJicoKSo0NTY3ODk6Q0RF"
+    "RkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmqKjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJ"
+    "ytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/9oACAEBAAA/AKWnaba8fJX/2Q==")
+JPEG_COLOUR_PROGRESSIVE = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERXRTc4UG1R"
+    "V19iZ2hnPk1xeXBkeFxlZ2P/2wBDARESEhgVGC8aGi9jQjhCY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2Nj"
+    "Y2NjY2NjY2NjY2NjY2P/wgARCAAEAAgDASIAAhEBAxEB/8QAFQABAQAAAAAAAAAAAAAAAAAAAAH/xAAUAQEAAAAAAAAAAAAA"
+    "AAAAAAAB/9oADAMBAAIQAxAAAAGgP//EABYQAAMAAAAAAAAAAAAAAAAAAAEEI//aAAgBAQABBQISX//EABQRAQAAAAAAAAAA"
+    "AAAAAAAAAAD/2gAIAQMBAT8Bf//EABcRAQADAAAAAAAAAAAAAAAAAAEAESH/2gAIAQIBAT8BoXZ//8QAFxAAAwEAAAAAAAAA"
+    "AAAAAAAAAAECMf/aAAgBAQAGPwJ1On//xAAXEAEBAQEAAAAAAAAAAAAAAAABEQCB/9oACAEBAAE/ISBwMj3f/9oADAMBAAIA"
+    "AwAAABDz/8QAFBEBAAAAAAAAAAAAAAAAAAAAAP/aAAgBAwEBPxB//8QAFREBAQAAAAAAAAAAAAAAAAAAEQD/2gAIAQIBAT8Q"
+    "QDf/xAAYEAEBAAMAAAAAAAAAAAAAAAABEQAhcf/aAAgBAQABPxACgBCygvd5/9k=")
+
+
+def image():
+    d = out_dir("image")
+    write(d, "grey8.png", png_file(4, 3, 8, 0, [bytes([10 * x + 40 * y for x in range(4)]) for y in range(3)]))
+    write(d, "rgba16.png", png_file(2, 2, 16, 6, [bytes(range(16 * y, 16 * y + 16)) for y in range(2)]))
+    write(d, "grey-alpha.png", png_file(3, 1, 8, 4, [bytes([1, 255, 2, 0, 3, 128])]))
+    write(d, "palette2.png", png_file(4, 2, 2, 3, [b"\x1b", b"\xe4"], palette=bytes([255, 0, 0, 0, 255, 0, 0, 0, 255, 9, 9, 9])))
+    write(d, "grey1.png", png_file(9, 2, 1, 0, [b"\xa5\x80", b"\x5a\x00"]))
+    write(d, "truncated.png", png_file(4, 3, 8, 2, [bytes(12)] * 3)[:-20])
+    write(d, "binary.pgm", b"P5\n3 2\n255\n" + bytes([0, 50, 100, 150, 200, 250]))
+    write(d, "ascii.pgm", "P2\n# comment\n3 2\n15\n0 1 2\n13 14 15\n")
+    write(d, "deep.pgm", b"P5\n1 1\n65535\n\x01\x02")
+    write(d, "grey.jpg", JPEG_GREY)
+    write(d, "colour-progressive.jpg", JPEG_COLOUR_PROGRESSIVE)
+    write_dict("image", ["P2", "P5", "255", "65535", "#", "\n", b"\x89PNG\r\n\x1a\n", "IHDR", "IDAT", "IEND", "PLTE",
+                         "tRNS", b"\xff\xd8\xff", b"\xff\xd9", b"\xff\xc0", b"\xff\xc2", b"\xff\xc4", b"\xff\xda"])
+
+
+def npy_file(header, data, version=1):
+    pre = 10 if version == 1 else 12
+    hl = len(header) + 1
+    while (pre + hl) % 16:
+        hl += 1
+    head = header.encode() + b" " * (hl - len(header) - 1) + b"\n"
+    size = struct.pack("<H", hl) if version == 1 else struct.pack("<I", hl)
+    return b"\x93NUMPY" + bytes([version, 0]) + size + head + data
+
+
+def npy():
+    d = out_dir("npy")
+    write(d, "f8.npy", npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }",
+                                struct.pack("<6d", 0, 0.25, 0.5, 0.75, 1, 0.125)))
+    write(d, "f4-v2.npy", npy_file('{"descr": "<f4", "fortran_order": False, "shape": (2,)}',
+                                   struct.pack("<2f", 1.5, -2), version=2))
+    write(d, "u1.npy", npy_file("{'descr': '|u1', 'fortran_order': False, 'shape': (1, 1, 3), }", b"\x00\x80\xff"))
+    write(d, "scalar.npy", npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", struct.pack("<d", 2)))
+    write(d, "fortran.npy", npy_file("{'descr': '<f8', 'fortran_order': True, 'shape': (1,), }", struct.pack("<d", 2)))
+    write_dict("npy", ["descr", "fortran_order", "shape", "'<f8'", "'<f4'", "'|u1'", "'<u1'", "'>f8'", "True", "False",
+                       b"\x93NUMPY", "{", "}", "(", ")", ",", ":", "'"])
+
 
 if __name__ == "__main__":
     model_config()
@@ -346,5 +419,7 @@ if __name__ == "__main__":
     safetensors()
     token_shard()
     checkpoint()
+    image()
+    npy()
     total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(CORPUS) for f in fs)
     print("corpus: %d bytes" % total)

@@ -150,7 +150,8 @@ function(fuzz_harness reader runs)
   add_custom_command(OUTPUT ${exe}
                      COMMAND ${FIVEFOLD_FUZZ_CC} -fsanitize=fuzzer ${FUZZ_SANITIZE} ${objs}
                              -Wl,--start-group ${FUZZ_ARCHIVE_FILES} -Wl,--end-group -Wl,--as-needed
-                             ${CJSON_LINK_LIBRARIES} ${OPENBLAS_LIB} ${DNNL_LIB} ${FUZZ_EXTRA_LIBS} -lz -lm -lpthread -o ${exe}
+                             ${CJSON_LINK_LIBRARIES} ${OPENBLAS_LIB} ${DNNL_LIB} ${PNG_LIBRARIES} ${JPEG_LIBRARIES}
+                             ${FUZZ_EXTRA_LIBS} -lz -lm -lpthread -o ${exe}
                      DEPENDS ${objs} ${FUZZ_ARCHIVES}
                      COMMENT "fuzz: linking fuzz_${reader}" VERBATIM)
   add_custom_target(fuzz_${reader} ALL DEPENDS ${exe})
@@ -174,6 +175,8 @@ fuzz_harness(train_config 20000 train/train_config.c model/config.c base/error.c
 fuzz_harness(tokenizer 20000 tok/tok_json.c tok/tokenizer.c tok/bpe_encode.c tok/pretok.c base/error.c)
 fuzz_harness(safetensors 100000 base/safetensors.c base/error.c)
 fuzz_harness(token_shard 100000 data/token_shard.c data/data_loader.c base/error.c)
+fuzz_harness(image 100000 base/image_io.c base/error.c)
+fuzz_harness(npy 100000 base/npy.c base/error.c)
 # The gate itself: two runs with the gate's bounds try the same inputs.
 add_test(NAME fuzz.reproducible
          COMMAND bash ${FUZZ_SRC_DIR}/reproducible_test.sh ${FUZZ_BIN_DIR}/fuzz_model_config

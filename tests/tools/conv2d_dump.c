@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/safetensors.h"
+#include "dump_util.h"
 #include "kern/conv2d.h"
 
 static int meta_int(const SafetensorsReader *r, const char *key, int *out, Error *err) {
@@ -26,17 +27,6 @@ static int meta_int(const SafetensorsReader *r, const char *key, int *out, Error
                                          safetensors_path(r), key, v);
   *out = (int)x;
   return 0;
-}
-
-static int read_tensor(const SafetensorsReader *r, const char *name, size_t count, float **out, Error *err) {
-  const SafetensorsTensorInfo *t = safetensors_find(r, name);
-  if (!t) return error_set(err, ERR_FORMAT, "%s: tensor '%s' is missing", safetensors_path(r), name);
-  if (t->numel != count)
-    return error_set(err, ERR_FORMAT, "%s: tensor '%s' has %llu elements, expected %zu for the shape",
-                     safetensors_path(r), name, (unsigned long long)t->numel, count);
-  *out = malloc(count * sizeof **out);
-  if (!*out) return error_set(err, ERR_NOMEM, "out of memory for '%s'", name);
-  return safetensors_read_f32(r, name, t->ndim, t->shape, *out, err);
 }
 
 static int run(const char *in_path, const char *out_path, Error *err) {
@@ -61,10 +51,10 @@ static int run(const char *in_path, const char *out_path, Error *err) {
   int oh = 0, ow = 0;
   if (!rc) rc = conv2d_output_size(&s, &oh, &ow, err);
   size_t nx = conv2d_input_count(&s), ny = conv2d_output_count(&s), nw = conv2d_weight_count(&s);
-  if (!rc) rc = read_tensor(r, "x", nx, &x, err);
-  if (!rc) rc = read_tensor(r, "w", nw, &w, err);
-  if (!rc) rc = read_tensor(r, "b", (size_t)s.out_channels, &b, err);
-  if (!rc) rc = read_tensor(r, "dy", ny, &dy, err);
+  if (!rc) rc = dump_read_tensor(r, "x", nx, &x, err);
+  if (!rc) rc = dump_read_tensor(r, "w", nw, &w, err);
+  if (!rc) rc = dump_read_tensor(r, "b", (size_t)s.out_channels, &b, err);
+  if (!rc) rc = dump_read_tensor(r, "dy", ny, &dy, err);
   if (!rc) {
     y = calloc(ny, sizeof *y), dx = calloc(nx, sizeof *dx), dw = calloc(nw, sizeof *dw);
     db = calloc((size_t)s.out_channels, sizeof *db);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/safetensors.h"
+#include "dump_util.h"
 #include "kern/tropical.h"
 
 static int meta_int(const SafetensorsReader *r, const char *key, int *out, Error *err) {
@@ -35,17 +36,6 @@ static int meta_choice(const SafetensorsReader *r, const char *key, const char *
                    v ? v : "(missing)", names[0], names[1]);
 }
 
-static int read_tensor(const SafetensorsReader *r, const char *name, size_t count, float **out, Error *err) {
-  const SafetensorsTensorInfo *t = safetensors_find(r, name);
-  if (!t) return error_set(err, ERR_FORMAT, "%s: tensor '%s' is missing", safetensors_path(r), name);
-  if (t->numel != count)
-    return error_set(err, ERR_FORMAT, "%s: tensor '%s' has %llu elements, expected %zu for the shape",
-                     safetensors_path(r), name, (unsigned long long)t->numel, count);
-  *out = malloc(count * sizeof **out);
-  if (!*out) return error_set(err, ERR_NOMEM, "out of memory for '%s'", name);
-  return safetensors_read_f32(r, name, t->ndim, t->shape, *out, err);
-}
-
 typedef struct Outputs {
   float *y, *dx, *dw, *db;
   int y_shape[4], x_shape[4], w_shape[4], ndim_y, ndim_x, ndim_w, nb;
@@ -60,8 +50,9 @@ static int run_dense(const SafetensorsReader *r, Outputs *o, Error *err) {
   float *x = NULL, *w = NULL, *b = NULL, *dy = NULL;
   int32_t *win = NULL;
   if (m < 1 || n < 1 || k < 1) return error_set(err, ERR_FORMAT, "%s: m, n, k must be >= 1", safetensors_path(r));
-  if (!(rc = read_tensor(r, "x", (size_t)m * k, &x, err)) && !(rc = read_tensor(r, "w", (size_t)n * k, &w, err)) &&
-      !(rc = read_tensor(r, "b", (size_t)n, &b, err)) && !(rc = read_tensor(r, "dy", (size_t)m * n, &dy, err))) {
+  if (!(rc = dump_read_tensor(r, "x", (size_t)m * k, &x, err)) &&
+      !(rc = dump_read_tensor(r, "w", (size_t)n * k, &w, err)) && !(rc = dump_read_tensor(r, "b", (size_t)n, &b, err)) &&
+      !(rc = dump_read_tensor(r, "dy", (size_t)m * n, &dy, err))) {
     o->y = calloc((size_t)m * n, sizeof(float)), o->dx = calloc((size_t)m * k, sizeof(float));
     o->dw = calloc((size_t)n * k, sizeof(float)), o->db = calloc((size_t)n, sizeof(float));
     win = calloc((size_t)m * n, sizeof *win);
@@ -99,8 +90,8 @@ static int run_conv(const SafetensorsReader *r, Outputs *o, Error *err) {
   size_t nw = tropical_conv2d_weight_count(&s);
   float *x = NULL, *w = NULL, *dy = NULL;
   int32_t *win = NULL;
-  if (!(rc = read_tensor(r, "x", nx, &x, err)) && !(rc = read_tensor(r, "w", nw, &w, err)) &&
-      !(rc = read_tensor(r, "dy", ny, &dy, err))) {
+  if (!(rc = dump_read_tensor(r, "x", nx, &x, err)) && !(rc = dump_read_tensor(r, "w", nw, &w, err)) &&
+      !(rc = dump_read_tensor(r, "dy", ny, &dy, err))) {
     o->y = calloc(ny, sizeof(float)), o->dx = calloc(nx, sizeof(float)), o->dw = calloc(nw, sizeof(float));
     win = calloc(tropical_conv2d_winner_count(&s), sizeof *win);
     if (!o->y || !o->dx || !o->dw || !win) rc = error_set(err, ERR_NOMEM, "out of memory for the outputs");

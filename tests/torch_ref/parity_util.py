@@ -1,7 +1,13 @@
-"""Shared by the kernel parity scripts (conv_parity.py, tropical_parity.py):
-the perturbation their self-checks plant and the tensor-by-tensor comparison
-against PyTorch, so that both hold fivefold to the same rule."""
+"""Shared by the parity scripts (conv_parity.py, tropical_parity.py,
+gan_layers.py): the perturbation their self-checks plant, the round trip
+through a dump tool and the tensor-by-tensor comparison against PyTorch,
+so that all hold fivefold to the same rule."""
+import os
+import subprocess
+
 import torch
+
+import safetensors_io
 
 
 def perturb_dw(ref, gen):
@@ -47,4 +53,24 @@ def main(doc, argv, cases, run_case, self_check_index, what):
         results = [run_case(tool, case, i, tmp, perturb=False) for i, case in enumerate(cases)]
     bad = results.count(False)
     print(f"{len(results) - bad}/{len(results)} cases within tolerance of PyTorch")
+    return 1 if bad else 0
+
+
+def run_dump(tool, name, tmp, tensors, metadata):
+    """Writes tensors and metadata to <tmp>/<name>.in.safetensors, runs
+    `tool IN OUT` and returns OUT's tensors; None (after printing why) when
+    the tool failed."""
+    in_path, out_path = os.path.join(tmp, f"{name}.in.safetensors"), os.path.join(tmp, f"{name}.out.safetensors")
+    safetensors_io.save(in_path, tensors, metadata)
+    proc = subprocess.run([tool, in_path, out_path], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"FAIL {name}: {os.path.basename(tool)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return None
+    return safetensors_io.load(out_path)[0]
+
+
+def report(results, tolerance):
+    """The closing line of a parity script; its exit status."""
+    bad = results.count(False)
+    print(f"{len(results) - bad}/{len(results)} cases within {tolerance:g} relative of PyTorch")
     return 1 if bad else 0

@@ -77,3 +77,22 @@ add_test(NAME torch_ref.vision_layers_self_check
          COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/vision_layers.py $<TARGET_FILE:layer_dump> --self-check)
 set_tests_properties(torch_ref.vision_layers torch_ref.vision_layers_self_check PROPERTIES LABELS torch
                      TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+# PSNR and Gaussian-window SSIM (kern/image_metrics.h) against
+# scikit-image's implementations on fixed images, and proof that the
+# comparison can fail. Skipped (77, "missing dependency") without
+# python3-skimage, which CI=true turns into a failure.
+add_test(NAME torch_ref.image_metrics
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/image_metrics_parity.py $<TARGET_FILE:image_metrics_dump>)
+add_test(NAME torch_ref.image_metrics_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/image_metrics_parity.py $<TARGET_FILE:image_metrics_dump> --self-check)
+set_tests_properties(torch_ref.image_metrics torch_ref.image_metrics_self_check PROPERTIES LABELS torch TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# The GAN generator's layers (conv_transpose2d, instance_norm) against
+# PyTorch on fixed weights (tests/tools/gan_layers_dump), and proof that
+# the comparison can fail.
+add_test(NAME torch_ref.gan_layers COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_layers.py $<TARGET_FILE:gan_layers_dump>)
+add_test(NAME torch_ref.gan_layers_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_layers.py $<TARGET_FILE:gan_layers_dump> --self-check)
+set_tests_properties(torch_ref.gan_layers torch_ref.gan_layers_self_check PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
