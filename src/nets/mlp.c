@@ -221,8 +221,8 @@ static int mlp_backward(Network *net, int chunk, const void *batch_ptr, float lo
 
 static int mlp_metrics(const Network *net, NetMetric *metrics, int cap) {
   const Mlp *m = net->impl;
-  if (cap >= 1) metrics[0] = (NetMetric){"loss", m->last_loss};
-  if (cap >= 2) metrics[1] = (NetMetric){"accuracy", m->last_accuracy};
+  if (cap >= 1) metrics[0] = (NetMetric){"loss", m->last_loss, 3};
+  if (cap >= 2) metrics[1] = (NetMetric){"accuracy", m->last_accuracy, 3};
   return 2;
 }
 
@@ -238,8 +238,12 @@ static void mlp_free(Network *net) {
   free(m);
 }
 
-static const NetworkOps MLP_OPS = {
-    .family = "mlp", .forward = mlp_forward, .backward = mlp_backward, .metrics = mlp_metrics, .free = mlp_free};
+static const NetworkOps MLP_OPS = {.family = "mlp",
+                                   .forward = mlp_forward,
+                                   .backward = mlp_backward,
+                                   .metrics = mlp_metrics,
+                                   .unit = {"sample", "samples", "samples/s"},
+                                   .free = mlp_free};
 
 int mlp_create(Network *net, const MlpConfig *cfg, int max_batch, Error *err) {
   memset(net, 0, sizeof *net);
@@ -287,6 +291,7 @@ int mlp_create(Network *net, const MlpConfig *cfg, int max_batch, Error *err) {
       offset += p->numel;
     }
   }
+  net->flops_per_unit = mlp_flops_per_sample(cfg);
   return 0;
 }
 

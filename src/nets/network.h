@@ -11,9 +11,11 @@
  *     logical tensor, and the parameter group it belongs to;
  *   * forward and backward of one micro-batch of one chunk (a pipeline
  *     stage's share of the layers; one chunk when there is no pipeline);
- *   * the loss of the last micro-batch and its metrics as named scalars
- *     ("loss", "lm", "aux", "z" for the transformer), which the log line
- *     and metrics.jsonl print without knowing their meaning;
+ *   * the loss and its metrics as named scalars ("loss", "lm", "aux", "z"
+ *     for the transformer, "loss", "accuracy" for the MLP), which the log
+ *     line and metrics.jsonl print by name without knowing their meaning,
+ *     the unit its throughput is counted in (tokens, samples, images) and,
+ *     where the network counts them, its FLOPs per unit (the MFU);
  *   * the data it consumes, from a batch source the runtime advances and
  *     whose position a checkpoint records.
  *
@@ -52,11 +54,22 @@ typedef struct NetParam {
   int param_group;      /* which optimizer steps it: 0, or a GAN's generator 0 / critic 1 */
 } NetParam;
 
-/* A named scalar of the last micro-batch (or a step's mean, see below). */
+/* A named scalar of the last micro-batch (or of the last step, see
+ * NetworkOps.metrics_per_step). The log line prints the metrics after the
+ * loss as "(name value ...)" with `decimals` decimals each; metrics with
+ * decimals 0 go to metrics.jsonl only (all metrics go there, by name). */
 typedef struct NetMetric {
   const char *name;
   double value;
+  int decimals;
 } NetMetric;
+
+/* What a network's throughput (and its FLOP count) is counted in. */
+typedef struct NetUnit {
+  const char *one;  /* "token", "sample", "image": the banner's "FLOP per token" */
+  const char *many; /* "tokens", "samples": metrics.jsonl's "<many>_per_s" and the summary's "<many>" */
+  const char *rate; /* the log line's "tok/s", "samples/s", "img/s" */
+} NetUnit;
 
 /* The data a network consumes: next() fills the batch of one micro-batch
  * (its layout is the network's business: token windows for the
@@ -81,8 +94,14 @@ typedef struct NetworkOps {
    * into the buffer. */
   int (*forward)(Network *net, int chunk, const void *batch, Error *err);
   int (*backward)(Network *net, int chunk, const void *batch, float loss_scale, Error *err);
-  /* The metrics of the last forward; metrics[0] is the loss. Returns the count. */
+  /* The metrics of the last forward; metrics[0] is the loss. Returns the
+   * count. The runtime averages them over a step's micro-batches and
+   * replicas, unless metrics_per_step is set: then they are already the
+   * last step's global values (the transformer, whose pipeline reduces
+   * its losses over stages and replicas itself). */
   int (*metrics)(const Network *net, NetMetric *metrics, int cap);
+  int metrics_per_step;
+  NetUnit unit; /* what one trained sample is counted as */
   /* Optional (NULL when there is nothing to do): called on every rank after
    * each optimizer update of param_group, with the updated values in place. */
   void (*after_update)(Network *net, int param_group);
@@ -97,6 +116,8 @@ struct Network {
   float *values, *grads; /* num_values floats each */
   size_t num_values;
   int num_param_groups; /* 1 unless the network steps parts separately */
+  double flops_per_unit; /* FLOPs of forward + backward per unit (ops->unit); 0: not counted,
+                            then the log line shows no GFLOP/s and no MFU */
   int num_chunks;       /* chunks this rank runs */
 };
 

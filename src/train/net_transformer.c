@@ -6,10 +6,12 @@
 
 #include "train/pipeline.h"
 
-/* What the adapter keeps: the model it describes and the pipeline that runs it. */
+/* What the adapter keeps: the model it describes, the pipeline that runs
+ * it and the last step's losses. */
 typedef struct TransformerNet {
   Model *model;
   Pipeline *pipe;
+  double lm, aux, z;
 } TransformerNet;
 
 /* Routed experts on the dispatcher path sum over EDP; a tensor every TP
@@ -43,11 +45,34 @@ static int transformer_backward(Network *net, int chunk, const void *batch, floa
   return pipeline_backward(t->pipe, batch, err);
 }
 
+/* The loss and its parts; a dense model's log line shows the loss alone
+ * (its aux and z are 0), an MoE model's "(lm 2.301 aux 0.0121 z 0.0008)". */
+static int transformer_metrics(const Network *net, NetMetric *metrics, int cap) {
+  const TransformerNet *t = net->impl;
+  int moe = model_config_num_moe_layers(&t->model->cfg) > 0;
+  const NetMetric all[] = {{"loss", t->lm + t->aux + t->z, 3},
+                           {"lm", t->lm, moe ? 3 : 0},
+                           {"aux", t->aux, moe ? 4 : 0},
+                           {"z", t->z, moe ? 4 : 0}};
+  int n = (int)(sizeof all / sizeof all[0]);
+  for (int i = 0; i < n && i < cap; i++) metrics[i] = all[i];
+  return n;
+}
+
 static void transformer_free(Network *net) { free(net->impl); }
 
 static const NetworkOps TRANSFORMER_OPS = {
     .family = "transformer", .forward = transformer_forward, .backward = transformer_backward,
+    .metrics = transformer_metrics, .metrics_per_step = 1, .unit = {"token", "tokens", "tok/s"},
     .free = transformer_free};
+
+void net_transformer_set_step_losses(Network *net, double lm, double aux, double z) {
+  TransformerNet *t = net->impl;
+  if (!t) return;
+  t->lm = lm;
+  t->aux = aux;
+  t->z = z;
+}
 
 void net_transformer_set_pipeline(Network *net, Pipeline *pipe) {
   TransformerNet *t = net->impl;

@@ -297,8 +297,8 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           bf16 ? "bf16 (bf16 GEMM and attention inputs, fp32 accumulation; fp32 weights, gradients, optimizer, "
                  "norms, softmax, router, loss; bf16 GEMMs on oneDNN)"
                : "fp32");
-  fprintf(out, "  compute  %s FLOP per token (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s",
-          fmt_si(d, sizeof d, tr->flops_per_token), tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
+  fprintf(out, "  compute  %s FLOP per %s (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s",
+          fmt_si(d, sizeof d, tr->net.flops_per_unit), tr->net.ops->unit.one, tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
           peak,
           !peak_measured ? "stated: training.peak_gflops"
           : bf16         ? "measured: vdpbf16ps loop on every thread"
@@ -333,16 +333,22 @@ static void print_parallel(const Trainer *tr, FILE *out) {
             train_config_moe_dispatcher(cfg) == MODEL_MOE_ALLGATHER ? "allgather" : "alltoall");
 }
 
-static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev) {
+/* Validation over windows of tokens (the transformer) in bits per token
+ * too; other networks' in their own unit. */
+static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev, const NetUnit *unit) {
   char tok[32];
   char win[32];
-  fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %s windows, %s tokens | %.1f s\n", step, total,
-          ev->loss, ev->loss / log(2.0), fmt_thousands(win, sizeof win, (double)ev->windows),
-          fmt_thousands(tok, sizeof tok, (double)ev->tokens), ev->seconds);
+  if (ev->windows > 0)
+    fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %s windows, %s tokens | %.1f s\n", step, total,
+            ev->loss, ev->loss / log(2.0), fmt_thousands(win, sizeof win, (double)ev->windows),
+            fmt_thousands(tok, sizeof tok, (double)ev->tokens), ev->seconds);
+  else
+    fprintf(out, "eval step %d/%d | val loss %.3f | %s %s | %.1f s\n", step, total, ev->loss,
+            fmt_thousands(tok, sizeof tok, (double)ev->tokens), unit->many, ev->seconds);
   fflush(out);
   if (jsonl) {
-    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"windows\":%ld,\"tokens\":%ld,\"seconds\":%.6g}\n",
-            step, ev->loss, ev->windows, ev->tokens, ev->seconds);
+    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"windows\":%ld,\"%s\":%ld,\"seconds\":%.6g}\n",
+            step, ev->loss, ev->windows, unit->many, ev->tokens, ev->seconds);
     fflush(jsonl);
   }
 }
@@ -623,7 +629,7 @@ static int run_evaluate(Trainer *tr, RunState *rs, int step, Error *err) {
   progress_clear(&rs->progress);
   int rc = trainer_evaluate(tr, &ev, err);
   if (rc) return rc;
-  print_eval(rs->out, rs->jsonl, step, tr->cfg->steps, &ev);
+  print_eval(rs->out, rs->jsonl, step, tr->cfg->steps, &ev, &tr->net.ops->unit);
   if (step == 0) rs->sum.first_val_loss = ev.loss;
   else rs->sum.final_val_loss = ev.loss;
   rs->sum.eval_seconds += ev.seconds;
@@ -636,15 +642,12 @@ static void run_account_step(const Trainer *tr, RunState *rs, const TrainStepRes
   TrainSummary *sum = &rs->sum;
   if (r->step == 1) sum->first_loss = r->loss;
   iv->steps++;
-  iv->loss += r->loss;
-  iv->lm += r->lm;
-  iv->aux += r->aux;
-  iv->z += r->z;
+  interval_add_metrics(iv, r->metrics, r->num_metrics);
   iv->grad_norm += r->grad_norm;
   iv->imbalance += r->imbalance;
   iv->seconds += r->seconds;
   iv->tokens += (double)r->tokens;
-  iv->flops += tr->flops_per_token * (double)r->tokens;
+  iv->flops += tr->net.flops_per_unit * (double)r->tokens;
   iv->last_lr = r->lr;
   sum->train_seconds += r->seconds;
   sum->tokens += r->tokens;
@@ -671,6 +674,8 @@ static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResu
   if (r->step % cfg->log_interval == 0 || r->step == 1 || last) {
     LogLine l;
     interval_to_log_line(&rs->iv, r->step, cfg->steps, rs->peak, rs->is_moe, &l);
+    l.unit = tr->net.ops->unit;
+    l.has_flops = tr->net.flops_per_unit > 0;
     progress_clear(&rs->progress);
     format_log_line(line, sizeof line, &l);
     fprintf(rs->out, "%s\n", line);
@@ -743,15 +748,16 @@ static void run_print_end(const Trainer *tr, RunState *rs) {
   sum->final_loss = rs->last_interval_loss;
   sum->tokens_per_s = sum->train_seconds > 0 ? (double)sum->tokens / sum->train_seconds : 0;
   sum->mfu_pct = peak > 0 && sum->train_seconds > 0
-                     ? 100.0 * tr->flops_per_token * (double)sum->tokens / sum->train_seconds / 1e9 / peak
+                     ? 100.0 * tr->net.flops_per_unit * (double)sum->tokens / sum->train_seconds / 1e9 / peak
                      : 0;
-  char tok[32], dur[32], val[64] = "";
+  char tok[32], dur[32], val[64] = "", mfu[32] = "";
   if (!isnan(sum->final_val_loss)) snprintf(val, sizeof val, " | val loss %.3f", sum->final_val_loss);
-  fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s tok/s | "
-               "MFU %.1f%%%s%s\n",
+  if (tr->net.flops_per_unit > 0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", sum->mfu_pct);
+  fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s %s%s%s%s\n",
           sum->steps, fmt_duration(dur, sizeof dur, sum->train_seconds + sum->eval_seconds), sum->train_seconds,
-          sum->eval_seconds, sum->final_loss, val, fmt_thousands(tok, sizeof tok, sum->tokens_per_s), sum->mfu_pct,
-          rs->opts->write_run_files ? " | output " : "", rs->opts->write_run_files ? cfg->out_dir : "");
+          sum->eval_seconds, sum->final_loss, val, fmt_thousands(tok, sizeof tok, sum->tokens_per_s),
+          tr->net.ops->unit.rate, mfu, rs->opts->write_run_files ? " | output " : "",
+          rs->opts->write_run_files ? cfg->out_dir : "");
   if (tr->nonfinite_skipped > 0)
     fprintf(out, "nonfinite: %d step(s) skipped for a non-finite loss or gradient (weights left as they were)\n",
             tr->nonfinite_skipped);
@@ -790,12 +796,16 @@ static void run_write_summary(const Trainer *tr, const RunState *rs) {
   char first_val[32] = "null", final_val[32] = "null";
   if (!isnan(sum->first_val_loss)) snprintf(first_val, sizeof first_val, "%.6g", sum->first_val_loss);
   if (!isnan(sum->final_val_loss)) snprintf(final_val, sizeof final_val, "%.6g", sum->final_val_loss);
+  /* Throughput in the network's unit; MFU where it counts its FLOPs. */
+  const char *unit = tr->net.ops->unit.many;
+  char mfu_json[64] = "";
+  if (tr->net.flops_per_unit > 0) snprintf(mfu_json, sizeof mfu_json, ",\"mfu_pct\":%.6g", sum->mfu_pct);
   fprintf(rs->jsonl,
           "{\"type\":\"summary\",\"steps\":%d,\"first_loss\":%.6g,\"final_loss\":%.6g,\"first_val_loss\":%s,"
-          "\"final_val_loss\":%s,\"tokens\":%ld,\"tokens_per_s\":%.6g,\"mfu_pct\":%.6g,\"peak_gflops\":%.6g,"
+          "\"final_val_loss\":%s,\"%s\":%ld,\"%s_per_s\":%.6g%s,\"peak_gflops\":%.6g,"
           "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s%s}\n",
-          sum->steps, sum->first_loss, sum->final_loss, first_val, final_val, sum->tokens, sum->tokens_per_s,
-          sum->mfu_pct, sum->peak_gflops, sum->train_seconds, sum->eval_seconds, tr->threads,
+          sum->steps, sum->first_loss, sum->final_loss, first_val, final_val, unit, sum->tokens, unit,
+          sum->tokens_per_s, mfu_json, sum->peak_gflops, sum->train_seconds, sum->eval_seconds, tr->threads,
           sum->stopped_early ? "true" : "false", grad_reduce_json);
   fflush(rs->jsonl);
 }

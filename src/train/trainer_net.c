@@ -108,7 +108,8 @@ static int net_forward(void *ctx, const SchedAction *a, Error *err) {
   mlp_synthetic_batch(&cfg->mlp, cfg->seed, first, cfg->micro_batch_size, &b);
   int rc = tr->net.ops->forward(&tr->net, a->chunk, &b, err);
   NetMetric m[NET_MAX_METRICS];
-  if (!rc && tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS) > 0) tr->net_loss += m[0].value;
+  int n = rc ? 0 : tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS);
+  for (int i = 0; i < n && i < NET_MAX_METRICS; i++) tr->net_metric_sums[i] += m[i].value;
   return rc;
 }
 
@@ -173,7 +174,6 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   OptimizerConfig oc = trainer_optimizer_config(cfg);
   if ((rc = create_data_parallel(tr, &oc, err))) return rc;
   if ((rc = create_program(tr, err))) return rc;
-  tr->flops_per_token = mlp_flops_per_sample(&cfg->mlp);
   return 0;
 }
 
@@ -194,17 +194,24 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   tr->step_skipped = 0;
   nonfinite_test_poison(tr, "grad");
   if (tr->reduce_grads) dp_grads_begin(&tr->dp_grads);
-  tr->net_loss = 0;
+  memset(tr->net_metric_sums, 0, sizeof tr->net_metric_sums);
   int rc = executor_run(&tr->exec, err);
-  double loss = tr->net_loss;
-  if (!rc) rc = sum_over_replicas(tr, &loss, err);
+  if (rc) return rc;
+  /* The step's metrics: means over the micro-batches of every replica. */
+  memset(res, 0, sizeof *res);
+  res->num_metrics = tr->net.ops->metrics(&tr->net, res->metrics, NET_MAX_METRICS);
+  if (res->num_metrics > NET_MAX_METRICS) res->num_metrics = NET_MAX_METRICS;
+  for (int i = 0; i < res->num_metrics && !rc; i++) {
+    double sum = tr->net_metric_sums[i];
+    rc = sum_over_replicas(tr, &sum, err);
+    res->metrics[i].value = sum / (cfg->grad_accum_steps * tr->dp);
+  }
   if (rc) return rc;
   tr->step++;
   nonfinite_test_poison(tr, "weight");
-  memset(res, 0, sizeof *res);
   res->step = tr->step;
   res->skipped = tr->step_skipped;
-  res->loss = res->lm = loss / (cfg->grad_accum_steps * tr->dp);
+  res->loss = res->num_metrics > 0 ? res->metrics[0].value : NAN;
   res->lr = tr->acc.info.lr;
   res->grad_norm = tr->acc.info.grad_norm;
   res->tokens = (long)cfg->global_batch_size;

@@ -444,7 +444,7 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
     trainer_free(tr);
     return rc;
   }
-  tr->flops_per_token = model_flops_per_sequence(&cfg->model, cfg->seq_len) / cfg->seq_len;
+  tr->net.flops_per_unit = model_flops_per_sequence(&cfg->model, cfg->seq_len) / cfg->seq_len;
   return 0;
 }
 
@@ -527,10 +527,9 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
   nonfinite_test_poison(tr, "weight");
   res->step = tr->step;
   res->skipped = tr->step_skipped;
-  res->lm = sums[1] > 0 ? sums[0] / sums[1] : 0;
-  res->aux = sums[2] / accum;
-  res->z = sums[3] / accum;
-  res->loss = res->lm + res->aux + res->z;
+  net_transformer_set_step_losses(&tr->net, sums[1] > 0 ? sums[0] / sums[1] : 0, sums[2] / accum, sums[3] / accum);
+  res->num_metrics = tr->net.ops->metrics(&tr->net, res->metrics, NET_MAX_METRICS);
+  res->loss = res->metrics[0].value;
   res->lr = tr->acc.info.lr;
   res->grad_norm = tr->acc.info.grad_norm;
   res->imbalance = p->num_counts ? moe_imbalance(p->expert_counts, mc) : 0;
