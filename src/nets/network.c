@@ -12,6 +12,11 @@ const NetParam *network_find_param(const Network *net, const char *name) {
   return NULL;
 }
 
+const NetParam *network_logical_params(const Network *net, int *n) {
+  *n = net->logical ? net->num_logical : net->num_tensors;
+  return net->logical ? net->logical : net->params;
+}
+
 int network_has_reduce_group(const Network *net, NetReduceGroup group) {
   for (int i = 0; i < net->num_tensors; i++)
     if (net->params[i].reduce == group) return 1;

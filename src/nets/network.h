@@ -50,6 +50,21 @@ typedef struct NetParam {
   size_t offset, numel;        /* floats, into the parameter and gradient buffers */
   NetReduceGroup reduce;
   int sharded;          /* a slice of a larger logical tensor (TP, EP, pipeline) */
+  int tp_copies;        /* TP ranks holding this same data (a gradient norm counts it on the first of
+                           each tp_copies consecutive ranks, a checkpoint writes it from that one);
+                           0 or 1: split over TP, or no TP */
+  const char *copy_of;  /* a copy of another tensor's data, by name (the tied LM head on a stage without
+                           the embedding: "embed.weight"): its gradient is summed into that one's, it
+                           counts in no norm and a checkpoint stores only the original; else NULL */
+  /* Where a sharded tensor's data sits in its logical tensor, which
+   * checkpoints store whole: seen as the row-major array
+   * view_shape[0..view_ndim) (a reshape of the logical shape), the logical
+   * tensor holds this tensor's data, row-major, as the sub-array at
+   * view_start of extent view_count. view_ndim 0: the whole tensor.
+   * logical_shape all 0: not stated (only checked when given). */
+  int view_ndim;
+  int64_t view_shape[NET_MAX_DIMS], view_start[NET_MAX_DIMS], view_count[NET_MAX_DIMS];
+  int64_t logical_shape[NET_MAX_DIMS];
   int no_weight_decay;  /* AdamW leaves it undecayed (norms, biases) */
   int param_group;      /* which optimizer steps it: 0, or a GAN's generator 0 / critic 1 */
 } NetParam;
@@ -113,6 +128,11 @@ struct Network {
   void *impl;
   NetParam *params; /* the table, num_tensors entries, in buffer order */
   int num_tensors;
+  /* The whole logical tensors of the network (every rank's, whole shapes),
+   * in the order a checkpoint stores them; NULL when every rank holds the
+   * whole network: then the table itself. Owned by the implementation. */
+  const NetParam *logical;
+  int num_logical;
   float *values, *grads; /* num_values floats each */
   size_t num_values;
   int num_param_groups; /* 1 unless the network steps parts separately */
@@ -123,6 +143,8 @@ struct Network {
 
 /* The tensor of the table with this name, or NULL. */
 const NetParam *network_find_param(const Network *net, const char *name);
+/* The logical tensors a checkpoint stores (net->logical, or the table). */
+const NetParam *network_logical_params(const Network *net, int *n);
 /* Whether any gradient of the table reduces over `group`. */
 int network_has_reduce_group(const Network *net, NetReduceGroup group);
 /* The [begin, end) float ranges of the tensors that reduce over `group`,

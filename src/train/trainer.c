@@ -76,6 +76,17 @@ static CheckpointOptimizer checkpoint_optimizer_of(Optimizer *opt) {
   return (CheckpointOptimizer){.m = opt->m, .v = opt->v, .num_params = opt->num_params, .step = opt->step};
 }
 
+/* The network's config as a checkpoint records it: the transformer's model
+ * config, or a network of nets/ its section of the run config (with
+ * "family"). NULL when out of memory. */
+static cJSON *model_record_of(const Trainer *tr) {
+  if (tr->cfg->family == TRAIN_FAMILY_TRANSFORMER) return model_config_to_json(&tr->model.cfg);
+  cJSON *run_config = train_config_to_json(tr->cfg);
+  cJSON *record = cJSON_DetachItemFromObjectCaseSensitive(run_config, "model");
+  cJSON_Delete(run_config);
+  return record;
+}
+
 int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   /* Full logical tensors: the ZeRO-1 AdamW state is gathered first (each
    * bucket over its group), so every rank holds the moments of its whole
@@ -85,17 +96,17 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   if (rc) return rc;
   Optimizer full = tr->opt;
   if (tr->zero) {
-    if ((rc = optimizer_create(&full, &tr->model, &tr->opt.cfg, err))) return rc;
+    if ((rc = optimizer_create(&full, tr->net.num_values, &tr->opt.cfg, err))) return rc;
     rc = dist_optimizer_gather(&tr->dist_opt, &full, err);
   }
   cJSON *run_config = train_config_to_json(tr->cfg);
   /* A network of nets/ records its own config; its synthetic data has no
    * windows, its position is the step (one "window" keeps the record valid). */
   int network = tr->cfg->family != TRAIN_FAMILY_TRANSFORMER;
-  cJSON *model_record = network ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(run_config, "model"), 1) : NULL;
+  cJSON *model_record = model_record_of(tr);
   CheckpointSource src = {
       .step = tr->step,
-      .model = &tr->model,
+      .net = &tr->net,
       .opt = checkpoint_optimizer_of(&full),
       .data_loader = tr->train.state,
       .data_windows = network ? 1 : tr->train.windows.num_windows,
@@ -165,15 +176,17 @@ int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
   /* Every rank reads its slices of the full tensors; a ZeRO-1 rank then
    * keeps its part of the moments. */
   Optimizer full = tr->opt;
-  int rc = tr->zero ? optimizer_create(&full, &tr->model, &tr->opt.cfg, err) : 0;
+  cJSON *record = model_record_of(tr);
+  int rc = tr->zero ? optimizer_create(&full, tr->net.num_values, &tr->opt.cfg, err) : 0;
   CheckpointOptimizer moments = checkpoint_optimizer_of(&full);
   if (tr->world > 1) {
     CheckpointShardInfo sh = shard_info(tr);
     if (rc) comm_abort(rc, "%s", err->msg);
-    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->model, &moments, &st, &sh, err);
+    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->net, record, &moments, &st, &sh, err);
   } else if (!rc) {
-    rc = checkpoint_load_training(ckpt_dir, &tr->model, &moments, &st, err);
+    rc = checkpoint_load_training(ckpt_dir, &tr->net, record, &moments, &st, err);
   }
+  cJSON_Delete(record);
   if (!rc) full.step = moments.step;
   if (tr->zero) {
     if (!rc) dist_optimizer_scatter(&tr->dist_opt, &full);

@@ -13,34 +13,6 @@
 #include "sched/builders.h"
 #include "train/nonfinite.h"
 
-/* The network's table as the model tensor table the optimizer and the
- * checkpoints take: whole tensors, identical on every (data-parallel) rank. */
-static int model_view(Model *view, const Network *net, Error *err) {
-  memset(view, 0, sizeof *view);
-  view->tensors = calloc((size_t)net->num_tensors, sizeof *view->tensors);
-  if (!view->tensors) return error_set(err, ERR_NOMEM, "out of memory for the tensor table");
-  for (int i = 0; i < net->num_tensors; i++) {
-    const NetParam *p = &net->params[i];
-    ParamTensor *t = &view->tensors[i];
-    snprintf(t->name, sizeof t->name, "%s", p->name);
-    t->ndim = t->view_ndim = p->ndim;
-    for (int d = 0; d < p->ndim; d++) t->shape[d] = t->global_shape[d] = t->view_shape[d] = t->view_count[d] =
-        (int)p->shape[d];
-    t->offset = p->offset;
-    t->numel = p->numel;
-    t->no_weight_decay = p->no_weight_decay;
-    t->tp_replicated = 1;
-    t->tp_ranks = 1;
-  }
-  view->num_tensors = net->num_tensors;
-  view->num_params = net->num_values;
-  view->params = net->values;
-  view->grads = net->grads;
-  view->shard.tp_size = 1;
-  view->shard.num_chunks = 1;
-  return 0;
-}
-
 /* Every rank a data-parallel replica; the gradient summed over all of them. */
 static int create_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *err) {
   const TrainConfig *cfg = tr->cfg;
@@ -58,11 +30,11 @@ static int create_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *e
     if (!rc) rc = dp_grads_calibrate(&tr->dp_grads, err);
   }
   if (!rc && tr->zero) {
-    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->model, oc, err);
+    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->net, oc, err);
     tr->opt.cfg = *oc;
-    tr->opt.num_params = tr->model.num_params;
+    tr->opt.num_params = tr->net.num_values;
   } else if (!rc) {
-    rc = optimizer_create(&tr->opt, &tr->model, oc, err);
+    rc = optimizer_create(&tr->opt, tr->net.num_values, oc, err);
   }
   return rc;
 }
@@ -87,9 +59,9 @@ static int update(Trainer *tr, Error *err) {
   double sumsq;
   int rc = 0;
   if (!tr->zero) {
-    sumsq = vec_sumsq(tr->model.grads, tr->model.num_params);
+    sumsq = vec_sumsq(tr->net.grads, tr->net.num_values);
   } else {
-    sumsq = dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, 0);
+    sumsq = dist_optimizer_local_sumsq(&tr->dist_opt, &tr->net, 0);
     rc = sum_over_replicas(tr, &sumsq, err);
   }
   if (rc) return error_wrap(err, "global gradient norm");
@@ -165,7 +137,6 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   int rc = mlp_create(&tr->net, &cfg->mlp, B, err);
   if (rc) return error_wrap(err, "creating the mlp");
   mlp_init_weights(&tr->net, cfg->seed);
-  if ((rc = model_view(&tr->model, &tr->net, err))) return rc;
   size_t samples = (size_t)B * (size_t)cfg->grad_accum_steps;
   tr->net_x = malloc(samples * cfg->mlp.inputs * sizeof(float));
   tr->net_y = malloc(samples * sizeof(int));
@@ -178,8 +149,6 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
 }
 
 void trainer_net_free(Trainer *tr) {
-  free(tr->model.tensors); /* a view: the buffers are the network's */
-  memset(&tr->model, 0, sizeof tr->model);
   network_free(&tr->net);
   free(tr->net_x);
   free(tr->net_y);

@@ -7,8 +7,7 @@
  * data-parallel over every rank (one chunk, whole tensors): gradients are
  * summed over the replicas in buckets (dp_grads.h), and AdamW runs whole on
  * every rank or sharded (ZeRO-1, dist_optimizer.h). The optimizer and the
- * checkpoints see the network's parameter table as a model tensor table
- * (trainer_net_model_view). */
+ * checkpoints take the network's parameter table itself. */
 #ifndef FIVEFOLD_TRAIN_TRAINER_NET_H
 #define FIVEFOLD_TRAIN_TRAINER_NET_H
 

@@ -154,12 +154,12 @@ static int run_optim(void *ctx, const SchedAction *a, Error *err) {
    * too. */
   double sumsq = 0;
   if (tr->world == 1) {
-    sumsq = vec_sumsq(tr->model.grads, tr->model.num_params);
+    sumsq = vec_sumsq(tr->net.grads, tr->net.num_values);
   } else if (tr->folded && !tr->zero) {
     rc = trainer_fold_sumsq(tr, &sumsq, err);
   } else {
-    sumsq = tr->zero ? dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, tr->tp_rank)
-                     : optimizer_local_sumsq(&tr->model, tr->tp_rank);
+    sumsq = tr->zero ? dist_optimizer_local_sumsq(&tr->dist_opt, &tr->net, tr->tp_rank)
+                     : optimizer_local_sumsq(&tr->net, tr->tp_rank);
     rc = trainer_sum_over_group(tr->zero ? comm_world() : tr->mp_group, &sumsq, err);
   }
   if (rc) return error_wrap(err, "global gradient norm");
@@ -170,8 +170,8 @@ int trainer_apply_update(Trainer *tr, double sumsq, Error *err) {
   /* Nothing touches the weights before every rank knows the step is finite. */
   int skip, rc;
   if ((rc = nonfinite_guard_step(tr, sumsq, &skip, err)) || skip) return rc;
-  if (tr->zero) return dist_optimizer_apply(&tr->dist_opt, &tr->model, sumsq, &tr->acc.info, err);
-  return optimizer_apply(&tr->opt, &tr->model, sumsq, &tr->acc.info, err);
+  if (tr->zero) return dist_optimizer_apply(&tr->dist_opt, &tr->net, sumsq, &tr->acc.info, err);
+  return optimizer_apply(&tr->opt, &tr->net, sumsq, &tr->acc.info, err);
 }
 
 /* ---- building ---- */
@@ -287,7 +287,7 @@ static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, const Com
                       : dp_grads_create(&tr->dp_grads, tr->dp_group, tr->model.grads, tr->model.num_params, cuts, n,
                                         bucket_bytes, tr->zero, err);
   if (!rc && tr->zero) {
-    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->model, oc, err);
+    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->net, oc, err);
     tr->opt.cfg = *oc;
     tr->opt.num_params = tr->model.num_params;
   }
@@ -378,7 +378,7 @@ static int create_optimizer(Trainer *tr, Error *err) {
   int rc = comm_host_layout(peers, tr->threads, &host, err);
   if (rc) return rc;
   if (tr->reduce_grads && (rc = setup_data_parallel(tr, &oc, &host, err))) return rc;
-  if (!tr->zero) rc = optimizer_create(&tr->opt, &tr->model, &oc, err);
+  if (!tr->zero) rc = optimizer_create(&tr->opt, tr->net.num_values, &oc, err);
   return rc;
 }
 

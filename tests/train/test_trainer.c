@@ -141,7 +141,7 @@ static void test_weight_decay_skips_norms(void **state) {
   model_zero_grad(m);
   OptimizerStepInfo info;
   Error err = {0};
-  assert_int_equal(optimizer_step(&tr.opt, m, &info, &err), 0);
+  assert_int_equal(optimizer_step(&tr.opt, &tr.net, &info, &err), 0);
   assert_true(info.grad_norm == 0);
   int norms = 0;
   for (int t = 0; t < m->num_tensors; t++) {
@@ -168,15 +168,15 @@ static void test_clipping_factor(void **state) {
   Model *m = &tr.model;
   for (size_t i = 0; i < m->num_params; i++) m->grads[i] = (i % 2 ? 0.5f : -0.5f);
   double norm = 0.5 * sqrt((double)m->num_params);
-  assert_true(fabs(optimizer_grad_norm(m) - norm) < 1e-6 * norm);
+  assert_true(fabs(optimizer_grad_norm(&tr.net) - norm) < 1e-6 * norm);
   OptimizerStepInfo info;
   Error err = {0};
-  assert_int_equal(optimizer_step(&tr.opt, m, &info, &err), 0);
+  assert_int_equal(optimizer_step(&tr.opt, &tr.net, &info, &err), 0);
   assert_true(fabs(info.grad_norm - norm) < 1e-6 * norm);
   assert_true(fabs(info.clip_scale - 0.5 / norm) < 1e-4 * (0.5 / norm));
   /* A non-finite gradient is refused with a message, not applied. */
   m->grads[3] = NAN;
-  assert_int_equal(optimizer_step(&tr.opt, m, &info, &err), ERR_INTERNAL);
+  assert_int_equal(optimizer_step(&tr.opt, &tr.net, &info, &err), ERR_INTERNAL);
   assert_non_null(strstr(err.msg, "not finite"));
   trainer_free(&tr);
   train_config_free(&cfg);
