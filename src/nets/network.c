@@ -37,6 +37,23 @@ int network_reduce_ranges(const Network *net, NetReduceGroup group, size_t *begi
   return n;
 }
 
+int network_group_ranges(const Network *net, int group, size_t *begin, size_t *end, int cap) {
+  int n = 0;
+  size_t last_end = 0;
+  for (int i = 0; i < net->num_tensors; i++) {
+    const NetParam *p = &net->params[i];
+    if (p->param_group != group) continue;
+    if (n > 0 && last_end == p->offset) {
+      if (n <= cap) end[n - 1] = p->offset + p->numel;
+    } else {
+      if (n < cap) begin[n] = p->offset, end[n] = p->offset + p->numel;
+      n++;
+    }
+    last_end = p->offset + p->numel;
+  }
+  return n;
+}
+
 double network_metric(const NetMetric *metrics, int n, const char *name) {
   for (int i = 0; i < n; i++)
     if (!strcmp(metrics[i].name, name)) return metrics[i].value;

@@ -20,11 +20,17 @@
  *     whose position a checkpoint records.
  *
  * Parameter groups. A network whose parts step separately (a GAN's
- * generator and critic) gives each tensor a param_group id. The program of
- * one iteration then has one phase per group update (docs/architecture.md:
- * critic phases, then a generator phase), each phase a sched/ program whose
- * OPTIM action names the group it steps; GRAD_REDUCE buckets never mix
- * groups. A network with one group (the transformer, the MLP) uses 0. */
+ * generator and critic) gives each tensor a param_group id and sets
+ * num_param_groups. The program of one iteration then has one phase per
+ * group (sched/program.h, SchedConfig.param_groups; docs/architecture.md),
+ * each phase the forwards and backwards of the step's micro-batches, the
+ * reduction of that group's gradient and the OPTIM that steps that group
+ * alone; GRAD_REDUCE buckets never mix groups. The runtime tells the
+ * network which phase runs (begin_phase) before the phase's first forward,
+ * so that it can run what the phase needs (a GAN's generator forward
+ * without gradient in a critic phase) and skip gradients of the other
+ * groups. A network with one group (the transformer, the MLP by default)
+ * uses 0 and runs one phase. */
 #ifndef FIVEFOLD_NETS_NETWORK_H
 #define FIVEFOLD_NETS_NETWORK_H
 
@@ -120,6 +126,10 @@ typedef struct NetworkOps {
   /* Optional (NULL when there is nothing to do): called on every rank after
    * each optimizer update of param_group, with the updated values in place. */
   void (*after_update)(Network *net, int param_group);
+  /* Optional: with num_param_groups > 1, called before the first forward
+   * of each phase with the group it steps (the gradients are zero then);
+   * the backwards of the phase need only that group's gradients. */
+  void (*begin_phase)(Network *net, int param_group);
   void (*free)(Network *net);
 } NetworkOps;
 
@@ -151,6 +161,10 @@ int network_has_reduce_group(const Network *net, NetReduceGroup group);
  * in buffer order, written to begin/end (cap entries each); returns how
  * many there are (possibly more than cap). */
 int network_reduce_ranges(const Network *net, NetReduceGroup group, size_t *begin, size_t *end, int cap);
+/* The [begin, end) float ranges of parameter group `group`'s tensors,
+ * adjacent tensors merged, in buffer order (cap entries each); returns how
+ * many there are (possibly more than cap). */
+int network_group_ranges(const Network *net, int group, size_t *begin, size_t *end, int cap);
 /* The value of the metric `name` among metrics[0, n), or NAN. */
 double network_metric(const NetMetric *metrics, int n, const char *name);
 void network_free(Network *net);

@@ -46,9 +46,14 @@ static int tensor_at(const Network *net, size_t at) {
 }
 
 double dist_optimizer_local_sumsq(const DistOptimizer *opt, const Network *net, int tp_rank) {
+  return dist_optimizer_local_sumsq_group(opt, net, tp_rank, -1);
+}
+
+double dist_optimizer_local_sumsq_group(const DistOptimizer *opt, const Network *net, int tp_rank, int group) {
   const DpGrads *g = opt->grads;
   double sumsq = 0;
   for (int b = 0; b < g->num_buckets; b++) {
+    if (group >= 0 && g->buckets[b].param_group != group) continue;
     size_t lo, hi;
     dp_grads_own_range(g, b, &lo, &hi);
     const float *base = g->shard + g->buckets[b].shard_offset;
@@ -88,6 +93,11 @@ int dist_optimizer_step(DistOptimizer *opt, Network *net, OptimizerStepInfo *inf
 }
 
 int dist_optimizer_apply(DistOptimizer *opt, Network *net, double sumsq, OptimizerStepInfo *info, Error *err) {
+  return dist_optimizer_apply_group(opt, net, -1, sumsq, info, err);
+}
+
+int dist_optimizer_apply_group(DistOptimizer *opt, Network *net, int group, double sumsq, OptimizerStepInfo *info,
+                               Error *err) {
   DpGrads *g = opt->grads;
   const float *shard = g->shard;
   int rc = 0;
@@ -98,11 +108,13 @@ int dist_optimizer_apply(DistOptimizer *opt, Network *net, double sumsq, Optimiz
                      opt->step + 1);
   float clip = clip_grad_scale(sumsq, opt->cfg.grad_clip);
   float lr = lr_schedule_at(&opt->cfg.schedule, opt->step);
-  int t = ++opt->step;
+  int t = opt->step + 1;
+  if (group < 0 || group >= net->num_param_groups - 1) opt->step = t; /* the groups of a step share it */
   AdamWHyper decayed = {lr, opt->cfg.beta1, opt->cfg.beta2, opt->cfg.eps, opt->cfg.weight_decay};
   AdamWHyper plain = decayed;
   plain.weight_decay = 0.0f;
   for (int b = 0; b < g->num_buckets; b++) {
+    if (group >= 0 && g->buckets[b].param_group != group) continue;
     size_t lo, hi;
     dp_grads_own_range(g, b, &lo, &hi);
     size_t base = g->buckets[b].shard_offset;
@@ -121,6 +133,7 @@ int dist_optimizer_apply(DistOptimizer *opt, Network *net, double sumsq, Optimiz
    * through the stage. */
   for (int b = 0; b < g->num_buckets && !rc; b++) {
     DpBucket *k = &g->buckets[b];
+    if (group >= 0 && k->param_group != group) continue;
     if (k->group->size <= 1) continue; /* this rank updated the whole bucket */
     if (!k->staged) {
       rc = comm_allgather_f32(k->group, NULL, net->values + k->begin, k->block, NULL, err);

@@ -55,6 +55,14 @@ double dist_optimizer_local_sumsq(const DistOptimizer *opt, const Network *net, 
 /* The step given the global sum of squares (collective: the all-gather). */
 int dist_optimizer_apply(DistOptimizer *opt, Network *net, double sumsq, OptimizerStepInfo *info, Error *err);
 
+/* Parameter groups that step in phases of their own, as optimizer_apply_group:
+ * the sum of squares of this rank's blocks of group `group`'s buckets
+ * (DpBucket.param_group; -1: all), and the step of that group alone (its
+ * blocks updated, its buckets all-gathered). */
+double dist_optimizer_local_sumsq_group(const DistOptimizer *opt, const Network *net, int tp_rank, int group);
+int dist_optimizer_apply_group(DistOptimizer *opt, Network *net, int group, double sumsq, OptimizerStepInfo *info,
+                               Error *err);
+
 /* Collective: full->m and full->v (num_params floats each) receive every
  * rank's moments and full->step the step count. */
 int dist_optimizer_gather(const DistOptimizer *opt, Optimizer *full, Error *err);

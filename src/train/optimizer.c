@@ -30,11 +30,14 @@ void optimizer_free(Optimizer *opt) {
 
 double optimizer_grad_norm(const Network *net) { return sqrt(vec_sumsq(net->grads, net->num_values)); }
 
-double optimizer_local_sumsq(const Network *net, int tp_rank) {
+double optimizer_local_sumsq(const Network *net, int tp_rank) { return optimizer_local_sumsq_group(net, tp_rank, -1); }
+
+double optimizer_local_sumsq_group(const Network *net, int tp_rank, int group) {
   double sumsq = 0;
   for (int i = 0; i < net->num_tensors; i++) {
     const NetParam *p = &net->params[i];
-    if (optimizer_tensor_in_norm(p, tp_rank)) sumsq += vec_sumsq(net->grads + p->offset, p->numel);
+    if ((group < 0 || p->param_group == group) && optimizer_tensor_in_norm(p, tp_rank))
+      sumsq += vec_sumsq(net->grads + p->offset, p->numel);
   }
   return sumsq;
 }
@@ -57,6 +60,11 @@ int optimizer_step(Optimizer *opt, Network *net, OptimizerStepInfo *info, Error 
 }
 
 int optimizer_apply(Optimizer *opt, Network *net, double sumsq, OptimizerStepInfo *info, Error *err) {
+  return optimizer_apply_group(opt, net, -1, sumsq, info, err);
+}
+
+int optimizer_apply_group(Optimizer *opt, Network *net, int group, double sumsq, OptimizerStepInfo *info,
+                          Error *err) {
   if (net->num_values != opt->num_params)
     return error_set(err, ERR_INTERNAL, "optimizer: built for %zu parameters, the network has %zu", opt->num_params,
                      net->num_values);
@@ -67,12 +75,14 @@ int optimizer_apply(Optimizer *opt, Network *net, double sumsq, OptimizerStepInf
                      opt->step + 1);
   float clip = clip_grad_scale(sumsq, opt->cfg.grad_clip);
   float lr = lr_schedule_at(&opt->cfg.schedule, opt->step);
-  int t = ++opt->step;
+  int t = opt->step + 1;
+  if (group < 0 || group >= net->num_param_groups - 1) opt->step = t;
   AdamWHyper decayed = {lr, opt->cfg.beta1, opt->cfg.beta2, opt->cfg.eps, opt->cfg.weight_decay};
   AdamWHyper plain = decayed;
   plain.weight_decay = 0.0f;
   for (int i = 0; i < net->num_tensors; i++) {
     const NetParam *p = &net->params[i];
+    if (group >= 0 && p->param_group != group) continue;
     const AdamWHyper *h = p->no_weight_decay ? &plain : &decayed;
     adamw_update(net->values + p->offset, net->grads + p->offset, opt->m + p->offset, opt->v + p->offset,
                  p->numel, t, h, clip);

@@ -63,4 +63,15 @@ int optimizer_step(Optimizer *opt, Network *net, OptimizerStepInfo *info, Error 
 /* The same update given the squared global norm (summed over the ranks). */
 int optimizer_apply(Optimizer *opt, Network *net, double sumsq, OptimizerStepInfo *info, Error *err);
 
+/* Parameter groups that step in phases of their own (nets/network.h): the
+ * update of group `group`'s tensors alone, given the squared norm of that
+ * group's gradient (clipping is per group); group -1 is optimizer_apply.
+ * The groups of one iteration share its step number (learning rate and
+ * bias correction): opt->step advances with the update of the last group
+ * (net->num_param_groups - 1). */
+int optimizer_apply_group(Optimizer *opt, Network *net, int group, double sumsq, OptimizerStepInfo *info,
+                          Error *err);
+/* optimizer_local_sumsq over one group's tensors (-1: all). */
+double optimizer_local_sumsq_group(const Network *net, int tp_rank, int group);
+
 #endif

@@ -73,6 +73,7 @@ typedef struct Trainer {
   float *net_x;  /* a network of nets/: the step's micro-batches of features and classes */
   int *net_y;
   double net_metric_sums[NET_MAX_METRICS]; /* the running step's micro-batch metrics, summed */
+  int phase; /* the parameter group whose phase runs (train/phases.h); -1 outside a phase */
   Optimizer opt;
   DataLoader train;
   ValLoader val;

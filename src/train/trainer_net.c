@@ -12,6 +12,7 @@
 #include "kern/vecops.h"
 #include "sched/builders.h"
 #include "train/nonfinite.h"
+#include "train/phases.h"
 
 /* Every rank a data-parallel replica; the gradient summed over all of them. */
 static int create_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *err) {
@@ -24,8 +25,13 @@ static int create_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *e
   int rc = 0;
   if (tr->reduce_grads) {
     double bucket_bytes = cfg->bucket_mb > 0 ? cfg->bucket_mb * 1e6 : (double)tr->net.num_values;
-    rc = dp_grads_create(&tr->dp_grads, tr->dp_group, tr->net.grads, tr->net.num_values, NULL, 0, bucket_bytes,
-                         tr->zero, err);
+    /* Buckets never mix parameter groups that step in phases of their own. */
+    size_t cuts[128];
+    int num_cuts = phases_group_cuts(&tr->net, cuts, 128);
+    if (num_cuts > 128) return error_set(err, ERR_CONFIG, "%d parameter group boundaries, at most 128", num_cuts);
+    rc = dp_grads_create(&tr->dp_grads, tr->dp_group, tr->net.grads, tr->net.num_values, num_cuts ? cuts : NULL,
+                         num_cuts, bucket_bytes, tr->zero, err);
+    if (!rc) rc = phases_tag_buckets(&tr->dp_grads, &tr->net, err);
     if (!rc) dp_grads_set_overlap(&tr->dp_grads, 0); /* one chunk: the whole gradient is ready at once */
     if (!rc) rc = dp_grads_calibrate(&tr->dp_grads, err);
   }
@@ -54,18 +60,12 @@ static MlpBatch step_batch(const Trainer *tr, int mb) {
   return b;
 }
 
-/* AdamW after the reduction, with the global gradient norm. */
-static int update(Trainer *tr, Error *err) {
-  double sumsq;
-  int rc = 0;
-  if (!tr->zero) {
-    sumsq = vec_sumsq(tr->net.grads, tr->net.num_values);
-  } else {
-    sumsq = dist_optimizer_local_sumsq(&tr->dist_opt, &tr->net, 0);
-    rc = sum_over_replicas(tr, &sumsq, err);
-  }
+/* AdamW of `group` (-1: all) after the reduction, with that gradient's global norm. */
+static int update(Trainer *tr, int group, Error *err) {
+  double sumsq = phases_local_sumsq(tr, group);
+  int rc = tr->zero ? sum_over_replicas(tr, &sumsq, err) : 0;
   if (rc) return error_wrap(err, "global gradient norm");
-  return trainer_apply_update(tr, sumsq, err);
+  return trainer_apply_group_update(tr, group, sumsq, err);
 }
 
 /* ---- the program's actions (executor handlers) ---- */
@@ -78,6 +78,7 @@ static int net_forward(void *ctx, const SchedAction *a, Error *err) {
   uint64_t first = step_first + ((uint64_t)tr->dp_rank * (uint64_t)cfg->grad_accum_steps + (uint64_t)a->microbatch) *
                                     (uint64_t)cfg->micro_batch_size;
   mlp_synthetic_batch(&cfg->mlp, cfg->seed, first, cfg->micro_batch_size, &b);
+  phases_enter(tr, a->group);
   int rc = tr->net.ops->forward(&tr->net, a->chunk, &b, err);
   NetMetric m[NET_MAX_METRICS];
   int n = rc ? 0 : tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS);
@@ -91,29 +92,23 @@ static int net_backward(void *ctx, const SchedAction *a, Error *err) {
   return tr->net.ops->backward(&tr->net, a->chunk, &b, tr->grad_scale, err);
 }
 
-/* One chunk: the whole gradient is ready; its buckets start here. */
+/* One chunk: the whole gradient (of the phase's group) is ready; its buckets start here. */
 static int net_grad_reduce(void *ctx, const SchedAction *a, Error *err) {
-  Trainer *tr = ctx;
-  (void)a;
-  return tr->reduce_grads ? dp_grads_start_range(&tr->dp_grads, 0, tr->net.num_values, err) : 0;
+  return phases_start_reduce(ctx, a->group, err);
 }
 
 static int net_prepare_optim(void *ctx, const SchedAction *a, Error *err) {
-  Trainer *tr = ctx;
-  (void)a;
-  return tr->reduce_grads ? dp_grads_finish(&tr->dp_grads, err) : 0;
+  return phases_finish_reduce(ctx, a->group, err);
 }
 
-static int net_optim(void *ctx, const SchedAction *a, Error *err) {
-  (void)a;
-  return update(ctx, err);
-}
+static int net_optim(void *ctx, const SchedAction *a, Error *err) { return update(ctx, a->group, err); }
 
 /* The program of one step (schedule none: F, B per micro-batch, the
  * reduction, the update) and the executor that runs it with the handlers
  * above, as the transformer's step does with its own. */
 static int create_program(Trainer *tr, Error *err) {
-  SchedConfig sc = {.schedule = SCHED_SCHEDULE_NONE, .pp = 1, .vpp = 1, .microbatches = tr->cfg->grad_accum_steps};
+  SchedConfig sc = {.schedule = SCHED_SCHEDULE_NONE, .pp = 1, .vpp = 1, .microbatches = tr->cfg->grad_accum_steps,
+                    .param_groups = tr->net.num_param_groups};
   int rc = sched_build(&sc, &tr->prog, err);
   if (!rc) rc = executor_create(&tr->exec, tr->prog, 0, tr, err);
   if (rc) return rc;
@@ -164,6 +159,7 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   nonfinite_test_poison(tr, "grad");
   if (tr->reduce_grads) dp_grads_begin(&tr->dp_grads);
   memset(tr->net_metric_sums, 0, sizeof tr->net_metric_sums);
+  tr->phase = -1;
   int rc = executor_run(&tr->exec, err);
   if (rc) return rc;
   /* The step's metrics: means over the micro-batches of every replica. */
@@ -173,7 +169,8 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   for (int i = 0; i < res->num_metrics && !rc; i++) {
     double sum = tr->net_metric_sums[i];
     rc = sum_over_replicas(tr, &sum, err);
-    res->metrics[i].value = sum / (cfg->grad_accum_steps * tr->dp);
+    /* every phase ran the step's forwards */
+    res->metrics[i].value = sum / (cfg->grad_accum_steps * tr->dp * tr->net.num_param_groups);
   }
   if (rc) return rc;
   tr->step++;
@@ -219,7 +216,10 @@ void trainer_net_print_model(const Trainer *tr, FILE *out) {
   const MlpConfig *m = &cfg->mlp;
   fprintf(out, "  model    mlp: %d inputs, hidden [", m->inputs);
   for (int i = 0; i < m->num_hidden; i++) fprintf(out, "%s%d", i ? ", " : "", m->hidden[i]);
-  fprintf(out, "] (tanh), %d classes; %zu parameters\n", m->classes, tr->net.num_values);
+  fprintf(out, "] (tanh), %d classes; %zu parameters", m->classes, tr->net.num_values);
+  if (tr->net.num_param_groups > 1)
+    fprintf(out, " in %d parameter groups stepped in turn (one phase each)", tr->net.num_param_groups);
+  fputc('\n', out);
   fprintf(out, "  data     synthetic classification from seed %llu (a random linear teacher); %d validation "
                "batches\n", (unsigned long long)cfg->seed, cfg->eval_batches);
   fprintf(out, "  batch    %d x %d accumulation x %d replica(s) = %d samples per step\n", cfg->micro_batch_size,

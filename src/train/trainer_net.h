@@ -27,6 +27,8 @@ int trainer_sum_over_group(const CommGroup *g, double *x, Error *err);
 /* The optimizer step with the global gradient norm sumsq, after the
  * non-finite guard (which may skip the step or stop the run). */
 int trainer_apply_update(Trainer *tr, double sumsq, Error *err);
+/* The same for one parameter group's phase (-1: all groups). */
+int trainer_apply_group_update(Trainer *tr, int group, double sumsq, Error *err);
 /* AdamW's settings and learning-rate schedule from the run's config. */
 OptimizerConfig trainer_optimizer_config(const TrainConfig *cfg);
 

@@ -167,11 +167,15 @@ static int run_optim(void *ctx, const SchedAction *a, Error *err) {
 }
 
 int trainer_apply_update(Trainer *tr, double sumsq, Error *err) {
+  return trainer_apply_group_update(tr, -1, sumsq, err);
+}
+
+int trainer_apply_group_update(Trainer *tr, int group, double sumsq, Error *err) {
   /* Nothing touches the weights before every rank knows the step is finite. */
   int skip, rc;
   if ((rc = nonfinite_guard_step(tr, sumsq, &skip, err)) || skip) return rc;
-  if (tr->zero) return dist_optimizer_apply(&tr->dist_opt, &tr->net, sumsq, &tr->acc.info, err);
-  return optimizer_apply(&tr->opt, &tr->net, sumsq, &tr->acc.info, err);
+  if (tr->zero) return dist_optimizer_apply_group(&tr->dist_opt, &tr->net, group, sumsq, &tr->acc.info, err);
+  return optimizer_apply_group(&tr->opt, &tr->net, group, sumsq, &tr->acc.info, err);
 }
 
 /* ---- building ---- */
