@@ -115,6 +115,14 @@ typedef struct NetworkOps {
    * into the buffer. */
   int (*forward)(Network *net, int chunk, const void *batch, Error *err);
   int (*backward)(Network *net, int chunk, const void *batch, float loss_scale, Error *err);
+  /* Optional (NULL for a network on one stage): a network split over
+   * pipeline stages moves its activations and their gradients in the
+   * program's SEND and RECV actions (`action` as for forward; a receive
+   * may only post its transfer), and prepare, before a FWD or BWD, waits
+   * for the received tensor that pass consumes. */
+  int (*send)(Network *net, const void *action, Error *err);
+  int (*recv)(Network *net, const void *action, Error *err);
+  int (*prepare)(Network *net, const void *action, Error *err);
   /* The metrics of the last forward; metrics[0] is the loss. Returns the
    * count. The runtime averages them over a step's micro-batches and
    * replicas, unless metrics_per_step is set: then they are already the

@@ -48,6 +48,25 @@ static int transformer_backward(Network *net, int chunk, const void *batch, floa
   return pipeline_backward(t->pipe, batch, err);
 }
 
+/* Activations and their gradients between pipeline stages, by the pipeline. */
+static int transformer_send(Network *net, const void *action, Error *err) {
+  TransformerNet *t = net->impl;
+  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
+  return pipeline_send(t->pipe, action, err);
+}
+
+static int transformer_recv(Network *net, const void *action, Error *err) {
+  TransformerNet *t = net->impl;
+  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
+  return pipeline_recv(t->pipe, action, err);
+}
+
+static int transformer_prepare(Network *net, const void *action, Error *err) {
+  TransformerNet *t = net->impl;
+  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
+  return pipeline_prepare(t->pipe, action, err);
+}
+
 /* The loss and its parts; a dense model's log line shows the loss alone
  * (its aux and z are 0), an MoE model's "(lm 2.301 aux 0.0121 z 0.0008)". */
 static int transformer_metrics(const Network *net, NetMetric *metrics, int cap) {
@@ -71,6 +90,7 @@ static void transformer_free(Network *net) {
 
 static const NetworkOps TRANSFORMER_OPS = {
     .family = "transformer", .forward = transformer_forward, .backward = transformer_backward,
+    .send = transformer_send, .recv = transformer_recv, .prepare = transformer_prepare,
     .metrics = transformer_metrics, .metrics_per_step = 1, .unit = {"token", "tokens", "tok/s"},
     .free = transformer_free};
 

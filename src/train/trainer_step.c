@@ -22,7 +22,8 @@
 
 /* ---- the step's actions (executor handlers) ---- */
 
-/* FWD and BWD run the network's chunk passes through the network interface. */
+/* FWD and BWD run the network's chunk passes, SEND and RECV its transfers
+ * between pipeline stages, through the network interface. */
 static int run_forward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
   return tr->net.ops->forward(&tr->net, a->chunk, a, err);
@@ -35,18 +36,18 @@ static int run_backward(void *ctx, const SchedAction *a, Error *err) {
 
 static int run_send(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_send(&tr->pipe, a, err);
+  return tr->net.ops->send(&tr->net, a, err);
 }
 
 static int run_recv(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_recv(&tr->pipe, a, err);
+  return tr->net.ops->recv(&tr->net, a, err);
 }
 
 /* Before FWD and BWD: the received tensor they consume. */
 static int prepare_compute(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_prepare(&tr->pipe, a, err);
+  return tr->net.ops->prepare ? tr->net.ops->prepare(&tr->net, a, err) : 0;
 }
 
 /* One GRAD_REDUCE per model chunk (bucket id = chunk); the dp_grads
@@ -394,10 +395,14 @@ static int create_executor(Trainer *tr, Error *err) {
   if (rc) return rc;
   executor_set_handler(&tr->exec, SCHED_FWD, run_forward);
   executor_set_handler(&tr->exec, SCHED_BWD, run_backward);
-  executor_set_handler(&tr->exec, SCHED_SEND_ACT, run_send);
-  executor_set_handler(&tr->exec, SCHED_SEND_GRAD, run_send);
-  executor_set_handler(&tr->exec, SCHED_RECV_ACT, run_recv);
-  executor_set_handler(&tr->exec, SCHED_RECV_GRAD, run_recv);
+  /* A network without transfers leaves a program with sends unrunnable
+   * (the executor names the action), never silently skipped. */
+  if (tr->net.ops->send && tr->net.ops->recv) {
+    executor_set_handler(&tr->exec, SCHED_SEND_ACT, run_send);
+    executor_set_handler(&tr->exec, SCHED_SEND_GRAD, run_send);
+    executor_set_handler(&tr->exec, SCHED_RECV_ACT, run_recv);
+    executor_set_handler(&tr->exec, SCHED_RECV_GRAD, run_recv);
+  }
   executor_set_handler(&tr->exec, SCHED_GRAD_REDUCE, run_grad_reduce);
   executor_set_handler(&tr->exec, SCHED_OPTIM, run_optim);
   executor_set_prepare(&tr->exec, SCHED_FWD, prepare_compute);
