@@ -33,38 +33,40 @@ static int is_slice(const ParamTensor *p) {
   return 0;
 }
 
-static int transformer_forward(Network *net, int chunk, const void *batch, Error *err) {
+/* The pipeline that runs every pass and transfer, or NULL with err set. */
+static Pipeline *bound_pipeline(Network *net, Error *err) {
   TransformerNet *t = net->impl;
+  if (!t->pipe) error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
+  return t->pipe;
+}
+
+static int transformer_forward(Network *net, int chunk, const void *batch, Error *err) {
   (void)chunk; /* the action names it */
-  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
-  return pipeline_forward(t->pipe, batch, err);
+  Pipeline *p = bound_pipeline(net, err);
+  return p ? pipeline_forward(p, batch, err) : ERR_INTERNAL;
 }
 
 static int transformer_backward(Network *net, int chunk, const void *batch, float loss_scale, Error *err) {
-  TransformerNet *t = net->impl;
   (void)chunk;
   (void)loss_scale; /* the pipeline scales by the step's 1 / (accumulation x replicas) */
-  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
-  return pipeline_backward(t->pipe, batch, err);
+  Pipeline *p = bound_pipeline(net, err);
+  return p ? pipeline_backward(p, batch, err) : ERR_INTERNAL;
 }
 
 /* Activations and their gradients between pipeline stages, by the pipeline. */
 static int transformer_send(Network *net, const void *action, Error *err) {
-  TransformerNet *t = net->impl;
-  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
-  return pipeline_send(t->pipe, action, err);
+  Pipeline *p = bound_pipeline(net, err);
+  return p ? pipeline_send(p, action, err) : ERR_INTERNAL;
 }
 
 static int transformer_recv(Network *net, const void *action, Error *err) {
-  TransformerNet *t = net->impl;
-  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
-  return pipeline_recv(t->pipe, action, err);
+  Pipeline *p = bound_pipeline(net, err);
+  return p ? pipeline_recv(p, action, err) : ERR_INTERNAL;
 }
 
 static int transformer_prepare(Network *net, const void *action, Error *err) {
-  TransformerNet *t = net->impl;
-  if (!t->pipe) return error_set(err, ERR_INTERNAL, "transformer network: no pipeline bound");
-  return pipeline_prepare(t->pipe, action, err);
+  Pipeline *p = bound_pipeline(net, err);
+  return p ? pipeline_prepare(p, action, err) : ERR_INTERNAL;
 }
 
 /* The loss and its parts; a dense model's log line shows the loss alone
