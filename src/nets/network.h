@@ -7,10 +7,14 @@
  * A network is
  *   * a parameter table over two flat buffers (parameters and gradients,
  *     same layout): per tensor its name, shape, place in the buffers, the
- *     group its gradient is reduced over, whether it is a slice of a larger
- *     logical tensor, and the parameter group it belongs to;
+ *     group its gradient is reduced over, how many TP ranks hold it,
+ *     whether it is a copy of another or a slice of a larger logical tensor
+ *     (and where the slice sits), and the parameter group it belongs to;
+ *     plus the logical tensors a checkpoint stores. AdamW, ZeRO-1 and the
+ *     checkpoints read only this;
  *   * forward and backward of one micro-batch of one chunk (a pipeline
- *     stage's share of the layers; one chunk when there is no pipeline);
+ *     stage's share of the layers; one chunk when there is no pipeline),
+ *     and for a network split over stages the transfers between them;
  *   * the loss and its metrics as named scalars ("loss", "lm", "aux", "z"
  *     for the transformer, "loss", "accuracy" for the MLP), which the log
  *     line and metrics.jsonl print by name without knowing their meaning,
