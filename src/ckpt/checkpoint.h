@@ -2,7 +2,7 @@
  * sample from or export a trained model.
  *
  * Layout: RUN_DIR/checkpoints/step-00000120/ holding
- *   model.safetensors      every parameter under its model.h name, F32, full tensors
+ *   model.safetensors      every parameter under its name in the network's table, F32, full tensors
  *   optimizer.safetensors  AdamW moments "m.<param>" and "v.<param>" (F32) and
  *                          "step", the optimizer's step count (I64 scalar)
  *   state.json             {"format": "fivefold-checkpoint", "version": 1, "step": 120,
@@ -57,7 +57,7 @@
 
 #include "base/error.h"
 #include "model/config.h"
-#include "model/model.h"
+#include "nets/network.h"
 #include "data/data_loader.h"
 
 struct cJSON;
@@ -92,9 +92,12 @@ int checkpoint_resolve(const char *path, char *out, size_t n, Error *err);
  * checkpoint's recorded path. step may be NULL. */
 int checkpoint_read_model_config(const char *ckpt_dir, ModelConfig *cfg, char *tokenizer, size_t tn, int *step,
                                  Error *err);
-/* Loads all parameters into an already created Model with the same config
- * (checks names, shapes, sizes, checksums). */
-int checkpoint_load_weights(const char *ckpt_dir, Model *m, Error *err);
+/* Loads all parameters into the values of a network (its parameter table,
+ * nets/network.h; the transformer's is its bound network,
+ * train/net_transformer.h) whose config record equals the checkpoint's
+ * (model_record: see CheckpointSource; ERR_CONFIG naming the first field
+ * that differs). Checks names, shapes, sizes, checksums. */
+int checkpoint_load_weights(const char *ckpt_dir, Network *net, const struct cJSON *model_record, Error *err);
 
 /* ---- saving ---- */
 
@@ -107,18 +110,20 @@ typedef struct CheckpointOptimizer {
   int step; /* optimizer steps taken */
 } CheckpointOptimizer;
 
-/* What a training run puts in a checkpoint besides its tensors. The run
+/* What a training run puts in a checkpoint besides its tensors. The
+ * tensors are the network's parameter table (nets/network.h): each rank's
+ * slices of the logical tensors, which the files hold whole. The run
  * configuration is an opaque record: the runtime hands it as JSON and gets
  * the same JSON back (checkpoint_read_train_config). */
 typedef struct CheckpointSource {
   int step; /* optimizer steps done */
-  const Model *model;
+  const Network *net;
   CheckpointOptimizer opt;
   DataLoaderState data_loader;
   uint64_t data_windows;            /* windows in the training data (a resume on other data is reported) */
   const struct cJSON *train_config; /* the resolved run config, recorded as is (not taken over) */
-  const struct cJSON *model_record; /* a network of nets/: its config (with "family"), recorded as
-                                       model_config instead of model->cfg; NULL for a transformer */
+  const struct cJSON *model_record; /* the network's config, recorded as model_config: a transformer's
+                                       model_config_to_json, a network of nets/ its own (with "family") */
   const char *tokenizer;            /* its tokenizer.json, or "byte-level" */
   uint64_t seed;                    /* its seed: every random draw derives from it */
 } CheckpointSource;
@@ -169,11 +174,11 @@ typedef struct CheckpointTrainState {
 } CheckpointTrainState;
 
 /* Everything a resume needs: verifies the checkpoint, checks that its model
- * config equals m->cfg (naming the first field that differs), loads the
- * weights into m, the AdamW moments into opt's buffers and its step into
- * opt->step, and fills st. */
-int checkpoint_load_training(const char *ckpt_dir, Model *m, CheckpointOptimizer *opt, CheckpointTrainState *st,
-                             Error *err);
+ * config equals model_record (naming the first field that differs), loads
+ * the weights into net's values, the AdamW moments into opt's buffers and
+ * its step into opt->step, and fills st. */
+int checkpoint_load_training(const char *ckpt_dir, Network *net, const struct cJSON *model_record,
+                             CheckpointOptimizer *opt, CheckpointTrainState *st, Error *err);
 
 /* The "train_config" object of a checkpoint's state.json (caller frees with
  * cJSON_Delete), to report what a resume changed. */

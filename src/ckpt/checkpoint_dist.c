@@ -6,6 +6,7 @@
  * checkpoint_internal.h, so the bytes match a one-rank checkpoint_save. */
 #include "ckpt/checkpoint_dist.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -65,11 +66,11 @@ static size_t shape_numel(int ndim, const int *shape) {
 
 /* The view of p inside the logical tensor g (same name), checked: a tensor
  * whose view fields are unset (view_ndim 0) is the whole tensor. */
-static int slice_view(const ParamTensor *p, const ParamTensor *g, SliceView *v, Error *err) {
+static int slice_view(const NetParam *p, const NetParam *g, SliceView *v, Error *err) {
   if (p->view_ndim == 0) {
     v->ndim = g->ndim;
     for (int d = 0; d < g->ndim; d++) {
-      v->shape[d] = v->count[d] = g->shape[d];
+      v->shape[d] = v->count[d] = (int)g->shape[d];
       v->start[d] = 0;
     }
   } else {
@@ -77,22 +78,22 @@ static int slice_view(const ParamTensor *p, const ParamTensor *g, SliceView *v, 
       return error_set(err, ERR_INTERNAL, "tensor '%s': view_ndim %d is outside 1..4", p->name, p->view_ndim);
     v->ndim = p->view_ndim;
     for (int d = 0; d < v->ndim; d++) {
-      v->shape[d] = p->view_shape[d];
-      v->start[d] = p->view_start[d];
-      v->count[d] = p->view_count[d];
+      v->shape[d] = (int)p->view_shape[d];
+      v->start[d] = (int)p->view_start[d];
+      v->count[d] = (int)p->view_count[d];
       if (v->shape[d] < 1 || v->start[d] < 0 || v->count[d] < 0 || v->start[d] > v->shape[d] - v->count[d])
         return error_set(err, ERR_INTERNAL,
                          "tensor '%s': view dimension %d (start %d, count %d) does not fit in extent %d", p->name, d,
                          v->start[d], v->count[d], v->shape[d]);
     }
     int set = 0;
-    for (int d = 0; d < 4; d++) set |= p->global_shape[d] != 0;
+    for (int d = 0; d < NET_MAX_DIMS; d++) set |= p->logical_shape[d] != 0;
     for (int d = 0; set && d < g->ndim; d++)
-      if (p->global_shape[d] != g->shape[d])
+      if (p->logical_shape[d] != g->shape[d])
         return error_set(err, ERR_CONFIG,
-                         "tensor '%s': its global shape differs from the model's table in dimension %d (%d, the "
-                         "table says %d)",
-                         p->name, d, p->global_shape[d], g->shape[d]);
+                         "tensor '%s': its global shape differs from the model's table in dimension %d (%lld, the "
+                         "table says %lld)",
+                         p->name, d, (long long)p->logical_shape[d], (long long)g->shape[d]);
   }
   if (shape_numel(v->ndim, v->shape) != g->numel)
     return error_set(err, ERR_INTERNAL, "tensor '%s': view of %zu elements, but the logical tensor has %zu", p->name,
@@ -106,11 +107,11 @@ static int slice_view(const ParamTensor *p, const ParamTensor *g, SliceView *v, 
   return 0;
 }
 
-/* The logical tensor a local tensor stores: its own name, or embed.weight for
- * the LM head's tied copy. */
-static const char *logical_name(const ParamTensor *p) { return p->tied_copy ? "embed.weight" : p->name; }
+/* The logical tensor a local tensor stores: its own name, or the one it is
+ * a copy of (embed.weight for the LM head's tied copy). */
+static const char *logical_name(const NetParam *p) { return p->copy_of ? p->copy_of : p->name; }
 
-static int find_global(const ParamTensor *g, int ng, const char *name) {
+static int find_global(const NetParam *g, int ng, const char *name) {
   for (int i = 0; i < ng; i++)
     if (!strcmp(g[i].name, name)) return i;
   return -1;
@@ -312,7 +313,7 @@ static int transfer_slices(const CommGroup *g, const char *path, SliceList *l, i
 /* ---- the files' layout, as a one-rank save writes it ---- */
 
 typedef struct FileLayouts {
-  ParamTensor *global;
+  const NetParam *global; /* the network's logical tensors (not owned) */
   int num_global;
   SafetensorsWriter *writer[CKPT_NUM_FILES];
   char *header[CKPT_NUM_FILES];
@@ -323,7 +324,6 @@ typedef struct FileLayouts {
 } FileLayouts;
 
 static void layouts_free(FileLayouts *f) {
-  free(f->global);
   for (int i = 0; i < CKPT_NUM_FILES; i++) {
     safetensors_writer_free(f->writer[i]);
     free(f->header[i]);
@@ -332,23 +332,11 @@ static void layouts_free(FileLayouts *f) {
   memset(f, 0, sizeof *f);
 }
 
-/* The full logical tensors of the files: the transformer config's, or for a
- * network of nets/ (no transformer config; whole tensors on every rank)
- * the local table itself. *out is malloc'd either way. */
-static int global_tensor_table(const ModelConfig *cfg, const Model *local, ParamTensor **out, int *n, Error *err) {
-  if (cfg->num_layers > 0 || cfg->vocab_size > 0) return model_global_tensors(cfg, out, n, err);
-  *out = malloc((size_t)(local->num_tensors > 0 ? local->num_tensors : 1) * sizeof **out);
-  if (!*out) return error_set(err, ERR_NOMEM, "out of memory for the tensor table");
-  memcpy(*out, local->tensors, (size_t)local->num_tensors * sizeof **out);
-  *n = local->num_tensors;
-  return 0;
-}
-
-static int layouts_build(const Model *m, int step, int64_t opt_step, FileLayouts *f, Error *err) {
+static int layouts_build(const Network *net, int step, int64_t opt_step, FileLayouts *f, Error *err) {
   memset(f, 0, sizeof *f);
   f->step = opt_step;
-  int rc = global_tensor_table(&m->cfg, m, &f->global, &f->num_global, err);
-  if (!rc) rc = ckpt_model_writer(f->global, f->num_global, NULL, step, &f->writer[0], err);
+  f->global = network_logical_params(net, &f->num_global);
+  int rc = ckpt_model_writer(f->global, f->num_global, NULL, step, &f->writer[0], err);
   if (!rc) rc = ckpt_optimizer_writer(f->global, f->num_global, NULL, NULL, &f->step, &f->writer[1], err);
   for (int i = 0; i < CKPT_NUM_FILES && !rc; i++) {
     int n = i == 0 ? f->num_global : 1 + 2 * f->num_global;
@@ -366,16 +354,15 @@ static int layouts_build(const Model *m, int step, int64_t opt_step, FileLayouts
 
 /* Does this rank write local tensor p? Every element once: one replica
  * (DP, or EDP for expert slices on the expert-parallel path), and of the
- * tp_ranks TP ranks that hold the same slice (consecutive ranks, as
- * model_create_shard lays them out) the first; never the LM head's tied
- * copy. A table without tp_ranks falls back on tp_replicated. */
-static int writes_tensor(const ParamTensor *p, const CheckpointShardInfo *sh) {
-  if (p->tied_copy) return 0;
+ * tp_copies TP ranks that hold the same slice (consecutive ranks, as
+ * model_create_shard lays them out) the first; never a copy of another
+ * tensor (the LM head's tied copy). */
+static int writes_tensor(const NetParam *p, const CheckpointShardInfo *sh) {
+  if (p->copy_of) return 0;
   /* Expert slices are distinct over EP x ETP and replicated over EDP only. */
-  if (p->reduce_over_edp) return sh->edp_rank == 0;
+  if (p->reduce == NET_REDUCE_EXPERT) return sh->edp_rank == 0;
   if (sh->dp_rank != 0) return 0;
-  int holders = p->tp_ranks > 0 ? p->tp_ranks : p->tp_replicated ? INT_MAX : 1;
-  return sh->tp_rank % holders == 0;
+  return p->tp_copies <= 1 || sh->tp_rank % p->tp_copies == 0;
 }
 
 /* A fingerprint of a set of file elements (each named by its index in the
@@ -429,9 +416,9 @@ static void coverage_add(Coverage *c, uint64_t base, const SliceView *v) {
 
 static int plan_writes(const FileLayouts *f, const CheckpointSource *src, const CheckpointShardInfo *sh,
                        SliceList lists[CKPT_NUM_FILES], Coverage *cover, Error *err) {
-  const Model *m = src->model;
-  for (int i = 0; i < m->num_tensors; i++) {
-    const ParamTensor *p = &m->tensors[i];
+  const Network *net = src->net;
+  for (int i = 0; i < net->num_tensors; i++) {
+    const NetParam *p = &net->params[i];
     if (!writes_tensor(p, sh)) continue;
     int gi = find_global(f->global, f->num_global, p->name);
     if (gi < 0)
@@ -440,7 +427,7 @@ static int plan_writes(const FileLayouts *f, const CheckpointSource *src, const 
     int rc = slice_view(p, &f->global[gi], &v, err);
     if (rc) return rc;
     coverage_add(cover, f->offsets[0][gi] / sizeof(float), &v);
-    rc = slices_add(&lists[0], (MPI_Aint)f->offsets[0][gi], &v, m->params + p->offset, p->numel, err);
+    rc = slices_add(&lists[0], (MPI_Aint)f->offsets[0][gi], &v, net->values + p->offset, p->numel, err);
     if (!rc)
       rc = slices_add(&lists[1], (MPI_Aint)f->offsets[1][1 + gi], &v, src->opt.m + p->offset, p->numel, err);
     if (!rc)
@@ -487,16 +474,17 @@ static int write_headers(const char *tmp, const FileLayouts *f, Error *err) {
   return 0;
 }
 
-static int check_shard_args(const CheckpointShardInfo *sh, const Model *m, const CheckpointOptimizer *opt, Error *err) {
+static int check_shard_args(const CheckpointShardInfo *sh, const Network *net, const CheckpointOptimizer *opt,
+                            Error *err) {
   if (!sh || !sh->world || sh->world->comm == MPI_COMM_NULL)
     return error_set(err, ERR_ARG, "sharded checkpoint: the world group is not set up");
   if (sh->dp_rank < 0 || sh->tp_rank < 0)
     return error_set(err, ERR_ARG, "sharded checkpoint: dp_rank %d and tp_rank %d must be >= 0", sh->dp_rank,
                      sh->tp_rank);
-  if (!m || !opt) return error_set(err, ERR_ARG, "sharded checkpoint: model and optimizer are required");
-  if (opt->num_params != m->num_params)
-    return error_set(err, ERR_INTERNAL, "optimizer holds %zu parameters, the local model %zu", opt->num_params,
-                     m->num_params);
+  if (!net || !opt) return error_set(err, ERR_ARG, "sharded checkpoint: network and optimizer are required");
+  if (opt->num_params != net->num_values)
+    return error_set(err, ERR_INTERNAL, "optimizer holds %zu parameters, the local network %zu", opt->num_params,
+                     net->num_values);
   return 0;
 }
 
@@ -509,12 +497,13 @@ int checkpoint_save_sharded(const char *run_dir, const CheckpointSource *src, co
   const int is_root = g->rank == 0;
   /* Every phase ends in agree(), after which rc is the same on every rank,
    * so all ranks take the same branches and meet in the same collectives. */
-  int rc = check_shard_args(sh, src->model, &src->opt, err);
+  int rc = check_shard_args(sh, src->net, &src->opt, err);
   if (!rc && src->step < 0) rc = error_set(err, ERR_ARG, "checkpoint step must be >= 0, got %d", src->step);
+  if (!rc && !src->model_record) rc = error_set(err, ERR_ARG, "sharded checkpoint: the network's config record is required");
   FileLayouts f = {0};
   SliceList lists[CKPT_NUM_FILES] = {{0}};
   Coverage mine = {0, 0, 0}, all = {0, 0, 0};
-  if (!rc) rc = layouts_build(src->model, src->step, src->opt.step, &f, err);
+  if (!rc) rc = layouts_build(src->net, src->step, src->opt.step, &f, err);
   if (!rc) rc = plan_writes(&f, src, sh, lists, &mine, err);
   rc = agree(g, rc, err);
   if (!rc) {
@@ -609,7 +598,7 @@ static const char *const FILE_PREFIXES[CKPT_NUM_FILES][2] = {{"", NULL}, {"m.", 
 /* The file holds prefix + name of every logical tensor with its global shape
  * (ERR_CONFIG naming file and tensor otherwise), as F32, and nothing else
  * but, in the optimizer file, the "step" scalar. */
-static int check_file_tensors(const SafetensorsReader *r, int file, const ParamTensor *g, int ng, Error *err) {
+static int check_file_tensors(const SafetensorsReader *r, int file, const NetParam *g, int ng, Error *err) {
   const char *path = safetensors_path(r);
   for (int k = 0; k < 2 && FILE_PREFIXES[file][k]; k++) {
     for (int i = 0; i < ng; i++) {
@@ -649,19 +638,16 @@ static int check_file_tensors(const SafetensorsReader *r, int file, const ParamT
 
 /* Rank 0: the whole checkpoint is intact (sizes, CRC-32s, structure), holds
  * exactly this model's tensors, and its optimizer step matches. */
-static int root_verify(const char *dir, const Model *m, LoadedState *out, Error *err) {
-  const ModelConfig *cfg = &m->cfg;
+static int root_verify(const char *dir, const Network *net, const cJSON *model_record, LoadedState *out, Error *err) {
   CkptState st;
   int rc = ckpt_state_read(dir, &st, err);
   if (rc) return rc;
-  ParamTensor *g = NULL;
   int ng = 0;
+  const NetParam *g = network_logical_params(net, &ng);
   for (int i = 0; i < CKPT_NUM_FILES && !rc; i++) rc = ckpt_verify_file(&st, i, err);
-  if (!rc) {
-    rc = checkpoint_compare_model_configs(&st.model, "the checkpoint", cfg, "the model being loaded", err);
-    if (rc) error_wrap(err, "%s", dir);
-  }
-  if (!rc) rc = global_tensor_table(&st.model, m, &g, &ng, err);
+  if (!rc)
+    rc = ckpt_check_model_record(&st.model, cJSON_GetObjectItemCaseSensitive(st.root, "model_config"), model_record,
+                                 dir, err);
   for (int i = 0; i < CKPT_NUM_FILES && !rc; i++) {
     char path[CKPT_PATH_MAX];
     SafetensorsReader *r = NULL;
@@ -679,7 +665,6 @@ static int root_verify(const char *dir, const Model *m, LoadedState *out, Error 
     out->data_windows = st.data_windows;
     out->seed = st.seed;
   }
-  free(g);
   ckpt_state_free(&st);
   return rc;
 }
@@ -701,16 +686,16 @@ static int data_section_start(const char *path, uint64_t *start, Error *err) {
 
 /* The slices of one file this rank reads: every local tensor (replicas and
  * tied copies included), at the offsets the file's own header gives. */
-static int plan_reads(const char *dir, int file, const Model *m, CheckpointOptimizer *opt, const ParamTensor *g, int ng,
-                      SliceList *list, Error *err) {
+static int plan_reads(const char *dir, int file, const Network *net, CheckpointOptimizer *opt, const NetParam *g,
+                      int ng, SliceList *list, Error *err) {
   char path[CKPT_PATH_MAX];
   int rc = ckpt_join(path, sizeof path, dir, CKPT_FILES[file], err);
   uint64_t start = 0;
   if (!rc) rc = data_section_start(path, &start, err);
   SafetensorsReader *r = NULL;
   if (!rc) rc = safetensors_open(&r, path, err);
-  for (int i = 0; i < m->num_tensors && !rc; i++) {
-    const ParamTensor *p = &m->tensors[i];
+  for (int i = 0; i < net->num_tensors && !rc; i++) {
+    const NetParam *p = &net->params[i];
     const char *lname = logical_name(p);
     int gi = find_global(g, ng, lname);
     if (gi < 0) {
@@ -730,7 +715,7 @@ static int plan_reads(const char *dir, int file, const Model *m, CheckpointOptim
                        info ? "not the F32 tensor of the model's global shape" : "missing");
         break;
       }
-      float *base = file == 0 ? m->params : k == 0 ? opt->m : opt->v;
+      float *base = file == 0 ? net->values : k == 0 ? opt->m : opt->v;
       rc = slices_add(list, (MPI_Aint)(start + info->data_begin), &v, base + p->offset, p->numel, err);
     }
   }
@@ -738,29 +723,31 @@ static int plan_reads(const char *dir, int file, const Model *m, CheckpointOptim
   return rc;
 }
 
-int checkpoint_load_training_sharded(const char *ckpt_dir, Model *m, CheckpointOptimizer *opt, CheckpointTrainState *st,
+int checkpoint_load_training_sharded(const char *ckpt_dir, Network *net, const cJSON *model_record,
+                                     CheckpointOptimizer *opt, CheckpointTrainState *st,
                                      const CheckpointShardInfo *sh, Error *err) {
   if (!sh || !sh->world || sh->world->comm == MPI_COMM_NULL)
     return error_set(err, ERR_ARG, "sharded checkpoint: the world group is not set up");
   const CommGroup *g = sh->world;
-  int rc = check_shard_args(sh, m, opt, err);
+  int rc = check_shard_args(sh, net, opt, err);
   LoadedState ls;
   memset(&ls, 0, sizeof ls);
-  if (!rc && g->rank == 0) rc = root_verify(ckpt_dir, m, &ls, err);
+  if (!rc && g->rank == 0) rc = root_verify(ckpt_dir, net, model_record, &ls, err);
   rc = agree(g, rc, err);
   if (!rc) rc = comm_bcast_bytes(g, 0, &ls, sizeof ls, NULL, err);
   if (!rc) {
-    int local = checkpoint_compare_model_configs(&ls.model, "the checkpoint", &m->cfg, "the model being loaded", err);
-    if (local) error_wrap(err, "%s", ckpt_dir);
+    /* Every rank's own record against the checkpoint's (rank 0 compared
+     * the saved JSON; the others see the parsed transformer config). */
+    int local = ckpt_check_model_record(&ls.model, NULL, model_record, ckpt_dir, err);
     rc = agree(g, local, err);
   }
-  ParamTensor *global = NULL;
   int ng = 0;
+  const NetParam *global = network_logical_params(net, &ng);
   SliceList lists[CKPT_NUM_FILES] = {{0}};
   if (!rc) {
-    int local = global_tensor_table(&m->cfg, m, &global, &ng, err);
+    int local = 0;
     for (int i = 0; i < CKPT_NUM_FILES && !local; i++)
-      local = plan_reads(ckpt_dir, i, m, opt, global, ng, &lists[i], err);
+      local = plan_reads(ckpt_dir, i, net, opt, global, ng, &lists[i], err);
     rc = agree(g, local, err);
   }
   for (int i = 0; i < CKPT_NUM_FILES && !rc; i++) {
@@ -777,6 +764,5 @@ int checkpoint_load_training_sharded(const char *ckpt_dir, Model *m, CheckpointO
     st->seed = ls.seed;
   }
   for (int i = 0; i < CKPT_NUM_FILES; i++) free(lists[i].s);
-  free(global);
   return rc;
 }

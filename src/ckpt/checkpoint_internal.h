@@ -84,10 +84,17 @@ int ckpt_tokenizer_resolve(const CkptState *st, char *out, size_t n, Error *err)
  * metadata "fivefold.step"; optimizer.safetensors holds "step" (I64 scalar),
  * then "m.<name>" and "v.<name>" for every tensor. params / m / v may be NULL
  * for a layout-only writer (tensor i's data is base + t[i].offset). */
-int ckpt_model_writer(const ParamTensor *t, int n, const float *params, int step, SafetensorsWriter **out,
-                      Error *err);
-int ckpt_optimizer_writer(const ParamTensor *t, int n, const float *m, const float *v, const int64_t *step,
+int ckpt_model_writer(const NetParam *t, int n, const float *params, int step, SafetensorsWriter **out, Error *err);
+int ckpt_optimizer_writer(const NetParam *t, int n, const float *m, const float *v, const int64_t *step,
                           SafetensorsWriter **out, Error *err);
+
+/* 0 when `record`, the config of the network being loaded, is the one the
+ * checkpoint holds: a transformer's (no "family") compared with saved_cfg
+ * as model configs, a network of nets/ with the saved record `saved` (when
+ * given) as JSON; else ERR_CONFIG naming the first field that differs and
+ * the checkpoint directory. */
+int ckpt_check_model_record(const ModelConfig *saved_cfg, const struct cJSON *saved, const struct cJSON *record,
+                            const char *dir, Error *err);
 
 /* Creates run_dir/checkpoints (root), removes what dead writers left there,
  * names the final directory and creates the empty temporary one (tmp);

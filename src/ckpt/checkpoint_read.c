@@ -378,14 +378,10 @@ int checkpoint_resolve(const char *path, char *out, size_t n, Error *err) {
 
 /* ---- model configs ---- */
 
-int checkpoint_compare_model_configs(const ModelConfig *a, const char *what_a, const ModelConfig *b,
-                                     const char *what_b, Error *err) {
-  cJSON *ja = model_config_to_json(a), *jb = model_config_to_json(b);
+/* ERR_CONFIG naming the first top-level field in which two config records
+ * differ; 0 when they are the same. */
+static int compare_records(const cJSON *ja, const char *what_a, const cJSON *jb, const char *what_b, Error *err) {
   int rc = 0;
-  if (!ja || !jb) {
-    rc = error_set(err, ERR_NOMEM, "out of memory comparing model configs");
-    goto done;
-  }
   for (int pass = 0; pass < 2 && !rc; pass++) {
     const cJSON *from = pass ? jb : ja, *other = pass ? ja : jb;
     for (const cJSON *x = from->child; x && !rc; x = x->next) {
@@ -401,10 +397,32 @@ int checkpoint_compare_model_configs(const ModelConfig *a, const char *what_a, c
       free(sy);
     }
   }
-done:
+  return rc;
+}
+
+int checkpoint_compare_model_configs(const ModelConfig *a, const char *what_a, const ModelConfig *b,
+                                     const char *what_b, Error *err) {
+  cJSON *ja = model_config_to_json(a), *jb = model_config_to_json(b);
+  int rc = ja && jb ? compare_records(ja, what_a, jb, what_b, err)
+                    : error_set(err, ERR_NOMEM, "out of memory comparing model configs");
   cJSON_Delete(ja);
   cJSON_Delete(jb);
   return rc;
+}
+
+int ckpt_check_model_record(const ModelConfig *saved_cfg, const cJSON *saved, const cJSON *record, const char *dir,
+                            Error *err) {
+  if (!cJSON_IsObject(record))
+    return error_set(err, ERR_ARG, "%s: no config record of the network being loaded to compare with", dir);
+  int rc = 0;
+  if (cJSON_GetObjectItemCaseSensitive(record, "family")) {
+    if (saved) rc = compare_records(saved, "the checkpoint", record, "the model being loaded", err);
+  } else {
+    ModelConfig mine;
+    rc = model_config_from_json(&mine, record, "the model being loaded", err);
+    if (!rc) rc = checkpoint_compare_model_configs(saved_cfg, "the checkpoint", &mine, "the model being loaded", err);
+  }
+  return rc ? error_wrap(err, "%s", dir) : 0;
 }
 
 int checkpoint_read_model_config(const char *ckpt_dir, ModelConfig *cfg, char *tokenizer, size_t tn, int *step,
@@ -435,11 +453,11 @@ int checkpoint_read_train_config(const char *ckpt_dir, cJSON **train_config, Err
 
 /* Reads prefix + name of every model tensor into base + offset, checking
  * dtype and shape. */
-static int load_param_tensors(const SafetensorsReader *r, const Model *m, const char *prefix, float *base,
+static int load_param_tensors(const SafetensorsReader *r, const Network *net, const char *prefix, float *base,
                               Error *err) {
   const char *path = safetensors_path(r);
-  for (int i = 0; i < m->num_tensors; i++) {
-    const ParamTensor *p = &m->tensors[i];
+  for (int i = 0; i < net->num_tensors; i++) {
+    const NetParam *p = &net->params[i];
     char name[SAFETENSORS_MAX_NAME];
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     const SafetensorsTensorInfo *info = safetensors_find(r, name);
@@ -466,15 +484,15 @@ static int load_param_tensors(const SafetensorsReader *r, const Model *m, const 
 /* The file holds only prefix + parameter name for the given prefixes (and,
  * when with_step, the tensor "step"): a tensor of another model is an error,
  * not something to ignore. */
-static int check_no_foreign_tensors(const SafetensorsReader *r, const Model *m, const char *const *prefixes, int np,
-                                    int with_step, Error *err) {
+static int check_no_foreign_tensors(const SafetensorsReader *r, const Network *net, const char *const *prefixes,
+                                    int np, int with_step, Error *err) {
   int count = safetensors_num_tensors(r);
   for (int i = 0; i < count; i++) {
     const char *name = safetensors_tensor_at(r, i)->name;
     int known = with_step && !strcmp(name, "step");
     for (int k = 0; k < np && !known; k++) {
       size_t plen = strlen(prefixes[k]);
-      known = !strncmp(name, prefixes[k], plen) && model_find_tensor(m, name + plen);
+      known = !strncmp(name, prefixes[k], plen) && network_find_param(net, name + plen);
     }
     if (!known)
       return error_set(err, ERR_FORMAT, "%s: tensor '%s' is not %s of this model", safetensors_path(r), name,
@@ -491,26 +509,27 @@ static int open_checked(const CkptState *st, int i, SafetensorsReader **r, Error
   return safetensors_open(r, path, err);
 }
 
-static int load_weights_from_state(const CkptState *st, Model *m, Error *err) {
-  int rc = checkpoint_compare_model_configs(&st->model, "the checkpoint", &m->cfg, "the model being loaded", err);
-  if (rc) return error_wrap(err, "%s", st->dir);
+static int load_weights_from_state(const CkptState *st, Network *net, const cJSON *model_record, Error *err) {
+  int rc = ckpt_check_model_record(&st->model, cJSON_GetObjectItemCaseSensitive(st->root, "model_config"),
+                                   model_record, st->dir, err);
+  if (rc) return rc;
   SafetensorsReader *r = NULL;
   if ((rc = open_checked(st, 0, &r, err))) return rc;
   static const char *const prefixes[] = {""};
-  rc = load_param_tensors(r, m, "", m->params, err);
-  if (!rc) rc = check_no_foreign_tensors(r, m, prefixes, 1, 0, err);
+  rc = load_param_tensors(r, net, "", net->values, err);
+  if (!rc) rc = check_no_foreign_tensors(r, net, prefixes, 1, 0, err);
   safetensors_close(r);
   return rc;
 }
 
-int checkpoint_load_weights(const char *ckpt_dir, Model *m, Error *err) {
+int checkpoint_load_weights(const char *ckpt_dir, Network *net, const cJSON *model_record, Error *err) {
   CkptState st;
   int rc = ckpt_state_read(ckpt_dir, &st, err);
   if (rc) return rc;
   /* Only the files it reads: sampling and export need no optimizer state,
    * so a damaged optimizer file does not stop them (checkpoint_verify and
    * checkpoint_load_training still refuse it). */
-  rc = load_weights_from_state(&st, m, err);
+  rc = load_weights_from_state(&st, net, model_record, err);
   ckpt_state_free(&st);
   return rc;
 }
@@ -529,30 +548,30 @@ int ckpt_check_optimizer_step(SafetensorsReader *r, const char *path, int expect
   return rc;
 }
 
-static int load_optimizer(const CkptState *st, const Model *m, CheckpointOptimizer *opt, Error *err) {
-  if (opt->num_params != m->num_params)
-    return error_set(err, ERR_INTERNAL, "optimizer built for %zu parameters, model has %zu", opt->num_params,
-                     m->num_params);
+static int load_optimizer(const CkptState *st, const Network *net, CheckpointOptimizer *opt, Error *err) {
+  if (opt->num_params != net->num_values)
+    return error_set(err, ERR_INTERNAL, "optimizer built for %zu parameters, the network has %zu", opt->num_params,
+                     net->num_values);
   SafetensorsReader *r = NULL;
   int rc = open_checked(st, 1, &r, err);
   if (rc) return rc;
   const char *path = safetensors_path(r);
   rc = ckpt_check_optimizer_step(r, path, st->step, err);
   static const char *const prefixes[] = {"m.", "v."};
-  if (!rc) rc = load_param_tensors(r, m, "m.", opt->m, err);
-  if (!rc) rc = load_param_tensors(r, m, "v.", opt->v, err);
-  if (!rc) rc = check_no_foreign_tensors(r, m, prefixes, 2, 1, err);
+  if (!rc) rc = load_param_tensors(r, net, "m.", opt->m, err);
+  if (!rc) rc = load_param_tensors(r, net, "v.", opt->v, err);
+  if (!rc) rc = check_no_foreign_tensors(r, net, prefixes, 2, 1, err);
   safetensors_close(r);
   if (!rc) opt->step = st->step; /* equal to the file's step, checked above */
   return rc;
 }
 
-int checkpoint_load_training(const char *ckpt_dir, Model *m, CheckpointOptimizer *opt, CheckpointTrainState *out,
-                             Error *err) {
+int checkpoint_load_training(const char *ckpt_dir, Network *net, const cJSON *model_record, CheckpointOptimizer *opt,
+                             CheckpointTrainState *out, Error *err) {
   CkptState st;
   int rc = ckpt_state_read(ckpt_dir, &st, err);
   if (rc) return rc;
-  if (!(rc = load_weights_from_state(&st, m, err)) && !(rc = load_optimizer(&st, m, opt, err))) {
+  if (!(rc = load_weights_from_state(&st, net, model_record, err)) && !(rc = load_optimizer(&st, net, opt, err))) {
     memset(out, 0, sizeof *out);
     out->step = st.step;
     out->data_loader = st.data_loader;

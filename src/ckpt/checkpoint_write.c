@@ -127,16 +127,23 @@ static void maybe_crash_for_test(void) {
 
 /* ---- the files ---- */
 
-int ckpt_model_writer(const ParamTensor *t, int n, const float *params, int step, SafetensorsWriter **out,
-                      Error *err) {
+/* A table entry's shape as the safetensors writer takes it. */
+static void int_shape(const NetParam *t, int *shape) {
+  for (int d = 0; d < NET_MAX_DIMS; d++) shape[d] = d < t->ndim ? (int)t->shape[d] : 0;
+}
+
+int ckpt_model_writer(const NetParam *t, int n, const float *params, int step, SafetensorsWriter **out, Error *err) {
   *out = NULL;
   SafetensorsWriter *w = safetensors_writer_new();
   if (!w) return error_set(err, ERR_NOMEM, "out of memory laying out %s", CHECKPOINT_MODEL_FILE);
   char step_text[32];
   snprintf(step_text, sizeof step_text, "%d", step);
   int rc = safetensors_writer_set_metadata(w, "fivefold.step", step_text, err);
-  for (int i = 0; i < n && !rc; i++)
-    rc = safetensors_writer_add_f32(w, t[i].name, t[i].ndim, t[i].shape, params ? params + t[i].offset : NULL, err);
+  for (int i = 0; i < n && !rc; i++) {
+    int shape[NET_MAX_DIMS];
+    int_shape(&t[i], shape);
+    rc = safetensors_writer_add_f32(w, t[i].name, t[i].ndim, shape, params ? params + t[i].offset : NULL, err);
+  }
   if (rc) {
     safetensors_writer_free(w);
     return rc;
@@ -145,7 +152,7 @@ int ckpt_model_writer(const ParamTensor *t, int n, const float *params, int step
   return 0;
 }
 
-int ckpt_optimizer_writer(const ParamTensor *t, int n, const float *m, const float *v, const int64_t *step,
+int ckpt_optimizer_writer(const NetParam *t, int n, const float *m, const float *v, const int64_t *step,
                           SafetensorsWriter **out, Error *err) {
   *out = NULL;
   SafetensorsWriter *w = safetensors_writer_new();
@@ -156,7 +163,9 @@ int ckpt_optimizer_writer(const ParamTensor *t, int n, const float *m, const flo
     for (int i = 0; i < n && !rc; i++) {
       char name[SAFETENSORS_MAX_NAME];
       snprintf(name, sizeof name, "%s.%s", k ? "v" : "m", t[i].name);
-      rc = safetensors_writer_add_f32(w, name, t[i].ndim, t[i].shape, base ? base + t[i].offset : NULL, err);
+      int shape[NET_MAX_DIMS];
+      int_shape(&t[i], shape);
+      rc = safetensors_writer_add_f32(w, name, t[i].ndim, shape, base ? base + t[i].offset : NULL, err);
     }
   }
   if (rc) {
@@ -167,20 +176,21 @@ int ckpt_optimizer_writer(const ParamTensor *t, int n, const float *m, const flo
   return 0;
 }
 
-static int write_model_file(const char *path, const Model *m, int step, Error *err) {
+static int write_model_file(const char *path, const Network *net, int step, Error *err) {
   SafetensorsWriter *w;
-  int rc = ckpt_model_writer(m->tensors, m->num_tensors, m->params, step, &w, err);
+  int rc = ckpt_model_writer(net->params, net->num_tensors, net->values, step, &w, err);
   if (!rc) rc = safetensors_writer_write(w, path, err);
   safetensors_writer_free(w);
   return rc;
 }
 
-static int write_optimizer_file(const char *path, const Model *m, const CheckpointOptimizer *opt, Error *err) {
-  if (opt->num_params != m->num_params)
-    return error_set(err, ERR_INTERNAL, "optimizer holds %zu parameters, model %zu", opt->num_params, m->num_params);
+static int write_optimizer_file(const char *path, const Network *net, const CheckpointOptimizer *opt, Error *err) {
+  if (opt->num_params != net->num_values)
+    return error_set(err, ERR_INTERNAL, "optimizer holds %zu parameters, the network %zu", opt->num_params,
+                     net->num_values);
   int64_t step = opt->step;
   SafetensorsWriter *w;
-  int rc = ckpt_optimizer_writer(m->tensors, m->num_tensors, opt->m, opt->v, &step, &w, err);
+  int rc = ckpt_optimizer_writer(net->params, net->num_tensors, opt->m, opt->v, &step, &w, err);
   if (!rc) rc = safetensors_writer_write(w, path, err);
   safetensors_writer_free(w);
   return rc;
@@ -191,8 +201,8 @@ static cJSON *state_json(const CheckpointSource *src, const CkptFileRecord *file
   cJSON_AddStringToObject(root, "format", CHECKPOINT_FORMAT);
   cJSON_AddNumberToObject(root, "version", CHECKPOINT_VERSION);
   cJSON_AddNumberToObject(root, "step", src->step);
-  cJSON_AddItemToObject(root, "model_config", src->model_record ? cJSON_Duplicate(src->model_record, 1)
-                                                                : model_config_to_json(&src->model->cfg));
+  cJSON_AddItemToObject(root, "model_config",
+                        src->model_record ? cJSON_Duplicate(src->model_record, 1) : cJSON_CreateObject());
   cJSON_AddItemToObject(root, "train_config",
                         src->train_config ? cJSON_Duplicate(src->train_config, 1) : cJSON_CreateObject());
   const char *tokenizer = src->tokenizer ? src->tokenizer : CHECKPOINT_BYTE_LEVEL;
@@ -226,8 +236,8 @@ static int write_contents(const char *tmp, const CheckpointSource *src, uint64_t
   char path[CKPT_PATH_MAX];
   for (int i = 0; i < CKPT_NUM_FILES; i++) {
     int rc = ckpt_join(path, sizeof path, tmp, CKPT_FILES[i], err);
-    if (!rc) rc = i == 0 ? write_model_file(path, src->model, src->step, err)
-                         : write_optimizer_file(path, src->model, &src->opt, err);
+    if (!rc) rc = i == 0 ? write_model_file(path, src->net, src->step, err)
+                         : write_optimizer_file(path, src->net, &src->opt, err);
     if (rc) return rc;
   }
   return ckpt_save_finish_contents(tmp, src, bytes, err);
@@ -287,6 +297,8 @@ int ckpt_save_begin(const char *run_dir, int step, char *root, char *final_dir, 
 int checkpoint_save(const char *run_dir, const CheckpointSource *src, int keep_last, CheckpointSaveInfo *info,
                     Error *err) {
   if (src->step < 0) return error_set(err, ERR_ARG, "checkpoint step must be >= 0, got %d", src->step);
+  if (!src->net || !src->model_record)
+    return error_set(err, ERR_ARG, "checkpoint: the network's table and its config record are required");
   char root[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
   int rc = ckpt_save_begin(run_dir, src->step, root, final_dir, tmp, err);
   if (rc) return rc;

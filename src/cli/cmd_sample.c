@@ -19,6 +19,7 @@
 #include "cli/cmd_sample.h"
 #include "tok/tokenizer.h"
 #include "ckpt/checkpoint.h"
+#include "train/net_transformer.h"
 #include "infer/sampler.h"
 
 static void sample_help(FILE *f) {
@@ -263,7 +264,7 @@ int cmd_sample(int argc, char **argv) {
   if (!context) context = recorded_seq_len(dir);
   if (!context || context > max_ctx) context = max_ctx;
   if (!rc && !(rc = model_create(&s.model, &s.cfg, 1, context, &err))) s.have_model = 1;
-  if (!rc) rc = checkpoint_load_weights(dir, &s.model, &err);
+  if (!rc) rc = net_transformer_load_weights(dir, &s.model, &err);
   if (!rc) rc = prepare_tokens(&s, a.prompt, &err);
   if (!rc) rc = sampler_init(&s.sampler, s.cfg.vocab_size, &a.opts, &err);
   if (!rc) rc = sampler_set_allowed(&s.sampler, s.allowed, &err);

@@ -32,6 +32,9 @@ static void schedule_usage(FILE *f) {
           "  --pp N                   pipeline ranks (default 1)\n"
           "  --vpp V                  model chunks (virtual stages) per rank (default 1)\n"
           "  --microbatches M         micro-batches per iteration (default: pp)\n"
+          "  --param-groups G         parameter groups stepped in phases of their own (a GAN's generator\n"
+          "                           and critic): the iteration is G phases, each FWD/BWD, GRAD_REDUCE\n"
+          "                           and OPTIM naming its group (default 1)\n"
           "  --schedule S             none | gpipe | 1f1b | interleaved (default: none for pp 1,\n"
           "                           interleaved for vpp > 1, else 1f1b)\n"
           "  --layers L               transformer blocks, balanced over the pp*vpp stages\n"
@@ -95,6 +98,7 @@ static int parse_options(int argc, char **argv, ScheduleOptions *o) {
   static const char *const kFlags[] = {"--allow-empty-stages", "--layer-costs", "--blocking"};
   static const char *const kValued[] = {"--pp",          "--vpp",         "--microbatches", "--schedule",
                                         "--layers",      "--layers-per-stage", "--embedding-weight",
+                                        "--param-groups",
                                         "--head-weight", "--fwd-cost",    "--bwd-cost",     "--comm-cost",
                                         "--trace",       "--json",        "--view"};
   const char *known_names[sizeof kFlags / sizeof kFlags[0] + sizeof kValued / sizeof kValued[0] + 1];
@@ -134,6 +138,7 @@ static int parse_options(int argc, char **argv, ScheduleOptions *o) {
     int rc = 0;
     if (!strcmp(name, "--pp")) rc = parse_int_arg(name, value, 1, &o->cfg.pp);
     else if (!strcmp(name, "--vpp")) rc = parse_int_arg(name, value, 1, &o->cfg.vpp);
+    else if (!strcmp(name, "--param-groups")) rc = parse_int_arg(name, value, 1, &o->cfg.param_groups);
     else if (!strcmp(name, "--microbatches")) {
       rc = parse_int_arg(name, value, 1, &o->cfg.microbatches);
       o->microbatches_given = 1;

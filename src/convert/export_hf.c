@@ -18,6 +18,7 @@
 #include "base/fs.h"
 #include "base/safetensors.h"
 #include "ckpt/checkpoint.h"
+#include "train/net_transformer.h"
 
 /* ---- what Mixtral can express ---- */
 
@@ -329,7 +330,7 @@ int export_hf_checkpoint_with_tokenizer(const char *checkpoint, const char *give
   info->architecture = model_config_num_moe_layers(&cfg) > 0 ? "MixtralForCausalLM" : "LlamaForCausalLM";
   Model m;
   if ((rc = model_create(&m, &cfg, 1, 1, err))) return rc;
-  rc = checkpoint_load_weights(info->checkpoint, &m, err);
+  rc = net_transformer_load_weights(info->checkpoint, &m, err);
   if (!rc) rc = export_hf_write(&m, tokenizer, out_dir, err);
   if (!rc) {
     char path[4200];

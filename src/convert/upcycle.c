@@ -15,6 +15,7 @@
 
 #include "base/fs.h"
 #include "base/rng.h"
+#include "train/net_transformer.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 
@@ -316,7 +317,8 @@ int upcycle_checkpoint(const char *dense_path, const char *out_dir, const Upcycl
   Optimizer dopt, mopt;
   TrainConfig tc;
   CheckpointTrainState st;
-  cJSON *run_config = NULL;
+  cJSON *run_config = NULL, *moe_record = NULL;
+  Network moe_net = {0};
   memset(&dense, 0, sizeof dense);
   memset(&moe, 0, sizeof moe);
   memset(&dopt, 0, sizeof dopt);
@@ -327,19 +329,21 @@ int upcycle_checkpoint(const char *dense_path, const char *out_dir, const Upcycl
   /* The dense AdamW state is read only to validate the checkpoint whole and
    * to get its data-loader position; the MoE's starts at zero. */
   if ((rc = model_create(&dense, &dcfg, 1, 1, err))) goto done;
-  if ((rc = optimizer_create(&dopt, &dense, &oc, err))) goto done;
+  if ((rc = optimizer_create(&dopt, dense.num_params, &oc, err))) goto done;
   CheckpointOptimizer dense_moments = {.m = dopt.m, .v = dopt.v, .num_params = dopt.num_params};
-  if ((rc = checkpoint_load_training(info->dense_checkpoint, &dense, &dense_moments, &st, err))) goto done;
+  if ((rc = net_transformer_load_training(info->dense_checkpoint, &dense, &dense_moments, &st, err))) goto done;
   if ((rc = model_create(&moe, &mcfg, 1, 1, err))) goto done;
   if ((rc = upcycle_weights(&dense, &moe, o, err))) goto done;
-  if ((rc = optimizer_create(&mopt, &moe, &oc, err))) goto done;
+  if ((rc = optimizer_create(&mopt, moe.num_params, &oc, err))) goto done;
   mopt.step = 0;
   snprintf(info->run_config, sizeof info->run_config, "%s/%s", out_abs, UPCYCLE_RUN_CONFIG);
   if ((rc = write_run_config(info->dense_checkpoint, &mcfg, out_abs, info->run_config, o, &tc, err))) goto done;
   run_config = train_config_to_json(&tc);
+  if ((rc = net_transformer_checkpoint_view(&moe_net, &moe_record, &moe, err))) goto done;
   CheckpointSource src = {
       .step = 0,
-      .model = &moe,
+      .net = &moe_net,
+      .model_record = moe_record,
       .opt = {.m = mopt.m, .v = mopt.v, .num_params = mopt.num_params, .step = mopt.step},
       .data_loader = st.data_loader,
       .data_windows = st.data_windows,
@@ -353,6 +357,8 @@ int upcycle_checkpoint(const char *dense_path, const char *out_dir, const Upcycl
   info->dense_params = dense.num_params;
   info->params = moe.num_params;
 done:
+  cJSON_Delete(moe_record);
+  network_free(&moe_net);
   cJSON_Delete(run_config);
   train_config_free(&tc);
   optimizer_free(&mopt);

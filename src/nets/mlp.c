@@ -24,6 +24,7 @@ typedef struct Mlp {
   float *delta, *delta_prev;   /* [max_batch, width] */
   int last_n;
   double last_loss, last_accuracy;
+  int phase; /* the group whose phase runs (begin_phase), -1: all groups' gradients */
   char names[2 * MLP_MAX_LAYERS][32];
 } Mlp;
 
@@ -39,14 +40,14 @@ static int json_int(const cJSON *obj, const char *key, int lo, int hi, int *out,
 }
 
 int mlp_config_from_json(MlpConfig *cfg, const cJSON *obj, const char *origin, Error *err) {
-  static const char *const FIELDS[] = {"family", "inputs", "hidden", "classes"};
+  static const char *const FIELDS[] = {"family", "inputs", "hidden", "classes", "param_groups"};
   memset(cfg, 0, sizeof *cfg);
   for (const cJSON *f = obj->child; f; f = f->next) {
     int known = 0;
     for (size_t k = 0; k < sizeof FIELDS / sizeof FIELDS[0]; k++) known |= !strcmp(f->string, FIELDS[k]);
     if (!known)
       return error_set(err, ERR_CONFIG, "%s: model.%s: unknown field of an mlp (expected family, inputs, hidden, "
-                       "classes)", origin, f->string);
+                       "classes, param_groups)", origin, f->string);
   }
   int rc = json_int(obj, "inputs", 1, MLP_MAX_WIDTH, &cfg->inputs, origin, err);
   if (!rc) rc = json_int(obj, "classes", 2, MLP_MAX_WIDTH, &cfg->classes, origin, err);
@@ -63,6 +64,9 @@ int mlp_config_from_json(MlpConfig *cfg, const cJSON *obj, const char *origin, E
                        MLP_MAX_WIDTH);
     cfg->hidden[cfg->num_hidden++] = (int)w->valuedouble;
   }
+  cfg->param_groups = 1;
+  if (cJSON_GetObjectItemCaseSensitive(obj, "param_groups"))
+    return json_int(obj, "param_groups", 1, cfg->num_hidden + 1, &cfg->param_groups, origin, err);
   return 0;
 }
 
@@ -72,6 +76,7 @@ cJSON *mlp_config_to_json(const MlpConfig *cfg) {
   cJSON_AddNumberToObject(o, "inputs", cfg->inputs);
   cJSON_AddItemToObject(o, "hidden", cJSON_CreateIntArray(cfg->hidden, cfg->num_hidden));
   cJSON_AddNumberToObject(o, "classes", cfg->classes);
+  if (cfg->param_groups > 1) cJSON_AddNumberToObject(o, "param_groups", cfg->param_groups);
   return o;
 }
 
@@ -194,7 +199,9 @@ static int mlp_backward(Network *net, int chunk, const void *batch_ptr, float lo
     const float *in = l > 0 ? m->acts[l - 1] : b->x;
     const float *w = layer_weight(net, l);
     float *gw = net->grads + net->params[2 * l].offset, *gb = net->grads + net->params[2 * l + 1].offset;
-    for (int o = 0; o < fo; o++) {
+    /* A phase steps one group: the other groups' gradients are not needed. */
+    int wanted = m->phase < 0 || net->params[2 * l].param_group == m->phase;
+    for (int o = 0; o < fo && wanted; o++) {
       float sb = 0;
       for (int s = 0; s < n; s++) sb += d[(size_t)s * fo + o];
       gb[o] += sb;
@@ -221,9 +228,14 @@ static int mlp_backward(Network *net, int chunk, const void *batch_ptr, float lo
 
 static int mlp_metrics(const Network *net, NetMetric *metrics, int cap) {
   const Mlp *m = net->impl;
-  if (cap >= 1) metrics[0] = (NetMetric){"loss", m->last_loss};
-  if (cap >= 2) metrics[1] = (NetMetric){"accuracy", m->last_accuracy};
+  if (cap >= 1) metrics[0] = (NetMetric){"loss", m->last_loss, 3};
+  if (cap >= 2) metrics[1] = (NetMetric){"accuracy", m->last_accuracy, 3};
   return 2;
+}
+
+static void mlp_begin_phase(Network *net, int param_group) {
+  Mlp *m = net->impl;
+  m->phase = param_group;
 }
 
 static void mlp_free(Network *net) {
@@ -238,8 +250,13 @@ static void mlp_free(Network *net) {
   free(m);
 }
 
-static const NetworkOps MLP_OPS = {
-    .family = "mlp", .forward = mlp_forward, .backward = mlp_backward, .metrics = mlp_metrics, .free = mlp_free};
+static const NetworkOps MLP_OPS = {.family = "mlp",
+                                   .forward = mlp_forward,
+                                   .backward = mlp_backward,
+                                   .metrics = mlp_metrics,
+                                   .unit = {"sample", "samples", "samples/s"},
+                                   .begin_phase = mlp_begin_phase,
+                                   .free = mlp_free};
 
 int mlp_create(Network *net, const MlpConfig *cfg, int max_batch, Error *err) {
   memset(net, 0, sizeof *net);
@@ -256,8 +273,9 @@ int mlp_create(Network *net, const MlpConfig *cfg, int max_batch, Error *err) {
   net->impl = m;
   net->num_tensors = 2 * m->num_layers;
   net->num_values = mlp_num_params(cfg);
-  net->num_param_groups = 1;
+  net->num_param_groups = cfg->param_groups > 1 ? cfg->param_groups : 1;
   net->num_chunks = 1;
+  m->phase = -1;
   net->params = calloc((size_t)net->num_tensors, sizeof *net->params);
   net->values = calloc(net->num_values, sizeof(float));
   net->grads = calloc(net->num_values, sizeof(float));
@@ -284,9 +302,11 @@ int mlp_create(Network *net, const MlpConfig *cfg, int max_batch, Error *err) {
       p->offset = offset;
       p->reduce = NET_REDUCE_DENSE;
       p->no_weight_decay = k;
+      p->param_group = l * net->num_param_groups / m->num_layers;
       offset += p->numel;
     }
   }
+  net->flops_per_unit = mlp_flops_per_sample(cfg);
   return 0;
 }
 

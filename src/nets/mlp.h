@@ -12,7 +12,14 @@
  *
  * Parameters, in buffer order: for each layer l (hidden layers, then the
  * output layer) "layers.<l>.weight" [out, in] and "layers.<l>.bias" [out];
- * biases are not decayed. */
+ * biases are not decayed.
+ *
+ * Parameter groups ("param_groups": G, default 1): the layers are cut into
+ * G consecutive blocks (layer l in group l * G / layers), each a parameter
+ * group that steps in a phase of its own (nets/network.h): a
+ * block-coordinate scheme in which every step updates the first block, then
+ * the next with the first already updated. It is how the runtime's phased
+ * programs are proven on a real network before a GAN uses them. */
 #ifndef FIVEFOLD_NETS_MLP_H
 #define FIVEFOLD_NETS_MLP_H
 
@@ -32,6 +39,7 @@ typedef struct MlpConfig {
   int classes; /* outputs */
   int num_hidden;
   int hidden[MLP_MAX_HIDDEN]; /* widths of the hidden layers */
+  int param_groups;           /* 1..layers; 0 reads as 1 */
 } MlpConfig;
 
 /* One micro-batch: n samples, x [n, inputs] and their classes y [n]. */
@@ -42,8 +50,8 @@ typedef struct MlpBatch {
 } MlpBatch;
 
 /* The "model" object of a run config with "family": "mlp": {"family":
- * "mlp", "inputs": 16, "hidden": [64, 64], "classes": 4}. Errors name
- * origin and the field. */
+ * "mlp", "inputs": 16, "hidden": [64, 64], "classes": 4} and optionally
+ * "param_groups": 2. Errors name origin and the field. */
 int mlp_config_from_json(MlpConfig *cfg, const struct cJSON *obj, const char *origin, Error *err);
 struct cJSON *mlp_config_to_json(const MlpConfig *cfg);
 /* Parameters of the network (weights and biases). */

@@ -12,6 +12,11 @@ const NetParam *network_find_param(const Network *net, const char *name) {
   return NULL;
 }
 
+const NetParam *network_logical_params(const Network *net, int *n) {
+  *n = net->logical ? net->num_logical : net->num_tensors;
+  return net->logical ? net->logical : net->params;
+}
+
 int network_has_reduce_group(const Network *net, NetReduceGroup group) {
   for (int i = 0; i < net->num_tensors; i++)
     if (net->params[i].reduce == group) return 1;
@@ -28,6 +33,23 @@ int network_reduce_ranges(const Network *net, NetReduceGroup group, size_t *begi
       end[n] = p->offset + p->numel;
     }
     n++;
+  }
+  return n;
+}
+
+int network_group_ranges(const Network *net, int group, size_t *begin, size_t *end, int cap) {
+  int n = 0;
+  size_t last_end = 0;
+  for (int i = 0; i < net->num_tensors; i++) {
+    const NetParam *p = &net->params[i];
+    if (p->param_group != group) continue;
+    if (n > 0 && last_end == p->offset) {
+      if (n <= cap) end[n - 1] = p->offset + p->numel;
+    } else {
+      if (n < cap) begin[n] = p->offset, end[n] = p->offset + p->numel;
+      n++;
+    }
+    last_end = p->offset + p->numel;
   }
   return n;
 }

@@ -7,22 +7,34 @@
  * A network is
  *   * a parameter table over two flat buffers (parameters and gradients,
  *     same layout): per tensor its name, shape, place in the buffers, the
- *     group its gradient is reduced over, whether it is a slice of a larger
- *     logical tensor, and the parameter group it belongs to;
+ *     group its gradient is reduced over, how many TP ranks hold it,
+ *     whether it is a copy of another or a slice of a larger logical tensor
+ *     (and where the slice sits), and the parameter group it belongs to;
+ *     plus the logical tensors a checkpoint stores. AdamW, ZeRO-1 and the
+ *     checkpoints read only this;
  *   * forward and backward of one micro-batch of one chunk (a pipeline
- *     stage's share of the layers; one chunk when there is no pipeline);
- *   * the loss of the last micro-batch and its metrics as named scalars
- *     ("loss", "lm", "aux", "z" for the transformer), which the log line
- *     and metrics.jsonl print without knowing their meaning;
+ *     stage's share of the layers; one chunk when there is no pipeline),
+ *     and for a network split over stages the transfers between them;
+ *   * the loss and its metrics as named scalars ("loss", "lm", "aux", "z"
+ *     for the transformer, "loss", "accuracy" for the MLP), which the log
+ *     line and metrics.jsonl print by name without knowing their meaning,
+ *     the unit its throughput is counted in (tokens, samples, images) and,
+ *     where the network counts them, its FLOPs per unit (the MFU);
  *   * the data it consumes, from a batch source the runtime advances and
  *     whose position a checkpoint records.
  *
  * Parameter groups. A network whose parts step separately (a GAN's
- * generator and critic) gives each tensor a param_group id. The program of
- * one iteration then has one phase per group update (docs/architecture.md:
- * critic phases, then a generator phase), each phase a sched/ program whose
- * OPTIM action names the group it steps; GRAD_REDUCE buckets never mix
- * groups. A network with one group (the transformer, the MLP) uses 0. */
+ * generator and critic) gives each tensor a param_group id and sets
+ * num_param_groups. The program of one iteration then has one phase per
+ * group (sched/program.h, SchedConfig.param_groups; docs/architecture.md),
+ * each phase the forwards and backwards of the step's micro-batches, the
+ * reduction of that group's gradient and the OPTIM that steps that group
+ * alone; GRAD_REDUCE buckets never mix groups. The runtime tells the
+ * network which phase runs (begin_phase) before the phase's first forward,
+ * so that it can run what the phase needs (a GAN's generator forward
+ * without gradient in a critic phase) and skip gradients of the other
+ * groups. A network with one group (the transformer, the MLP by default)
+ * uses 0 and runs one phase. */
 #ifndef FIVEFOLD_NETS_NETWORK_H
 #define FIVEFOLD_NETS_NETWORK_H
 
@@ -48,15 +60,41 @@ typedef struct NetParam {
   size_t offset, numel;        /* floats, into the parameter and gradient buffers */
   NetReduceGroup reduce;
   int sharded;          /* a slice of a larger logical tensor (TP, EP, pipeline) */
+  int tp_copies;        /* TP ranks holding this same data (a gradient norm counts it on the first of
+                           each tp_copies consecutive ranks, a checkpoint writes it from that one);
+                           0 or 1: split over TP, or no TP */
+  const char *copy_of;  /* a copy of another tensor's data, by name (the tied LM head on a stage without
+                           the embedding: "embed.weight"): its gradient is summed into that one's, it
+                           counts in no norm and a checkpoint stores only the original; else NULL */
+  /* Where a sharded tensor's data sits in its logical tensor, which
+   * checkpoints store whole: seen as the row-major array
+   * view_shape[0..view_ndim) (a reshape of the logical shape), the logical
+   * tensor holds this tensor's data, row-major, as the sub-array at
+   * view_start of extent view_count. view_ndim 0: the whole tensor.
+   * logical_shape all 0: not stated (only checked when given). */
+  int view_ndim;
+  int64_t view_shape[NET_MAX_DIMS], view_start[NET_MAX_DIMS], view_count[NET_MAX_DIMS];
+  int64_t logical_shape[NET_MAX_DIMS];
   int no_weight_decay;  /* AdamW leaves it undecayed (norms, biases) */
   int param_group;      /* which optimizer steps it: 0, or a GAN's generator 0 / critic 1 */
 } NetParam;
 
-/* A named scalar of the last micro-batch (or a step's mean, see below). */
+/* A named scalar of the last micro-batch (or of the last step, see
+ * NetworkOps.metrics_per_step). The log line prints the metrics after the
+ * loss as "(name value ...)" with `decimals` decimals each; metrics with
+ * decimals 0 go to metrics.jsonl only (all metrics go there, by name). */
 typedef struct NetMetric {
   const char *name;
   double value;
+  int decimals;
 } NetMetric;
+
+/* What a network's throughput (and its FLOP count) is counted in. */
+typedef struct NetUnit {
+  const char *one;  /* "token", "sample", "image": the banner's "FLOP per token" */
+  const char *many; /* "tokens", "samples": metrics.jsonl's "<many>_per_s" and the summary's "<many>" */
+  const char *rate; /* the log line's "tok/s", "samples/s", "img/s" */
+} NetUnit;
 
 /* The data a network consumes: next() fills the batch of one micro-batch
  * (its layout is the network's business: token windows for the
@@ -81,11 +119,29 @@ typedef struct NetworkOps {
    * into the buffer. */
   int (*forward)(Network *net, int chunk, const void *batch, Error *err);
   int (*backward)(Network *net, int chunk, const void *batch, float loss_scale, Error *err);
-  /* The metrics of the last forward; metrics[0] is the loss. Returns the count. */
+  /* Optional (NULL for a network on one stage): a network split over
+   * pipeline stages moves its activations and their gradients in the
+   * program's SEND and RECV actions (`action` as for forward; a receive
+   * may only post its transfer), and prepare, before a FWD or BWD, waits
+   * for the received tensor that pass consumes. */
+  int (*send)(Network *net, const void *action, Error *err);
+  int (*recv)(Network *net, const void *action, Error *err);
+  int (*prepare)(Network *net, const void *action, Error *err);
+  /* The metrics of the last forward; metrics[0] is the loss. Returns the
+   * count. The runtime averages them over a step's micro-batches and
+   * replicas, unless metrics_per_step is set: then they are already the
+   * last step's global values (the transformer, whose pipeline reduces
+   * its losses over stages and replicas itself). */
   int (*metrics)(const Network *net, NetMetric *metrics, int cap);
+  int metrics_per_step;
+  NetUnit unit; /* what one trained sample is counted as */
   /* Optional (NULL when there is nothing to do): called on every rank after
    * each optimizer update of param_group, with the updated values in place. */
   void (*after_update)(Network *net, int param_group);
+  /* Optional: with num_param_groups > 1, called before the first forward
+   * of each phase with the group it steps (the gradients are zero then);
+   * the backwards of the phase need only that group's gradients. */
+  void (*begin_phase)(Network *net, int param_group);
   void (*free)(Network *net);
 } NetworkOps;
 
@@ -94,20 +150,33 @@ struct Network {
   void *impl;
   NetParam *params; /* the table, num_tensors entries, in buffer order */
   int num_tensors;
+  /* The whole logical tensors of the network (every rank's, whole shapes),
+   * in the order a checkpoint stores them; NULL when every rank holds the
+   * whole network: then the table itself. Owned by the implementation. */
+  const NetParam *logical;
+  int num_logical;
   float *values, *grads; /* num_values floats each */
   size_t num_values;
   int num_param_groups; /* 1 unless the network steps parts separately */
+  double flops_per_unit; /* FLOPs of forward + backward per unit (ops->unit); 0: not counted,
+                            then the log line shows no GFLOP/s and no MFU */
   int num_chunks;       /* chunks this rank runs */
 };
 
 /* The tensor of the table with this name, or NULL. */
 const NetParam *network_find_param(const Network *net, const char *name);
+/* The logical tensors a checkpoint stores (net->logical, or the table). */
+const NetParam *network_logical_params(const Network *net, int *n);
 /* Whether any gradient of the table reduces over `group`. */
 int network_has_reduce_group(const Network *net, NetReduceGroup group);
 /* The [begin, end) float ranges of the tensors that reduce over `group`,
  * in buffer order, written to begin/end (cap entries each); returns how
  * many there are (possibly more than cap). */
 int network_reduce_ranges(const Network *net, NetReduceGroup group, size_t *begin, size_t *end, int cap);
+/* The [begin, end) float ranges of parameter group `group`'s tensors,
+ * adjacent tensors merged, in buffer order (cap entries each); returns how
+ * many there are (possibly more than cap). */
+int network_group_ranges(const Network *net, int group, size_t *begin, size_t *end, int cap);
 /* The value of the metric `name` among metrics[0, n), or NAN. */
 double network_metric(const NetMetric *metrics, int n, const char *name);
 void network_free(Network *net);

@@ -197,8 +197,8 @@ static int vision_backward(Network *net, int chunk, const void *batch, float los
 
 static int vision_metrics(const Network *net, NetMetric *metrics, int cap) {
   const Vision *v = net->impl;
-  if (cap >= 1) metrics[0] = (NetMetric){"loss", v->last_loss};
-  if (cap >= 2) metrics[1] = (NetMetric){"accuracy", v->last_accuracy};
+  if (cap >= 1) metrics[0] = (NetMetric){"loss", v->last_loss, 3};
+  if (cap >= 2) metrics[1] = (NetMetric){"accuracy", v->last_accuracy, 3};
   return 2;
 }
 
@@ -226,6 +226,7 @@ static const NetworkOps VISION_OPS = {.family = "vision",
                                       .forward = vision_forward,
                                       .backward = vision_backward,
                                       .metrics = vision_metrics,
+                                      .unit = {"image", "images", "img/s"},
                                       .after_update = vision_after_update,
                                       .free = vision_free};
 
@@ -298,6 +299,9 @@ int vision_create(Network *net, const VisionConfig *cfg, int max_batch, Error *e
     network_free(net);
     return error_set(err, ERR_NOMEM, "out of memory for the vision network's buffers");
   }
+  /* 2 FLOP per multiply-add, forward and the two backward products; 0 for
+   * a purely tropical network, which then shows no MFU */
+  net->flops_per_unit = 6.0 * vision_mults_per_sample(net);
   return 0;
 }
 

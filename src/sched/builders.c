@@ -20,6 +20,9 @@ int sched_config_validate(const SchedConfig *c, Error *err) {
   if ((long)c->pp * c->vpp * c->microbatches > SCHED_MAX_MICROBATCH_STAGES)
     return error_set(err, ERR_CONFIG, "schedule: pp*vpp*microbatches = %ld is larger than the supported %ld",
                      (long)c->pp * c->vpp * c->microbatches, SCHED_MAX_MICROBATCH_STAGES);
+  if (c->param_groups < 0 || c->param_groups > SCHED_MAX_PARAM_GROUPS)
+    return error_set(err, ERR_CONFIG, "schedule: param_groups must be in 0..%d (0 or 1: one group), got %d",
+                     SCHED_MAX_PARAM_GROUPS, c->param_groups);
   if (c->order_fwd_cost < 0 || c->order_bwd_cost < 0)
     return error_set(err, ERR_CONFIG, "schedule: order costs must be >= 0 (0 selects the defaults 1 and 2)");
   switch (c->schedule) {
@@ -165,7 +168,16 @@ int sched_build(const SchedConfig *config, SchedProgram **out, Error *err) {
   SchedComputeOrder order;
   int rc = sched_compute_order(config, &order, err);
   if (rc) return rc;
-  rc = sched_lower(config, &order, out, err);
+  SchedConfig one = *config;
+  one.param_groups = 0;
+  SchedProgram *prog = NULL;
+  rc = sched_lower(&one, &order, &prog, err);
   sched_compute_order_free(&order);
+  if (rc || config->param_groups <= 1) {
+    *out = prog;
+    return rc;
+  }
+  rc = sched_program_phases(prog, config->param_groups, out, err);
+  sched_program_free(prog);
   return rc;
 }

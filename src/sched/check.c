@@ -285,10 +285,81 @@ static void check_rank(const SchedProgram *prog, int r, int *pos, int *dup, Repo
     problem(rep, "%s comes before the rank's last forward or backward", DESC(&list[optim]));
 }
 
+/* ---- phases (param_groups > 1) ---- */
+
+/* Phase g of a phased program as a one-group program of its own: the
+ * actions naming group g, in list order, with their dependencies and
+ * matches; one that leaves the phase is a problem. NULL when it cannot be
+ * built (the problem is in rep). */
+static SchedProgram *phase_program(const SchedProgram *prog, int g, SchedActionRef *where, Report *rep) {
+  DescRing ring = {.next = 0};
+  SchedConfig one = prog->config;
+  one.param_groups = 0;
+  SchedBuilder *b = sched_builder_new(&one, prog->num_ranks);
+  if (!b) {
+    problem(rep, "out of memory checking phase %d", g);
+    return NULL;
+  }
+  Error e = {0, ""};
+  int rc = 0;
+  for (int id = 0; id < prog->num_actions && !rc; id++) {
+    const SchedAction *a = &prog->actions[id];
+    where[id].rank = -1;
+    if (a->group != g) continue;
+    rc = sched_builder_append(b, a->rank, a, &where[id], &e);
+  }
+  for (int id = 0; id < prog->num_actions && !rc; id++) {
+    const SchedAction *a = &prog->actions[id];
+    if (a->group != g) continue;
+    for (int d = 0; d < a->num_deps && !rc; d++) {
+      if (where[a->deps[d]].rank < 0) problem(rep, "%s depends on %s of another phase", DESC(a), DESC(&prog->actions[a->deps[d]]));
+      else rc = sched_builder_add_dep(b, where[id], where[a->deps[d]], &e);
+    }
+    if (!rc && a->match >= 0) {
+      if (where[a->match].rank < 0) problem(rep, "%s is matched with %s of another phase", DESC(a), DESC(&prog->actions[a->match]));
+      else rc = sched_builder_set_match(b, where[id], where[a->match], &e);
+    }
+  }
+  SchedProgram *out = NULL;
+  if (!rc) rc = sched_builder_finish(b, &out, &e);
+  sched_builder_free(b);
+  if (rc) problem(rep, "phase %d: %s", g, e.msg);
+  return rc ? NULL : out;
+}
+
+/* Every action belongs to one phase, and each phase is a correct one-group
+ * iteration by every rule above. */
+static void check_phases(const SchedProgram *prog, Report *rep) {
+  DescRing ring = {.next = 0};
+  int G = prog->config.param_groups;
+  for (int id = 0; id < prog->num_actions; id++)
+    if (prog->actions[id].group < 0 || prog->actions[id].group >= G)
+      problem(rep, "%s names no parameter group in [0, %d)", DESC(&prog->actions[id]), G);
+  SchedActionRef *where = malloc((prog->num_actions ? (size_t)prog->num_actions : 1) * sizeof *where);
+  if (!where) {
+    problem(rep, "out of memory checking the phases");
+    return;
+  }
+  for (int g = 0; g < G; g++) {
+    SchedProgram *phase = phase_program(prog, g, where, rep);
+    Error e = {0, ""};
+    if (phase && sched_check(phase, &e)) problem(rep, "phase %d (group %d): %s", g, g, e.msg);
+    sched_program_free(phase);
+  }
+  free(where);
+}
+
 int sched_check(const SchedProgram *prog, Error *err) {
   Report rep;
   memset(&rep, 0, sizeof rep);
   const SchedConfig *c = &prog->config;
+  if (c->param_groups > 1) {
+    check_phases(prog, &rep);
+    if (!rep.count) return ERR_OK;
+    return error_set(err, ERR_CONFIG, "program check (%s, pp %d, vpp %d, m %d, %d parameter groups): %d problem%s: %s",
+                     sched_schedule_name(c->schedule), c->pp, c->vpp, c->microbatches, c->param_groups, rep.count,
+                     rep.count == 1 ? "" : "s", rep.text);
+  }
   if (c->pp < 1 || c->vpp < 1 || c->microbatches < 0)
     return error_set(err, ERR_CONFIG, "program check: config has pp %d, vpp %d, microbatches %d", c->pp, c->vpp,
                      c->microbatches);

@@ -18,6 +18,8 @@
  *  - it completes when every rank runs its list strictly in order with
  *    blocking (rendezvous) sends and receives, by simulation (evaluate.h);
  *    then no executor, blocking or not, can deadlock on it.
+ * A phased program (config.param_groups > 1) passes when every action names
+ * a group and each phase, the actions of one group, passes on its own.
  * The error message names the offending actions ("rank 1 #7 SEND_ACT mb 3
  * stage 1->2 (peer rank 2) (id 23) ..."). */
 #ifndef FIVEFOLD_SCHED_CHECK_H

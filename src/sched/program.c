@@ -89,7 +89,7 @@ SchedAction sched_action_make(SchedActionKind kind) {
   a.stream = sched_kind_default_stream(kind);
   a.microbatch = a.chunk = a.stage = -1;
   a.peer = a.peer_chunk = a.peer_stage = a.match = -1;
-  a.bucket = a.layer = -1;
+  a.bucket = a.layer = a.group = -1;
   return a;
 }
 
@@ -127,6 +127,7 @@ const char *sched_action_describe(const SchedAction *a, char *buf, size_t size) 
   else if (n < sizeof what && a->stage >= 0)
     n += (size_t)snprintf(what + n, sizeof what - n, " stage %d", a->stage);
   if (n < sizeof what && a->bucket >= 0) n += (size_t)snprintf(what + n, sizeof what - n, " bucket %d", a->bucket);
+  if (n < sizeof what && a->group >= 0) n += (size_t)snprintf(what + n, sizeof what - n, " group %d", a->group);
   snprintf(buf, size, "rank %d #%d %s%s (id %d)", a->rank, a->index, sched_action_kind_name(a->kind), what, a->id);
   return buf;
 }

@@ -85,7 +85,16 @@ typedef struct SchedConfig {
   /* Relative forward/backward durations used only to decide where sends and
    * receives sit between computes (builders.h); 0 means the defaults 1 and 2. */
   double order_fwd_cost, order_bwd_cost;
+  /* Parameter groups that step separately (a GAN's generator and critic,
+   * nets/network.h). 0 or 1: one group, the program above. G > 1: the
+   * program of one iteration is G phases, one per group in order, each the
+   * one-group program of this config with every action naming its group
+   * (SchedAction.group): the forwards and backwards of the phase, the
+   * GRAD_REDUCE of that group's gradient, the OPTIM of that group. */
+  int param_groups;
 } SchedConfig;
+
+#define SCHED_MAX_PARAM_GROUPS 8
 
 typedef struct SchedAction {
   int id;    /* position in SchedProgram.actions */
@@ -102,6 +111,7 @@ typedef struct SchedAction {
   int match;      /* SEND/RECV: id of the partner action; -1 when unmatched */
   int bucket;     /* GRAD_REDUCE: gradient bucket id on this rank; else -1 */
   int layer;      /* per-layer kinds (A2A, CP): layer index; else -1 */
+  int group;      /* the parameter group of the action's phase (config.param_groups > 1); else -1 */
   int num_deps;
   const int *deps; /* ids this action waits for (a RECV lists its SEND) */
 } SchedAction;
@@ -209,8 +219,9 @@ void sched_program_print_table(const SchedProgram *prog, FILE *f);
  *  "num_actions": N,
  *  "ranks": [{"rank": r, "actions": [{"id", "index", "kind", "stream", "mb", "chunk",
  *             "stage", "peer", "peer_chunk", "peer_stage", "match", "bucket", "layer",
- *             "deps": [ids]}, ...]}, ...]}
- * Fields that are -1 are omitted; a reader treats an absent field as -1. */
+ *             "group", "deps": [ids]}, ...]}, ...]}
+ * Fields that are -1 are omitted; a reader treats an absent field as -1.
+ * config.param_groups is written only when above 1. */
 cJSON *sched_program_to_json(const SchedProgram *prog); /* NULL when out of memory */
 int sched_program_write_json(const SchedProgram *prog, const char *path, Error *err);
 int sched_program_from_json(const cJSON *json, SchedProgram **out, Error *err);

@@ -30,7 +30,7 @@ static cJSON *action_to_json(const SchedAction *a) {
         add_int_if_set(o, "stage", a->stage) || add_int_if_set(o, "peer", a->peer) ||
         add_int_if_set(o, "peer_chunk", a->peer_chunk) || add_int_if_set(o, "peer_stage", a->peer_stage) ||
         add_int_if_set(o, "match", a->match) || add_int_if_set(o, "bucket", a->bucket) ||
-        add_int_if_set(o, "layer", a->layer);
+        add_int_if_set(o, "layer", a->layer) || add_int_if_set(o, "group", a->group);
   cJSON *deps = bad ? NULL : cJSON_AddArrayToObject(o, "deps");
   for (int d = 0; deps && d < a->num_deps; d++) {
     cJSON *n = cJSON_CreateNumber(a->deps[d]);
@@ -58,6 +58,7 @@ cJSON *sched_program_to_json(const SchedProgram *prog) {
         !cJSON_AddNumberToObject(cfg, "microbatches", prog->config.microbatches) ||
         !cJSON_AddNumberToObject(cfg, "order_fwd_cost", prog->config.order_fwd_cost) ||
         !cJSON_AddNumberToObject(cfg, "order_bwd_cost", prog->config.order_bwd_cost) ||
+        (prog->config.param_groups > 1 && !cJSON_AddNumberToObject(cfg, "param_groups", prog->config.param_groups)) ||
         !cJSON_AddNumberToObject(root, "num_actions", prog->num_actions) ||
         !(ranks = cJSON_AddArrayToObject(root, "ranks"));
   for (int r = 0; !bad && r < prog->num_ranks; r++) {
@@ -159,6 +160,8 @@ int sched_program_from_json(const cJSON *json, SchedProgram **out, Error *err) {
   const cJSON *bc = cJSON_GetObjectItemCaseSensitive(jc, "order_bwd_cost");
   cfg.order_fwd_cost = cJSON_IsNumber(fc) ? fc->valuedouble : 0;
   cfg.order_bwd_cost = cJSON_IsNumber(bc) ? bc->valuedouble : 0;
+  const cJSON *gc = cJSON_GetObjectItemCaseSensitive(jc, "param_groups");
+  cfg.param_groups = cJSON_IsNumber(gc) ? gc->valueint : 0;
   const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(json, "ranks");
   if (!cJSON_IsArray(ranks) || cJSON_GetArraySize(ranks) < 1)
     return error_set(err, ERR_FORMAT, "program JSON: \"ranks\" must be a non-empty array");
@@ -207,6 +210,7 @@ int sched_program_from_json(const cJSON *json, SchedProgram **out, Error *err) {
       if (!rc) rc = get_int(ao, "peer_stage", &a.peer_stage, 0, where, err);
       if (!rc) rc = get_int(ao, "bucket", &a.bucket, 0, where, err);
       if (!rc) rc = get_int(ao, "layer", &a.layer, 0, where, err);
+      if (!rc) rc = get_int(ao, "group", &a.group, 0, where, err);
       if (rc) goto done;
       if (id != begin[r] + i) {
         rc = error_set(err, ERR_FORMAT, "%s: id %d, expected %d (ids are positions, rank by rank)", where, id, begin[r] + i);

@@ -22,12 +22,13 @@
  * Checkpoints hold full logical tensors: dist_optimizer_gather assembles the
  * full moments (collective), dist_optimizer_scatter takes this rank's shard
  * out of full ones, so a checkpoint moves freely between ZeRO-1 and plain
- * runs of any data-parallel size. */
+ * runs of any data-parallel size. Like optimizer.h it reads only the
+ * network's parameter table and buffers. */
 #ifndef FIVEFOLD_TRAIN_DIST_OPTIMIZER_H
 #define FIVEFOLD_TRAIN_DIST_OPTIMIZER_H
 
 #include "base/error.h"
-#include "model/model.h"
+#include "nets/network.h"
 #include "train/dp_grads.h"
 #include "train/optimizer.h"
 
@@ -38,7 +39,7 @@ typedef struct DistOptimizer {
   int step;
 } DistOptimizer;
 
-int dist_optimizer_create(DistOptimizer *opt, DpGrads *grads, const Model *model, const OptimizerConfig *cfg,
+int dist_optimizer_create(DistOptimizer *opt, DpGrads *grads, const Network *net, const OptimizerConfig *cfg,
                           Error *err);
 void dist_optimizer_free(DistOptimizer *opt);
 
@@ -46,13 +47,21 @@ void dist_optimizer_free(DistOptimizer *opt);
  * norm is summed over the DP group only (a model without TP or PP). */
 /* The first tensor (table index) with a non-finite value in this rank's
  * gradient shard; -1 when all are finite. */
-int dist_optimizer_first_nonfinite(const DistOptimizer *opt, const Model *model);
-int dist_optimizer_step(DistOptimizer *opt, Model *model, OptimizerStepInfo *info, Error *err);
+int dist_optimizer_first_nonfinite(const DistOptimizer *opt, const Network *net);
+int dist_optimizer_step(DistOptimizer *opt, Network *net, OptimizerStepInfo *info, Error *err);
 /* Sum of squares of this rank's shard, by the counting rule of
  * optimizer_tensor_in_norm. */
-double dist_optimizer_local_sumsq(const DistOptimizer *opt, const Model *model, int tp_rank);
+double dist_optimizer_local_sumsq(const DistOptimizer *opt, const Network *net, int tp_rank);
 /* The step given the global sum of squares (collective: the all-gather). */
-int dist_optimizer_apply(DistOptimizer *opt, Model *model, double sumsq, OptimizerStepInfo *info, Error *err);
+int dist_optimizer_apply(DistOptimizer *opt, Network *net, double sumsq, OptimizerStepInfo *info, Error *err);
+
+/* Parameter groups that step in phases of their own, as optimizer_apply_group:
+ * the sum of squares of this rank's blocks of group `group`'s buckets
+ * (DpBucket.param_group; -1: all), and the step of that group alone (its
+ * blocks updated, its buckets all-gathered). */
+double dist_optimizer_local_sumsq_group(const DistOptimizer *opt, const Network *net, int tp_rank, int group);
+int dist_optimizer_apply_group(DistOptimizer *opt, Network *net, int group, double sumsq, OptimizerStepInfo *info,
+                               Error *err);
 
 /* Collective: full->m and full->v (num_params floats each) receive every
  * rank's moments and full->step the step count. */

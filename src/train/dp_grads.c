@@ -284,6 +284,36 @@ int dp_grads_finish(DpGrads *g, Error *err) {
   return rc ? error_wrap(err, "data-parallel gradient reduction") : 0;
 }
 
+int dp_grads_finish_group(DpGrads *g, int param_group, Error *err) {
+  double t0 = timer_now();
+  int rc = 0;
+  for (int b = 0; b < g->num_buckets && !rc; b++)
+    if (g->buckets[b].param_group == param_group && !g->buckets[b].started) rc = start_bucket(g, b, err);
+  for (int b = 0; b < g->num_buckets && !rc; b++)
+    if (g->buckets[b].param_group == param_group) rc = comm_wait(&g->buckets[b].req, err);
+  for (int b = 0; b < g->num_buckets; b++)
+    if (g->buckets[b].param_group == param_group && g->buckets[b].started) {
+      g->buckets[b].started = 0;
+      g->num_started--;
+    }
+  g->exposed_seconds += timer_now() - t0;
+  return rc ? error_wrap(err, "data-parallel gradient reduction of parameter group %d", param_group) : 0;
+}
+
+int dp_grads_set_param_group(DpGrads *g, size_t begin, size_t end, int param_group, Error *err) {
+  for (int b = 0; b < g->num_buckets; b++) {
+    DpBucket *k = &g->buckets[b];
+    if (k->end <= begin || k->begin >= end) continue;
+    if (k->begin < begin || k->end > end)
+      return error_set(err, ERR_ARG,
+                       "dp_grads: bucket %d [%zu, %zu) straddles parameter group %d's range [%zu, %zu) (it must be "
+                       "among the cuts)",
+                       b, k->begin, k->end, param_group, begin, end);
+    k->param_group = param_group;
+  }
+  return 0;
+}
+
 int dp_grads_calibrate(DpGrads *g, Error *err) {
   double best = 0;
   for (int round = 0; round < CALIBRATION_ROUNDS; round++) {

@@ -49,6 +49,7 @@ typedef struct DpBucket {
   CommRequest req;
   int started;
   const CommGroup *group; /* the group it reduces over: DpGrads.group, or the expert group */
+  int param_group;        /* the parameter group its tensors belong to (dp_grads_set_param_group); 0 */
 } DpBucket;
 
 typedef struct DpGrads {
@@ -112,6 +113,12 @@ int dp_grads_choose_overlap(DpGrads *g, int setting, const CommHostLayout *host,
 int dp_grads_route_ranges(DpGrads *g, const CommGroup *group, const size_t *begin, const size_t *end, int n,
                           Error *err);
 
+/* Parameter groups that step in phases of their own (nets/network.h): the
+ * buckets inside [begin, end) hold tensors of param_group. The range must
+ * be cut at creation (its ends among the cuts), so that no bucket mixes
+ * groups; ERR_ARG naming the bucket otherwise. */
+int dp_grads_set_param_group(DpGrads *g, size_t begin, size_t end, int param_group, Error *err);
+
 void dp_grads_begin(DpGrads *g);
 /* The hook starts only buckets inside [begin, end) (a chunk's range). */
 void dp_grads_set_window(DpGrads *g, size_t begin, size_t end);
@@ -121,6 +128,9 @@ int dp_grads_start_range(DpGrads *g, size_t begin, size_t end, Error *err);
  * call aborts the job (comm/world.h). */
 void dp_grads_on_ready(void *ctx, size_t offset, size_t count);
 int dp_grads_finish(DpGrads *g, Error *err);
+/* dp_grads_finish for the buckets of one parameter group only (the phase
+ * that steps it); the others are left as they are. */
+int dp_grads_finish_group(DpGrads *g, int param_group, Error *err);
 
 /* Times the blocking reduction of every bucket (collective; destroys the
  * gradient's contents: call where it is about to be zeroed). */

@@ -25,13 +25,15 @@ int executor_create(Executor *ex, const SchedProgram *prog, int rank, void *ctx,
     executor_free(ex);
     return error_set(err, ERR_NOMEM, "executor: out of memory for %d actions", ex->num_actions);
   }
-  /* The last backward of each chunk, found from the end of the list. */
+  /* The last backward of each chunk (of each phase, in a program whose
+   * parameter groups step in phases of their own), found from the end. */
   for (int i = ex->num_actions - 1; i >= 0; i--) {
     const SchedAction *a = &ex->actions[i];
     if (a->kind != SCHED_BWD) continue;
     int later = 0;
     for (int j = i + 1; j < ex->num_actions && !later; j++)
-      later = ex->actions[j].kind == SCHED_BWD && ex->actions[j].chunk == a->chunk;
+      later = ex->actions[j].kind == SCHED_BWD && ex->actions[j].chunk == a->chunk &&
+              ex->actions[j].group == a->group;
     ex->last_backward[i] = !later;
   }
   return 0;

@@ -6,7 +6,10 @@
  * the pipeline's SEND_ACT, RECV_ACT, SEND_GRAD and RECV_GRAD (pipeline.h),
  * GRAD_REDUCE and OPTIM; all-to-alls and ring steps slot in as more
  * handlers). An action whose kind has no handler is an
- * error naming the action, never silently skipped.
+ * error naming the action, never silently skipped. A program whose
+ * parameter groups step separately (SchedConfig.param_groups) runs its
+ * phases one after the other like any list; the handlers read the group
+ * of the phase from each action (SchedAction.group).
  *
  * It also stamps every action with its start and end time (seconds on the
  * timer_now clock), indexed by position in the rank's list, and, when a
@@ -37,7 +40,8 @@ typedef struct Executor {
   struct TraceSession *trace;                      /* NULL: tracing off */
   void *ctx;
   /* For BWD actions: 1 at list positions holding the last backward of
-   * their chunk (the one that completes the chunk's gradient). */
+   * their chunk (the one that completes the chunk's gradient), per phase
+   * when the program has several parameter groups (SchedAction.group). */
   unsigned char *last_backward;
   double *start, *end; /* [num_actions] times of the last run */
 } Executor;

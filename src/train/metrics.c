@@ -3,6 +3,7 @@
 #include "train/metrics.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,16 +11,28 @@
 
 #include "base/timer.h"
 
+void interval_add_metrics(IntervalStats *s, const NetMetric *metrics, int n) {
+  if (n > NET_MAX_METRICS) n = NET_MAX_METRICS;
+  for (int i = 0; i < n; i++) {
+    double sum = i < s->num_metrics ? s->metrics[i].value : 0;
+    s->metrics[i] = metrics[i];
+    s->metrics[i].value = sum + metrics[i].value;
+  }
+  s->num_metrics = n;
+}
+
 void interval_to_log_line(const IntervalStats *s, int step, int total_steps, double peak_gflops, int is_moe,
                           LogLine *out) {
   memset(out, 0, sizeof *out);
   double n = s->steps > 0 ? s->steps : 1;
   out->step = step;
   out->total_steps = total_steps;
-  out->loss = s->loss / n;
-  out->lm = s->lm / n;
-  out->aux = s->aux / n;
-  out->z = s->z / n;
+  out->num_metrics = s->num_metrics;
+  for (int i = 0; i < s->num_metrics; i++) {
+    out->metrics[i] = s->metrics[i];
+    out->metrics[i].value = s->metrics[i].value / n;
+  }
+  out->loss = s->num_metrics > 0 ? out->metrics[0].value : 0;
   out->lr = s->last_lr;
   out->grad_norm = s->grad_norm / n;
   out->ms_per_step = 1e3 * s->seconds / n;
@@ -29,8 +42,22 @@ void interval_to_log_line(const IntervalStats *s, int step, int total_steps, dou
   out->mfu_pct = peak_gflops > 0 ? 100.0 * out->gflops / peak_gflops : 0;
   out->is_moe = is_moe;
   out->imbalance = s->imbalance / n;
-  out->has_accuracy = s->has_accuracy;
-  out->accuracy = s->accuracy / n;
+}
+
+/* Appends to buf at *n, keeping *n <= cap; 0 once it is full. */
+static int append(char *buf, size_t cap, int *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int append(char *buf, size_t cap, int *n, const char *fmt, ...) {
+  if (*n < 0 || (size_t)*n >= cap) return 0;
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + *n, cap - (size_t)*n, fmt, ap);
+  va_end(ap);
+  if (m < 0 || (size_t)(*n + m) >= cap) {
+    *n = (int)cap;
+    return 0;
+  }
+  *n += m;
+  return 1;
 }
 
 void format_log_line(char *buf, size_t cap, const LogLine *l) {
@@ -38,41 +65,36 @@ void format_log_line(char *buf, size_t cap, const LogLine *l) {
   fmt_thousands(tok, sizeof tok, l->tokens_per_s);
   if (l->ms_per_step < 10) snprintf(ms, sizeof ms, "%.1f", l->ms_per_step);
   else snprintf(ms, sizeof ms, "%.0f", l->ms_per_step);
-  int n;
-  if (l->is_moe)
-    n = snprintf(buf, cap, "step %d/%d | loss %.3f (lm %.3f aux %.4f z %.4f)", l->step, l->total_steps, l->loss, l->lm,
-                 l->aux, l->z);
-  else if (l->has_accuracy)
-    n = snprintf(buf, cap, "step %d/%d | loss %.3f | acc %.1f%%", l->step, l->total_steps, l->loss,
-                 100.0 * l->accuracy);
-  else
-    n = snprintf(buf, cap, "step %d/%d | loss %.3f", l->step, l->total_steps, l->loss);
-  if (n < 0 || (size_t)n >= cap) return;
-  int m = snprintf(buf + n, cap - (size_t)n,
-                   " | lr %.2e | gnorm %.2f | %s ms/it | %s %s/s | %.1f GFLOP/s | MFU %.1f%% of %.0f GFLOP/s",
-                   (double)l->lr, l->grad_norm, ms, tok, l->unit ? l->unit : "tok", l->gflops, l->mfu_pct,
-                   l->peak_gflops);
-  if (m < 0 || (size_t)(n + m) >= cap) return;
-  n += m;
-  if (l->is_moe) snprintf(buf + n, cap - (size_t)n, " | moe imbalance %.2f (max/mean tokens per expert)", l->imbalance);
+  if (cap) buf[0] = '\0';
+  int n = 0, shown = 0;
+  append(buf, cap, &n, "step %d/%d | loss %.3f", l->step, l->total_steps, l->loss);
+  for (int i = 1; i < l->num_metrics; i++) {
+    const NetMetric *m = &l->metrics[i];
+    if (m->decimals <= 0) continue;
+    append(buf, cap, &n, "%s%s %.*f", shown++ ? " " : " (", m->name, m->decimals, m->value);
+  }
+  if (shown) append(buf, cap, &n, ")");
+  append(buf, cap, &n, " | lr %.2e | gnorm %.2f | %s ms/it | %s %s", (double)l->lr, l->grad_norm, ms, tok,
+         l->unit.rate ? l->unit.rate : "tok/s");
+  if (l->has_flops)
+    append(buf, cap, &n, " | %.1f GFLOP/s | MFU %.1f%% of %.0f GFLOP/s", l->gflops, l->mfu_pct, l->peak_gflops);
+  if (l->is_moe) append(buf, cap, &n, " | moe imbalance %.2f (max/mean tokens per expert)", l->imbalance);
 }
 
 void format_log_json(char *buf, size_t cap, const LogLine *l) {
-  int n = snprintf(buf, cap,
-                   "{\"type\":\"train\",\"step\":%d,\"steps\":%d,\"loss\":%.6g,\"lm\":%.6g,\"aux\":%.6g,\"z\":%.6g,"
-                   "\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.6g,\"%s_per_s\":%.6g,\"gflops\":%.6g,"
-                   "\"mfu_pct\":%.6g,\"peak_gflops\":%.6g",
-                   l->step, l->total_steps, l->loss, l->lm, l->aux, l->z, (double)l->lr, l->grad_norm,
-                   l->ms_per_step, l->unit && !strcmp(l->unit, "img") ? "images" : "tokens", l->tokens_per_s,
-                   l->gflops, l->mfu_pct, l->peak_gflops);
-  if (n < 0 || (size_t)n >= cap) return;
-  if (l->has_accuracy) {
-    int m = snprintf(buf + n, cap - (size_t)n, ",\"accuracy\":%.6g", l->accuracy);
-    if (m < 0 || (size_t)(n + m) >= cap) return;
-    n += m;
-  }
-  if (l->is_moe) snprintf(buf + n, cap - (size_t)n, ",\"moe_imbalance\":%.6g}", l->imbalance);
-  else snprintf(buf + n, cap - (size_t)n, "}");
+  if (cap) buf[0] = '\0';
+  int n = 0;
+  append(buf, cap, &n, "{\"type\":\"train\",\"step\":%d,\"steps\":%d", l->step, l->total_steps);
+  if (l->num_metrics == 0) append(buf, cap, &n, ",\"loss\":%.6g", l->loss);
+  for (int i = 0; i < l->num_metrics; i++)
+    append(buf, cap, &n, ",\"%s\":%.6g", l->metrics[i].name, l->metrics[i].value);
+  append(buf, cap, &n, ",\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.6g,\"%s_per_s\":%.6g", (double)l->lr,
+         l->grad_norm, l->ms_per_step, l->unit.many ? l->unit.many : "tokens", l->tokens_per_s);
+  if (l->has_flops)
+    append(buf, cap, &n, ",\"gflops\":%.6g,\"mfu_pct\":%.6g,\"peak_gflops\":%.6g", l->gflops, l->mfu_pct,
+           l->peak_gflops);
+  if (l->is_moe) append(buf, cap, &n, ",\"moe_imbalance\":%.6g", l->imbalance);
+  append(buf, cap, &n, "}");
 }
 
 double moe_imbalance(const long *counts, const ModelConfig *cfg) {

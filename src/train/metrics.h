@@ -8,37 +8,42 @@
 #include <stdio.h>
 
 #include "model/config.h"
+#include "nets/network.h"
 
 /* Statistics of the steps since the last log line. */
 typedef struct IntervalStats {
   int steps;
-  double loss, lm, aux, z; /* sums over steps of the step means */
+  int num_metrics;                  /* the network's metrics, [0] the loss (nets/network.h) */
+  NetMetric metrics[NET_MAX_METRICS]; /* names and decimals of the last step, values summed over steps */
   double grad_norm;        /* sum over steps */
   double imbalance;        /* sum over steps (MoE models) */
   double seconds;          /* training time (evaluation excluded) */
   double tokens, flops;
   float last_lr;
-  int has_accuracy;
-  double accuracy; /* sum over steps of the step means (classifiers of nets/) */
 } IntervalStats;
 
 /* One log line's numbers (means over the interval). */
 typedef struct LogLine {
   int step, total_steps;
-  double loss, lm, aux, z;
+  double loss; /* metrics[0] */
+  int num_metrics;
+  NetMetric metrics[NET_MAX_METRICS];
   float lr;
   double grad_norm;
+  NetUnit unit;   /* what tokens_per_s counts (the network's unit) */
+  int has_flops;  /* the network counts its FLOPs: GFLOP/s and MFU are shown */
   double ms_per_step, tokens_per_s, gflops, mfu_pct, peak_gflops;
   int is_moe;
   double imbalance;
-  int has_accuracy;
-  double accuracy;
-  const char *unit; /* what tokens_per_s counts: NULL or "tok", "img" for images */
 } LogLine;
 
+/* Adds one step's metrics (metrics[0] the loss) to the interval. */
+void interval_add_metrics(IntervalStats *s, const NetMetric *metrics, int n);
 void interval_to_log_line(const IntervalStats *s, int step, int total_steps, double peak_gflops, int is_moe,
                           LogLine *out);
-/* `step 120/2000 | loss 2.314 (lm ...) | lr ... | ... | moe imbalance 1.23 (...)`, no newline. */
+/* `step 120/2000 | loss 2.314 (lm ...) | lr ... | ... | moe imbalance 1.23 (...)`, no newline: the
+ * metrics after the loss that have decimals, by name; throughput in l->unit.rate; GFLOP/s and MFU
+ * when l->has_flops. */
 void format_log_line(char *buf, size_t cap, const LogLine *l);
 /* The same numbers as one JSON object (a metrics.jsonl record), no newline. */
 void format_log_json(char *buf, size_t cap, const LogLine *l);

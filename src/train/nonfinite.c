@@ -19,16 +19,16 @@ enum { NAME_WORDS = 8 };
 /* The first tensor of this rank whose values in buf are not finite; -1
  * when all are. Double accumulation cannot overflow for finite floats, so
  * a non-finite sum means a non-finite element. */
-static int first_nonfinite_tensor(const Model *m, const float *buf) {
-  for (int i = 0; i < m->num_tensors; i++)
-    if (!isfinite(vec_sumsq(buf + m->tensors[i].offset, m->tensors[i].numel))) return i;
+static int first_nonfinite_tensor(const Network *net, const float *buf) {
+  for (int i = 0; i < net->num_tensors; i++)
+    if (!isfinite(vec_sumsq(buf + net->params[i].offset, net->params[i].numel))) return i;
   return -1;
 }
 
 /* The gradient this rank applies: whole, or its ZeRO-1 shard. */
 static int first_nonfinite_gradient(const Trainer *tr) {
-  if (tr->zero) return dist_optimizer_first_nonfinite(&tr->dist_opt, &tr->model);
-  return first_nonfinite_tensor(&tr->model, tr->model.grads);
+  if (tr->zero) return dist_optimizer_first_nonfinite(&tr->dist_opt, &tr->net);
+  return first_nonfinite_tensor(&tr->net, tr->net.grads);
 }
 
 /* Whether any rank's flag is set (every rank gets the same answer). */
@@ -49,8 +49,8 @@ static int agree_on_name(const Trainer *tr, int local, char *name, size_t cap, E
   memset(mine, 0, sizeof mine);
   mine[0] = local < 0 ? INT64_MAX : ((int64_t)tr->pp_rank << 32) + local;
   /* Names longer than the record are cut (none of the model's are). */
-  if (local >= 0) memcpy(&mine[1], tr->model.tensors[local].name,
-                         strnlen(tr->model.tensors[local].name, NAME_WORDS * sizeof(int64_t) - 1));
+  if (local >= 0) memcpy(&mine[1], tr->net.params[local].name,
+                         strnlen(tr->net.params[local].name, NAME_WORDS * sizeof(int64_t) - 1));
   int n = tr->world > 1 && comm_initialized() ? tr->world : 1;
   int64_t *all = n > 1 ? malloc((size_t)n * sizeof mine) : mine;
   if (!all) return error_set(err, ERR_NOMEM, "out of memory naming the non-finite tensor");
@@ -114,7 +114,7 @@ int nonfinite_guard_step(Trainer *tr, double sumsq, int *skip, Error *err) {
 }
 
 int nonfinite_guard_weights(Trainer *tr, Error *err) {
-  int local = first_nonfinite_tensor(&tr->model, tr->model.params);
+  int local = first_nonfinite_tensor(&tr->net, tr->net.values);
   int any = 0;
   int rc = any_rank(tr, local >= 0, &any, err);
   if (rc || !any) return rc;
@@ -137,10 +137,10 @@ void nonfinite_test_poison(Trainer *tr, const char *kind) {
   /* grad: before the step's number is counted; weight: after. */
   long now = !strcmp(kind, "grad") ? tr->step + 1 : tr->step;
   if (step != now) return;
-  for (int i = 0; i < tr->model.num_tensors; i++) {
-    const ParamTensor *p = &tr->model.tensors[i];
+  for (int i = 0; i < tr->net.num_tensors; i++) {
+    const NetParam *p = &tr->net.params[i];
     if (strcmp(p->name, end + 1)) continue;
-    float *buf = !strcmp(kind, "grad") ? tr->model.grads : tr->model.params;
+    float *buf = !strcmp(kind, "grad") ? tr->net.grads : tr->net.values;
     buf[p->offset] = NAN;
     return;
   }

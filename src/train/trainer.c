@@ -76,6 +76,17 @@ static CheckpointOptimizer checkpoint_optimizer_of(Optimizer *opt) {
   return (CheckpointOptimizer){.m = opt->m, .v = opt->v, .num_params = opt->num_params, .step = opt->step};
 }
 
+/* The network's config as a checkpoint records it: the transformer's model
+ * config, or a network of nets/ its section of the run config (with
+ * "family"). NULL when out of memory. */
+static cJSON *model_record_of(const Trainer *tr) {
+  if (tr->cfg->family == TRAIN_FAMILY_TRANSFORMER) return model_config_to_json(&tr->model.cfg);
+  cJSON *run_config = train_config_to_json(tr->cfg);
+  cJSON *record = cJSON_DetachItemFromObjectCaseSensitive(run_config, "model");
+  cJSON_Delete(run_config);
+  return record;
+}
+
 int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   /* Full logical tensors: the ZeRO-1 AdamW state is gathered first (each
    * bucket over its group), so every rank holds the moments of its whole
@@ -85,17 +96,17 @@ int trainer_save_checkpoint(Trainer *tr, CheckpointSaveInfo *info, Error *err) {
   if (rc) return rc;
   Optimizer full = tr->opt;
   if (tr->zero) {
-    if ((rc = optimizer_create(&full, &tr->model, &tr->opt.cfg, err))) return rc;
+    if ((rc = optimizer_create(&full, tr->net.num_values, &tr->opt.cfg, err))) return rc;
     rc = dist_optimizer_gather(&tr->dist_opt, &full, err);
   }
   cJSON *run_config = train_config_to_json(tr->cfg);
   /* A network of nets/ records its own config; its synthetic data has no
    * windows, its position is the step (one "window" keeps the record valid). */
   int network = tr->cfg->family != TRAIN_FAMILY_TRANSFORMER;
-  cJSON *model_record = network ? cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(run_config, "model"), 1) : NULL;
+  cJSON *model_record = model_record_of(tr);
   CheckpointSource src = {
       .step = tr->step,
-      .model = &tr->model,
+      .net = &tr->net,
       .opt = checkpoint_optimizer_of(&full),
       .data_loader = tr->train.state,
       .data_windows = network ? trainer_net_data_windows(tr) : tr->train.windows.num_windows,
@@ -165,15 +176,17 @@ int trainer_resume(Trainer *tr, const char *ckpt_dir, Error *err) {
   /* Every rank reads its slices of the full tensors; a ZeRO-1 rank then
    * keeps its part of the moments. */
   Optimizer full = tr->opt;
-  int rc = tr->zero ? optimizer_create(&full, &tr->model, &tr->opt.cfg, err) : 0;
+  cJSON *record = model_record_of(tr);
+  int rc = tr->zero ? optimizer_create(&full, tr->net.num_values, &tr->opt.cfg, err) : 0;
   CheckpointOptimizer moments = checkpoint_optimizer_of(&full);
   if (tr->world > 1) {
     CheckpointShardInfo sh = shard_info(tr);
     if (rc) comm_abort(rc, "%s", err->msg);
-    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->model, &moments, &st, &sh, err);
+    rc = checkpoint_load_training_sharded(ckpt_dir, &tr->net, record, &moments, &st, &sh, err);
   } else if (!rc) {
-    rc = checkpoint_load_training(ckpt_dir, &tr->model, &moments, &st, err);
+    rc = checkpoint_load_training(ckpt_dir, &tr->net, record, &moments, &st, err);
   }
+  cJSON_Delete(record);
   if (!rc) full.step = moments.step;
   if (tr->zero) {
     if (!rc) dist_optimizer_scatter(&tr->dist_opt, &full);
@@ -298,8 +311,7 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
                  "norms, softmax, router, loss; bf16 GEMMs on oneDNN)"
                : "fp32");
   fprintf(out, "  compute  %s FLOP per %s (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s",
-          fmt_si(d, sizeof d, tr->flops_per_token), cfg->family == TRAIN_FAMILY_VISION ? "image" : "token",
-          tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
+          fmt_si(d, sizeof d, tr->net.flops_per_unit), tr->net.ops->unit.one, tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
           peak,
           !peak_measured ? "stated: training.peak_gflops"
           : bf16         ? "measured: vdpbf16ps loop on every thread"
@@ -334,26 +346,27 @@ static void print_parallel(const Trainer *tr, FILE *out) {
             train_config_moe_dispatcher(cfg) == MODEL_MOE_ALLGATHER ? "allgather" : "alltoall");
 }
 
-static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev) {
+/* Validation over windows of tokens (the transformer) in bits per token
+ * too; other networks' in their own unit. */
+static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalResult *ev, const NetUnit *unit) {
   char tok[32];
   char win[32];
-  if (ev->has_accuracy) { /* a classifier of nets/: samples, not tokens */
-    fprintf(out, "eval step %d/%d | val loss %.3f | val accuracy %.2f%% | %s samples | %.1f s\n", step, total,
-            ev->loss, 100.0 * ev->accuracy, fmt_thousands(win, sizeof win, (double)ev->tokens), ev->seconds);
-    if (jsonl)
-      fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"val_accuracy\":%.9g,\"samples\":%ld,"
-                     "\"seconds\":%.6g}\n", step, ev->loss, ev->accuracy, ev->tokens, ev->seconds);
-    fflush(out);
-    if (jsonl) fflush(jsonl);
-    return;
-  }
-  fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %s windows, %s tokens | %.1f s\n", step, total,
-          ev->loss, ev->loss / log(2.0), fmt_thousands(win, sizeof win, (double)ev->windows),
-          fmt_thousands(tok, sizeof tok, (double)ev->tokens), ev->seconds);
+  if (ev->windows > 0)
+    fprintf(out, "eval step %d/%d | val loss %.3f | %.3f bits/token | %s windows, %s tokens | %.1f s\n", step, total,
+            ev->loss, ev->loss / log(2.0), fmt_thousands(win, sizeof win, (double)ev->windows),
+            fmt_thousands(tok, sizeof tok, (double)ev->tokens), ev->seconds);
+  else if (ev->has_accuracy) /* a classifier of nets/ */
+    fprintf(out, "eval step %d/%d | val loss %.3f | val accuracy %.2f%% | %s %s | %.1f s\n", step, total, ev->loss,
+            100.0 * ev->accuracy, fmt_thousands(tok, sizeof tok, (double)ev->tokens), unit->many, ev->seconds);
+  else
+    fprintf(out, "eval step %d/%d | val loss %.3f | %s %s | %.1f s\n", step, total, ev->loss,
+            fmt_thousands(tok, sizeof tok, (double)ev->tokens), unit->many, ev->seconds);
   fflush(out);
   if (jsonl) {
-    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"windows\":%ld,\"tokens\":%ld,\"seconds\":%.6g}\n",
-            step, ev->loss, ev->windows, ev->tokens, ev->seconds);
+    char acc[48] = "";
+    if (ev->has_accuracy) snprintf(acc, sizeof acc, ",\"val_accuracy\":%.9g", ev->accuracy);
+    fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g%s,\"windows\":%ld,\"%s\":%ld,\"seconds\":%.6g}\n",
+            step, ev->loss, acc, ev->windows, unit->many, ev->tokens, ev->seconds);
     fflush(jsonl);
   }
 }
@@ -634,7 +647,7 @@ static int run_evaluate(Trainer *tr, RunState *rs, int step, Error *err) {
   progress_clear(&rs->progress);
   int rc = trainer_evaluate(tr, &ev, err);
   if (rc) return rc;
-  print_eval(rs->out, rs->jsonl, step, tr->cfg->steps, &ev);
+  print_eval(rs->out, rs->jsonl, step, tr->cfg->steps, &ev, &tr->net.ops->unit);
   if (step == 0) rs->sum.first_val_loss = ev.loss;
   else rs->sum.final_val_loss = ev.loss;
   if (step > 0 && ev.has_accuracy) rs->sum.final_val_accuracy = ev.accuracy;
@@ -648,17 +661,12 @@ static void run_account_step(const Trainer *tr, RunState *rs, const TrainStepRes
   TrainSummary *sum = &rs->sum;
   if (r->step == 1) sum->first_loss = r->loss;
   iv->steps++;
-  iv->loss += r->loss;
-  iv->lm += r->lm;
-  iv->aux += r->aux;
-  iv->z += r->z;
+  interval_add_metrics(iv, r->metrics, r->num_metrics);
   iv->grad_norm += r->grad_norm;
   iv->imbalance += r->imbalance;
-  iv->has_accuracy = r->has_accuracy;
-  iv->accuracy += r->accuracy;
   iv->seconds += r->seconds;
   iv->tokens += (double)r->tokens;
-  iv->flops += tr->flops_per_token * (double)r->tokens;
+  iv->flops += tr->net.flops_per_unit * (double)r->tokens;
   iv->last_lr = r->lr;
   sum->train_seconds += r->seconds;
   sum->tokens += r->tokens;
@@ -685,7 +693,8 @@ static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResu
   if (r->step % cfg->log_interval == 0 || r->step == 1 || last) {
     LogLine l;
     interval_to_log_line(&rs->iv, r->step, cfg->steps, rs->peak, rs->is_moe, &l);
-    l.unit = cfg->family == TRAIN_FAMILY_VISION ? "img" : NULL;
+    l.unit = tr->net.ops->unit;
+    l.has_flops = tr->net.flops_per_unit > 0;
     progress_clear(&rs->progress);
     format_log_line(line, sizeof line, &l);
     fprintf(rs->out, "%s\n", line);
@@ -758,18 +767,18 @@ static void run_print_end(const Trainer *tr, RunState *rs) {
   sum->final_loss = rs->last_interval_loss;
   sum->tokens_per_s = sum->train_seconds > 0 ? (double)sum->tokens / sum->train_seconds : 0;
   sum->mfu_pct = peak > 0 && sum->train_seconds > 0
-                     ? 100.0 * tr->flops_per_token * (double)sum->tokens / sum->train_seconds / 1e9 / peak
+                     ? 100.0 * tr->net.flops_per_unit * (double)sum->tokens / sum->train_seconds / 1e9 / peak
                      : 0;
-  char tok[32], dur[32], val[96] = "";
+  char tok[32], dur[32], val[96] = "", mfu[32] = "";
   int n = isnan(sum->final_val_loss) ? 0 : snprintf(val, sizeof val, " | val loss %.3f", sum->final_val_loss);
   if (!isnan(sum->final_val_accuracy) && n > 0)
     snprintf(val + n, sizeof val - (size_t)n, ", accuracy %.2f%%", 100.0 * sum->final_val_accuracy);
-  fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s %s/s | "
-               "MFU %.1f%%%s%s\n",
+  if (tr->net.flops_per_unit > 0) snprintf(mfu, sizeof mfu, " | MFU %.1f%%", sum->mfu_pct);
+  fprintf(out, "done: %d steps in %s (%.1f s training, %.1f s evaluation) | final train loss %.3f%s | %s %s%s%s%s\n",
           sum->steps, fmt_duration(dur, sizeof dur, sum->train_seconds + sum->eval_seconds), sum->train_seconds,
           sum->eval_seconds, sum->final_loss, val, fmt_thousands(tok, sizeof tok, sum->tokens_per_s),
-          cfg->family == TRAIN_FAMILY_VISION ? "images" : "tok", sum->mfu_pct,
-          rs->opts->write_run_files ? " | output " : "", rs->opts->write_run_files ? cfg->out_dir : "");
+          tr->net.ops->unit.rate, mfu, rs->opts->write_run_files ? " | output " : "",
+          rs->opts->write_run_files ? cfg->out_dir : "");
   if (tr->nonfinite_skipped > 0)
     fprintf(out, "nonfinite: %d step(s) skipped for a non-finite loss or gradient (weights left as they were)\n",
             tr->nonfinite_skipped);
@@ -811,12 +820,16 @@ static void run_write_summary(const Trainer *tr, const RunState *rs) {
   if (!isnan(sum->final_val_accuracy)) /* a classifier of nets/: one more field */
     snprintf(grad_reduce_json + strlen(grad_reduce_json), sizeof grad_reduce_json - strlen(grad_reduce_json),
              ",\"final_val_accuracy\":%.6g", sum->final_val_accuracy);
+  /* Throughput in the network's unit; MFU where it counts its FLOPs. */
+  const char *unit = tr->net.ops->unit.many;
+  char mfu_json[64] = "";
+  if (tr->net.flops_per_unit > 0) snprintf(mfu_json, sizeof mfu_json, ",\"mfu_pct\":%.6g", sum->mfu_pct);
   fprintf(rs->jsonl,
           "{\"type\":\"summary\",\"steps\":%d,\"first_loss\":%.6g,\"final_loss\":%.6g,\"first_val_loss\":%s,"
-          "\"final_val_loss\":%s,\"tokens\":%ld,\"tokens_per_s\":%.6g,\"mfu_pct\":%.6g,\"peak_gflops\":%.6g,"
+          "\"final_val_loss\":%s,\"%s\":%ld,\"%s_per_s\":%.6g%s,\"peak_gflops\":%.6g,"
           "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s%s}\n",
-          sum->steps, sum->first_loss, sum->final_loss, first_val, final_val, sum->tokens, sum->tokens_per_s,
-          sum->mfu_pct, sum->peak_gflops, sum->train_seconds, sum->eval_seconds, tr->threads,
+          sum->steps, sum->first_loss, sum->final_loss, first_val, final_val, unit, sum->tokens, unit,
+          sum->tokens_per_s, mfu_json, sum->peak_gflops, sum->train_seconds, sum->eval_seconds, tr->threads,
           sum->stopped_early ? "true" : "false", grad_reduce_json);
   fflush(rs->jsonl);
 }

@@ -72,8 +72,9 @@ typedef struct Trainer {
                   network itself, and `model` only a view of its table (train/trainer_net.h) */
   float *net_x;  /* a network of nets/: the step's micro-batches of features and classes */
   int *net_y;
-  double net_loss, net_accuracy; /* the running step's summed micro-batch losses and accuracies */
-  struct ImageSet *images;        /* a vision network's data (data/image_set.h) */
+  double net_metric_sums[NET_MAX_METRICS]; /* the running step's micro-batch metrics, summed */
+  int phase; /* the parameter group whose phase runs (train/phases.h); -1 outside a phase */
+  struct ImageSet *images; /* a vision network's data (data/image_set.h) */
   Optimizer opt;
   DataLoader train;
   ValLoader val;
@@ -85,7 +86,6 @@ typedef struct Trainer {
   int start_step;        /* step this process started from (0, or the resumed checkpoint's) */
   char resumed_from[CHECKPOINT_PATH_MAX]; /* checkpoint directory, "" for a fresh run */
   int threads;
-  double flops_per_token; /* model FLOPs (forward + backward) per trained token */
   /* the program of one step, its executor and the pipeline handlers */
   struct SchedProgram *prog;
   Executor exec;
@@ -131,14 +131,15 @@ typedef struct Trainer {
 /* What one optimizer step did. Losses are means over its micro-batches. */
 typedef struct TrainStepResult {
   int step; /* 1-based number of this step */
-  double loss, lm, aux, z;
-  int has_accuracy; /* a classifier of nets/: accuracy is the step's mean */
-  double accuracy;
+  double loss; /* metrics[0] */
+  int num_metrics;
+  NetMetric metrics[NET_MAX_METRICS]; /* the network's, by name (nets/network.h): the transformer's
+                                         loss, lm, aux, z; the MLP's loss, accuracy */
   float lr;
   double grad_norm;
   int skipped;      /* a non-finite loss or gradient: no update (training.nonfinite skip) */
   double imbalance; /* MoE layers; 0 for dense models */
-  long tokens;
+  long tokens; /* units of the network's throughput (NetworkOps.unit): tokens, samples */
   double seconds;
   /* data parallel (0 when dp = 1): seconds the host spent in the
    * gradient reduction (MPI calls during backward and the wait after it;
@@ -152,7 +153,7 @@ typedef struct EvalResult {
   double loss; /* mean LM loss per validation token */
   int has_accuracy; /* a classifier of nets/ */
   double accuracy;
-  long tokens;
+  long tokens; /* in the network's unit (tokens, samples) */
   int batches;  /* micro-batches over all replicas, padding included */
   long windows; /* validation windows: training.eval_windows (or all there are), whatever the layout */
   double seconds;
@@ -200,7 +201,7 @@ typedef struct TrainSummary {
   double first_val_loss; /* NAN without val data or start evaluation */
   double final_val_loss; /* NAN without val data */
   double final_val_accuracy; /* NAN without val data or for a transformer */
-  double tokens_per_s;   /* training tokens / training time (evaluation excluded) */
+  double tokens_per_s;   /* training units (the network's: tokens, samples) / training time (evaluation excluded) */
   double mfu_pct, peak_gflops;
   double train_seconds, eval_seconds;
   long tokens;

@@ -92,7 +92,7 @@ int trainer_fold_grads_create(Trainer *tr, const size_t *cuts, int num_cuts, dou
  * (the clipping factor must agree everywhere). */
 int trainer_fold_sumsq(Trainer *tr, double *sumsq, Error *err) {
   const CommGroup *w = comm_world();
-  double mine = optimizer_local_sumsq_world(&tr->model, tr->dp_group ? tr->dp_group->size : 1, tr->edp);
+  double mine = optimizer_local_sumsq_world(&tr->net, tr->dp_group ? tr->dp_group->size : 1, tr->edp);
   double *all = malloc((size_t)w->size * sizeof *all);
   if (!all) return error_set(err, ERR_NOMEM, "out of memory");
   int64_t bits;

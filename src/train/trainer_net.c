@@ -14,34 +14,7 @@
 #include "nets/vision.h"
 #include "sched/builders.h"
 #include "train/nonfinite.h"
-
-/* The network's table as the model tensor table the optimizer and the
- * checkpoints take: whole tensors, identical on every (data-parallel) rank. */
-static int model_view(Model *view, const Network *net, Error *err) {
-  memset(view, 0, sizeof *view);
-  view->tensors = calloc((size_t)net->num_tensors, sizeof *view->tensors);
-  if (!view->tensors) return error_set(err, ERR_NOMEM, "out of memory for the tensor table");
-  for (int i = 0; i < net->num_tensors; i++) {
-    const NetParam *p = &net->params[i];
-    ParamTensor *t = &view->tensors[i];
-    snprintf(t->name, sizeof t->name, "%s", p->name);
-    t->ndim = t->view_ndim = p->ndim;
-    for (int d = 0; d < p->ndim; d++) t->shape[d] = t->global_shape[d] = t->view_shape[d] = t->view_count[d] =
-        (int)p->shape[d];
-    t->offset = p->offset;
-    t->numel = p->numel;
-    t->no_weight_decay = p->no_weight_decay;
-    t->tp_replicated = 1;
-    t->tp_ranks = 1;
-  }
-  view->num_tensors = net->num_tensors;
-  view->num_params = net->num_values;
-  view->params = net->values;
-  view->grads = net->grads;
-  view->shard.tp_size = 1;
-  view->shard.num_chunks = 1;
-  return 0;
-}
+#include "train/phases.h"
 
 /* Every rank a data-parallel replica; the gradient summed over all of them. */
 static int create_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *err) {
@@ -54,17 +27,22 @@ static int create_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *e
   int rc = 0;
   if (tr->reduce_grads) {
     double bucket_bytes = cfg->bucket_mb > 0 ? cfg->bucket_mb * 1e6 : (double)tr->net.num_values;
-    rc = dp_grads_create(&tr->dp_grads, tr->dp_group, tr->net.grads, tr->net.num_values, NULL, 0, bucket_bytes,
-                         tr->zero, err);
+    /* Buckets never mix parameter groups that step in phases of their own. */
+    size_t cuts[128];
+    int num_cuts = phases_group_cuts(&tr->net, cuts, 128);
+    if (num_cuts > 128) return error_set(err, ERR_CONFIG, "%d parameter group boundaries, at most 128", num_cuts);
+    rc = dp_grads_create(&tr->dp_grads, tr->dp_group, tr->net.grads, tr->net.num_values, num_cuts ? cuts : NULL,
+                         num_cuts, bucket_bytes, tr->zero, err);
+    if (!rc) rc = phases_tag_buckets(&tr->dp_grads, &tr->net, err);
     if (!rc) dp_grads_set_overlap(&tr->dp_grads, 0); /* one chunk: the whole gradient is ready at once */
     if (!rc) rc = dp_grads_calibrate(&tr->dp_grads, err);
   }
   if (!rc && tr->zero) {
-    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->model, oc, err);
+    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->net, oc, err);
     tr->opt.cfg = *oc;
-    tr->opt.num_params = tr->model.num_params;
+    tr->opt.num_params = tr->net.num_values;
   } else if (!rc) {
-    rc = optimizer_create(&tr->opt, &tr->model, oc, err);
+    rc = optimizer_create(&tr->opt, tr->net.num_values, oc, err);
   }
   return rc;
 }
@@ -121,20 +99,14 @@ static void fill_step_batch(Trainer *tr, int mb) {
   }
 }
 
-/* AdamW after the reduction, with the global gradient norm. */
-static int update(Trainer *tr, Error *err) {
-  double sumsq;
-  int rc = 0;
-  if (!tr->zero) {
-    sumsq = vec_sumsq(tr->model.grads, tr->model.num_params);
-  } else {
-    sumsq = dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, 0);
-    rc = sum_over_replicas(tr, &sumsq, err);
-  }
+/* AdamW of `group` (-1: all) after the reduction, with that gradient's global norm. */
+static int update(Trainer *tr, int group, Error *err) {
+  double sumsq = phases_local_sumsq(tr, group);
+  int rc = tr->zero ? sum_over_replicas(tr, &sumsq, err) : 0;
   if (rc) return error_wrap(err, "global gradient norm");
-  if ((rc = trainer_apply_update(tr, sumsq, err))) return rc;
+  if ((rc = trainer_apply_group_update(tr, group, sumsq, err))) return rc;
   /* Every rank holds the updated values (ZeRO-1 gathers them): each runs the hooks. */
-  if (!tr->step_skipped && tr->net.ops->after_update) tr->net.ops->after_update(&tr->net, 0);
+  if (!tr->step_skipped && tr->net.ops->after_update) tr->net.ops->after_update(&tr->net, group < 0 ? 0 : group);
   return 0;
 }
 
@@ -152,9 +124,12 @@ static void add_metrics(const Trainer *tr, double weight, double *loss, double *
 static int net_forward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
   fill_step_batch(tr, a->microbatch);
+  phases_enter(tr, a->group);
   NetBatch b;
   int rc = tr->net.ops->forward(&tr->net, a->chunk, step_batch(tr, a->microbatch, &b), err);
-  if (!rc) add_metrics(tr, 1.0, &tr->net_loss, &tr->net_accuracy);
+  NetMetric m[NET_MAX_METRICS];
+  int n = rc ? 0 : tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS);
+  for (int i = 0; i < n && i < NET_MAX_METRICS; i++) tr->net_metric_sums[i] += m[i].value;
   return rc;
 }
 
@@ -164,29 +139,23 @@ static int net_backward(void *ctx, const SchedAction *a, Error *err) {
   return tr->net.ops->backward(&tr->net, a->chunk, step_batch(tr, a->microbatch, &b), tr->grad_scale, err);
 }
 
-/* One chunk: the whole gradient is ready; its buckets start here. */
+/* One chunk: the whole gradient (of the phase's group) is ready; its buckets start here. */
 static int net_grad_reduce(void *ctx, const SchedAction *a, Error *err) {
-  Trainer *tr = ctx;
-  (void)a;
-  return tr->reduce_grads ? dp_grads_start_range(&tr->dp_grads, 0, tr->net.num_values, err) : 0;
+  return phases_start_reduce(ctx, a->group, err);
 }
 
 static int net_prepare_optim(void *ctx, const SchedAction *a, Error *err) {
-  Trainer *tr = ctx;
-  (void)a;
-  return tr->reduce_grads ? dp_grads_finish(&tr->dp_grads, err) : 0;
+  return phases_finish_reduce(ctx, a->group, err);
 }
 
-static int net_optim(void *ctx, const SchedAction *a, Error *err) {
-  (void)a;
-  return update(ctx, err);
-}
+static int net_optim(void *ctx, const SchedAction *a, Error *err) { return update(ctx, a->group, err); }
 
 /* The program of one step (schedule none: F, B per micro-batch, the
  * reduction, the update) and the executor that runs it with the handlers
  * above, as the transformer's step does with its own. */
 static int create_program(Trainer *tr, Error *err) {
-  SchedConfig sc = {.schedule = SCHED_SCHEDULE_NONE, .pp = 1, .vpp = 1, .microbatches = tr->cfg->grad_accum_steps};
+  SchedConfig sc = {.schedule = SCHED_SCHEDULE_NONE, .pp = 1, .vpp = 1, .microbatches = tr->cfg->grad_accum_steps,
+                    .param_groups = tr->net.num_param_groups};
   int rc = sched_build(&sc, &tr->prog, err);
   if (!rc) rc = executor_create(&tr->exec, tr->prog, 0, tr, err);
   if (rc) return rc;
@@ -205,14 +174,11 @@ static int create_network(Trainer *tr, const TrainConfig *cfg, Error *err) {
   if (!is_vision(tr)) {
     if ((rc = mlp_create(&tr->net, &cfg->mlp, B, err))) return error_wrap(err, "creating the mlp");
     mlp_init_weights(&tr->net, cfg->seed);
-    tr->flops_per_token = mlp_flops_per_sample(&cfg->mlp);
     return 0;
   }
   if ((rc = vision_create(&tr->net, &cfg->vision, B, err)))
     return error_wrap(err, "%s: creating the vision network", cfg->config_path);
   vision_init_weights(&tr->net, cfg->seed);
-  /* 2 FLOP per multiply-add, forward and the two backward products */
-  tr->flops_per_token = 6.0 * vision_mults_per_sample(&tr->net);
   tr->images = calloc(1, sizeof *tr->images);
   if (!tr->images) return error_set(err, ERR_NOMEM, "out of memory for the image set");
   if ((rc = image_set_open(tr->images, &cfg->images, err))) {
@@ -240,7 +206,6 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   tr->grad_scale = 1.0f / ((float)cfg->grad_accum_steps * (float)tr->dp);
   int rc = create_network(tr, cfg, err);
   if (rc) return rc;
-  if ((rc = model_view(&tr->model, &tr->net, err))) return rc;
   size_t samples = (size_t)cfg->micro_batch_size * (size_t)cfg->grad_accum_steps;
   tr->net_x = malloc(samples * sample_floats(tr) * sizeof(float));
   tr->net_y = malloc(samples * sizeof(int));
@@ -252,8 +217,6 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
 }
 
 void trainer_net_free(Trainer *tr) {
-  free(tr->model.tensors); /* a view: the buffers are the network's */
-  memset(&tr->model, 0, sizeof tr->model);
   network_free(&tr->net);
   free(tr->net_x);
   free(tr->net_y);
@@ -273,21 +236,27 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   tr->step_skipped = 0;
   nonfinite_test_poison(tr, "grad");
   if (tr->reduce_grads) dp_grads_begin(&tr->dp_grads);
-  tr->net_loss = tr->net_accuracy = 0;
+  memset(tr->net_metric_sums, 0, sizeof tr->net_metric_sums);
+  tr->phase = -1;
   int rc = executor_run(&tr->exec, err);
-  double loss = tr->net_loss, accuracy = tr->net_accuracy;
-  if (!rc) rc = sum_over_replicas(tr, &loss, err);
-  if (!rc) rc = sum_over_replicas(tr, &accuracy, err);
+  if (rc) return rc;
+  /* The step's metrics: means over the micro-batches of every replica. */
+  memset(res, 0, sizeof *res);
+  res->num_metrics = tr->net.ops->metrics(&tr->net, res->metrics, NET_MAX_METRICS);
+  if (res->num_metrics > NET_MAX_METRICS) res->num_metrics = NET_MAX_METRICS;
+  for (int i = 0; i < res->num_metrics && !rc; i++) {
+    double sum = tr->net_metric_sums[i];
+    rc = sum_over_replicas(tr, &sum, err);
+    /* every phase ran the step's forwards */
+    res->metrics[i].value = sum / (cfg->grad_accum_steps * tr->dp * tr->net.num_param_groups);
+  }
   if (rc) return rc;
   tr->step++;
   if (tr->images) image_set_advance(tr->images, &tr->train.state, (uint64_t)cfg->global_batch_size);
   nonfinite_test_poison(tr, "weight");
-  memset(res, 0, sizeof *res);
   res->step = tr->step;
   res->skipped = tr->step_skipped;
-  res->loss = res->lm = loss / (cfg->grad_accum_steps * tr->dp);
-  res->has_accuracy = 1;
-  res->accuracy = accuracy / (cfg->grad_accum_steps * tr->dp);
+  res->loss = res->num_metrics > 0 ? res->metrics[0].value : NAN;
   res->lr = tr->acc.info.lr;
   res->grad_norm = tr->acc.info.grad_norm;
   res->tokens = (long)cfg->global_batch_size;
@@ -320,7 +289,7 @@ static int evaluate_images(Trainer *tr, ImagePart part, EvalResult *res, Error *
   res->loss = total ? loss / total : NAN;
   res->has_accuracy = 1;
   res->accuracy = total ? accuracy / total : NAN;
-  res->tokens = res->windows = (long)total;
+  res->tokens = (long)total; /* images; windows stay 0: they are the transformer's */
   return 0;
 }
 
@@ -418,7 +387,10 @@ void trainer_net_print_model(const Trainer *tr, FILE *out) {
   const MlpConfig *m = &cfg->mlp;
   fprintf(out, "  model    mlp: %d inputs, hidden [", m->inputs);
   for (int i = 0; i < m->num_hidden; i++) fprintf(out, "%s%d", i ? ", " : "", m->hidden[i]);
-  fprintf(out, "] (tanh), %d classes; %zu parameters\n", m->classes, tr->net.num_values);
+  fprintf(out, "] (tanh), %d classes; %zu parameters", m->classes, tr->net.num_values);
+  if (tr->net.num_param_groups > 1)
+    fprintf(out, " in %d parameter groups stepped in turn (one phase each)", tr->net.num_param_groups);
+  fputc('\n', out);
   fprintf(out, "  data     synthetic classification from seed %llu (a random linear teacher); %d validation "
                "batches\n", (unsigned long long)cfg->seed, cfg->eval_batches);
   fprintf(out, "  batch    %d x %d accumulation x %d replica(s) = %d samples per step\n", cfg->micro_batch_size,

@@ -7,8 +7,7 @@
  * data-parallel over every rank (one chunk, whole tensors): gradients are
  * summed over the replicas in buckets (dp_grads.h), and AdamW runs whole on
  * every rank or sharded (ZeRO-1, dist_optimizer.h). The optimizer and the
- * checkpoints see the network's parameter table as a model tensor table
- * (trainer_net_model_view). */
+ * checkpoints take the network's parameter table itself. */
 #ifndef FIVEFOLD_TRAIN_TRAINER_NET_H
 #define FIVEFOLD_TRAIN_TRAINER_NET_H
 
@@ -35,6 +34,8 @@ int trainer_sum_over_group(const CommGroup *g, double *x, Error *err);
 /* The optimizer step with the global gradient norm sumsq, after the
  * non-finite guard (which may skip the step or stop the run). */
 int trainer_apply_update(Trainer *tr, double sumsq, Error *err);
+/* The same for one parameter group's phase (-1: all groups). */
+int trainer_apply_group_update(Trainer *tr, int group, double sumsq, Error *err);
 /* AdamW's settings and learning-rate schedule from the run's config. */
 OptimizerConfig trainer_optimizer_config(const TrainConfig *cfg);
 

@@ -22,7 +22,8 @@
 
 /* ---- the step's actions (executor handlers) ---- */
 
-/* FWD and BWD run the network's chunk passes through the network interface. */
+/* FWD and BWD run the network's chunk passes, SEND and RECV its transfers
+ * between pipeline stages, through the network interface. */
 static int run_forward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
   return tr->net.ops->forward(&tr->net, a->chunk, a, err);
@@ -35,18 +36,18 @@ static int run_backward(void *ctx, const SchedAction *a, Error *err) {
 
 static int run_send(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_send(&tr->pipe, a, err);
+  return tr->net.ops->send(&tr->net, a, err);
 }
 
 static int run_recv(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_recv(&tr->pipe, a, err);
+  return tr->net.ops->recv(&tr->net, a, err);
 }
 
 /* Before FWD and BWD: the received tensor they consume. */
 static int prepare_compute(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  return pipeline_prepare(&tr->pipe, a, err);
+  return tr->net.ops->prepare ? tr->net.ops->prepare(&tr->net, a, err) : 0;
 }
 
 /* One GRAD_REDUCE per model chunk (bucket id = chunk); the dp_grads
@@ -154,12 +155,12 @@ static int run_optim(void *ctx, const SchedAction *a, Error *err) {
    * too. */
   double sumsq = 0;
   if (tr->world == 1) {
-    sumsq = vec_sumsq(tr->model.grads, tr->model.num_params);
+    sumsq = vec_sumsq(tr->net.grads, tr->net.num_values);
   } else if (tr->folded && !tr->zero) {
     rc = trainer_fold_sumsq(tr, &sumsq, err);
   } else {
-    sumsq = tr->zero ? dist_optimizer_local_sumsq(&tr->dist_opt, &tr->model, tr->tp_rank)
-                     : optimizer_local_sumsq(&tr->model, tr->tp_rank);
+    sumsq = tr->zero ? dist_optimizer_local_sumsq(&tr->dist_opt, &tr->net, tr->tp_rank)
+                     : optimizer_local_sumsq(&tr->net, tr->tp_rank);
     rc = trainer_sum_over_group(tr->zero ? comm_world() : tr->mp_group, &sumsq, err);
   }
   if (rc) return error_wrap(err, "global gradient norm");
@@ -167,11 +168,15 @@ static int run_optim(void *ctx, const SchedAction *a, Error *err) {
 }
 
 int trainer_apply_update(Trainer *tr, double sumsq, Error *err) {
+  return trainer_apply_group_update(tr, -1, sumsq, err);
+}
+
+int trainer_apply_group_update(Trainer *tr, int group, double sumsq, Error *err) {
   /* Nothing touches the weights before every rank knows the step is finite. */
   int skip, rc;
   if ((rc = nonfinite_guard_step(tr, sumsq, &skip, err)) || skip) return rc;
-  if (tr->zero) return dist_optimizer_apply(&tr->dist_opt, &tr->model, sumsq, &tr->acc.info, err);
-  return optimizer_apply(&tr->opt, &tr->model, sumsq, &tr->acc.info, err);
+  if (tr->zero) return dist_optimizer_apply_group(&tr->dist_opt, &tr->net, group, sumsq, &tr->acc.info, err);
+  return optimizer_apply_group(&tr->opt, &tr->net, group, sumsq, &tr->acc.info, err);
 }
 
 /* ---- building ---- */
@@ -287,7 +292,7 @@ static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, const Com
                       : dp_grads_create(&tr->dp_grads, tr->dp_group, tr->model.grads, tr->model.num_params, cuts, n,
                                         bucket_bytes, tr->zero, err);
   if (!rc && tr->zero) {
-    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->model, oc, err);
+    rc = dist_optimizer_create(&tr->dist_opt, &tr->dp_grads, &tr->net, oc, err);
     tr->opt.cfg = *oc;
     tr->opt.num_params = tr->model.num_params;
   }
@@ -378,7 +383,7 @@ static int create_optimizer(Trainer *tr, Error *err) {
   int rc = comm_host_layout(peers, tr->threads, &host, err);
   if (rc) return rc;
   if (tr->reduce_grads && (rc = setup_data_parallel(tr, &oc, &host, err))) return rc;
-  if (!tr->zero) rc = optimizer_create(&tr->opt, &tr->model, &oc, err);
+  if (!tr->zero) rc = optimizer_create(&tr->opt, tr->net.num_values, &oc, err);
   return rc;
 }
 
@@ -390,10 +395,14 @@ static int create_executor(Trainer *tr, Error *err) {
   if (rc) return rc;
   executor_set_handler(&tr->exec, SCHED_FWD, run_forward);
   executor_set_handler(&tr->exec, SCHED_BWD, run_backward);
-  executor_set_handler(&tr->exec, SCHED_SEND_ACT, run_send);
-  executor_set_handler(&tr->exec, SCHED_SEND_GRAD, run_send);
-  executor_set_handler(&tr->exec, SCHED_RECV_ACT, run_recv);
-  executor_set_handler(&tr->exec, SCHED_RECV_GRAD, run_recv);
+  /* A network without transfers leaves a program with sends unrunnable
+   * (the executor names the action), never silently skipped. */
+  if (tr->net.ops->send && tr->net.ops->recv) {
+    executor_set_handler(&tr->exec, SCHED_SEND_ACT, run_send);
+    executor_set_handler(&tr->exec, SCHED_SEND_GRAD, run_send);
+    executor_set_handler(&tr->exec, SCHED_RECV_ACT, run_recv);
+    executor_set_handler(&tr->exec, SCHED_RECV_GRAD, run_recv);
+  }
   executor_set_handler(&tr->exec, SCHED_GRAD_REDUCE, run_grad_reduce);
   executor_set_handler(&tr->exec, SCHED_OPTIM, run_optim);
   executor_set_prepare(&tr->exec, SCHED_FWD, prepare_compute);
@@ -444,7 +453,7 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
     trainer_free(tr);
     return rc;
   }
-  tr->flops_per_token = model_flops_per_sequence(&cfg->model, cfg->seq_len) / cfg->seq_len;
+  tr->net.flops_per_unit = model_flops_per_sequence(&cfg->model, cfg->seq_len) / cfg->seq_len;
   return 0;
 }
 
@@ -527,10 +536,9 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
   nonfinite_test_poison(tr, "weight");
   res->step = tr->step;
   res->skipped = tr->step_skipped;
-  res->lm = sums[1] > 0 ? sums[0] / sums[1] : 0;
-  res->aux = sums[2] / accum;
-  res->z = sums[3] / accum;
-  res->loss = res->lm + res->aux + res->z;
+  net_transformer_set_step_losses(&tr->net, sums[1] > 0 ? sums[0] / sums[1] : 0, sums[2] / accum, sums[3] / accum);
+  res->num_metrics = tr->net.ops->metrics(&tr->net, res->metrics, NET_MAX_METRICS);
+  res->loss = res->metrics[0].value;
   res->lr = tr->acc.info.lr;
   res->grad_norm = tr->acc.info.grad_norm;
   res->imbalance = p->num_counts ? moe_imbalance(p->expert_counts, mc) : 0;

@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_internal.h"
+#include "train/net_transformer.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 
@@ -35,6 +36,8 @@ static const char MODEL_JSON[] =
     " \"moe_layer_freq\": 2, \"max_position_embeddings\": 16}";
 
 static Model model;
+static Network net;          /* the model's table as the checkpoint takes it */
+static cJSON *model_record; /* its config record */
 static Optimizer opt;
 static char run_dir[8192], ckpt_dir[8192], state_path[8192];
 
@@ -66,7 +69,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   for (size_t k = 0; k < model.num_params; k++) model.params[k] = (float)((int)(k % 13) - 6) * 0.125f;
   OptimizerConfig ocfg = {0};
   ocfg.beta1 = 0.9f, ocfg.beta2 = 0.95f, ocfg.eps = 1e-8f;
-  if (optimizer_create(&opt, &model, &ocfg, &err)) fixture_fail("optimizer_create", &err);
+  if (optimizer_create(&opt, model.num_params, &ocfg, &err)) fixture_fail("optimizer_create", &err);
+  if (net_transformer_checkpoint_view(&net, &model_record, &model, &err)) fixture_fail("the model's table", &err);
   for (size_t k = 0; k < opt.num_params; k++) opt.m[k] = (float)(k % 5) * 0.5f, opt.v[k] = (float)(k % 3);
   opt.step = FIXTURE_STEP;
 
@@ -78,7 +82,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   snprintf(tc.out_dir, sizeof tc.out_dir, "%s", run_dir);
   CheckpointSource src = {0};
   src.step = FIXTURE_STEP;
-  src.model = &model;
+  src.net = &net;
+  src.model_record = model_record;
   src.opt = (CheckpointOptimizer){.m = opt.m, .v = opt.v, .num_params = opt.num_params, .step = opt.step};
   src.data_loader.seed = 1337;
   src.data_loader.epoch = 1;
@@ -161,14 +166,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   if (memcmp(&cfg, &model.cfg, sizeof cfg) == 0) {
     fuzz_error_reset(&err);
-    rc = checkpoint_load_weights(ckpt_dir, &model, &err);
+    rc = checkpoint_load_weights(ckpt_dir, &net, model_record, &err);
     fuzz_check_result(rc, &err, "checkpoint_load_weights");
     if ((rc == 0) != (rc_verify_weights == 0))
       fuzz_fail("checkpoint_load_weights", "disagrees with the verification of state.json and model.safetensors");
     CheckpointTrainState st;
     fuzz_error_reset(&err);
     CheckpointOptimizer moments = {.m = opt.m, .v = opt.v, .num_params = opt.num_params};
-    rc = checkpoint_load_training(ckpt_dir, &model, &moments, &st, &err);
+    rc = checkpoint_load_training(ckpt_dir, &net, model_record, &moments, &st, &err);
     opt.step = moments.step;
     fuzz_check_result(rc, &err, "checkpoint_load_training");
     if (rc == 0 && rc_verify != 0) fuzz_fail("checkpoint_load_training", "accepts a checkpoint checkpoint_verify refuses");

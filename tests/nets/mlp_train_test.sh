@@ -26,6 +26,10 @@ JSON
 
 train 0 one mlp || exit 1
 grep -q "model    mlp: 12 inputs" one.log || fail "the banner does not describe the mlp"
+# The log line names the network's own metrics and unit (nets/network.h).
+grep -Eq "^step 6/6 \| loss [0-9.]+ \(accuracy [0-9.]+\) \|.* samples/s \|" one.log ||
+  fail "the log line lacks the mlp's accuracy or its samples/s"
+grep -q '"accuracy":.*"samples_per_s":' one/metrics.jsonl || fail "metrics.jsonl lacks accuracy or samples_per_s"
 [ -f "$(ckpt one 6)/model.safetensors" ] || fail "no final checkpoint"
 grep -q '"family":"mlp"' "$(ckpt one 6)/state.json" || grep -q '"family":[[:space:]]*"mlp"' "$(ckpt one 6)/state.json" ||
   fail "the checkpoint does not record the mlp's config"

@@ -17,3 +17,9 @@ add_test(NAME nets.vision_learns
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/vision_learn_test.sh $<TARGET_FILE:fivefold>
                  ${CMAKE_SOURCE_DIR}/configs/vision)
 set_tests_properties(nets.vision_learns PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+# The MLP with two parameter groups stepped in phases (the program of a GAN):
+# the phased program, a bit-exact resume, DP2 and ZeRO-1 against one rank.
+add_test(NAME nets.mlp_groups
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mlp_groups_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(nets.mlp_groups PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")

@@ -57,7 +57,10 @@ def compare_losses(a, b, rtol, atol=LOSS_ATOL):
     worst = (0.0, None)  # largest |a - b| / (RTOL |b| + ATOL): above 1 is a mismatch
     bad = 0
     for step in sorted(ra):
-        for key in ("loss", "lm", "aux", "z", "grad_norm", "lr"):
+        # The network's metrics by name (lm, aux, z for the transformer;
+        # accuracy for the MLP), the norm and the learning rate.
+        keys = [k for k in ("loss", "lm", "aux", "z", "accuracy", "grad_norm", "lr") if k in ra[step]]
+        for key in keys:
             x, y = float(ra[step][key]), float(rb[step][key])
             if key == "lr":  # the same schedule on every layout: no rounding to allow for
                 if x != y:

@@ -104,6 +104,21 @@ JSON
 
 ckpt() { printf '%s/checkpoints/step-%08d' "$1" "$2"; }
 
+# resumed_matches REF FROM LAST MODEL: a one-rank run of MODEL resumed in
+# the fresh directory resumed/ from REF's step-FROM checkpoint ends bit for
+# bit where REF did at step LAST: identical model and optimizer files, the
+# same per-step losses.
+resumed_matches() {
+  local ref=$1 from=$2 last=$3 model=$4 f
+  mkdir -p resumed/checkpoints && cp -r "$(ckpt "$ref" "$from")" resumed/checkpoints/
+  train 0 resumed "$model" --resume || return 1
+  for f in model optimizer; do
+    cmp -s "$(ckpt "$ref" "$last")/$f.safetensors" "$(ckpt resumed "$last")/$f.safetensors" ||
+      fail "the resumed run's $f.safetensors differs from the uninterrupted run's"
+  done
+  $PY "$COMPARE" losses resumed "$ref" 0 || fail "the resumed run's losses differ from the uninterrupted run's"
+}
+
 # train NP OUT MODEL [flags]: trains run-MODEL.json into OUT (log OUT.log);
 # NP 0 starts without mpirun.
 train() {

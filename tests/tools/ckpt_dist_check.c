@@ -50,6 +50,7 @@
 #include "model/model.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dist.h"
+#include "train/net_transformer.h"
 #include "train/optimizer.h"
 #include "train/tp_ops.h"
 #include "train/train_config.h"
@@ -201,6 +202,8 @@ static long run_layout(const Options *o, const CommGroup *g, const Layout *lp, i
 typedef struct Fixture {
   TrainConfig tc;
   Model model, full; /* this rank's shard; the whole model for expected weights */
+  Network net;       /* the shard's table as the checkpoint takes it */
+  cJSON *model_record;
   Optimizer opt;
   cJSON *tc_json;
   CheckpointSource src;
@@ -223,11 +226,13 @@ static int fixture_make(Fixture *fx, const Options *o, const Layout *l, int whol
   model_init_weights(&fx->full, SEED_BASE + (uint64_t)o->step);
   OptimizerConfig oc = {
       .schedule = {1e-3f, 1e-4f, 2, 100, LR_DECAY_COSINE}, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
-  if ((rc = optimizer_create(&fx->opt, &fx->model, &oc, err))) return rc;
+  if ((rc = optimizer_create(&fx->opt, fx->model.num_params, &oc, err))) return rc;
+  if ((rc = net_transformer_checkpoint_view(&fx->net, &fx->model_record, &fx->model, err))) return rc;
   fx->tc_json = train_config_to_json(&fx->tc);
   fx->src = (CheckpointSource){
       .step = o->step,
-      .model = &fx->model,
+      .net = &fx->net,
+      .model_record = fx->model_record,
       .opt = moments_of(&fx->opt),
       .data_loader = {.seed = 0xFFFFFFFFFFFFFFF1ULL, .epoch = 2, .position = (uint64_t)o->step % 100},
       .data_windows = 100,
@@ -240,6 +245,8 @@ static int fixture_make(Fixture *fx, const Options *o, const Layout *l, int whol
 
 static void fixture_free(Fixture *fx) {
   cJSON_Delete(fx->tc_json);
+  cJSON_Delete(fx->model_record);
+  network_free(&fx->net);
   optimizer_free(&fx->opt);
   model_free(&fx->model);
   model_free(&fx->full);
@@ -447,8 +454,8 @@ static long run_layout(const Options *o, const CommGroup *g, const Layout *lp, i
     memset(&st, 0, sizeof st);
     double t0 = now_ms();
     CheckpointOptimizer moments = moments_of(&fx.opt);
-    rc = whole ? checkpoint_load_training(o->dir, &fx.model, &moments, &st, &err)
-               : checkpoint_load_training_sharded(o->dir, &fx.model, &moments, &st, &sh, &err);
+    rc = whole ? checkpoint_load_training(o->dir, &fx.net, fx.model_record, &moments, &st, &err)
+               : checkpoint_load_training_sharded(o->dir, &fx.net, fx.model_record, &moments, &st, &sh, &err);
     fx.opt.step = moments.step;
     double ms = now_ms() - t0;
     bad += judge(o, rc, &err, rank);
@@ -460,7 +467,7 @@ static long run_layout(const Options *o, const CommGroup *g, const Layout *lp, i
     if (!rc && whole) {
       /* The weights-only loader of `fivefold sample` / `export` too. */
       poison(&fx);
-      if (checkpoint_load_weights(o->dir, &fx.model, &err)) {
+      if (checkpoint_load_weights(o->dir, &fx.net, fx.model_record, &err)) {
         fprintf(stderr, "FAIL: checkpoint_load_weights %s: %s\n", o->dir, err.msg);
         bad++;
       } else {

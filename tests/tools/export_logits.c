@@ -13,6 +13,7 @@
 #include "base/safetensors.h"
 #include "model/model.h"
 #include "ckpt/checkpoint.h"
+#include "train/net_transformer.h"
 
 static int parse_tokens(const char *s, int **out, int *n, Error *err) {
   int cap = 16, k = 0;
@@ -72,7 +73,7 @@ int main(int argc, char **argv) {
   if (!rc) rc = checkpoint_resolve(ckpt, dir, sizeof dir, &err);
   if (!rc) rc = checkpoint_read_model_config(dir, &cfg, tok, sizeof tok, NULL, &err);
   if (!rc && !(rc = model_create(&m, &cfg, 1, T, &err))) have_model = 1;
-  if (!rc) rc = checkpoint_load_weights(dir, &m, &err);
+  if (!rc) rc = net_transformer_load_weights(dir, &m, &err);
   for (int t = 0; t < T && !rc; t++)
     if (tokens[t] >= cfg.vocab_size) rc = error_set(&err, ERR_ARG, "token %d is outside the vocabulary", tokens[t]);
   if (!rc && !(logits = malloc((size_t)T * cfg.vocab_size * sizeof *logits))) rc = error_set(&err, ERR_NOMEM, "oom");

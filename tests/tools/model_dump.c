@@ -35,6 +35,7 @@
 #include "base/safetensors.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "train/net_transformer.h"
 #include "train/optimizer.h"
 
 #define LR 1e-3f
@@ -152,7 +153,10 @@ static int run(const Args *a, Error *err) {
                         .eps = ADAM_EPS,
                         .weight_decay = WEIGHT_DECAY,
                         .grad_clip = MAX_GRAD_NORM};
-  if (optimizer_create(&opt, &m, &oc, err)) {
+  Network net = {0};
+  if (optimizer_create(&opt, m.num_params, &oc, err) || net_transformer_bind(&net, &m, err)) {
+    optimizer_free(&opt);
+    network_free(&net);
     model_free(&m);
     return err->code;
   }
@@ -210,7 +214,7 @@ static int run(const Args *a, Error *err) {
     if ((rc = model_forward(&m, tokens, targets, B, T, 1, 1.0f, &loss, err))) goto done;
     if ((rc = model_backward(&m, err))) goto done;
     OptimizerStepInfo info;
-    if ((rc = optimizer_step(&opt, &m, &info, err))) goto done;
+    if ((rc = optimizer_step(&opt, &net, &info, err))) goto done;
     step_lm[step - 1] = loss.lm;
     step_aux[step - 1] = loss.aux;
     step_z[step - 1] = loss.z;
@@ -266,6 +270,7 @@ done:
   free(step_norm);
   free(step_lr);
   free(counts);
+  network_free(&net);
   model_free(&m);
   return rc;
 }

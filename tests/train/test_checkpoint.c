@@ -31,6 +31,7 @@
 #include "base/safetensors.h"
 #include "ckpt/checkpoint.h"
 #include "data/token_shard.h"
+#include "train/net_transformer.h"
 #include "train/trainer.h"
 
 /* ---- scratch space (nested directories, removed at exit) ---- */
@@ -89,6 +90,8 @@ typedef struct Fixture {
   TrainConfig tc;
   cJSON *tc_json;
   Model model;
+  Network net;          /* the model's table as the checkpoint takes it */
+  cJSON *model_record;  /* its config record */
   Optimizer opt;
   CheckpointSource src;
 } Fixture;
@@ -108,9 +111,10 @@ static void fixture_make(Fixture *fx, uint64_t seed, int step) {
   Error err = {0};
   if (model_create(&fx->model, &fx->tc.model, 1, 8, &err)) fail_msg("%s", err.msg);
   model_init_weights(&fx->model, seed);
+  if (net_transformer_checkpoint_view(&fx->net, &fx->model_record, &fx->model, &err)) fail_msg("%s", err.msg);
   OptimizerConfig oc = {
       .schedule = {1e-3f, 1e-4f, 2, 100, LR_DECAY_COSINE}, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
-  if (optimizer_create(&fx->opt, &fx->model, &oc, &err)) fail_msg("%s", err.msg);
+  if (optimizer_create(&fx->opt, fx->model.num_params, &oc, &err)) fail_msg("%s", err.msg);
   for (size_t i = 0; i < fx->model.num_params; i++) {
     fx->opt.m[i] = (float)rng_normal(seed, 11, i);
     fx->opt.v[i] = (float)rng_uniform(seed, 12, i);
@@ -119,7 +123,8 @@ static void fixture_make(Fixture *fx, uint64_t seed, int step) {
   fx->tc_json = train_config_to_json(&fx->tc);
   fx->src = (CheckpointSource){
       .step = step,
-      .model = &fx->model,
+      .net = &fx->net,
+      .model_record = fx->model_record,
       .opt = moments_of(&fx->opt),
       .data_loader = {.seed = 0xFFFFFFFFFFFFFFF1ULL, .epoch = 3, .position = (uint64_t)step % 100},
       .data_windows = 100,
@@ -131,6 +136,8 @@ static void fixture_make(Fixture *fx, uint64_t seed, int step) {
 
 static void fixture_free(Fixture *fx) {
   cJSON_Delete(fx->tc_json);
+  cJSON_Delete(fx->model_record);
+  network_free(&fx->net);
   optimizer_free(&fx->opt);
   model_free(&fx->model);
   train_config_free(&fx->tc);
@@ -245,7 +252,7 @@ static void test_round_trip(void **state) {
   fixture_make(&b, 8, 0);
   CheckpointTrainState st;
   CheckpointOptimizer b_moments = moments_of(&b.opt);
-  if (checkpoint_load_training(dir, &b.model, &b_moments, &st, &err)) fail_msg("%s", err.msg);
+  if (net_transformer_load_training(dir, &b.model, &b_moments, &st, &err)) fail_msg("%s", err.msg);
   b.opt.step = b_moments.step;
   assert_memory_equal(a.model.params, b.model.params, a.model.num_params * sizeof(float));
   assert_memory_equal(a.opt.m, b.opt.m, a.model.num_params * sizeof(float));
@@ -260,13 +267,13 @@ static void test_round_trip(void **state) {
 
   /* checkpoint_load_weights alone (what sampling uses). */
   model_init_weights(&b.model, 99);
-  if (checkpoint_load_weights(dir, &b.model, &err)) fail_msg("%s", err.msg);
+  if (net_transformer_load_weights(dir, &b.model, &err)) fail_msg("%s", err.msg);
   assert_memory_equal(a.model.params, b.model.params, a.model.num_params * sizeof(float));
 
   /* The same step again replaces the checkpoint. */
   a.model.params[0] += 1.0f;
   if (checkpoint_save(run, &a.src, 3, NULL, &err)) fail_msg("%s", err.msg);
-  if (checkpoint_load_weights(dir, &b.model, &err)) fail_msg("%s", err.msg);
+  if (net_transformer_load_weights(dir, &b.model, &err)) fail_msg("%s", err.msg);
   assert_true(b.model.params[0] == a.model.params[0]);
   fixture_free(&a);
   fixture_free(&b);
@@ -450,7 +457,7 @@ static void test_no_valid_checkpoint_stops(void **state) {
   assert_contains(err.msg, "optimizer.safetensors"); /* the newest one's problem */
   free(warnings);
   /* Loading the weights re-checks size and checksum. */
-  assert_int_not_equal(checkpoint_load_weights(path_of("allbad/checkpoints/step-00000001"), &fx.model, &err), 0);
+  assert_int_not_equal(net_transformer_load_weights(path_of("allbad/checkpoints/step-00000001"), &fx.model, &err), 0);
   assert_contains(err.msg, "model.safetensors");
   /* An empty run directory says where checkpoints were expected. */
   mkdir(path_of("empty"), 0777);
@@ -506,14 +513,14 @@ static void test_names_and_shapes_checked(void **state) {
   Error err = {0};
   rewrite_model(ckpt, &fx.model, "layers.1.mlp.w_down", NULL, 0);
   assert_int_equal(checkpoint_verify(ckpt, &err), 0); /* intact as a file ... */
-  assert_int_not_equal(checkpoint_load_weights(ckpt, &fx.model, &err), 0); /* ... but not this model's */
+  assert_int_not_equal(net_transformer_load_weights(ckpt, &fx.model, &err), 0); /* ... but not this model's */
   assert_contains(err.msg, "model.safetensors");
   assert_contains(err.msg, "'layers.1.mlp.w_down' is missing");
   rewrite_model(ckpt, &fx.model, NULL, "layers.9.attn.wq", 0);
-  assert_int_not_equal(checkpoint_load_weights(ckpt, &fx.model, &err), 0);
+  assert_int_not_equal(net_transformer_load_weights(ckpt, &fx.model, &err), 0);
   assert_contains(err.msg, "'layers.9.attn.wq' is not a parameter");
   rewrite_model(ckpt, &fx.model, NULL, NULL, 1);
-  assert_int_not_equal(checkpoint_load_weights(ckpt, &fx.model, &err), 0);
+  assert_int_not_equal(net_transformer_load_weights(ckpt, &fx.model, &err), 0);
   assert_contains(err.msg, "has shape [1, ");
   assert_contains(err.msg, "model expects [64, 32]");
 
@@ -522,14 +529,14 @@ static void test_names_and_shapes_checked(void **state) {
   tiny_config(&other, 48);
   Model m2;
   if (model_create(&m2, &other, 1, 8, &err)) fail_msg("%s", err.msg);
-  assert_int_equal(checkpoint_load_weights(path_of("names/checkpoints/step-00000001"), &m2, &err), ERR_CONFIG);
+  assert_int_equal(net_transformer_load_weights(path_of("names/checkpoints/step-00000001"), &m2, &err), ERR_CONFIG);
   assert_contains(err.msg, "hidden_size is 32 in the checkpoint but 48");
   Optimizer o2;
   OptimizerConfig oc = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
-  optimizer_create(&o2, &m2, &oc, &err);
+  optimizer_create(&o2, m2.num_params, &oc, &err);
   CheckpointTrainState st;
   CheckpointOptimizer o2_moments = moments_of(&o2);
-  assert_int_equal(checkpoint_load_training(path_of("names/checkpoints/step-00000001"), &m2, &o2_moments, &st, &err),
+  assert_int_equal(net_transformer_load_training(path_of("names/checkpoints/step-00000001"), &m2, &o2_moments, &st, &err),
                    ERR_CONFIG);
   assert_contains(err.msg, "hidden_size");
   optimizer_free(&o2);

@@ -102,7 +102,7 @@ static void test_reduce_groups_follow_the_model(void **state) {
 
 static void test_metrics(void **state) {
   (void)state;
-  NetMetric metrics[] = {{"loss", 2.5}, {"lm", 2.25}, {"aux", 0.25}};
+  NetMetric metrics[] = {{"loss", 2.5, 3}, {"lm", 2.25, 3}, {"aux", 0.25, 4}};
   assert_true(network_metric(metrics, 3, "lm") == 2.25);
   assert_true(isnan(network_metric(metrics, 3, "z")));
 }

@@ -109,7 +109,8 @@ static void test_grad_accumulation_matches_big_batch(void **state) {
   for (int s = 0; s < 2; s++) {
     TrainStepResult rb, ra;
     if (trainer_step(&big, &rb, &err) || trainer_step(&acc, &ra, &err)) fail_msg("%s", err.msg);
-    assert_true(fabs(rb.lm - ra.lm) < 1e-5 * rb.lm);
+    double lm_b = network_metric(rb.metrics, rb.num_metrics, "lm"), lm_a = network_metric(ra.metrics, ra.num_metrics, "lm");
+    assert_true(fabs(lm_b - lm_a) < 1e-5 * lm_b);
     assert_true(fabs(rb.grad_norm - ra.grad_norm) < 1e-4 * rb.grad_norm);
     assert_int_equal(rb.tokens, ra.tokens);
   }
@@ -140,7 +141,7 @@ static void test_weight_decay_skips_norms(void **state) {
   model_zero_grad(m);
   OptimizerStepInfo info;
   Error err = {0};
-  assert_int_equal(optimizer_step(&tr.opt, m, &info, &err), 0);
+  assert_int_equal(optimizer_step(&tr.opt, &tr.net, &info, &err), 0);
   assert_true(info.grad_norm == 0);
   int norms = 0;
   for (int t = 0; t < m->num_tensors; t++) {
@@ -167,15 +168,15 @@ static void test_clipping_factor(void **state) {
   Model *m = &tr.model;
   for (size_t i = 0; i < m->num_params; i++) m->grads[i] = (i % 2 ? 0.5f : -0.5f);
   double norm = 0.5 * sqrt((double)m->num_params);
-  assert_true(fabs(optimizer_grad_norm(m) - norm) < 1e-6 * norm);
+  assert_true(fabs(optimizer_grad_norm(&tr.net) - norm) < 1e-6 * norm);
   OptimizerStepInfo info;
   Error err = {0};
-  assert_int_equal(optimizer_step(&tr.opt, m, &info, &err), 0);
+  assert_int_equal(optimizer_step(&tr.opt, &tr.net, &info, &err), 0);
   assert_true(fabs(info.grad_norm - norm) < 1e-6 * norm);
   assert_true(fabs(info.clip_scale - 0.5 / norm) < 1e-4 * (0.5 / norm));
   /* A non-finite gradient is refused with a message, not applied. */
   m->grads[3] = NAN;
-  assert_int_equal(optimizer_step(&tr.opt, m, &info, &err), ERR_INTERNAL);
+  assert_int_equal(optimizer_step(&tr.opt, &tr.net, &info, &err), ERR_INTERNAL);
   assert_non_null(strstr(err.msg, "not finite"));
   trainer_free(&tr);
   train_config_free(&cfg);
@@ -202,7 +203,8 @@ static void test_eval_and_learning(void **state) {
     if (trainer_step(&tr, s ? &r : &first, &err)) fail_msg("%s", err.msg);
   assert_int_equal(trainer_evaluate(&tr, &e3, &err), 0);
   if (!(e3.loss < e1.loss - 0.5)) fail_msg("val loss %g -> %g: no learning", e1.loss, e3.loss);
-  if (!(r.lm < first.lm - 0.5)) fail_msg("train loss %g -> %g: no learning", first.lm, r.lm);
+  double lm_first = network_metric(first.metrics, first.num_metrics, "lm"), lm = network_metric(r.metrics, r.num_metrics, "lm");
+  if (!(lm < lm_first - 0.5)) fail_msg("train loss %g -> %g: no learning", lm_first, lm);
   assert_true(r.imbalance >= 1.0 && r.imbalance <= 4.0); /* max/mean over 4 experts */
   trainer_free(&tr);
   train_config_free(&cfg);
@@ -302,22 +304,38 @@ static void test_run_log_lines_and_files(void **state) {
 /* A dense model's log line has no MoE fields. */
 static void test_dense_log_line(void **state) {
   (void)state;
-  LogLine l = {.step = 3, .total_steps = 9, .loss = 2.5, .lm = 2.5, .lr = 1e-3f, .grad_norm = 0.5,
+  LogLine l = {.step = 3, .total_steps = 9, .loss = 2.5, .num_metrics = 4,
+               .metrics = {{"loss", 2.5, 3}, {"lm", 2.5, 0}, {"aux", 0, 0}, {"z", 0, 0}},
+               .lr = 1e-3f, .grad_norm = 0.5, .unit = {"token", "tokens", "tok/s"}, .has_flops = 1,
                .ms_per_step = 412, .tokens_per_s = 9950, .gflops = 58.2, .mfu_pct = 41.3, .peak_gflops = 141};
   char buf[512];
   format_log_line(buf, sizeof buf, &l);
   assert_string_equal(buf, "step 3/9 | loss 2.500 | lr 1.00e-03 | gnorm 0.50 | 412 ms/it | 9,950 tok/s | "
                            "58.2 GFLOP/s | MFU 41.3% of 141 GFLOP/s");
+  format_log_json(buf, sizeof buf, &l);
+  assert_string_equal(buf, "{\"type\":\"train\",\"step\":3,\"steps\":9,\"loss\":2.5,\"lm\":2.5,\"aux\":0,\"z\":0,"
+                           "\"lr\":0.001,\"grad_norm\":0.5,\"ms_per_step\":412,\"tokens_per_s\":9950,\"gflops\":58.2,"
+                           "\"mfu_pct\":41.3,\"peak_gflops\":141}");
   l.is_moe = 1;
-  l.lm = 2.301;
-  l.aux = 0.0121;
-  l.z = 0.0008;
-  l.loss = 2.314;
+  l.loss = l.metrics[0].value = 2.314;
+  l.metrics[1] = (NetMetric){"lm", 2.301, 3};
+  l.metrics[2] = (NetMetric){"aux", 0.0121, 4};
+  l.metrics[3] = (NetMetric){"z", 0.0008, 4};
   l.imbalance = 1.234;
   format_log_line(buf, sizeof buf, &l);
   assert_string_equal(buf, "step 3/9 | loss 2.314 (lm 2.301 aux 0.0121 z 0.0008) | lr 1.00e-03 | gnorm 0.50 | "
                            "412 ms/it | 9,950 tok/s | 58.2 GFLOP/s | MFU 41.3% of 141 GFLOP/s | "
                            "moe imbalance 1.23 (max/mean tokens per expert)");
+  /* Another network: its own metric names and unit; no FLOP count, no MFU. */
+  LogLine c = {.step = 1, .total_steps = 2, .loss = 1.25, .num_metrics = 2,
+               .metrics = {{"loss", 1.25, 3}, {"accuracy", 0.5, 3}}, .lr = 1e-3f, .grad_norm = 0.5,
+               .unit = {"image", "images", "img/s"}, .ms_per_step = 412, .tokens_per_s = 1234};
+  format_log_line(buf, sizeof buf, &c);
+  assert_string_equal(buf, "step 1/2 | loss 1.250 (accuracy 0.500) | lr 1.00e-03 | gnorm 0.50 | 412 ms/it | "
+                           "1,234 img/s");
+  format_log_json(buf, sizeof buf, &c);
+  assert_string_equal(buf, "{\"type\":\"train\",\"step\":1,\"steps\":2,\"loss\":1.25,\"accuracy\":0.5,\"lr\":0.001,"
+                           "\"grad_norm\":0.5,\"ms_per_step\":412,\"images_per_s\":1234}");
   char n[32];
   assert_string_equal(fmt_thousands(n, sizeof n, 1234567), "1,234,567");
   assert_string_equal(fmt_thousands(n, sizeof n, 999), "999");

@@ -12,3 +12,7 @@ add_test(NAME train.resume COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/resume_test.sh
 set_tests_properties(train.resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE" TIMEOUT 300)
 # Distributed checkpoints (MPI-IO) under mpirun.
 include(${CMAKE_CURRENT_LIST_DIR}/ckpt_dist.cmake)
+# Parameter groups in phases: its data-parallel buckets need the one-rank
+# MPI world, whose allocations Open MPI never frees (tests/comm/lsan.supp).
+set_tests_properties(train.param_groups PROPERTIES ENVIRONMENT
+                     "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
