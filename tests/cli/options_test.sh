@@ -70,10 +70,11 @@ both_forms trace compare-ready "$NOFILE.json" --predicted "$NOFILE-pred.json"
 both_forms trace compare "$NOFILE.json" --cluster "$CLUSTER" --iteration 0
 both_forms trace record --ebpf --from-raw "$NOFILE.txt" --out "$WORK/t.json"
 both_forms upcycle --checkpoint "$NOFILE" --out "$WORK/up" --experts 4 --topk 2
+both_forms import --format hf --model "$NOFILE" --out "$WORK/imported"
 
 # --- one wording for unknown options and missing values, everywhere
 for cmd in train tokenize sample export plan simulate calibrate schedule "trace analyze" "trace compare" \
-           "trace compare-ready" "trace record" upcycle; do
+           "trace compare-ready" "trace record" upcycle import; do
   # shellcheck disable=SC2086
   refused 2 "unknown option '--no-such-option'" $cmd --no-such-option
   # shellcheck disable=SC2086
@@ -85,7 +86,7 @@ refused 2 "did you mean '--vocab-size'?" tokenize --vocab-sise 300
 refused 2 "did you mean '--microbatches'?" schedule --microbatch 4
 refused 2 "did you mean '--iteration'?" trace analyze x.json --iteraton 1
 for pair in "train --steps" "tokenize --out" "sample --prompt" "export --out" "plan --model" "simulate --tp" \
-            "calibrate --out" "schedule --pp" "trace analyze --dot" "upcycle --experts"; do
+            "calibrate --out" "schedule --pp" "trace analyze --dot" "upcycle --experts" "import --model"; do
   # shellcheck disable=SC2086
   refused 2 "${pair##* } needs a value (see 'fivefold ${pair% *} --help')" $pair
 done
