@@ -27,3 +27,22 @@ foreach(case mixtral dense_tied)
   set_tests_properties(export.hf_self_check_${case} PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${EXPORT_TEST_ENV}")
 endforeach()
+
+# Hugging Face import from directories an independent PyTorch writer makes
+# (tests/torch_ref/import_test.py: BF16, two shards with an index), compared
+# on logits; the self-checks prove a wrong layout is caught.
+set(IMPORT_TEST_PY ${CMAKE_CURRENT_LIST_DIR}/../torch_ref/import_test.py)
+foreach(case llama qwen2 mixtral qwen2_moe gpt2 gpt2_untied)
+  add_test(NAME export.import_torch_${case}
+           COMMAND /usr/bin/python3 ${IMPORT_TEST_PY} --fivefold $<TARGET_FILE:fivefold>
+                   --export-logits $<TARGET_FILE:export_logits> --case ${case})
+  set_tests_properties(export.import_torch_${case} PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${EXPORT_TEST_ENV}")
+endforeach()
+foreach(case qwen2_moe gpt2)
+  add_test(NAME export.import_torch_self_check_${case}
+           COMMAND /usr/bin/python3 ${IMPORT_TEST_PY} --fivefold $<TARGET_FILE:fivefold>
+                   --export-logits $<TARGET_FILE:export_logits> --case ${case} --self-check)
+  set_tests_properties(export.import_torch_self_check_${case} PROPERTIES LABELS torch TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${EXPORT_TEST_ENV}")
+endforeach()
