@@ -433,7 +433,9 @@ static int write_run_config(const char *dir, const ModelConfig *mc, const char *
                             const char *path, cJSON **recorded, Error *err) {
   cJSON *doc = cJSON_CreateObject();
   char desc[PATH_CAP + 128];
-  snprintf(desc, sizeof desc, "written by fivefold import from the Hugging Face model %s", dir);
+  char *abs = realpath(dir, NULL); /* the run names where it came from */
+  snprintf(desc, sizeof desc, "written by fivefold import from the Hugging Face model %s", abs ? abs : dir);
+  free(abs);
   cJSON_AddStringToObject(doc, "description", desc);
   cJSON_AddItemToObject(doc, "model", model_config_to_json(mc));
   cJSON_AddObjectToObject(doc, "training");

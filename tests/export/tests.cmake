@@ -46,3 +46,5 @@ foreach(case qwen2_moe gpt2)
   set_tests_properties(export.import_torch_self_check_${case} PROPERTIES LABELS torch TIMEOUT 300
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${EXPORT_TEST_ENV}")
 endforeach()
+add_test(NAME export.import_cli COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/import_cli_test.sh $<TARGET_FILE:fivefold>)
+set_tests_properties(export.import_cli PROPERTIES ENVIRONMENT "${EXPORT_TEST_ENV}" TIMEOUT 300)
