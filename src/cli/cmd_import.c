@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/options.h"
 #include "cli/cmd_import.h"
 #include "convert/import_hf.h"
@@ -72,7 +73,8 @@ int cmd_import(int argc, char **argv) {
   printf("import: %s (%s, %d tensor%s in %d file%s, %s) -> %s: %zu parameters, float32\n", model, info.architecture,
          info.num_tensors, info.num_tensors == 1 ? "" : "s", info.num_files, info.num_files == 1 ? "" : "s",
          info.dtypes, info.checkpoint, info.num_params);
-  printf("import: run config %s; tokenizer %s\n", info.run_config, info.tokenizer);
+  printf("import: run config %s; tokenizer %s; peak resident memory %.1f MB\n", info.run_config, info.tokenizer,
+         (double)alloc_peak_rss_bytes() / 1e6);
   printf("import: continue with: fivefold train --config %s --resume --train-data FILES [--val-data FILES]\n",
          info.run_config);
   return 0;

@@ -21,7 +21,9 @@ fivefold's shared expert is ungated, so the directory has a zero gate (the
 factor 1/2) and a shared down_proj that is twice the reference's.
 
 Cases: llama, qwen2, mixtral, qwen2_moe, gpt2 (tied, "transformer." names),
-gpt2_untied (the original checkpoints' names without the prefix).
+gpt2_untied (the original checkpoints' names without the prefix), and
+memory: the peak resident memory `fivefold import` reports for a 9.4 M
+parameter model stays below 1.5 float32 copies above its start-up.
 --self-check writes the directory deliberately wrong (k and v swapped in
 GPT-2's c_attn, gate and up swapped in the SwiGLU families) and passes only
 when the comparison catches it.
@@ -31,6 +33,7 @@ Exit 0 pass, 1 fail, 77 skipped (no PyTorch).
 """
 import argparse
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -76,6 +79,9 @@ CASES = {
     "gpt2_untied": dict(GPT2, tie_word_embeddings=False),
 }
 TOKENS = list(b"In the beginning God created the heaven and the earth.")
+# The memory case: about 9.4 M parameters (38 MB in float32, 19 MB as BF16).
+BIG = dict(DECODER, model_type="llama", vocab_size=4096, hidden_size=512, num_attention_heads=8,
+           num_key_value_heads=8, intermediate_size=1024, tie_word_embeddings=False)
 
 
 def fail(msg):
@@ -191,6 +197,47 @@ def write_directory(path, hf, tensors):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
+def memory_case(work):
+    """Peak resident memory of an import, above the process's own start-up,
+    stays below 1.5 float32 copies of the model: one copy plus a tensor of
+    scratch, never two (what reading it whole, or a model with gradients,
+    would take)."""
+    cfg = reference_config(BIG)
+    shapes = reference.expected_param_shapes(cfg)
+    gen = torch.Generator().manual_seed(5)
+    sd = {n: (0.02 * torch.randn(s, generator=gen, dtype=torch.float64)) for n, s in shapes.items()}
+    tensors = decoder_tensors(sd, BIG, cfg, False)
+    params = sum(t.numel() for t in sd.values())
+    hf_dir = os.path.join(work, "hf")
+    write_directory(hf_dir, BIG, tensors)
+    del sd, tensors
+    def peak_of(model_dir, out_dir):
+        rc, out = run([args_fivefold[0], "import", "--format", "hf", "--model", model_dir, "--out", out_dir])
+        print(out.strip())
+        m = re.search(r"peak resident memory ([0-9.]+) MB", out)
+        if rc != 0 or not m:
+            fail("fivefold import exited %d without its peak memory" % rc)
+        return float(m.group(1)) * 1e6
+
+    # start-up and libraries: a tiny model's import
+    tiny = CASES["llama"]
+    tiny_cfg = reference_config(tiny)
+    write_directory(os.path.join(work, "tiny"), tiny, decoder_tensors(
+        {k: v.detach() for k, v in random_model(tiny_cfg).named_parameters()}, tiny, tiny_cfg, False))
+    start = peak_of(os.path.join(work, "tiny"), os.path.join(work, "tiny-run"))
+    peak = peak_of(hf_dir, os.path.join(work, "run"))
+    copy = 4 * params
+    print("import of %d parameters (%.1f MB as float32): peak RSS %.1f MB, %.1f MB at start-up"
+          % (params, copy / 1e6, peak / 1e6, start / 1e6))
+    if peak - start > 1.5 * copy:
+        fail("the import held %.2f float32 copies of the model" % ((peak - start) / copy))
+    print("PASS: the import held %.2f float32 copies of the model" % ((peak - start) / copy))
+    return 0
+
+
+args_fivefold = []
+
+
 def run(cmd):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return p.returncode, p.stdout
@@ -200,9 +247,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fivefold", required=True)
     ap.add_argument("--export-logits", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    ap.add_argument("--case", required=True, choices=sorted(CASES) + ["memory"])
     ap.add_argument("--self-check", action="store_true")
     args = ap.parse_args()
+    args_fivefold.append(args.fivefold)
+    if args.case == "memory":
+        work = tempfile.mkdtemp(prefix="fivefold-import-")
+        try:
+            return memory_case(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     hf = CASES[args.case]
     cfg = reference_config(hf)
     model = random_model(cfg)
