@@ -16,5 +16,7 @@ int fs_mkdir_p(const char *path, Error *err);
 /* Writes n bytes to PATH.tmp, fsyncs and renames it to path: a reader sees
  * the old file or the whole new one. ERR_IO naming the file otherwise. */
 int fs_write_atomic(const char *path, const void *data, size_t n, Error *err);
+/* The same for a text and a final newline (a rendered JSON document). */
+int fs_write_text_atomic(const char *path, const char *text, Error *err);
 
 #endif

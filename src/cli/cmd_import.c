@@ -1,12 +1,10 @@
 /* `fivefold import --format hf --model DIR --out RUN`: reads a Hugging Face
  * model directory into a fivefold run directory (convert/import_hf.h;
  * docs/export.md). */
-#include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "base/alloc.h"
-#include "base/options.h"
+#include "cli/cmd_export.h"
 #include "cli/cmd_import.h"
 #include "convert/import_hf.h"
 
@@ -34,45 +32,16 @@ static void import_help(FILE *f) {
           "  -h, --help           show this help\n");
 }
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "fivefold import: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return code;
-}
-
 int cmd_import(int argc, char **argv) {
-  const char *format = NULL, *model = NULL, *out = NULL, *tokenizer = NULL;
-  static const char *const KNOWN[] = {"--format", "--model", "--out", "--tokenizer", "--help"};
-  OptionParser op;
+  CliHfOptions o;
+  int code = cli_hf_options(argc, argv, "import", "--model", "model directory", import_help, &o);
+  if (code >= 0) return code;
   Error err = {0};
-  option_parser_init(&op, "import", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
-  while (option_next(&op)) {
-    if (option_is_help(&op)) {
-      import_help(stdout);
-      return 0;
-    }
-    const char **slot = option_is(&op, "--format")      ? &format
-                        : option_is(&op, "--model")     ? &model
-                        : option_is(&op, "--out")       ? &out
-                        : option_is(&op, "--tokenizer") ? &tokenizer
-                                                        : NULL;
-    if (!slot) return fail(2, "%s", (option_unknown(&op, &err), err.msg));
-    if (option_value(&op, slot, &err)) return fail(2, "%s", err.msg);
-  }
-  if (!format) return fail(2, "no format given (--format hf)");
-  if (strcmp(format, "hf") != 0) return fail(2, "unknown format '%s' (supported: hf)", format);
-  if (!model) return fail(2, "no model directory given (--model DIR)");
-  if (!out) return fail(2, "no output directory given (--out RUN)");
   ImportHfInfo info;
-  if (import_hf_directory(model, out, tokenizer, &info, &err)) return fail(1, "%s", err.msg);
-  printf("import: %s (%s, %d tensor%s in %d file%s, %s) -> %s: %zu parameters, float32\n", model, info.architecture,
-         info.num_tensors, info.num_tensors == 1 ? "" : "s", info.num_files, info.num_files == 1 ? "" : "s",
-         info.dtypes, info.checkpoint, info.num_params);
+  if (import_hf_directory(o.source, o.out, o.tokenizer, &info, &err)) return cli_fail("import", 1, "%s", err.msg);
+  printf("import: %s (%s, %d tensor%s in %d file%s, %s) -> %s: %zu parameters, float32\n", o.source,
+         info.architecture, info.num_tensors, info.num_tensors == 1 ? "" : "s", info.num_files,
+         info.num_files == 1 ? "" : "s", info.dtypes, info.checkpoint, info.num_params);
   printf("import: run config %s; tokenizer %s; peak resident memory %.1f MB\n", info.run_config, info.tokenizer,
          (double)alloc_peak_rss_bytes() / 1e6);
   printf("import: continue with: fivefold train --config %s --resume --train-data FILES [--val-data FILES]\n",

@@ -41,21 +41,31 @@ static void add_id_or_null(cJSON *o, const char *key, int id) {
   else cJSON_AddNullToObject(o, key);
 }
 
+/* The fields every family's config.json ends with. */
+static void add_common_tail(cJSON *o, const ModelConfig *cfg, int bos_id, int eos_id) {
+  cJSON_AddBoolToObject(o, "tie_word_embeddings", cfg->tie_word_embeddings);
+  cJSON_AddNumberToObject(o, "initializer_range", shortest(cfg->init_std));
+  add_id_or_null(o, "bos_token_id", bos_id);
+  add_id_or_null(o, "eos_token_id", eos_id);
+  cJSON_AddStringToObject(o, "torch_dtype", "float32");
+  cJSON_AddBoolToObject(o, "use_cache", 1);
+}
+
+static void replace_number(cJSON *o, const char *key, double v) {
+  cJSON_ReplaceItemInObjectCaseSensitive(o, key, cJSON_CreateNumber(v));
+}
+
+/* fivefold's canonical GPT-2 form has GPT2Config's field names already;
+ * config.json adds what transformers reads besides. */
 static cJSON *gpt2_config_json(const ModelConfig *cfg, int bos_id, int eos_id) {
-  cJSON *o = cJSON_CreateObject();
+  cJSON *o = model_config_to_json(cfg);
   if (!o) return NULL;
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
   cJSON_AddItemToArray(arch, cJSON_CreateString(hf_family_architecture(HF_GPT2)));
-  cJSON_AddStringToObject(o, "model_type", "gpt2");
-  cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
-  cJSON_AddNumberToObject(o, "n_embd", cfg->hidden_size);
-  cJSON_AddNumberToObject(o, "n_layer", cfg->num_layers);
-  cJSON_AddNumberToObject(o, "n_head", cfg->num_heads);
-  cJSON_AddNumberToObject(o, "n_positions", cfg->max_position_embeddings);
+  replace_number(o, "layer_norm_epsilon", shortest(cfg->rms_norm_eps));
+  cJSON_DeleteItemFromObjectCaseSensitive(o, "tie_word_embeddings");
+  cJSON_DeleteItemFromObjectCaseSensitive(o, "initializer_range");
   cJSON_AddNumberToObject(o, "n_ctx", cfg->max_position_embeddings);
-  cJSON_AddNumberToObject(o, "n_inner", cfg->intermediate_size);
-  cJSON_AddStringToObject(o, "activation_function", "gelu_new");
-  cJSON_AddNumberToObject(o, "layer_norm_epsilon", shortest(cfg->rms_norm_eps));
   /* fivefold computes without dropout; a model loaded for training elsewhere
    * would otherwise get GPT2Config's 0.1. */
   cJSON_AddNumberToObject(o, "resid_pdrop", 0.0);
@@ -64,12 +74,7 @@ static cJSON *gpt2_config_json(const ModelConfig *cfg, int bos_id, int eos_id) {
   cJSON_AddBoolToObject(o, "scale_attn_weights", 1);
   cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
   cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
-  cJSON_AddBoolToObject(o, "tie_word_embeddings", cfg->tie_word_embeddings);
-  cJSON_AddNumberToObject(o, "initializer_range", shortest(cfg->init_std));
-  add_id_or_null(o, "bos_token_id", bos_id);
-  add_id_or_null(o, "eos_token_id", eos_id);
-  cJSON_AddStringToObject(o, "torch_dtype", "float32");
-  cJSON_AddBoolToObject(o, "use_cache", 1);
+  add_common_tail(o, cfg, bos_id, eos_id);
   return o;
 }
 
@@ -134,12 +139,7 @@ cJSON *export_hf_config_json(const ModelConfig *cfg, int bos_id, int eos_id) {
     cJSON_AddBoolToObject(o, "mlp_bias", 0);
     cJSON_AddNumberToObject(o, "pretraining_tp", 1);
   }
-  cJSON_AddBoolToObject(o, "tie_word_embeddings", cfg->tie_word_embeddings);
-  cJSON_AddNumberToObject(o, "initializer_range", shortest(cfg->init_std));
-  add_id_or_null(o, "bos_token_id", bos_id);
-  add_id_or_null(o, "eos_token_id", eos_id);
-  cJSON_AddStringToObject(o, "torch_dtype", "float32");
-  cJSON_AddBoolToObject(o, "use_cache", 1);
+  add_common_tail(o, cfg, bos_id, eos_id);
   return o;
 }
 
@@ -283,9 +283,7 @@ int export_hf_write(const Model *m, const char *tokenizer, const char *out_dir, 
   if (!text) return error_set(err, ERR_NOMEM, "out of memory writing config.json");
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", out_dir);
-  size_t n = strlen(text);
-  text[n] = '\n'; /* cJSON's terminator becomes the final newline */
-  rc = fs_write_atomic(path, text, n + 1, err);
+  rc = fs_write_text_atomic(path, text, err);
   free(text);
   return rc;
 }

@@ -113,34 +113,41 @@ int hf_family_for_model(const ModelConfig *cfg, HfFamily *family, Error *err) {
 
 /* ---- the table ---- */
 
-static int grow(HfPiece **v, int n, int *cap, Error *err) {
-  if (n < *cap) return 0;
-  int ncap = *cap ? 2 * *cap : 64;
-  HfPiece *nv = realloc(*v, (size_t)ncap * sizeof *nv);
-  if (!nv) return error_set(err, ERR_NOMEM, "out of memory building the Hugging Face tensor table");
-  *v = nv;
-  *cap = ncap;
-  return 0;
-}
-
 typedef struct Builder {
   HfLayout *lay;
   Error *err;
   int rc;
 } Builder;
 
-/* A piece copied element for element: ours [rows, cols] at `off` is HF
- * elements [first, first + rows*cols) of an HF tensor of shape hf0 x hf1
- * (hf1 0: a vector of hf0). */
-static void piece(Builder *b, const char *hf, int64_t hf0, int64_t hf1, const char *ours, size_t off, int rows,
-                  int cols, uint64_t first, float scale) {
-  if (b->rc || (b->rc = grow(&b->lay->pieces, b->lay->n, &b->lay->cap, b->err))) return;
-  HfPiece *p = &b->lay->pieces[b->lay->n++];
+/* A new zeroed entry of *v naming the HF tensor hf0 x hf1 (hf1 0: a
+ * vector of hf0); NULL once building has failed. */
+static HfPiece *push(Builder *b, HfPiece **v, int *n, int *cap, const char *hf, int64_t hf0, int64_t hf1) {
+  if (b->rc) return NULL;
+  if (*n == *cap) {
+    int ncap = *cap ? 2 * *cap : 64;
+    HfPiece *nv = realloc(*v, (size_t)ncap * sizeof *nv);
+    if (!nv) {
+      b->rc = error_set(b->err, ERR_NOMEM, "out of memory building the Hugging Face tensor table");
+      return NULL;
+    }
+    *v = nv;
+    *cap = ncap;
+  }
+  HfPiece *p = &(*v)[(*n)++];
   memset(p, 0, sizeof *p);
   snprintf(p->hf, sizeof p->hf, "%s", hf);
   p->hf_ndim = hf1 > 0 ? 2 : 1;
   p->hf_shape[0] = hf0;
   p->hf_shape[1] = hf1;
+  return p;
+}
+
+/* A piece copied element for element: ours [rows, cols] at `off` is HF
+ * elements [first, first + rows*cols) of the HF tensor hf0 x hf1. */
+static void piece(Builder *b, const char *hf, int64_t hf0, int64_t hf1, const char *ours, size_t off, int rows,
+                  int cols, uint64_t first, float scale) {
+  HfPiece *p = push(b, &b->lay->pieces, &b->lay->n, &b->lay->cap, hf, hf0, hf1);
+  if (!p) return;
   snprintf(p->ours, sizeof p->ours, "%s", ours);
   p->ours_offset = off;
   p->rows = rows;
@@ -160,13 +167,8 @@ static void transposed(Builder *b, const char *hf, int in, int width, const char
 }
 
 static void zero_tensor(Builder *b, const char *hf, int64_t hf0, int64_t hf1) {
-  if (b->rc || (b->rc = grow(&b->lay->zeros, b->lay->n_zeros, &b->lay->cap_zeros, b->err))) return;
-  HfPiece *p = &b->lay->zeros[b->lay->n_zeros++];
-  memset(p, 0, sizeof *p);
-  snprintf(p->hf, sizeof p->hf, "%s", hf);
-  p->hf_ndim = hf1 > 0 ? 2 : 1;
-  p->hf_shape[0] = hf0;
-  p->hf_shape[1] = hf1;
+  HfPiece *p = push(b, &b->lay->zeros, &b->lay->n_zeros, &b->lay->cap_zeros, hf, hf0, hf1);
+  if (!p) return;
   p->rows = (int)hf0;
   p->cols = (int)hf1;
 }

@@ -18,6 +18,7 @@
 #include "base/fs.h"
 #include "base/safetensors.h"
 #include "convert/hf_layout.h"
+#include "convert/run_dir.h"
 #include "tok/tokenizer.h"
 #include "train/train_config.h"
 
@@ -470,10 +471,7 @@ static int write_run_config(const char *dir, const ModelConfig *mc, const char *
     cJSON_Delete(doc);
     return error_set(err, ERR_NOMEM, "out of memory rendering %s", path);
   }
-  size_t n = strlen(text);
-  text[n] = '\n';
-  int rc = fs_write_atomic(path, text, n + 1, err);
-  text[n] = '\0';
+  int rc = fs_write_text_atomic(path, text, err);
   TrainConfig back; /* what a resume will read must parse */
   train_config_defaults(&back);
   if (!rc) rc = train_config_parse(&back, text, path, err);
@@ -482,24 +480,6 @@ static int write_run_config(const char *dir, const ModelConfig *mc, const char *
   if (rc) cJSON_Delete(doc);
   else *recorded = doc;
   return rc;
-}
-
-static int prepare_out(const char *out_dir, char **out_abs, Error *err) {
-  char ckroot[PATH_CAP];
-  if (snprintf(ckroot, sizeof ckroot, "%s/%s", out_dir, CHECKPOINT_SUBDIR) >= (int)sizeof ckroot)
-    return error_set(err, ERR_ARG, "--out %s: path too long", out_dir);
-  int *steps = NULL, nsteps = 0;
-  int rc = checkpoint_list(ckroot, &steps, &nsteps, err);
-  free(steps);
-  if (rc) return rc;
-  if (nsteps > 0)
-    return error_set(err, ERR_ARG,
-                     "--out %s already holds %d checkpoint(s) in %s: import into a new directory (or remove it)",
-                     out_dir, nsteps, ckroot);
-  if ((rc = fs_mkdir_p(out_dir, err))) return rc;
-  *out_abs = realpath(out_dir, NULL);
-  if (!*out_abs) return error_set(err, ERR_IO, "cannot resolve --out %s: %s", out_dir, strerror(errno));
-  return 0;
 }
 
 int import_hf_directory(const char *model_dir, const char *out_dir, const char *tokenizer, ImportHfInfo *info,
@@ -531,7 +511,7 @@ int import_hf_directory(const char *model_dir, const char *out_dir, const char *
   if ((rc = load_weights(&w, model_dir, &lay, tied_head, &m, info->dtypes, sizeof info->dtypes, &info->num_tensors,
                          err)))
     goto done;
-  if ((rc = prepare_out(out_dir, &out_abs, err))) goto done;
+  if ((rc = convert_new_run_dir(out_dir, "import", &out_abs, err))) goto done;
   if (strcmp(info->tokenizer, CHECKPOINT_BYTE_LEVEL) != 0) {
     /* The run keeps its own copy: the Hugging Face directory may go away. */
     char copy[PATH_CAP];

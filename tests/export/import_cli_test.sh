@@ -8,25 +8,10 @@
 # Usage: import_cli_test.sh path/to/fivefold
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-import-cli-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect CODE NEEDLE... -- COMMAND...
-expect() {
-  local want=$1; shift
-  local needles=()
-  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
-  shift
-  local out code
-  out=$("$@" 2>&1); code=$?
-  [ "$code" -eq "$want" ] || { fail "expected exit $want from: $* (got $code)"; echo "$out" | tail -8; }
-  for n in "${needles[@]}"; do
-    grep -qF -- "$n" <<<"$out" || { fail "output of '$*' lacks '$n'"; echo "$out" | head -20; }
-  done
-}
+MODE=one-process
+# shellcheck source=../parallel/lib.sh
+. "$(dirname "$0")/../parallel/lib.sh"
+work_dir import-cli
 
 expect 0 "--format hf" "--model DIR" "--out RUN" "--tokenizer FILE" "upcycle" -- "$FIVEFOLD" import --help
 expect 0 "import" -- "$FIVEFOLD" --help
@@ -77,8 +62,4 @@ expect 0 "step 2" -- "$FIVEFOLD" train --config moe/run.json "${R[@]}"
 ls -d moe/checkpoints/step-00000002 >/dev/null 2>&1 || fail "the upcycled import did not train"
 expect 1 "GPT-2" -- "$FIVEFOLD" upcycle --checkpoint gpt2-imported --experts 4 --topk 2 --out gpt2-moe
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "import: export -> import -> export is byte-identical; the import samples, fine-tunes and upcycles"
+finish import

@@ -24,31 +24,7 @@
 #include "ckpt/checkpoint.h"
 #include "convert/export_hf.h"
 #include "convert/import_hf.h"
-
-static char g_scratch[512];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-static void scratch_remove(void) {
-  if (g_scratch[0]) nftw(g_scratch, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *scratch(const char *name) {
-  if (!g_scratch[0]) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_scratch, sizeof g_scratch, "%s/fivefold-import-test-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (!mkdtemp(g_scratch)) abort();
-    atexit(scratch_remove);
-  }
-  static char bufs[8][1024];
-  static int next = 0;
-  char *b = bufs[next++ % 8];
-  snprintf(b, 1024, "%s/%s", g_scratch, name);
-  return b;
-}
+#include "export/export_test_util.h"
 
 static void decoder_config(ModelConfig *c, const char *type, int moe, int tied) {
   model_config_defaults(c);
@@ -104,7 +80,7 @@ static void round_trip(const ModelConfig *c, const char *name, const char *archi
   Model m, back;
   make_model(&m, c);
   char hf[1024], run[1100];
-  snprintf(hf, sizeof hf, "%s", scratch(name));
+  snprintf(hf, sizeof hf, "%s", scratch_path(name));
   snprintf(run, sizeof run, "%s-run", hf);
   export_to(&m, hf);
   ImportHfInfo info;
@@ -184,7 +160,7 @@ static const char *fresh(const char *name, int qwen) {
   if (qwen) c.qkv_bias = 1, c.shared_expert_intermediate_size = 8;
   Model m;
   make_model(&m, &c);
-  const char *dir = scratch(name);
+  const char *dir = scratch_path(name);
   export_to(&m, dir);
   model_free(&m);
   return dir;
