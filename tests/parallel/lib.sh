@@ -153,8 +153,8 @@ refused() {
   grep -q "$text" bad.log || { cat bad.log; fail "no clear message for $* on $np ranks (expected '$text')"; }
 }
 
-# expect CODE NEEDLE... -- COMMAND...: COMMAND exits CODE and its
-# stdout+stderr hold every NEEDLE.
+# expect CODE NEEDLE... -- COMMAND...: COMMAND exits CODE (nonzero: any
+# failure) and its stdout+stderr hold every NEEDLE.
 expect() {
   local want=$1; shift
   local needles=()
@@ -162,7 +162,11 @@ expect() {
   shift
   local out code
   out=$("$@" 2>&1); code=$?
-  [ "$code" -eq "$want" ] || { fail "expected exit $want from: $* (got $code)"; echo "$out" | tail -8; }
+  if [ "$want" = nonzero ]; then
+    [ "$code" -ne 0 ] || fail "expected failure from: $* (got exit 0)"
+  elif [ "$code" -ne "$want" ]; then
+    fail "expected exit $want from: $* (got $code)"; echo "$out" | tail -8
+  fi
   for n in "${needles[@]}"; do
     grep -qF -- "$n" <<<"$out" || { fail "output of '$*' lacks '$n'"; echo "$out" | head -20; }
   done
