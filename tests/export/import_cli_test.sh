@@ -57,7 +57,7 @@ R=(--resume --train-data bpe/train.bin --val-data bpe/val.bin --steps 2 --micro-
    --threads 1 --eval-windows 2 --peak-gflops 100 --no-progress)
 expect 0 "step 2" -- "$FIVEFOLD" train --config dense-imported/run.json "${R[@]}"
 ls -d dense-imported/checkpoints/step-00000002 >/dev/null 2>&1 || fail "the fine-tune wrote no step-2 checkpoint"
-expect 0 "" -- "$FIVEFOLD" upcycle --checkpoint dense-imported --experts 4 --topk 2 --out moe
+expect 0 "export   refused: the top-k routing weights are not renormalised (upcycle with --norm-topk-prob" -- "$FIVEFOLD" upcycle --checkpoint dense-imported --experts 4 --topk 2 --out moe
 expect 0 "step 2" -- "$FIVEFOLD" train --config moe/run.json "${R[@]}"
 ls -d moe/checkpoints/step-00000002 >/dev/null 2>&1 || fail "the upcycled import did not train"
 expect 1 "GPT-2" -- "$FIVEFOLD" upcycle --checkpoint gpt2-imported --experts 4 --topk 2 --out gpt2-moe
