@@ -309,8 +309,8 @@ int export_hf_checkpoint_with_tokenizer(const char *checkpoint, const char *give
   if (!rc) rc = hf_family_for_model(&cfg, &family, err);
   if (rc) return rc;
   info->architecture = hf_family_architecture(family);
-  Model m;
-  if ((rc = model_create(&m, &cfg, 1, 1, err))) return rc;
+  Model m; /* weights only: an export holds one copy of the model */
+  if ((rc = hf_table_model_create(&m, &cfg, err))) return rc;
   rc = checkpoint_load_weights(info->checkpoint, &m, err);
   if (!rc) rc = export_hf_write(&m, tokenizer, out_dir, err);
   if (!rc) {
@@ -323,6 +323,6 @@ int export_hf_checkpoint_with_tokenizer(const char *checkpoint, const char *give
     }
   }
   info->num_params = m.num_params;
-  model_free(&m);
+  hf_table_model_free(&m);
   return rc;
 }

@@ -322,3 +322,26 @@ void hf_piece_from_hf(const HfPiece *p, const float *hf, float *ours) {
   for (int r = 0; r < p->rows; r++)
     for (int c = 0; c < p->cols; c++) dst[(size_t)r * p->cols + c] = hf[(size_t)c * width + (size_t)(p->hf_col0 + r)];
 }
+
+int hf_table_model_create(Model *m, const ModelConfig *cfg, Error *err) {
+  memset(m, 0, sizeof *m);
+  m->cfg = *cfg;
+  int rc = model_global_tensors(cfg, &m->tensors, &m->num_tensors, err);
+  if (rc) return rc;
+  for (int i = 0; i < m->num_tensors; i++)
+    if (m->tensors[i].offset + m->tensors[i].numel > m->num_params)
+      m->num_params = m->tensors[i].offset + m->tensors[i].numel;
+  m->params = calloc(m->num_params + 16, sizeof *m->params);
+  if (!m->params) {
+    free(m->tensors);
+    m->tensors = NULL;
+    return error_set(err, ERR_NOMEM, "out of memory for %zu parameters", m->num_params);
+  }
+  return 0;
+}
+
+void hf_table_model_free(Model *m) {
+  free(m->tensors);
+  free(m->params);
+  memset(m, 0, sizeof *m);
+}

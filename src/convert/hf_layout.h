@@ -26,6 +26,7 @@
 #include "base/error.h"
 #include "base/safetensors.h"
 #include "model/config.h"
+#include "model/model.h"
 
 typedef enum { HF_LLAMA = 0, HF_QWEN2, HF_MIXTRAL, HF_QWEN2_MOE, HF_GPT2 } HfFamily;
 
@@ -72,5 +73,13 @@ size_t hf_piece_numel(const HfPiece *p);
  * fivefold's tensor data (`ours` points at the tensor's first element). */
 void hf_piece_to_hf(const HfPiece *p, const float *ours, float *hf);
 void hf_piece_from_hf(const HfPiece *p, const float *hf, float *ours);
+
+/* The model as export and import hold it: its config, the canonical tensor
+ * table (model_global_tensors) and one float32 buffer, enough for
+ * checkpoints to read or write. model_create would also allocate and touch
+ * gradients and activations, a second full copy; calloc'd pages cost
+ * nothing until tensors are read into them. */
+int hf_table_model_create(Model *m, const ModelConfig *cfg, Error *err);
+void hf_table_model_free(Model *m);
 
 #endif

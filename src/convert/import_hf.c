@@ -388,29 +388,6 @@ static int load_weights(const WeightFiles *w, const char *dir, const HfLayout *l
   return rc;
 }
 
-/* The model as a checkpoint sees it: its config, the canonical tensor table
- * and one float32 buffer. model_create would also allocate and touch the
- * gradients and activations, a second full copy of the model. calloc'd
- * pages cost nothing until the tensors are read into them. */
-static int table_model(Model *m, const ModelConfig *cfg, Error *err) {
-  memset(m, 0, sizeof *m);
-  m->cfg = *cfg;
-  int rc = model_global_tensors(cfg, &m->tensors, &m->num_tensors, err);
-  if (rc) return rc;
-  for (int i = 0; i < m->num_tensors; i++)
-    if (m->tensors[i].offset + m->tensors[i].numel > m->num_params)
-      m->num_params = m->tensors[i].offset + m->tensors[i].numel;
-  m->params = calloc(m->num_params + 16, sizeof *m->params);
-  if (!m->params) return error_set(err, ERR_NOMEM, "out of memory for %zu parameters", m->num_params);
-  return 0;
-}
-
-static void table_model_free(Model *m) {
-  free(m->tensors);
-  free(m->params);
-  memset(m, 0, sizeof *m);
-}
-
 /* ---- the tokenizer ---- */
 
 /* Decides the tokenizer and checks that fivefold can use it with the model. */
@@ -507,7 +484,7 @@ int import_hf_directory(const char *model_dir, const char *out_dir, const char *
   if ((rc = match_tensors(&w, model_dir, &lay, cfg, &tied_head, err))) goto done;
   if ((rc = choose_tokenizer(model_dir, tokenizer, cfg->vocab_size, info->tokenizer, sizeof info->tokenizer, err)))
     goto done;
-  if ((rc = table_model(&m, cfg, err))) goto done;
+  if ((rc = hf_table_model_create(&m, cfg, err))) goto done;
   if ((rc = load_weights(&w, model_dir, &lay, tied_head, &m, info->dtypes, sizeof info->dtypes, &info->num_tensors,
                          err)))
     goto done;
@@ -551,7 +528,7 @@ done:
   free(moments);
   cJSON_Delete(recorded);
   free(out_abs);
-  table_model_free(&m);
+  hf_table_model_free(&m);
   hf_layout_free(&lay);
   weight_files_close(&w);
   return rc;
