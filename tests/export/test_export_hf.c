@@ -24,28 +24,6 @@
 #include "convert/export_hf.h"
 #include "export/export_test_util.h"
 
-static void base_config(ModelConfig *c, int moe, int tied) {
-  model_config_defaults(c);
-  c->vocab_size = 300;
-  c->hidden_size = 16;
-  c->num_layers = 3;
-  c->num_heads = 4;
-  c->num_kv_heads = 2;
-  c->head_dim = 6;
-  c->intermediate_size = 24;
-  c->max_position_embeddings = 128;
-  c->rope_theta = 5e5f;
-  c->rms_norm_eps = 1e-6f;
-  c->tie_word_embeddings = tied;
-  if (moe) {
-    c->num_experts = 3;
-    c->top_k = 2;
-    c->moe_intermediate_size = 10;
-    c->norm_topk_prob = 1;
-    model_config_set_moe_layer_freq(c, 1);
-  }
-}
-
 static void make_model(Model *m, const ModelConfig *c) {
   Error err = {0};
   if (model_create(m, c, 1, 1, &err)) fail_msg("%s", err.msg);

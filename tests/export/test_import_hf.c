@@ -26,29 +26,12 @@
 #include "convert/import_hf.h"
 #include "export/export_test_util.h"
 
+/* base_config as a config.json of model_type `type` reads back. */
 static void decoder_config(ModelConfig *c, const char *type, int moe, int tied) {
-  model_config_defaults(c);
+  base_config(c, moe, tied);
   snprintf(c->model_type, sizeof c->model_type, "%s", type);
-  c->vocab_size = 260;
-  c->hidden_size = 16;
-  c->num_layers = 3;
-  c->num_heads = 4;
-  c->num_kv_heads = 2;
-  c->head_dim = 6;
-  c->intermediate_size = 24;
-  c->max_position_embeddings = 64;
-  c->rope_theta = 5e5f;
-  c->rms_norm_eps = 1e-6f;
-  c->tie_word_embeddings = tied;
-  c->moe_intermediate_size = c->intermediate_size; /* what config.json parsing gives a dense model */
-  if (moe) {
-    c->num_experts = 3;
-    c->top_k = 2;
-    c->moe_intermediate_size = 10;
-    c->norm_topk_prob = 1;
-    c->aux_loss_coeff = 0.01f;
-    model_config_set_moe_layer_freq(c, 1);
-  }
+  if (!moe) c->moe_intermediate_size = c->intermediate_size;
+  if (moe) c->aux_loss_coeff = 0.01f;
 }
 
 static void gpt2_config(ModelConfig *c, int tied) {
