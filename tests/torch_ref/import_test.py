@@ -22,13 +22,13 @@ factor 1/2) and a shared down_proj that is twice the reference's.
 
 Cases: llama, qwen2, mixtral, qwen2_moe, gpt2 (tied, "transformer." names),
 gpt2_untied (the original checkpoints' names without the prefix), and
-memory: the peak resident memory `fivefold import` reports for a 9.4 M
+memory: the peak resident memory `fivefold import` reports for a 4.5 M
 parameter model stays below 1.5 float32 copies above its start-up.
 --self-check writes the directory deliberately wrong (k and v swapped in
 GPT-2's c_attn, gate and up swapped in the SwiGLU families) and passes only
 when the comparison catches it.
 
-usage: import_test.py --fivefold BIN --export-logits BIN --case NAME [--self-check]
+usage: import_test.py --fivefold BIN --export-logits BIN --case NAME[,NAME...] [--self-check]
 Exit 0 pass, 1 fail, 77 skipped (no PyTorch).
 """
 import argparse
@@ -79,9 +79,9 @@ CASES = {
     "gpt2_untied": dict(GPT2, tie_word_embeddings=False),
 }
 TOKENS = list(b"In the beginning God created the heaven and the earth.")
-# The memory case: about 9.4 M parameters (38 MB in float32, 19 MB as BF16).
-BIG = dict(DECODER, model_type="llama", vocab_size=4096, hidden_size=512, num_attention_heads=8,
-           num_key_value_heads=8, intermediate_size=1024, tie_word_embeddings=False)
+# The memory case: about 4.5 M parameters (18 MB in float32, 9 MB as BF16).
+BIG = dict(DECODER, model_type="llama", vocab_size=2048, hidden_size=384, num_attention_heads=6,
+           num_key_value_heads=6, intermediate_size=768, tie_word_embeddings=False)
 
 
 def fail(msg):
@@ -243,26 +243,14 @@ def run(cmd):
     return p.returncode, p.stdout
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--fivefold", required=True)
-    ap.add_argument("--export-logits", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES) + ["memory"])
-    ap.add_argument("--self-check", action="store_true")
-    args = ap.parse_args()
-    args_fivefold.append(args.fivefold)
-    if args.case == "memory":
-        work = tempfile.mkdtemp(prefix="fivefold-import-")
-        try:
-            return memory_case(work)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    hf = CASES[args.case]
+def one_case(args, name):
+    """Writes, imports and compares one case; fails the test on a mismatch."""
+    hf = CASES[name]
     cfg = reference_config(hf)
     model = random_model(cfg)
     sd = {k: v.detach() for k, v in model.named_parameters()}
     if hf["model_type"] == "gpt2":
-        tensors = gpt2_tensors(sd, cfg, "" if args.case == "gpt2_untied" else "transformer.", args.self_check)
+        tensors = gpt2_tensors(sd, cfg, "" if name == "gpt2_untied" else "transformer.", args.self_check)
     else:
         tensors = decoder_tensors(sd, hf, cfg, args.self_check)
     work = tempfile.mkdtemp(prefix="fivefold-import-")
@@ -272,32 +260,57 @@ def main():
         rc, out = run([args.fivefold, "import", "--format", "hf", "--model", hf_dir, "--out", run_dir])
         print(out.strip())
         if rc != 0:
-            fail("fivefold import exited %d" % rc)
+            fail("%s: fivefold import exited %d" % (name, rc))
         if "BF16" not in out or "2 files" not in out:
-            fail("the import does not report reading two BF16 shards")
+            fail("%s: the import does not report reading two BF16 shards" % name)
         logits_file = os.path.join(work, "logits.safetensors")
         rc, out = run([args.export_logits, "--checkpoint", run_dir, "--tokens", ",".join(map(str, TOKENS)),
                        "--out", logits_file])
         if rc != 0:
-            fail("export_logits failed: " + out)
+            fail("%s: export_logits failed: %s" % (name, out))
         ours = safetensors_io.load(logits_file)[0]["logits"].to(torch.float64)
         with torch.no_grad():
             theirs = model(torch.tensor([TOKENS]))[0][0]
         diff = (ours - theirs).abs().max().item()
         scale = theirs.abs().max().item()
         tol = 2e-5 * max(1.0, scale)
-        print("logits: max |fivefold - PyTorch| = %.3g (tolerance %.3g), max |logit| %.3g" % (diff, tol, scale))
+        print("%s logits: max |fivefold - PyTorch| = %.3g (tolerance %.3g), max |logit| %.3g"
+              % (name, diff, tol, scale))
         if args.self_check:
             if diff <= tol:
-                fail("the deliberately wrong directory was not caught")
-            print("PASS (self-check): the wrong layout was caught")
-            return 0
-        if diff > tol:
-            fail("fivefold's logits after import differ from the PyTorch model's")
-        print("PASS: %s imported from BF16 shards computes the PyTorch model's logits" % args.case)
-        return 0
+                fail("%s: the deliberately wrong directory was not caught" % name)
+            print("PASS (self-check): %s: the wrong layout was caught" % name)
+        elif diff > tol:
+            fail("%s: fivefold's logits after import differ from the PyTorch model's" % name)
+        else:
+            print("PASS: %s imported from BF16 shards computes the PyTorch model's logits" % name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fivefold", required=True)
+    ap.add_argument("--export-logits", required=True)
+    ap.add_argument("--case", required=True,
+                    help="comma-separated: %s, or memory" % ", ".join(sorted(CASES)))
+    ap.add_argument("--self-check", action="store_true")
+    args = ap.parse_args()
+    args_fivefold.append(args.fivefold)
+    if args.case == "memory":
+        work = tempfile.mkdtemp(prefix="fivefold-import-")
+        try:
+            return memory_case(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    names = args.case.split(",")
+    for name in names:
+        if name not in CASES:
+            fail("unknown case %r (expected %s)" % (name, ", ".join(sorted(CASES))))
+    # One process for all cases: PyTorch starts once.
+    for name in names:
+        one_case(args, name)
+    return 0
 
 
 if __name__ == "__main__":
