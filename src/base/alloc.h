@@ -9,7 +9,7 @@
 void *alloc_big(size_t bytes);  /* zeroed; NULL on failure */
 void alloc_big_free(void *p);
 
-/* Peak resident set size of this process in bytes (from getrusage). */
+/* Peak resident set size of this process in bytes (VmHWM, else getrusage). */
 size_t alloc_peak_rss_bytes(void);
 
 #endif

@@ -1,10 +1,12 @@
-/* mkdir -p. */
+/* mkdir -p and atomic whole-file writes. */
 #include "base/fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int fs_mkdir_p(const char *path, Error *err) {
   char buf[4096];
@@ -28,4 +30,41 @@ int fs_mkdir_p(const char *path, Error *err) {
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
     return error_set(err, ERR_IO, "%s exists and is not a directory", path);
   return ERR_OK;
+}
+
+/* PATH.tmp gets the parts one after another, then fsync and rename. */
+static int write_parts_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts,
+                              Error *err) {
+  char tmp[4200];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+    return error_set(err, ERR_ARG, "file name too long: %.64s...", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  int rc = 0;
+  for (int i = 0; i < nparts && !rc; i++) {
+    const char *p = parts[i];
+    size_t done = 0;
+    while (done < sizes[i] && !rc) {
+      ssize_t k = write(fd, p + done, sizes[i] - done);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+      else done += (size_t)k;
+    }
+  }
+  if (!rc && fsync(fd) != 0) rc = error_set(err, ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
+  if (close(fd) != 0 && !rc) rc = error_set(err, ERR_IO, "cannot close %s: %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, path) != 0) rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (rc) unlink(tmp);
+  return rc;
+}
+
+int fs_write_atomic(const char *path, const void *data, size_t n, Error *err) {
+  const void *parts[1] = {data};
+  return write_parts_atomic(path, parts, &n, 1, err);
+}
+
+int fs_write_text_atomic(const char *path, const char *text, Error *err) {
+  const void *parts[2] = {text, "\n"};
+  size_t sizes[2] = {strlen(text), 1};
+  return write_parts_atomic(path, parts, sizes, 2, err);
 }

@@ -1,5 +1,6 @@
 /* `fivefold export --format hf --checkpoint DIR --out DIR`: writes a
- * Hugging Face model directory (convert/export_hf.h; docs/export.md). */
+ * Hugging Face model directory (convert/export_hf.h; docs/export.md); and
+ * the option parsing it shares with `fivefold import`. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,10 +13,13 @@ static void export_help(FILE *f) {
   fprintf(f,
           "usage: fivefold export --format hf --checkpoint DIR --out DIR [--tokenizer FILE]\n\n"
           "Writes a trained model as a Hugging Face model directory: config.json\n"
-          "(LlamaForCausalLM for dense models, MixtralForCausalLM for MoE models), model.safetensors\n"
-          "(float32, Hugging Face tensor names) and tokenizer.json. MoE features Mixtral lacks (a\n"
-          "shared expert, dense layers between MoE layers, sigmoid routing, capacity factors, scaled\n"
-          "or unnormalised routing weights) are refused with a list of what cannot be represented.\n"
+          "(LlamaForCausalLM for dense models, Qwen2ForCausalLM for dense models with q/k/v biases,\n"
+          "MixtralForCausalLM for MoE models, Qwen2MoeForCausalLM for MoE models with q/k/v biases,\n"
+          "GPT2LMHeadModel for GPT-2), model.safetensors (float32, Hugging Face tensor names and\n"
+          "layouts) and tokenizer.json. MoE features neither Mixtral nor Qwen2-MoE has (sigmoid\n"
+          "routing, capacity factors, scaled routing weights; a shared expert, dense layers between\n"
+          "MoE layers or unnormalised routing weights without q/k/v biases) are refused with a list\n"
+          "of what cannot be represented. `fivefold import` reads such a directory back.\n"
           "See docs/export.md.\n\n"
           "options:\n"
           "  --format hf          the output format (only 'hf' so far)\n"
@@ -28,44 +32,43 @@ static void export_help(FILE *f) {
           "  -h, --help           show this help\n");
 }
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "fivefold export: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return code;
+int cli_hf_options(int argc, char **argv, const char *command, const char *source_flag, const char *source_what,
+                   void (*help)(FILE *), CliHfOptions *o) {
+  memset(o, 0, sizeof *o);
+  const char *known[] = {"--format", source_flag, "--out", "--tokenizer", "--help"};
+  OptionParser op;
+  Error err = {0};
+  option_parser_init(&op, command, argc, argv, known, (int)(sizeof known / sizeof known[0]));
+  while (option_next(&op)) {
+    if (option_is_help(&op)) {
+      help(stdout);
+      return 0;
+    }
+    const char **slot = option_is(&op, "--format")      ? &o->format
+                        : option_is(&op, source_flag)   ? &o->source
+                        : option_is(&op, "--out")       ? &o->out
+                        : option_is(&op, "--tokenizer") ? &o->tokenizer
+                                                        : NULL;
+    if (!slot) return cli_fail(command, 2, "%s", (option_unknown(&op, &err), err.msg));
+    if (option_value(&op, slot, &err)) return cli_fail(command, 2, "%s", err.msg);
+  }
+  if (!o->format) return cli_fail(command, 2, "no format given (--format hf)");
+  if (strcmp(o->format, "hf") != 0) return cli_fail(command, 2, "unknown format '%s' (supported: hf)", o->format);
+  if (!o->source) return cli_fail(command, 2, "no %s given (%s DIR)", source_what, source_flag);
+  if (!o->out) return cli_fail(command, 2, "no output directory given (--out DIR)");
+  return -1;
 }
 
 int cmd_export(int argc, char **argv) {
-  const char *format = NULL, *checkpoint = NULL, *out = NULL, *tokenizer = NULL;
-  static const char *const KNOWN[] = {"--format", "--checkpoint", "--out", "--tokenizer", "--help"};
-  OptionParser op;
+  CliHfOptions o;
+  int code = cli_hf_options(argc, argv, "export", "--checkpoint", "checkpoint", export_help, &o);
+  if (code >= 0) return code;
   Error err = {0};
-  option_parser_init(&op, "export", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
-  while (option_next(&op)) {
-    if (option_is_help(&op)) {
-      export_help(stdout);
-      return 0;
-    }
-    const char **slot = option_is(&op, "--format") ? &format
-                        : option_is(&op, "--checkpoint") ? &checkpoint
-                        : option_is(&op, "--out") ? &out
-                        : option_is(&op, "--tokenizer") ? &tokenizer
-                        : NULL;
-    if (!slot) return fail(2, "%s", (option_unknown(&op, &err), err.msg));
-    if (option_value(&op, slot, &err)) return fail(2, "%s", err.msg);
-  }
-  if (!format) return fail(2, "no format given (--format hf)");
-  if (strcmp(format, "hf") != 0) return fail(2, "unknown format '%s' (supported: hf)", format);
-  if (!checkpoint) return fail(2, "no checkpoint given (--checkpoint DIR)");
-  if (!out) return fail(2, "no output directory given (--out DIR)");
   ExportHfInfo info;
-  if (export_hf_checkpoint_with_tokenizer(checkpoint, tokenizer, out, &info, &err)) return fail(1, "%s", err.msg);
+  if (export_hf_checkpoint_with_tokenizer(o.source, o.tokenizer, o.out, &info, &err))
+    return cli_fail("export", 1, "%s", err.msg);
   printf("export: %s (step %d) -> %s/ as %s: config.json, model.safetensors (%d tensors, %zu parameters, "
          "float32), tokenizer.json\n",
-         info.checkpoint, info.step, out, info.architecture, info.num_tensors, info.num_params);
+         info.checkpoint, info.step, o.out, info.architecture, info.num_tensors, info.num_params);
   return 0;
 }

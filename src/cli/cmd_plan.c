@@ -16,6 +16,7 @@
 #include "base/options.h"
 #include "plan/config_paths.h"
 #include "plan/mapping.h"
+#include "plan/plan_file.h"
 #include "plan/refine.h"
 #include "plan/replicate.h"
 #include "plan/search.h"
@@ -33,7 +34,8 @@ typedef struct PlanCli {
   double expert_load[MAX_EXPERT_LOAD];
   /* simulate */
   PlanConfig cfg;
-  const char *trace_path, *layers_list;
+  const char *trace_path, *layers_list, *plan_path;
+  PlanChoice plan; /* --plan FILE: its model and cluster names live here */
   int explain, quiet;
   /* plan */
   int top;
@@ -73,12 +75,16 @@ static void common_help(FILE *f) {
 static void simulate_usage(FILE *f) {
   fprintf(f,
           "usage: fivefold simulate --model M --cluster C --gpus N --seq S --global-batch B\n"
-          "                         [--tp T --cp C --pp P --vpp V --ep E --etp X --mbs K] [options]\n\n"
+          "                         [--tp T --cp C --pp P --vpp V --ep E --etp X --mbs K] [options]\n"
+          "       fivefold simulate --plan FILE [options]\n\n"
           "Predicts one parallel configuration: builds the per-rank program, prices every action with\n"
           "the cost model and evaluates it; prints step time, MFU, where the time goes and memory per stage.\n\n"
           "options:\n");
   common_help(f);
   fprintf(f,
+          "  --plan FILE              a plan `fivefold plan --out` wrote: its model, cluster, GPUs, sequence,\n"
+          "                           global batch, dtype and parallel configuration; options given as well\n"
+          "                           override them\n"
           "  --tp T, --cp C, --pp P   tensor, context and pipeline parallel sizes (default 1; dp is derived)\n"
           "  --vpp V                  model chunks per pipeline rank (default 1; > 1 selects interleaved 1F1B)\n"
           "  --ep E, --etp X          expert parallel and expert tensor parallel sizes (default 1; edp derived)\n"
@@ -182,7 +188,7 @@ static const char *const kCommonOptions[] = {
     "--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype", "--moe-imbalance", "--expert-load",
     "--tp-overlap", "--cp-overlap", "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--bucket-params",
     "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--help"};
-static const char *const kSimulateOptions[] = {"--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
+static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
                                                "--trace", "--quiet", "--moe-tp-replicated"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
@@ -311,6 +317,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
       else if (!strcmp(name, "--trace")) c->trace_path = value;
+      else if (!strcmp(name, "--plan")) c->plan_path = value; /* applied before the other options */
       else known = 0;
     } else if (!known) {
       known = 1;
@@ -378,6 +385,9 @@ static void print_simulate_line(const PlanCli *c, const PlanConfig *best) {
          p->vpp, p->ep, p->etp, best->micro_batch_size, sched_schedule_name(best->schedule));
   if (best->recompute != PLAN_RECOMPUTE_NONE) printf(" --recompute %s", plan_recompute_name(best->recompute));
   if (best->distributed_optimizer) printf(" --distributed-optimizer");
+  /* The partition the plan chose (refined by simulation), not a rebalanced one. */
+  for (int s = 0; s < best->num_given_layers && best->num_given_layers > 1; s++)
+    printf("%s%d", s ? "," : " --layers-per-stage ", best->layers_per_stage[s]);
   printf("\n");
 }
 
@@ -397,10 +407,51 @@ static void print_summary(const PlanResult *r, FILE *f) {
           r->fits ? "fits" : "DOES NOT FIT", r->bottleneck);
 }
 
+/* --plan FILE (either form) sets what the plan chose before parse_args
+ * reads the command line, so that options given as well override it. */
+static int apply_plan_option(int argc, char **argv, PlanCli *c) {
+  const char *path = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--plan") && i + 1 < argc) path = argv[i + 1];
+    else if (!strncmp(argv[i], "--plan=", 7)) path = argv[i] + 7;
+  }
+  if (!path) return 0;
+  Error err = {0, ""};
+  PlanChoice *pc = &c->plan;
+  if (plan_file_read(path, pc, &err)) {
+    fprintf(stderr, "fivefold simulate: --plan: %s\n", err.msg);
+    return -1;
+  }
+  if (!pc->model[0]) {
+    fprintf(stderr, "fivefold simulate: --plan %s: the plan names no model (field \"model\"); give --model\n", path);
+    return -1;
+  }
+  c->model = pc->model;
+  c->cluster = pc->cluster;
+  c->gpus = pc->gpus;
+  c->seq = pc->seq_len;
+  c->global_batch = pc->global_batch_size;
+  c->dtype = pc->dtype;
+  PlanParallel *p = &c->cfg.par;
+  p->tp = pc->tp, p->cp = pc->cp, p->pp = pc->pp, p->vpp = pc->vpp, p->ep = pc->ep, p->etp = pc->etp;
+  c->cfg.micro_batch_size = pc->micro_batch_size;
+  c->cfg.recompute = pc->recompute;
+  c->cfg.distributed_optimizer = pc->distributed_optimizer;
+  c->cfg.schedule = pc->schedule;
+  c->cfg.schedule_given = 1;
+  c->cfg.num_given_layers = pc->num_stages < PLAN_MAX_STAGES ? pc->num_stages : PLAN_MAX_STAGES;
+  memcpy(c->cfg.layers_per_stage, pc->layers_per_stage, (size_t)c->cfg.num_given_layers * sizeof(int));
+  return 0;
+}
+
 int cmd_simulate(int argc, char **argv) {
   PlanCli *c = calloc(1, sizeof *c);
   if (!c) return 1;
   init_cli(c, "simulate");
+  if (apply_plan_option(argc, argv, c)) {
+    free(c);
+    return 1;
+  }
   int rc = parse_args(argc, argv, c, 1);
   if (rc) {
     if (rc > 0) simulate_usage(stdout);
@@ -587,7 +638,8 @@ int cmd_plan(int argc, char **argv) {
       fprintf(stderr, "fivefold plan: %s\n", err.msg);
       goto out;
     }
-    printf("\nplan written to %s (use: fivefold train --plan %s)\n", c->out_path, c->out_path);
+    printf("\nplan written to %s (use: fivefold train --plan %s; price it: fivefold simulate --plan %s)\n",
+           c->out_path, c->out_path, c->out_path);
   }
   exit_code = 0;
 out:

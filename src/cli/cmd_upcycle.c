@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/options.h"
+#include "convert/export_hf.h"
 #include "convert/upcycle.h"
 
 static void upcycle_help(FILE *f) {
@@ -36,7 +37,10 @@ static void upcycle_help(FILE *f) {
           "  --granularity G          slices of the dense FFN (default 1; it must divide the FFN)\n"
           "  --router-order ORDER     softmax_then_topk (default) or topk_then_softmax\n"
           "  --router-score SCORE     softmax (default) or sigmoid\n"
-          "  --norm-topk-prob         renormalise the kept top-k probabilities to sum 1 (default off)\n"
+          "  --norm-topk-prob         renormalise the kept top-k probabilities to sum 1 (default off).\n"
+          "                           Needed to export the MoE (fivefold export --format hf writes\n"
+          "                           Mixtral, which renormalises; --router-order topk_then_softmax\n"
+          "                           is the same routing); without it export refuses the model\n"
           "  --aux-loss-coeff X       load-balancing loss coefficient (default 0.01)\n"
           "  --z-loss-coeff X         router z-loss coefficient (default 0)\n"
           "  --router-init-std X      std of the random router rows (default: per layer, so that the\n"
@@ -159,6 +163,14 @@ static void print_summary(const UpcycleInfo *info, const UpcycleOptions *o) {
                                       : "only approximately (router rows are random: scores are not uniform; "
                                         "--router-init-std 0 makes it exact)");
   }
+  Error err = {0};
+  if (export_hf_check(m, &err) == 0)
+    printf("  export   fivefold export --format hf takes it\n");
+  else if (!m->norm_topk_prob && m->router_order == ROUTER_SOFTMAX_THEN_TOPK && m->router_score == ROUTER_SCORE_SOFTMAX)
+    printf("  export   refused: the top-k routing weights are not renormalised (upcycle with --norm-topk-prob for "
+           "a model fivefold export --format hf writes)\n");
+  else
+    printf("  export   refused: %s\n", err.msg);
   printf("  wrote    %s (step 0, AdamW moments zero, the dense run's data position)\n", info->checkpoint);
   printf("           %s\n", info->run_config);
   printf("continue:  fivefold train --config %s --resume\n", info->run_config);

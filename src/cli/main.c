@@ -8,6 +8,7 @@
 #include "cli/cmd_calibrate.h"
 #include "cli/cmd_export.h"
 #include "cli/cmd_images.h"
+#include "cli/cmd_import.h"
 #include "cli/cmd_plan.h"
 #include "cli/cmd_sample.h"
 #include "cli/cmd_schedule.h"
@@ -24,7 +25,9 @@ static const Command COMMANDS[] = {
     {"train", "train a model from a JSON run config (model, training, data sections)", cmd_train},
     {"tokenize", "turn text files into token shards (train.bin, val.bin) for training", cmd_tokenize},
     {"sample", "generate text from a trained checkpoint (temperature, top-k, top-p, seed)", cmd_sample},
-    {"export", "write a checkpoint as a Hugging Face model directory (Llama / Mixtral)", cmd_export},
+    {"export", "write a checkpoint as a Hugging Face model directory (Llama / Qwen2 / Mixtral / Qwen2-MoE / GPT-2)",
+     cmd_export},
+    {"import", "read a Hugging Face model directory into a run directory that training continues", cmd_import},
     {"plan", "search the parallel configuration for a model on a cluster", cmd_plan},
     {"simulate", "predict step time, bubbles and memory of one parallel configuration", cmd_simulate},
     {"calibrate", "measure this machine (or refit from a trace) and write a cluster spec for the planner", cmd_calibrate},

@@ -1,13 +1,11 @@
-/* Hugging Face export: the representability check, config.json, the tensor
- * renaming / splitting into model.safetensors, and the tokenizer file. The
- * split tensors are views into the model's parameter buffer (row blocks of
- * [out, in] matrices are contiguous), so nothing is copied on the way. */
+/* Hugging Face export: config.json of each family, model.safetensors
+ * written tensor by tensor from the table of convert/hf_layout.h, and the
+ * tokenizer file. */
 #include "convert/export_hf.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,75 +16,12 @@
 #include "base/fs.h"
 #include "base/safetensors.h"
 #include "ckpt/checkpoint.h"
+#include "convert/hf_layout.h"
 #include "train/net_transformer.h"
 
-/* ---- what Mixtral can express ---- */
-
-typedef struct Reasons {
-  char buf[900];
-  size_t used;
-  int n;
-} Reasons;
-
-static void add_reason(Reasons *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add_reason(Reasons *r, const char *fmt, ...) {
-  if (r->used + 8 >= sizeof r->buf) return;
-  r->used += (size_t)snprintf(r->buf + r->used, sizeof r->buf - r->used, "%s", r->n ? "; " : "");
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(r->buf + r->used, sizeof r->buf - r->used, fmt, ap);
-  va_end(ap);
-  if (k > 0) r->used += (size_t)k;
-  if (r->used >= sizeof r->buf) r->used = sizeof r->buf - 1;
-  r->n++;
-}
-
 int export_hf_check(const ModelConfig *cfg, Error *err) {
-  if (cfg->gpt2)
-    return error_set(err, ERR_CONFIG,
-                     "this GPT-2 model cannot be exported yet (export writes LlamaForCausalLM and "
-                     "MixtralForCausalLM directories; GPT2LMHeadModel is not written). See docs/export.md");
-  if (cfg->qkv_bias)
-    return error_set(err, ERR_CONFIG,
-                     "this model has attention biases (qkv_bias / attention_bias), which export does not write yet. "
-                     "See docs/export.md");
-  int n_moe = model_config_num_moe_layers(cfg);
-  if (n_moe == 0) return 0; /* LlamaForCausalLM expresses every dense fivefold model */
-  Reasons r = {.used = 0, .n = 0};
-  if (n_moe < cfg->num_layers) {
-    char list[160] = "";
-    size_t used = 0;
-    int shown = 0;
-    for (int i = 0; i < cfg->num_layers; i++) {
-      if (cfg->is_moe_layer[i]) continue;
-      if (shown == 8) {
-        snprintf(list + used, sizeof list - used, ", ...");
-        break;
-      }
-      used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", shown ? ", " : "", i);
-      shown++;
-    }
-    add_reason(&r, "dense layers mixed with MoE layers (layer%s %s; Mixtral makes every layer MoE)",
-               cfg->num_layers - n_moe == 1 ? "" : "s", list);
-  }
-  if (cfg->router_score != ROUTER_SCORE_SOFTMAX)
-    add_reason(&r, "sigmoid router scores (moe_router_score_function; Mixtral routes with a softmax)");
-  else if (cfg->router_order == ROUTER_SOFTMAX_THEN_TOPK && !cfg->norm_topk_prob)
-    add_reason(&r, "top-k routing weights that are not renormalised (norm_topk_prob false; Mixtral renormalises)");
-  if (cfg->shared_expert_intermediate_size > 0)
-    add_reason(&r, "a shared expert (shared_expert_intermediate_size %d; Mixtral has none)",
-               cfg->shared_expert_intermediate_size);
-  if (cfg->capacity_factor > 0)
-    add_reason(&r, "an expert capacity factor of %g (token dropping; Mixtral is dropless)",
-               (double)cfg->capacity_factor);
-  if (cfg->topk_scaling_factor != 1.0f)
-    add_reason(&r, "routing weights scaled by %g (moe_router_topk_scaling_factor; Mixtral uses 1)",
-               (double)cfg->topk_scaling_factor);
-  if (!r.n) return 0;
-  return error_set(err, ERR_CONFIG,
-                   "this MoE model cannot be represented as a Hugging Face Mixtral model "
-                   "(MixtralForCausalLM): it has %s. See docs/export.md",
-                   r.buf);
+  HfFamily family;
+  return hf_family_for_model(cfg, &family, err);
 }
 
 /* ---- config.json ---- */
@@ -107,16 +42,76 @@ static void add_id_or_null(cJSON *o, const char *key, int id) {
   else cJSON_AddNullToObject(o, key);
 }
 
+/* The fields every family's config.json ends with. */
+static void add_common_tail(cJSON *o, const ModelConfig *cfg, int bos_id, int eos_id) {
+  cJSON_AddBoolToObject(o, "tie_word_embeddings", cfg->tie_word_embeddings);
+  cJSON_AddNumberToObject(o, "initializer_range", shortest(cfg->init_std));
+  add_id_or_null(o, "bos_token_id", bos_id);
+  add_id_or_null(o, "eos_token_id", eos_id);
+  cJSON_AddStringToObject(o, "torch_dtype", "float32");
+  cJSON_AddBoolToObject(o, "use_cache", 1);
+}
+
+static void replace_number(cJSON *o, const char *key, double v) {
+  cJSON_ReplaceItemInObjectCaseSensitive(o, key, cJSON_CreateNumber(v));
+}
+
+/* fivefold's canonical GPT-2 form has GPT2Config's field names already;
+ * config.json adds what transformers reads besides. */
+static cJSON *gpt2_config_json(const ModelConfig *cfg, int bos_id, int eos_id) {
+  cJSON *o = model_config_to_json(cfg);
+  if (!o) return NULL;
+  cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+  cJSON_AddItemToArray(arch, cJSON_CreateString(hf_family_architecture(HF_GPT2)));
+  replace_number(o, "layer_norm_epsilon", shortest(cfg->rms_norm_eps));
+  cJSON_DeleteItemFromObjectCaseSensitive(o, "tie_word_embeddings");
+  cJSON_DeleteItemFromObjectCaseSensitive(o, "initializer_range");
+  cJSON_AddNumberToObject(o, "n_ctx", cfg->max_position_embeddings);
+  /* fivefold computes without dropout; a model loaded for training elsewhere
+   * would otherwise get GPT2Config's 0.1. */
+  cJSON_AddNumberToObject(o, "resid_pdrop", 0.0);
+  cJSON_AddNumberToObject(o, "embd_pdrop", 0.0);
+  cJSON_AddNumberToObject(o, "attn_pdrop", 0.0);
+  cJSON_AddBoolToObject(o, "scale_attn_weights", 1);
+  cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
+  cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
+  add_common_tail(o, cfg, bos_id, eos_id);
+  return o;
+}
+
+/* Qwen2-MoE's fields for which layers are MoE and what its experts do. */
+static void qwen2_moe_fields(cJSON *o, const ModelConfig *cfg) {
+  cJSON_AddNumberToObject(o, "num_experts", cfg->num_experts);
+  cJSON_AddNumberToObject(o, "num_experts_per_tok", cfg->top_k);
+  cJSON_AddNumberToObject(o, "moe_intermediate_size", cfg->moe_intermediate_size);
+  cJSON_AddNumberToObject(o, "shared_expert_intermediate_size", cfg->shared_expert_intermediate_size);
+  /* top-k then softmax is softmax, top-k, renormalise */
+  cJSON_AddBoolToObject(o, "norm_topk_prob", cfg->norm_topk_prob || cfg->router_order == ROUTER_TOPK_THEN_SOFTMAX);
+  cJSON_AddNumberToObject(o, "decoder_sparse_step", 1);
+  cJSON *only = cJSON_AddArrayToObject(o, "mlp_only_layers");
+  for (int i = 0; i < cfg->num_layers; i++)
+    if (!cfg->is_moe_layer[i]) cJSON_AddItemToArray(only, cJSON_CreateNumber(i));
+  cJSON_AddNumberToObject(o, "router_aux_loss_coef", shortest(cfg->aux_loss_coeff));
+  cJSON_AddBoolToObject(o, "output_router_logits", 0);
+  cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+  cJSON_AddNullToObject(o, "sliding_window");
+}
+
 cJSON *export_hf_config_json(const ModelConfig *cfg, int bos_id, int eos_id) {
-  const int moe = model_config_num_moe_layers(cfg) > 0;
+  HfFamily family;
+  if (hf_family_for_model(cfg, &family, NULL)) return NULL;
+  if (family == HF_GPT2) return gpt2_config_json(cfg, bos_id, eos_id);
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
   cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-  cJSON_AddItemToArray(arch, cJSON_CreateString(moe ? "MixtralForCausalLM" : "LlamaForCausalLM"));
-  cJSON_AddStringToObject(o, "model_type", moe ? "mixtral" : "llama");
+  cJSON_AddItemToArray(arch, cJSON_CreateString(hf_family_architecture(family)));
+  cJSON_AddStringToObject(o, "model_type", hf_family_model_type(family));
   cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
   cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden_size);
-  cJSON_AddNumberToObject(o, "intermediate_size", moe ? cfg->moe_intermediate_size : cfg->intermediate_size);
+  const int ffn = family == HF_MIXTRAL ? cfg->moe_intermediate_size
+                  : cfg->intermediate_size > 0 ? cfg->intermediate_size
+                                               : cfg->moe_intermediate_size;
+  cJSON_AddNumberToObject(o, "intermediate_size", ffn);
   cJSON_AddNumberToObject(o, "num_hidden_layers", cfg->num_layers);
   cJSON_AddNumberToObject(o, "num_attention_heads", cfg->num_heads);
   cJSON_AddNumberToObject(o, "num_key_value_heads", model_config_kv_heads(cfg));
@@ -126,25 +121,26 @@ cJSON *export_hf_config_json(const ModelConfig *cfg, int bos_id, int eos_id) {
   cJSON_AddNumberToObject(o, "rms_norm_eps", shortest(cfg->rms_norm_eps));
   cJSON_AddNumberToObject(o, "rope_theta", shortest(cfg->rope_theta));
   cJSON_AddNullToObject(o, "rope_scaling");
-  cJSON_AddBoolToObject(o, "attention_bias", 0);
+  /* Qwen2's q/k/v biases are part of the architecture, not a field. */
+  if (family == HF_LLAMA || family == HF_MIXTRAL) cJSON_AddBoolToObject(o, "attention_bias", cfg->o_bias != 0);
   cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
-  if (moe) {
+  if (family == HF_MIXTRAL) {
     cJSON_AddNumberToObject(o, "num_local_experts", cfg->num_experts);
     cJSON_AddNumberToObject(o, "num_experts_per_tok", cfg->top_k);
     cJSON_AddNumberToObject(o, "router_aux_loss_coef", shortest(cfg->aux_loss_coeff));
     cJSON_AddBoolToObject(o, "output_router_logits", 0);
     cJSON_AddNumberToObject(o, "router_jitter_noise", 0.0);
     cJSON_AddNullToObject(o, "sliding_window");
+  } else if (family == HF_QWEN2_MOE) {
+    qwen2_moe_fields(o, cfg);
+  } else if (family == HF_QWEN2) {
+    cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+    cJSON_AddNullToObject(o, "sliding_window");
   } else {
     cJSON_AddBoolToObject(o, "mlp_bias", 0);
     cJSON_AddNumberToObject(o, "pretraining_tp", 1);
   }
-  cJSON_AddBoolToObject(o, "tie_word_embeddings", cfg->tie_word_embeddings);
-  cJSON_AddNumberToObject(o, "initializer_range", shortest(cfg->init_std));
-  add_id_or_null(o, "bos_token_id", bos_id);
-  add_id_or_null(o, "eos_token_id", eos_id);
-  cJSON_AddStringToObject(o, "torch_dtype", "float32");
-  cJSON_AddBoolToObject(o, "use_cache", 1);
+  add_common_tail(o, cfg, bos_id, eos_id);
   return o;
 }
 
@@ -158,28 +154,6 @@ int export_hf_byte_level_tokenizer(Tokenizer **out, Error *err) {
 
 /* ---- files ---- */
 
-
-/* PATH.tmp, fsync, rename: a reader never sees half a file. */
-static int write_file_atomic(const char *path, const void *data, size_t n, Error *err) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-  const char *p = data;
-  size_t done = 0;
-  int rc = 0;
-  while (done < n && !rc) {
-    ssize_t k = write(fd, p + done, n - done);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    else done += (size_t)k;
-  }
-  if (!rc && fsync(fd) != 0) rc = error_set(err, ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
-  if (close(fd) != 0 && !rc) rc = error_set(err, ERR_IO, "cannot close %s: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path) != 0) rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-  if (rc) unlink(tmp);
-  return rc;
-}
 
 /* Writes out_dir/tokenizer.json and reports its end-of-text id (-1: none). */
 static int export_tokenizer(const char *tokenizer, int vocab_size, const char *out_dir, int *eot, Error *err) {
@@ -204,96 +178,105 @@ static int export_tokenizer(const char *tokenizer, int vocab_size, const char *o
   char *text = NULL;
   size_t n = 0;
   if (!rc) rc = file_read_text(tokenizer, "tokenizer", (size_t)1 << 30, &text, &n, err);
-  if (!rc) rc = write_file_atomic(path, text, n, err);
+  if (!rc) rc = fs_write_atomic(path, text, n, err);
   free(text);
   return rc;
 }
 
-static int add_view(SafetensorsWriter *w, const Model *m, const char *hf_name, const char *ours, size_t elem_offset,
-                    int rows, int cols, Error *err) {
-  const ParamTensor *t = model_find_tensor(m, ours);
-  if (!t) return error_set(err, ERR_INTERNAL, "export: the model has no tensor %s", ours);
-  if (elem_offset + (size_t)rows * (size_t)cols > t->numel)
-    return error_set(err, ERR_INTERNAL, "export: %s view [%d, %d] at %zu exceeds %s", hf_name, rows, cols,
-                     elem_offset, ours);
-  int shape[2] = {rows, cols};
-  return safetensors_writer_add_f32(w, hf_name, cols > 0 ? 2 : 1, shape, m->params + t->offset + elem_offset, err);
+/* One HF tensor: the run of pieces [first, end) of the table that fill it. */
+static int group_end(const HfLayout *lay, int first) {
+  int end = first + 1;
+  while (end < lay->n && !strcmp(lay->pieces[end].hf, lay->pieces[first].hf)) end++;
+  return end;
 }
 
-static int add_whole(SafetensorsWriter *w, const Model *m, const char *hf_name, const char *ours, Error *err) {
-  const ParamTensor *t = model_find_tensor(m, ours);
-  if (!t) return error_set(err, ERR_INTERNAL, "export: the model has no tensor %s", ours);
-  return safetensors_writer_add_f32(w, hf_name, t->ndim, t->shape, m->params + t->offset, err);
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t at) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t k = pwrite(fd, p, n, (off_t)at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k, n -= (size_t)k, at += (uint64_t)k;
+  }
+  return 0;
 }
 
-static int add_layer(SafetensorsWriter *w, const Model *m, int i, Error *err) {
-  const ModelConfig *c = &m->cfg;
-  const int C = c->hidden_size;
-  char hf[SAFETENSORS_MAX_NAME], ours[96];
-  static const char *const proj[4][2] = {{"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"}, {"wo", "o_proj"}};
-  int rc = 0;
-#define HF(...) snprintf(hf, sizeof hf, __VA_ARGS__)
-#define OURS(...) snprintf(ours, sizeof ours, __VA_ARGS__)
-  HF("model.layers.%d.input_layernorm.weight", i), OURS("layers.%d.attn_norm.weight", i);
-  if ((rc = add_whole(w, m, hf, ours, err))) return rc;
-  for (int p = 0; p < 4; p++) {
-    HF("model.layers.%d.self_attn.%s.weight", i, proj[p][1]), OURS("layers.%d.attn.%s", i, proj[p][0]);
-    if ((rc = add_whole(w, m, hf, ours, err))) return rc;
-  }
-  HF("model.layers.%d.post_attention_layernorm.weight", i), OURS("layers.%d.mlp_norm.weight", i);
-  if ((rc = add_whole(w, m, hf, ours, err))) return rc;
-  if (!c->is_moe_layer[i]) {
-    const int F = c->intermediate_size;
-    OURS("layers.%d.mlp.w_gate_up", i);
-    HF("model.layers.%d.mlp.gate_proj.weight", i);
-    if ((rc = add_view(w, m, hf, ours, 0, F, C, err))) return rc;
-    HF("model.layers.%d.mlp.up_proj.weight", i);
-    if ((rc = add_view(w, m, hf, ours, (size_t)F * C, F, C, err))) return rc;
-    HF("model.layers.%d.mlp.down_proj.weight", i), OURS("layers.%d.mlp.w_down", i);
-    return add_whole(w, m, hf, ours, err);
-  }
-  const int F = c->moe_intermediate_size;
-  HF("model.layers.%d.block_sparse_moe.gate.weight", i), OURS("layers.%d.moe.router", i);
-  if ((rc = add_whole(w, m, hf, ours, err))) return rc;
-  char gu[96], down[96];
-  snprintf(gu, sizeof gu, "layers.%d.moe.experts.w_gate_up", i);
-  snprintf(down, sizeof down, "layers.%d.moe.experts.w_down", i);
-  for (int e = 0; e < c->num_experts && !rc; e++) {
-    const size_t gu_at = (size_t)e * 2 * F * C, down_at = (size_t)e * C * F;
-    HF("model.layers.%d.block_sparse_moe.experts.%d.w1.weight", i, e);
-    rc = add_view(w, m, hf, gu, gu_at, F, C, err);
-    HF("model.layers.%d.block_sparse_moe.experts.%d.w2.weight", i, e);
-    if (!rc) rc = add_view(w, m, hf, down, down_at, C, F, err);
-    HF("model.layers.%d.block_sparse_moe.experts.%d.w3.weight", i, e);
-    if (!rc) rc = add_view(w, m, hf, gu, gu_at + (size_t)F * C, F, C, err);
-  }
-#undef HF
-#undef OURS
-  return rc;
+static size_t hf_numel(const HfPiece *p) {
+  return (size_t)p->hf_shape[0] * (size_t)(p->hf_ndim == 2 ? p->hf_shape[1] : 1);
 }
 
-static int export_weights(const Model *m, const char *out_dir, Error *err) {
+/* model.safetensors, one HF tensor at a time through one scratch buffer
+ * (transposed and fused tensors need one), so an export holds the model
+ * and at most its largest tensor. */
+static int export_weights(const Model *m, HfFamily family, const char *out_dir, Error *err) {
+  HfLayout lay;
+  int rc = hf_layout_build(&lay, &m->cfg, family, "transformer.", err);
+  if (rc) return rc;
   SafetensorsWriter *w = safetensors_writer_new();
-  if (!w) return error_set(err, ERR_NOMEM, "out of memory");
-  /* transformers refuses safetensors files without format "pt". */
-  int rc = safetensors_writer_set_metadata(w, "format", "pt", err);
-  if (!rc) rc = add_whole(w, m, "model.embed_tokens.weight", "embed.weight", err);
-  for (int i = 0; i < m->cfg.num_layers && !rc; i++) rc = add_layer(w, m, i, err);
-  if (!rc) rc = add_whole(w, m, "model.norm.weight", "final_norm.weight", err);
-  if (!rc && !m->cfg.tie_word_embeddings) rc = add_whole(w, m, "lm_head.weight", "lm_head.weight", err);
-  char path[4200];
+  uint64_t *offsets = calloc((size_t)(lay.n + lay.n_zeros + 1), sizeof *offsets);
+  char *header = NULL;
+  float *scratch = NULL;
+  size_t header_bytes = 0, biggest = 0;
+  int fd = -1, ntensors = 0;
+  char path[4200], tmp[4220];
   snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-  if (!rc) rc = safetensors_writer_write(w, path, err);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if (!w || !offsets) rc = error_set(err, ERR_NOMEM, "out of memory");
+  /* transformers refuses safetensors files without format "pt". */
+  if (!rc) rc = safetensors_writer_set_metadata(w, "format", "pt", err);
+  for (int i = 0; i < lay.n && !rc; i = group_end(&lay, i)) {
+    const HfPiece *p = &lay.pieces[i];
+    if (!model_find_tensor(m, p->ours))
+      rc = error_set(err, ERR_INTERNAL, "export: the model has no tensor %s", p->ours);
+    else rc = safetensors_writer_add(w, p->hf, ST_F32, p->hf_ndim, p->hf_shape, NULL, err);
+    if (hf_numel(p) > biggest) biggest = hf_numel(p);
+    ntensors++;
+  }
+  for (int i = 0; i < lay.n_zeros && !rc; i++) {
+    rc = safetensors_writer_add(w, lay.zeros[i].hf, ST_F32, lay.zeros[i].hf_ndim, lay.zeros[i].hf_shape, NULL, err);
+    if (hf_numel(&lay.zeros[i]) > biggest) biggest = hf_numel(&lay.zeros[i]);
+  }
+  if (!rc) rc = safetensors_writer_layout(w, &header, &header_bytes, offsets, NULL, err);
+  if (!rc && !(scratch = malloc((biggest ? biggest : 1) * sizeof *scratch)))
+    rc = error_set(err, ERR_NOMEM, "out of memory for a %zu-element tensor", biggest);
+  if (!rc && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
+    rc = error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  if (!rc && pwrite_all(fd, header, header_bytes, 0))
+    rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  int k = 0;
+  for (int i = 0; i < lay.n && !rc; i = group_end(&lay, i), k++) {
+    for (int j = i; j < group_end(&lay, i); j++) {
+      const ParamTensor *t = model_find_tensor(m, lay.pieces[j].ours);
+      hf_piece_to_hf(&lay.pieces[j], m->params + t->offset, scratch);
+    }
+    if (pwrite_all(fd, scratch, hf_numel(&lay.pieces[i]) * sizeof *scratch, offsets[k]))
+      rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  }
+  for (int i = 0; i < lay.n_zeros && !rc; i++, k++) {
+    memset(scratch, 0, hf_numel(&lay.zeros[i]) * sizeof *scratch);
+    if (pwrite_all(fd, scratch, hf_numel(&lay.zeros[i]) * sizeof *scratch, offsets[k]))
+      rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  }
+  if (!rc && fsync(fd) != 0) rc = error_set(err, ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && !rc) rc = error_set(err, ERR_IO, "cannot close %s: %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, path) != 0)
+    rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (rc && fd >= 0) unlink(tmp);
+  free(scratch);
+  free(header);
+  free(offsets);
   safetensors_writer_free(w);
+  hf_layout_free(&lay);
   return rc;
 }
 
 int export_hf_write(const Model *m, const char *tokenizer, const char *out_dir, Error *err) {
-  int rc = export_hf_check(&m->cfg, err);
+  HfFamily family;
+  int rc = hf_family_for_model(&m->cfg, &family, err);
   if (!rc) rc = fs_mkdir_p(out_dir, err);
   int eot = -1;
   if (!rc) rc = export_tokenizer(tokenizer, m->cfg.vocab_size, out_dir, &eot, err);
-  if (!rc) rc = export_weights(m, out_dir, err);
+  if (!rc) rc = export_weights(m, family, out_dir, err);
   if (rc) return rc;
   cJSON *cfg = export_hf_config_json(&m->cfg, eot, eot);
   char *text = cfg ? cJSON_Print(cfg) : NULL;
@@ -301,9 +284,7 @@ int export_hf_write(const Model *m, const char *tokenizer, const char *out_dir, 
   if (!text) return error_set(err, ERR_NOMEM, "out of memory writing config.json");
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", out_dir);
-  size_t n = strlen(text);
-  text[n] = '\n'; /* cJSON's terminator becomes the final newline */
-  rc = write_file_atomic(path, text, n + 1, err);
+  rc = fs_write_text_atomic(path, text, err);
   free(text);
   return rc;
 }
@@ -325,11 +306,12 @@ int export_hf_checkpoint_with_tokenizer(const char *checkpoint, const char *give
                                       &info->step, err);
   if (!rc && given_tokenizer) snprintf(tokenizer, sizeof tokenizer, "%s", given_tokenizer);
   /* Refuse before reading gigabytes of weights. */
-  if (!rc) rc = export_hf_check(&cfg, err);
+  HfFamily family = HF_LLAMA;
+  if (!rc) rc = hf_family_for_model(&cfg, &family, err);
   if (rc) return rc;
-  info->architecture = model_config_num_moe_layers(&cfg) > 0 ? "MixtralForCausalLM" : "LlamaForCausalLM";
-  Model m;
-  if ((rc = model_create(&m, &cfg, 1, 1, err))) return rc;
+  info->architecture = hf_family_architecture(family);
+  Model m; /* weights only: an export holds one copy of the model */
+  if ((rc = hf_table_model_create(&m, &cfg, err))) return rc;
   rc = net_transformer_load_weights(info->checkpoint, &m, err);
   if (!rc) rc = export_hf_write(&m, tokenizer, out_dir, err);
   if (!rc) {
@@ -342,6 +324,6 @@ int export_hf_checkpoint_with_tokenizer(const char *checkpoint, const char *give
     }
   }
   info->num_params = m.num_params;
-  model_free(&m);
+  hf_table_model_free(&m);
   return rc;
 }

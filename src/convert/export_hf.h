@@ -1,22 +1,9 @@
 /* Export of a checkpoint as a Hugging Face model directory (config.json,
- * model.safetensors, tokenizer.json) that the transformers Llama (dense) or
- * Mixtral (MoE) classes load without conversion code. docs/export.md is the
+ * model.safetensors, tokenizer.json) that the transformers Llama / Qwen2
+ * (dense), Mixtral / Qwen2-MoE (MoE) or GPT-2 classes load without
+ * conversion code. The tensor names and layouts are the table of
+ * convert/hf_layout.h, which import reads back; docs/export.md is the
  * user-facing description: names, layouts, what cannot be represented.
- *
- * Tensor names and layouts (ours -> HF; both [out, in]):
- *   embed.weight                  -> model.embed_tokens.weight
- *   layers.i.attn_norm.weight     -> model.layers.i.input_layernorm.weight
- *   layers.i.attn.wq/wk/wv/wo     -> model.layers.i.self_attn.{q,k,v,o}_proj.weight
- *   layers.i.mlp_norm.weight      -> model.layers.i.post_attention_layernorm.weight
- *   layers.i.mlp.w_gate_up [2F,C] -> ...mlp.gate_proj.weight rows [0,F),
- *                                    ...mlp.up_proj.weight rows [F,2F)
- *   layers.i.mlp.w_down           -> ...mlp.down_proj.weight
- *   layers.i.moe.router           -> ...block_sparse_moe.gate.weight
- *   layers.i.moe.experts.w_gate_up[e] -> ...block_sparse_moe.experts.e.w1.weight
- *                                    (gate) and .w3.weight (up)
- *   layers.i.moe.experts.w_down[e] -> ...block_sparse_moe.experts.e.w2.weight
- *   final_norm.weight             -> model.norm.weight
- *   lm_head.weight                -> lm_head.weight (absent when tied)
  * RoPE needs no permutation of wq / wk: fivefold rotates in HF's
  * rotate_half convention already. Every tensor is written as F32. */
 #ifndef FIVEFOLD_CONVERT_EXPORT_HF_H
@@ -29,9 +16,9 @@
 
 typedef struct cJSON cJSON;
 
-/* 0 when the model maps onto LlamaForCausalLM (no MoE layer) or
- * MixtralForCausalLM; otherwise ERR_CONFIG with a message that lists every
- * feature that has no HF equivalent. */
+/* 0 when the model maps onto one of the Hugging Face classes
+ * (hf_family_for_model); otherwise ERR_CONFIG with a message that lists
+ * every feature that has no HF equivalent. */
 int export_hf_check(const ModelConfig *cfg, Error *err);
 
 /* The HF config.json object for cfg (call export_hf_check first).
@@ -52,7 +39,7 @@ int export_hf_write(const Model *m, const char *tokenizer, const char *out_dir, 
 typedef struct ExportHfInfo {
   char checkpoint[4096]; /* the resolved checkpoint directory */
   int step;
-  const char *architecture; /* "LlamaForCausalLM" | "MixtralForCausalLM" */
+  const char *architecture; /* "LlamaForCausalLM", "MixtralForCausalLM", "GPT2LMHeadModel", ... */
   size_t num_params;
   int num_tensors; /* in model.safetensors */
 } ExportHfInfo;

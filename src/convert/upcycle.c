@@ -5,17 +5,15 @@
 #include "convert/upcycle.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/fs.h"
 #include "base/rng.h"
 #include "train/net_transformer.h"
+#include "convert/run_dir.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
 
@@ -223,21 +221,6 @@ int upcycle_weights(const Model *dense, Model *moe, const UpcycleOptions *o, Err
 
 /* ---- the run directory ---- */
 
-
-static int write_text(const char *path, const char *text, Error *err) {
-  char tmp[CHECKPOINT_PATH_MAX + 32];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-  int ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok &= fclose(f) == 0;
-  if (!ok || rename(tmp, path) != 0) {
-    unlink(tmp);
-    return error_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
-  }
-  return 0;
-}
-
 /* The dense run's resolved config with the new model, description and
  * output directory, written to `path` and parsed back into *tc. */
 static int write_run_config(const char *dense_ckpt, const ModelConfig *mc, const char *out_abs, const char *path,
@@ -274,7 +257,7 @@ static int write_run_config(const char *dense_ckpt, const ModelConfig *mc, const
   char *text = cJSON_Print(doc);
   cJSON_Delete(doc);
   if (!text) return error_set(err, ERR_NOMEM, "out of memory rendering %s", path);
-  rc = write_text(path, text, err);
+  rc = fs_write_text_atomic(path, text, err);
   if (!rc) rc = train_config_parse(tc, text, path, err);
   free(text);
   return rc;
@@ -299,19 +282,8 @@ int upcycle_checkpoint(const char *dense_path, const char *out_dir, const Upcycl
   info->expert_scale = o->dense_control ? 1.0 : upcycle_expert_scale(&mcfg, o->granularity);
   info->exact_for_any_router = upcycle_exact_for_any_router(&mcfg);
 
-  char ckroot[CHECKPOINT_PATH_MAX];
-  if (snprintf(ckroot, sizeof ckroot, "%s/%s", out_dir, CHECKPOINT_SUBDIR) >= (int)sizeof ckroot)
-    return error_set(err, ERR_ARG, "--out %s: path too long", out_dir);
-  int *steps = NULL, nsteps = 0;
-  if ((rc = checkpoint_list(ckroot, &steps, &nsteps, err))) return rc;
-  free(steps);
-  if (nsteps > 0)
-    return error_set(err, ERR_ARG,
-                     "--out %s already holds %d checkpoint(s) in %s: upcycle into a new directory (or remove it)",
-                     out_dir, nsteps, ckroot);
-  if ((rc = fs_mkdir_p(out_dir, err))) return rc;
-  char *out_abs = realpath(out_dir, NULL);
-  if (!out_abs) return error_set(err, ERR_IO, "cannot resolve --out %s: %s", out_dir, strerror(errno));
+  char *out_abs = NULL;
+  if ((rc = convert_new_run_dir(out_dir, "upcycle", &out_abs, err))) return rc;
 
   Model dense, moe;
   Optimizer dopt, mopt;

@@ -105,11 +105,25 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
                      origin, cfg->micro_batch_size, cfg->world_size, per_step_ll, 1 << 30);
   int per_step = (int)per_step_ll;
   if (cfg->global_batch_size > 0) {
-    if (cfg->global_batch_size % per_step)
+    if (cfg->global_batch_size % per_step) {
+      /* Typically a resolved config (every run records its global batch)
+       * resumed on more data-parallel ranks: a smaller micro-batch keeps the
+       * same global batch, so say which one fits. */
+      int fits = 0;
+      for (int m = cfg->micro_batch_size - 1; m >= 1 && !fits; m--)
+        if (cfg->global_batch_size % (m * cfg->world_size) == 0) fits = m;
+      char hint[160];
+      if (fits)
+        snprintf(hint, sizeof hint, "; give --micro-batch-size %d to keep the global batch of %d on %d rank(s)",
+                 fits, cfg->global_batch_size, cfg->world_size);
+      else
+        snprintf(hint, sizeof hint, "; give --global-batch-size %d (or another multiple of %d)",
+                 (cfg->global_batch_size / per_step + 1) * per_step, per_step);
       return error_set(err, ERR_CONFIG,
                        "%s: training.global_batch_size %d is not a multiple of micro_batch_size %d x %d rank(s) "
-                       "(expected a multiple of %d)",
-                       origin, cfg->global_batch_size, cfg->micro_batch_size, cfg->world_size, per_step);
+                       "(expected a multiple of %d)%s",
+                       origin, cfg->global_batch_size, cfg->micro_batch_size, cfg->world_size, per_step, hint);
+    }
     int accum = cfg->global_batch_size / per_step;
     if (cfg->grad_accum_steps > 0 && cfg->grad_accum_steps != accum)
       return error_set(err, ERR_CONFIG,

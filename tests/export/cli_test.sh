@@ -15,26 +15,9 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-export-cli-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 failures=0
 
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect CODE NEEDLE... -- COMMAND...: exit code (nonzero = any failure) and
-# substrings of stdout+stderr.
-expect() {
-  local want=$1; shift
-  local needles=()
-  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
-  shift
-  local out code
-  out=$("$@" 2>&1); code=$?
-  if [ "$want" = nonzero ]; then
-    [ "$code" -ne 0 ] || fail "expected failure from: $* (got exit 0)"
-  elif [ "$code" -ne "$want" ]; then
-    fail "expected exit $want from: $* (got $code)"; echo "$out" | tail -5
-  fi
-  for n in "${needles[@]}"; do
-    grep -qF -- "$n" <<<"$out" || { fail "output of '$*' lacks '$n'"; echo "$out" | head -20; }
-  done
-}
+# fail, expect (tests/parallel/lib.sh)
+# shellcheck source=../parallel/lib.sh
+. "$(dirname "$0")/../parallel/lib.sh"
 
 # u32 little-endian at byte offset $2 of file $1
 u32() { od -An -tu4 -j "$2" -N 4 "$1" | tr -d ' '; }

@@ -22,57 +22,7 @@
 
 #include "base/safetensors.h"
 #include "convert/export_hf.h"
-
-/* A scratch directory under $TMPDIR, removed with everything in it at exit. */
-static char g_scratch[512];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-static void scratch_remove(void) {
-  if (g_scratch[0]) nftw(g_scratch, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *scratch_dir(void) {
-  if (g_scratch[0]) return g_scratch;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(g_scratch, sizeof g_scratch, "%s/fivefold-export-test-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-  if (!mkdtemp(g_scratch)) abort();
-  atexit(scratch_remove);
-  return g_scratch;
-}
-
-static const char *scratch_path(const char *name) {
-  static char bufs[4][1024];
-  static int next = 0;
-  char *b = bufs[next++ % 4];
-  snprintf(b, 1024, "%s/%s", scratch_dir(), name);
-  return b;
-}
-
-static void base_config(ModelConfig *c, int moe, int tied) {
-  model_config_defaults(c);
-  c->vocab_size = 300;
-  c->hidden_size = 16;
-  c->num_layers = 3;
-  c->num_heads = 4;
-  c->num_kv_heads = 2;
-  c->head_dim = 6;
-  c->intermediate_size = 24;
-  c->max_position_embeddings = 128;
-  c->rope_theta = 5e5f;
-  c->rms_norm_eps = 1e-6f;
-  c->tie_word_embeddings = tied;
-  if (moe) {
-    c->num_experts = 3;
-    c->top_k = 2;
-    c->moe_intermediate_size = 10;
-    c->norm_topk_prob = 1;
-    model_config_set_moe_layer_freq(c, 1);
-  }
-}
+#include "export/export_test_util.h"
 
 static void make_model(Model *m, const ModelConfig *c) {
   Error err = {0};

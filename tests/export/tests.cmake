@@ -27,3 +27,31 @@ foreach(case mixtral dense_tied)
   set_tests_properties(export.hf_self_check_${case} PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${EXPORT_TEST_ENV}")
 endforeach()
+
+# Hugging Face import from directories an independent PyTorch writer makes
+# (tests/torch_ref/import_test.py: BF16, two shards with an index), compared
+# on logits; the self-checks prove a wrong layout is caught.
+set(IMPORT_TEST_PY ${CMAKE_CURRENT_LIST_DIR}/../torch_ref/import_test.py)
+# All families in one process (PyTorch starts once): Llama, Qwen2, Mixtral,
+# Qwen2-MoE, GPT-2 with the transformers names and with the original ones.
+add_test(NAME export.import_torch
+         COMMAND /usr/bin/python3 ${IMPORT_TEST_PY} --fivefold $<TARGET_FILE:fivefold>
+                 --export-logits $<TARGET_FILE:export_logits> --case llama,qwen2,mixtral,qwen2_moe,gpt2,gpt2_untied)
+add_test(NAME export.import_torch_self_check
+         COMMAND /usr/bin/python3 ${IMPORT_TEST_PY} --fivefold $<TARGET_FILE:fivefold>
+                 --export-logits $<TARGET_FILE:export_logits> --case qwen2_moe,gpt2 --self-check)
+set_tests_properties(export.import_torch export.import_torch_self_check PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${EXPORT_TEST_ENV}")
+add_test(NAME export.import_cli COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/import_cli_test.sh $<TARGET_FILE:fivefold>)
+set_tests_properties(export.import_cli PROPERTIES ENVIRONMENT "${EXPORT_TEST_ENV}" TIMEOUT 300)
+# Memory stays bounded: an import of 4.5 M parameters holds one float32 copy
+# and a tensor of scratch (below 1.5 copies above start-up), never two.
+# Release only: the sanitizer's shadow memory and its quarantine of freed
+# blocks add to the resident size what the program does not hold.
+if(NOT FIVEFOLD_SANITIZE)
+add_test(NAME export.import_torch_memory
+         COMMAND /usr/bin/python3 ${IMPORT_TEST_PY} --fivefold $<TARGET_FILE:fivefold>
+                 --export-logits $<TARGET_FILE:export_logits> --case memory)
+set_tests_properties(export.import_torch_memory PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${EXPORT_TEST_ENV}")
+endif()

@@ -6,7 +6,8 @@
 # after 2 steps of the same global batch: every evaluation covers 10
 # windows and the same tokens, with the same loss: within 1e-6 relative
 # before training (same weights), 1e-4 after (the golden rule's tolerance).
-# --eval-windows sets the count explicitly.
+# --eval-windows sets the count explicitly. The banner announces the number
+# of windows the eval lines use, under every layout.
 # usage: eval_test.sh FIVEFOLD MPIEXEC
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -40,11 +41,18 @@ print(f"{sys.argv[1]}: {len(a)} evaluations of {want} windows match")
 PY
 }
 
+# banner_says LOG N: the banner announces the N windows the eval lines use.
+banner_says() {
+  grep -q "; $2 windows per evaluation" "$1.log" || { grep "per evaluation" "$1.log"; fail "$1: the banner does not announce $2 windows"; }
+  grep -q "^eval step .* $2 windows," "$1.log" || fail "$1: no eval line of $2 windows"
+}
+
 train 0 one moe || exit 1
+banner_says one 10
 grep -q "^eval step 0/2 .* 10 windows, 160 tokens" one.log || { grep '^eval' one.log; fail "the eval line does not state 10 windows"; }
-train 2 dp2 moe --micro-batch-size 4 && same_evals dp2 one 10
+train 2 dp2 moe --micro-batch-size 4 && same_evals dp2 one 10 && banner_says dp2 10
 train 2 tp2 moe --tp 2 && same_evals tp2 one 10
-train 2 pp2 moe --pp 2 --micro-batch-size 1 && same_evals pp2 one 10
+train 2 pp2 moe --pp 2 --micro-batch-size 1 && same_evals pp2 one 10 && banner_says pp2 10
 train 2 dp2ep2 moe --ep 2 && same_evals dp2ep2 one 10
-train 0 one-w7 moe --eval-windows 7 && train 2 dp2-w7 moe --eval-windows 7 --micro-batch-size 4 && same_evals dp2-w7 one-w7 7
+train 0 one-w7 moe --eval-windows 7 && train 2 dp2-w7 moe --eval-windows 7 --micro-batch-size 4 && same_evals dp2-w7 one-w7 7 && banner_says dp2-w7 7
 finish eval_test

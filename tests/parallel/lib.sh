@@ -6,7 +6,8 @@
 # starts mpirun, MPIEXEC. Holds: the scratch directory and its cleanup, the
 # failure counter, the byte-level corpus and its shards, the tiny model and
 # run configurations, and the helpers that train, compare runs against one
-# rank and check refusals. What a script checks stays in the script.
+# rank and check refusals and command outputs. What a script checks stays
+# in the script.
 
 PY=/usr/bin/python3
 LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -165,6 +166,25 @@ refused() {
     fail "$* on $np ranks was accepted"
   fi
   grep -q "$text" bad.log || { cat bad.log; fail "no clear message for $* on $np ranks (expected '$text')"; }
+}
+
+# expect CODE NEEDLE... -- COMMAND...: COMMAND exits CODE (nonzero: any
+# failure) and its stdout+stderr hold every NEEDLE.
+expect() {
+  local want=$1; shift
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  local out code
+  out=$("$@" 2>&1); code=$?
+  if [ "$want" = nonzero ]; then
+    [ "$code" -ne 0 ] || fail "expected failure from: $* (got exit 0)"
+  elif [ "$code" -ne "$want" ]; then
+    fail "expected exit $want from: $* (got $code)"; echo "$out" | tail -8
+  fi
+  for n in "${needles[@]}"; do
+    grep -qF -- "$n" <<<"$out" || { fail "output of '$*' lacks '$n'"; echo "$out" | head -20; }
+  done
 }
 
 # finish NAME: the verdict line, and the exit status.

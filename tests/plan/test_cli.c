@@ -95,7 +95,7 @@ static void test_help_lists_every_option(void **state) {
   static const char *const common[] = {"--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype",
                                        "--moe-imbalance", "--expert-load", "--tp-overlap", "--cp-overlap",
                                        "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--algo", "--help"};
-  static const char *const sim[] = {"--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs", "--recompute",
+  static const char *const sim[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs", "--recompute",
                                     "--distributed-optimizer", "--schedule", "--layers-per-stage", "--trace", "--quiet",
                                     "--dispatcher", "--moe-tp-replicated"};
   static const char *const plan[] = {"--top", "--out", "--explain", "--mbs-list", "--recompute-list", "--max-tp",
@@ -346,8 +346,10 @@ static void test_run_config_and_names(void **state) {
   assert_int_equal(RUN(cmd_simulate, "simulate", "--model", run_path, "--cluster", "dgx-h100", "--gpus", "8", "--seq",
                        "1024", "--global-batch", "64", "--quiet"),
                    0);
+  char plan_json[4200];
+  snprintf(plan_json, sizeof plan_json, "%s/plan.json", dir);
   char *argv[] = {"plan", "--model", run_inline, "--cluster", "dgx-h100", "--gpus", "8", "--seq", "1024",
-                  "--global-batch", "64", "--top", "2", "--mbs-list", "1,2"};
+                  "--global-batch", "64", "--top", "2", "--mbs-list", "1,2", "--max-pp", "2", "--out", plan_json};
   assert_int_equal(run_to_file(cmd_plan, log, (int)(sizeof argv / sizeof *argv), argv), 0);
   char *text = read_all(log);
   assert_non_null(text);
@@ -364,7 +366,37 @@ static void test_run_config_and_names(void **state) {
   assert_has(line, "--model ");
   assert_has(line, "--mbs ");
   words[n++] = "--quiet";
-  assert_int_equal(run_cmd(cmd_simulate, n, words), 0);
+  char by_flags[4200], by_plan[4200];
+  snprintf(by_flags, sizeof by_flags, "%s/by-flags.txt", dir);
+  snprintf(by_plan, sizeof by_plan, "%s/by-plan.txt", dir);
+  assert_int_equal(run_to_file(cmd_simulate, by_flags, n, words), 0);
+  /* simulate --plan prices the plan file the same as the printed flags. */
+  assert_has(text, "fivefold simulate --plan ");
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--plan", plan_json, "--quiet"), 0);
+  char *plan_args[] = {"simulate", "--plan", plan_json, "--quiet"};
+  assert_int_equal(run_to_file(cmd_simulate, by_plan, 4, plan_args), 0);
+  char *a = strdup(read_all(by_flags)), *b = strdup(read_all(by_plan)); /* read_all's buffer is shared */
+  assert_non_null(a);
+  assert_non_null(b);
+  if (strcmp(a, b) != 0) fail_msg("simulate --plan printed\n%s\nbut the printed flags give\n%s", b, a);
+  assert_has(b, "predicted: step ");
+  /* Options given with --plan override it. */
+  char *more[] = {"simulate", "--plan", plan_json, "--global-batch", "128", "--quiet"};
+  assert_int_equal(run_to_file(cmd_simulate, by_plan, 6, more), 0);
+  char *c = strdup(read_all(by_plan));
+  assert_non_null(c);
+  if (!strcmp(a, c)) fail_msg("--global-batch 128 after --plan changed nothing:\n%s", c);
+  free(a);
+  free(b);
+  free(c);
+  char missing[4300];
+  snprintf(missing, sizeof missing, "%s/none.json", dir);
+  char *bad_plan[] = {"simulate", "--plan", missing};
+  assert_int_equal(run_to_file(cmd_simulate, by_plan, 3, bad_plan), 1);
+  assert_has(read_all(by_plan), "none.json");
+  remove(by_flags);
+  remove(by_plan);
+  remove(plan_json);
 
   char *bad[] = {"simulate", "--model", "mixtrl-8x7b", "--cluster", "dgx-h100", "--gpus", "8", "--seq", "1024",
                  "--global-batch", "64"};

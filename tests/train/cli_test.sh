@@ -10,26 +10,9 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/fivefold-cli-test-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 failures=0
 
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect CODE OUTPUT_SUBSTRING... -- COMMAND...: runs COMMAND, checks its exit
-# code (nonzero = any failure) and that stdout+stderr contain each substring.
-expect() {
-  local want=$1; shift
-  local needles=()
-  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
-  shift
-  local out code
-  out=$("$@" 2>&1); code=$?
-  if [ "$want" = nonzero ]; then
-    [ "$code" -ne 0 ] || fail "expected failure from: $* (got exit 0)"
-  elif [ "$code" -ne "$want" ]; then
-    fail "expected exit $want from: $* (got $code)"
-  fi
-  for n in "${needles[@]}"; do
-    grep -qF -- "$n" <<<"$out" || { fail "output of '$*' lacks '$n'"; echo "$out" | head -20; }
-  done
-}
+# fail, expect (tests/parallel/lib.sh)
+# shellcheck source=../parallel/lib.sh
+. "$(dirname "$0")/../parallel/lib.sh"
 
 # --- help texts
 expect 0 "train" "tokenize" "usage: fivefold" -- "$FIVEFOLD" --help

@@ -417,6 +417,27 @@ static void test_parallel_layout(void **state) {
   assert_contains(err.msg, "parallel.schedule must be");
   train_config_free(&cfg);
 
+  /* A pinned global batch on more ranks (an upcycled run resumed under EP2)
+   * says which micro-batch keeps it, or which global batch would fit. */
+  assert_int_equal(load_text(&cfg, "gbs.json",
+                             "{\"model\": \"model.json\", \"training\": {\"micro_batch_size\": 4,"
+                             " \"global_batch_size\": 4}, \"data\": {\"train\": \"train.bin\"}}",
+                             &err),
+                   0);
+  assert_int_equal(train_config_set_world(&cfg, 2, &err), 0);
+  assert_int_equal(train_config_finalize(&cfg, &err), ERR_CONFIG);
+  assert_contains(err.msg, "give --micro-batch-size 2 to keep the global batch of 4 on 2 rank(s)");
+  train_config_free(&cfg);
+  assert_int_equal(load_text(&cfg, "gbs3.json",
+                             "{\"model\": \"model.json\", \"training\": {\"micro_batch_size\": 4,"
+                             " \"global_batch_size\": 3}, \"data\": {\"train\": \"train.bin\"}}",
+                             &err),
+                   0);
+  assert_int_equal(train_config_set_world(&cfg, 2, &err), 0);
+  assert_int_equal(train_config_finalize(&cfg, &err), ERR_CONFIG);
+  assert_contains(err.msg, "give --global-batch-size 8 (or another multiple of 8)");
+  train_config_free(&cfg);
+
   /* Flags: a list, a schedule, and a global batch replacing the file's accumulation. */
   if (parallel_config(&cfg, "", 2, &err)) fail_msg("%s", err.msg);
   train_config_free(&cfg);

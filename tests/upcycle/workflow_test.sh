@@ -20,6 +20,9 @@ if ! "$FIVEFOLD" upcycle --help >"$WORK/help.txt" 2>&1; then
   exit 1
 fi
 
+grep -A3 -- "--norm-topk-prob" "$WORK/help.txt" | grep -q "export" ||
+  fail "upcycle --help does not say that --norm-topk-prob makes an exportable model"
+
 # run LOG COMMAND...: runs it, keeping stdout+stderr in LOG; fails the test on a non-zero exit.
 run() {
   local log=$1; shift
@@ -48,6 +51,8 @@ dense_val=$(val_at "$WORK/dense.log" 6)
 run "$WORK/up.log" "$FIVEFOLD" upcycle --checkpoint "$WORK/dense-run" --out "$WORK/moe" --experts 4 --topk 2 \
   --granularity 2 --router-order topk_then_softmax
 grep -q "step 6, dense" "$WORK/up.log" || fail "upcycle did not take the newest checkpoint (step 6)"
+grep -q "export   fivefold export --format hf takes it" "$WORK/up.log" ||
+  fail "upcycle does not say that its topk_then_softmax MoE exports"
 run "$WORK/moe.log" "$FIVEFOLD" train --config "$WORK/moe/run.json" --resume --steps 4 --no-progress
 grep -q "resumed  from $WORK/moe/checkpoints/step-00000000 at step 0 of 4" "$WORK/moe.log" ||
   fail "the MoE run did not resume from step 0"
