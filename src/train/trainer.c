@@ -20,6 +20,7 @@
 #include "sched/partition.h"
 #include "ckpt/checkpoint_dist.h"
 #include "train/nonfinite.h"
+#include "train/stop_request.h"
 #include "train/trace_session.h"
 #include "train/trainer_net.h"
 
@@ -689,13 +690,14 @@ static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResu
   }
 }
 
-/* A stop request reaches the ranks in different steps: they stop together;
- * and they save together when rank 0's clock says a checkpoint is due. */
+/* A stop request reaches the ranks in different steps: they stop together,
+ * on the largest request value (a signal number, see stop_request.h); and
+ * they save together when rank 0's clock says a checkpoint is due. */
 static int run_agree_on_stop(const Trainer *tr, int *stop, int *save_due, Error *err) {
   if (tr->world <= 1) return 0;
   int64_t flags[2] = {*stop, *save_due};
   int rc = comm_allreduce_i64(comm_world(), flags, 2, COMM_MAX, NULL, err);
-  *stop = flags[0] != 0;
+  *stop = (int)flags[0];
   *save_due = flags[1] != 0;
   return rc;
 }
@@ -711,7 +713,8 @@ static int run_one_step(Trainer *tr, RunState *rs, int *finished, Error *err) {
   rs->dispatch_sum += tr->fold_ops.dispatch_seconds - dispatch0;
   if (rs->opts->on_step) rs->opts->on_step(rs->opts->ctx, &r);
   run_account_step(tr, rs, &r);
-  int stop = rs->opts->stop && *rs->opts->stop;
+  stop_request_test_hold(r.step, tr->world_rank, rs->opts->stop);
+  int stop = rs->opts->stop ? (int)*rs->opts->stop : 0;
   double now = run_clock(tr);
   int save_due = rs->root && cfg->checkpoint_interval_minutes > 0 &&
                  now - rs->last_save_clock >= cfg->checkpoint_interval_minutes * 60;
@@ -719,7 +722,10 @@ static int run_one_step(Trainer *tr, RunState *rs, int *finished, Error *err) {
   int last = r.step == cfg->steps || stop;
   run_report_step(tr, rs, &r, last);
   int eval_now = cfg->eval_interval > 0 && r.step % cfg->eval_interval == 0;
-  if (tr->has_val && (eval_now || last) && (rc = run_evaluate(tr, rs, r.step, err))) return rc;
+  int evaluate = tr->has_val && (eval_now || last);
+  /* Stopped early, the checkpoint comes before the evaluation: a grace
+   * period that ends during the evaluation then loses nothing. */
+  if (evaluate && !stop && (rc = run_evaluate(tr, rs, r.step, err))) return rc;
   int save_now = save_due || (cfg->checkpoint_interval > 0 && r.step % cfg->checkpoint_interval == 0);
   if (rs->opts->save_checkpoints && (save_now || last)) {
     progress_clear(&rs->progress);
@@ -728,9 +734,12 @@ static int run_one_step(Trainer *tr, RunState *rs, int *finished, Error *err) {
   }
   if (stop) {
     rs->sum.stopped_early = 1;
-    fprintf(rs->out, "stopped by request after step %d of %d\n", r.step, cfg->steps);
+    fprintf(rs->out, "stopped by %s after step %d of %d%s\n", stop_request_name(stop), r.step, cfg->steps,
+            rs->opts->save_checkpoints ? "; its checkpoint is saved: --resume continues from it" : "");
+    fflush(rs->out);
+    if (evaluate && (rc = run_evaluate(tr, rs, r.step, err))) return rc;
   }
-  *finished = stop;
+  *finished = stop != 0;
   return 0;
 }
 

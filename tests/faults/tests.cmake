@@ -13,3 +13,10 @@ foreach(mode full readonly)
   set_tests_properties(faults.disk_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 SKIP_RETURN_CODE 77
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
 endforeach()
+# Preemption signals to mpirun (plain and scripts/fivefold-mpirun), to one
+# rank and to every rank (preempt_test.sh).
+foreach(mode mpirun ranks)
+  add_test(NAME faults.preempt_${mode}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/preempt_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
+  set_tests_properties(faults.preempt_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+endforeach()

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Preemption as schedulers and terminals deliver it, on DP2 under mpirun
+# (README "What fivefold promises when things go wrong"). Every rank holds
+# after step 3 (FIVEFOLD_TEST_HOLD_AFTER_STEP) until the signal has reached
+# it, so the stop lands in a known step without racing the run. Each case:
+# the job exits 0 with the line "stopped by SIG... after step 3 of 6", the
+# checkpoint of step 3 is there (and no later one), and `--resume` trains
+# steps 4..6 into the same losses, weights and AdamW moments, bit for bit,
+# as a run that was never stopped.
+#   mpirun  SIGTERM and SIGINT to scripts/fivefold-mpirun (which passes them
+#           on as SIGUSR1), SIGUSR1 to a plain mpirun (which forwards it)
+#   ranks   SIGTERM to rank 1 alone (rank 0 learns of it in the per-step
+#           agreement), SIGUSR1 to mpirun and to every rank (each rank gets it
+#           twice, as from a scheduler that signals every process)
+# usage: preempt_test.sh FIVEFOLD MPIEXEC MODE   (MODE: mpirun | ranks)
+set -u
+FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+MPIEXEC=$2
+MODE=$3
+# shellcheck source=tests/parallel/lib.sh
+. "$(dirname "$0")/../parallel/lib.sh"
+WRAPPER=$(cd "$LIB_DIR/../../scripts" && pwd)/fivefold-mpirun
+work_dir "preempt-$MODE"
+make_corpus 120
+dense_json model.json 2
+run_json run-dense.json model.json steps=6 interval=0
+train 2 ref dense || exit 1
+
+# exact RUN: RUN's losses, weights and moments are the reference's, bit for bit.
+exact() {
+  local f
+  $PY "$COMPARE" losses "$1" ref 0 0 >/dev/null || fail "$1: the per-step losses differ from the uninterrupted run"
+  for f in model optimizer; do
+    $PY "$COMPARE" tensors "$(ckpt "$1" 6)/$f.safetensors" "$(ckpt ref 6)/$f.safetensors" 0 0 >/dev/null ||
+      fail "$1: $f.safetensors at step 6 differs from the uninterrupted run"
+  done
+}
+
+# await_holds NAME: both ranks hold after step 3 (their pid files exist).
+await_holds() {
+  local i
+  for i in $(seq 1 3000); do
+    [ -f "hold-$1/rank-0" ] && [ -f "hold-$1/rank-1" ] && return 0
+    kill -0 "$BG_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$1.log"
+  fail "$1: the ranks did not reach the hold after step 3"
+  return 1
+}
+
+# preempt NAME SIGNAL LAUNCHER HOW: trains under LAUNCHER (mpirun or
+# wrapper), sends SIGNAL as HOW says (launcher, rank1, everyone) once both
+# ranks hold, and checks the stop, the checkpoint and the resume. The ranks
+# name the signal they got: the wrapper turns SIGTERM and SIGINT into
+# SIGUSR1.
+preempt() {
+  local name=$1 sig=$2 launcher=$3 how=$4 status seen=$2
+  local run=("$MPIEXEC")
+  [ "$launcher" = wrapper ] && run=(env "FIVEFOLD_MPIRUN=$MPIEXEC" "$WRAPPER") && seen=SIGUSR1
+  mkdir "hold-$name"
+  # Job control: the background job gets a process group of its own and does
+  # not ignore SIGINT (as a non-interactive shell's background jobs do).
+  set -m
+  FIVEFOLD_TEST_HOLD_AFTER_STEP="3:$WORK/hold-$name" "${run[@]}" -np 2 --oversubscribe "$FIVEFOLD" train \
+    --config run-dense.json --out "$name" --no-progress >"$name.log" 2>&1 &
+  BG_PID=$!
+  set +m
+  await_holds "$name" || return
+  case $how in
+    launcher) kill "-$sig" "$BG_PID" ;;
+    rank1) kill "-$sig" "$(cat "hold-$name/rank-1")" ;;
+    everyone) kill "-$sig" "$BG_PID" "$(cat "hold-$name/rank-0")" "$(cat "hold-$name/rank-1")" ;;
+  esac
+  # A rank not signalled goes on (signals sent to a pid are handled before
+  # that process's next system call returns, so the signalled ones stop).
+  [ "$how" = rank1 ] && touch "hold-$name/go"
+  wait "$BG_PID"
+  status=$?
+  BG_PID=
+  [ "$status" -eq 0 ] || { tail -5 "$name.log"; fail "$name: $sig ($how) ended the job with status $status"; }
+  grep -q "^stopped by $seen after step 3 of 6; its checkpoint is saved" "$name.log" ||
+    { tail -5 "$name.log"; fail "$name: no line saying the run stopped by $seen after step 3"; }
+  [ "$launcher" = wrapper ] && ! grep -q "^fivefold-mpirun: $sig: asking every rank to stop" "$name.log" &&
+    fail "$name: the wrapper did not say that it passed $sig on"
+  [ -d "$(ckpt "$name" 3)" ] || fail "$name: no checkpoint of step 3"
+  [ -d "$(ckpt "$name" 4)" ] && fail "$name: the run went on past step 3"
+  "$MPIEXEC" -np 2 --oversubscribe "$FIVEFOLD" train --config run-dense.json --out "$name" --no-progress --resume \
+    >"$name-resume.log" 2>&1 || { tail -5 "$name-resume.log"; fail "$name: resuming failed"; return; }
+  exact "$name"
+}
+
+case $MODE in
+  mpirun)
+    preempt term SIGTERM wrapper launcher
+    preempt int SIGINT wrapper launcher
+    preempt usr1 SIGUSR1 mpirun launcher
+    ;;
+  ranks)
+    preempt one SIGTERM mpirun rank1
+    preempt all SIGUSR1 mpirun everyone
+    ;;
+  *)
+    echo "preempt_test.sh: unknown mode $MODE" >&2
+    exit 2
+    ;;
+esac
+finish preempt
