@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/timer.h"
+#include "comm/timeout.h"
 #include "kern/vecops.h"
 #include "model/flops.h"
 #include "sched/builders.h"
@@ -317,6 +318,8 @@ static int create_layout(Trainer *tr, Error *err) {
   trainer_fold_sizes(tr);
   tr->world = tr->tp * tr->cp * tr->pp * tr->dp;
   tr->grad_scale = 1.0f / ((float)accum * (float)tr->dp);
+  /* Armed before the first collective of the run; every rank reads the same value. */
+  if (tr->world > 1 && (rc = comm_set_collective_timeout(cfg->collective_timeout_s, err))) return rc;
   if (tr->world > 1 && (rc = setup_grid(tr, err))) return rc;
   SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = tr->pp, .vpp = tr->vpp, .microbatches = accum};
   return sched_build(&sc, &tr->prog, err);

@@ -36,19 +36,6 @@ exact() {
   done
 }
 
-# await_holds NAME: both ranks hold after step 3 (their pid files exist).
-await_holds() {
-  local i
-  for i in $(seq 1 3000); do
-    [ -f "hold-$1/rank-0" ] && [ -f "hold-$1/rank-1" ] && return 0
-    kill -0 "$BG_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$1.log"
-  fail "$1: the ranks did not reach the hold after step 3"
-  return 1
-}
-
 # preempt NAME SIGNAL LAUNCHER HOW: trains under LAUNCHER (mpirun or
 # wrapper), sends SIGNAL as HOW says (launcher, rank1, everyone) once both
 # ranks hold, and checks the stop, the checkpoint and the resume. The ranks
@@ -66,7 +53,7 @@ preempt() {
     --config run-dense.json --out "$name" --no-progress >"$name.log" 2>&1 &
   BG_PID=$!
   set +m
-  await_holds "$name" || return
+  await_holds "hold-$name" "$name.log" || return
   case $how in
     launcher) kill "-$sig" "$BG_PID" ;;
     rank1) kill "-$sig" "$(cat "hold-$name/rank-1")" ;;

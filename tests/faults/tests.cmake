@@ -20,3 +20,7 @@ foreach(mode mpirun ranks)
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/preempt_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
   set_tests_properties(faults.preempt_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
 endforeach()
+# A rank stopped with SIGSTOP: the collective timeout ends the job naming it
+# (hang_test.sh).
+add_test(NAME faults.hang COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hang_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(faults.hang PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")

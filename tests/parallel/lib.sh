@@ -104,6 +104,22 @@ JSON
 
 ckpt() { printf '%s/checkpoints/step-%08d' "$1" "$2"; }
 
+# await_holds DIR LOG: ranks 0 and 1 of the job $BG_PID, started with
+# FIVEFOLD_TEST_HOLD_AFTER_STEP=STEP:DIR (train/stop_request.h), hold after
+# STEP: their pid files DIR/rank-R exist. Fails (showing LOG) if the job
+# ends first.
+await_holds() {
+  local i
+  for i in $(seq 1 3000); do
+    [ -f "$1/rank-0" ] && [ -f "$1/rank-1" ] && return 0
+    kill -0 "$BG_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -20 "$2"
+  fail "the ranks did not reach the hold of $1"
+  return 1
+}
+
 # train NP OUT MODEL [flags]: trains run-MODEL.json into OUT (log OUT.log);
 # NP 0 starts without mpirun.
 train() {
