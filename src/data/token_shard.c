@@ -186,10 +186,15 @@ static int validate_header(const unsigned char *h, uint64_t file_bytes, const ch
   return 0;
 }
 
+static int64_t mtime_ns_of(const struct stat *st) {
+  return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
 int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *err) {
   memset(s, 0, sizeof *s);
+  s->fd = -1;
   snprintf(s->path, sizeof s->path, "%s", path);
-  int fd = open(path, O_RDONLY);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return error_set(err, ERR_IO, "cannot open token shard %s: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -207,8 +212,13 @@ int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *e
                      path, (long long)st.st_size, TOKEN_SHARD_HEADER_BYTES);
   }
   void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) return error_set(err, ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+  if (map == MAP_FAILED) {
+    int e = error_set(err, ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+    close(fd);
+    return e;
+  }
+  s->fd = fd;
+  s->mtime_ns = mtime_ns_of(&st);
   s->map = map;
   s->map_bytes = (size_t)st.st_size;
   int rc = validate_header(map, (uint64_t)st.st_size, path, &s->dtype, &s->count, &s->vocab_size, err);
@@ -235,9 +245,29 @@ int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *e
 
 void token_shard_close(TokenShard *s) {
   if (s->map) munmap(s->map, s->map_bytes);
+  if (s->fd >= 0) close(s->fd);
+  s->fd = -1;
   s->map = NULL;
   s->tokens = NULL;
   s->map_bytes = 0;
+}
+
+int token_shard_check_unchanged(const TokenShard *s, Error *err) {
+  struct stat st;
+  if (fstat(s->fd, &st) != 0) return error_set(err, ERR_IO, "cannot stat token shard %s: %s", s->path, strerror(errno));
+  if ((uint64_t)st.st_size != (uint64_t)s->map_bytes)
+    return error_set(err, ERR_FORMAT,
+                     "token shard %s changed while the run reads it: %zu bytes when opened, %lld now (%s); restore "
+                     "it and resume from the last checkpoint",
+                     s->path, s->map_bytes, (long long)st.st_size,
+                     (uint64_t)st.st_size < (uint64_t)s->map_bytes ? "truncated" : "grown");
+  if (mtime_ns_of(&st) != s->mtime_ns)
+    return error_set(err, ERR_FORMAT,
+                     "token shard %s changed while the run reads it: written to after it was opened (its modification "
+                     "time changed), so its tokens may no longer be the ones the run started with; restore it and "
+                     "resume from the last checkpoint",
+                     s->path);
+  return 0;
 }
 
 void token_shard_read(const TokenShard *s, uint64_t start, size_t n, int *out) {
