@@ -18,7 +18,7 @@ int fs_mkdir_p(const char *path, Error *err) {
     buf[i] = '\0';
     if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
       int e = errno;
-      error_set(err, ERR_IO, "cannot create directory %s: %s", buf, strerror(e));
+      error_set(err, ERR_IO, "cannot create directory %s: %s", buf, error_errno_text(e));
       errno = e;
       return ERR_IO;
     }

@@ -51,7 +51,7 @@ int token_shard_writer_open(TokenShardWriter *w, const char *path, uint32_t voca
   if (n < 0 || m < 0 || (size_t)m >= sizeof w->tmp_path)
     return error_set(err, ERR_ARG, "%s: path too long (at most %zu characters)", path, sizeof w->path - 16);
   w->f = fopen(w->tmp_path, "wb");
-  if (!w->f) return error_set(err, ERR_IO, "cannot create %s: %s", w->tmp_path, strerror(errno));
+  if (!w->f) return error_set(err, ERR_IO, "cannot create %s: %s", w->tmp_path, error_errno_text(errno));
   w->vocab_size = vocab_size;
   w->dtype = token_shard_dtype_for_vocab(vocab_size);
   /* The count is not known while streaming: write the header with count 0
@@ -60,7 +60,7 @@ int token_shard_writer_open(TokenShardWriter *w, const char *path, uint32_t voca
   unsigned char h[TOKEN_SHARD_HEADER_BYTES];
   encode_header(h, w->dtype, 0, vocab_size);
   if (fwrite(h, 1, sizeof h, w->f) != sizeof h) {
-    int e = error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, strerror(errno));
+    int e = error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, error_errno_text(errno));
     token_shard_writer_abort(w);
     return e;
   }
@@ -87,7 +87,7 @@ int token_shard_writer_append(TokenShardWriter *w, const uint32_t *tokens, size_
       }
     }
     if (fwrite(buf, width, k, w->f) != k)
-      return error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, strerror(errno));
+      return error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, error_errno_text(errno));
     done += k;
   }
   w->count += n;
@@ -115,12 +115,12 @@ int token_shard_writer_commit(TokenShardWriter *w, Error *err) {
   int closed = fclose(w->f) == 0;
   w->f = NULL;
   if (!ok || !closed) {
-    error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, strerror(ok ? errno : saved));
+    error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, error_errno_text(ok ? errno : saved));
     unlink(w->tmp_path);
     return ERR_IO;
   }
   if (rename(w->tmp_path, w->path) != 0) {
-    error_set(err, ERR_IO, "cannot rename %s to %s: %s", w->tmp_path, w->path, strerror(errno));
+    error_set(err, ERR_IO, "cannot rename %s to %s: %s", w->tmp_path, w->path, error_errno_text(errno));
     unlink(w->tmp_path);
     return ERR_IO;
   }
@@ -195,10 +195,10 @@ int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *e
   s->fd = -1;
   snprintf(s->path, sizeof s->path, "%s", path);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot open token shard %s: %s", path, strerror(errno));
+  if (fd < 0) return error_set(err, ERR_IO, "cannot open token shard %s: %s", path, error_errno_text(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    int e = error_set(err, ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+    int e = error_set(err, ERR_IO, "cannot stat %s: %s", path, error_errno_text(errno));
     close(fd);
     return e;
   }
@@ -213,7 +213,7 @@ int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *e
   }
   void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (map == MAP_FAILED) {
-    int e = error_set(err, ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+    int e = error_set(err, ERR_IO, "cannot mmap %s: %s", path, error_errno_text(errno));
     close(fd);
     return e;
   }
@@ -254,7 +254,7 @@ void token_shard_close(TokenShard *s) {
 
 int token_shard_check_unchanged(const TokenShard *s, Error *err) {
   struct stat st;
-  if (fstat(s->fd, &st) != 0) return error_set(err, ERR_IO, "cannot stat token shard %s: %s", s->path, strerror(errno));
+  if (fstat(s->fd, &st) != 0) return error_set(err, ERR_IO, "cannot stat token shard %s: %s", s->path, error_errno_text(errno));
   if ((uint64_t)st.st_size != (uint64_t)s->map_bytes)
     return error_set(err, ERR_FORMAT,
                      "token shard %s changed while the run reads it: %zu bytes when opened, %lld now (%s); restore "

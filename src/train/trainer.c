@@ -223,12 +223,12 @@ static int write_file_atomic(const char *path, const char *text, Error *err) {
   int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   if (n < 0 || (size_t)n >= sizeof tmp) return error_set(err, ERR_IO, "%s: path too long", path);
   FILE *f = fopen(tmp, "wb");
-  if (!f) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  if (!f) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, error_errno_text(errno));
   int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok &= fclose(f) == 0;
   if (!ok || rename(tmp, path) != 0) {
     unlink(tmp);
-    return error_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return error_set(err, ERR_IO, "cannot write %s: %s", path, error_errno_text(errno));
   }
   return 0;
 }
@@ -354,7 +354,7 @@ static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalRe
  * file reads as one run. */
 static int keep_metrics_up_to(const char *path, int step, Error *err) {
   FILE *f = fopen(path, "r");
-  if (!f) return errno == ENOENT ? 0 : error_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
+  if (!f) return errno == ENOENT ? 0 : error_set(err, ERR_IO, "cannot read %s: %s", path, error_errno_text(errno));
   char *kept = NULL, *line = NULL;
   size_t kept_len = 0, line_cap = 0;
   FILE *out = open_memstream(&kept, &kept_len);
@@ -405,7 +405,7 @@ static int open_run_files(const Trainer *tr, FILE **jsonl, Error *err) {
   snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out_dir);
   if (tr->step > 0 && (rc = keep_metrics_up_to(path, tr->step, err))) return rc;
   *jsonl = fopen(path, tr->step > 0 ? "a" : "w");
-  if (!*jsonl) return error_set(err, ERR_IO, "cannot create %s: %s", path, strerror(errno));
+  if (!*jsonl) return error_set(err, ERR_IO, "cannot create %s: %s", path, error_errno_text(errno));
   return 0;
 }
 
@@ -560,7 +560,7 @@ static int run_open(Trainer *tr, const TrainerOptions *opts, RunState *rs, Error
   /* Only rank 0 reports; the others run the same collective steps. */
   rs->root = tr->world_rank == 0;
   rs->devnull = rs->root ? NULL : fopen("/dev/null", "w");
-  if (!rs->root && !rs->devnull) return error_set(err, ERR_IO, "cannot open /dev/null: %s", strerror(errno));
+  if (!rs->root && !rs->devnull) return error_set(err, ERR_IO, "cannot open /dev/null: %s", error_errno_text(errno));
   rs->out = !rs->root ? rs->devnull : opts->out ? opts->out : stdout;
 
   double peak = cfg->peak_gflops;
