@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Preemption as schedulers and terminals deliver it, on DP2 under mpirun
-# (README "What fivefold promises when things go wrong"). Every rank holds
+# A rank that stops, on DP2 under mpirun (README "What fivefold promises when
+# things go wrong"): preemption as schedulers and terminals deliver it, and
+# a rank that hangs.
+#
+# Preemption (modes mpirun, ranks). Every rank holds
 # after step 3 (FIVEFOLD_TEST_HOLD_AFTER_STEP) until the signal has reached
 # it, so the stop lands in a known step without racing the run. Each case:
 # the job exits 0 with the line "stopped by SIG... after step 3 of 6", the
@@ -12,7 +15,13 @@
 #   ranks   SIGTERM to rank 1 alone (rank 0 learns of it in the per-step
 #           agreement), SIGUSR1 to mpirun and to every rank (each rank gets it
 #           twice, as from a scheduler that signals every process)
-# usage: preempt_test.sh FIVEFOLD MPIEXEC MODE   (MODE: mpirun | ranks)
+#
+# A hang (mode hang): with training.collective_timeout_s 2, both ranks hold
+# after step 3, rank 1 is stopped with SIGSTOP and rank 0 goes on into the
+# all-reduce that ends the step. The job must end with a non-zero status and
+# rank 0's message naming rank 1 as the one that did not arrive; the stopped
+# process is continued and killed afterwards, whatever happened.
+# usage: preempt_test.sh FIVEFOLD MPIEXEC MODE   (MODE: mpirun | ranks | hang)
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MPIEXEC=$2
@@ -24,7 +33,6 @@ work_dir "preempt-$MODE"
 make_corpus 120
 dense_json model.json 2
 run_json run-dense.json model.json steps=6 interval=0
-train 2 ref dense || exit 1
 
 # exact RUN: RUN's losses, weights and moments are the reference's, bit for bit.
 exact() {
@@ -77,7 +85,49 @@ preempt() {
   exact "$name"
 }
 
+# hang: see the top.
+hang() {
+  $PY - <<'PY'
+import json
+cfg = json.load(open("run-dense.json"))
+cfg["training"]["collective_timeout_s"] = 2
+json.dump(cfg, open("run-hang.json", "w"))
+PY
+  mkdir hold
+  FIVEFOLD_TEST_HOLD_AFTER_STEP="3:$WORK/hold" "$MPIEXEC" -np 2 --oversubscribe "$FIVEFOLD" train \
+    --config run-hang.json --out hang --no-progress >hang.log 2>&1 &
+  BG_PID=$!
+  await_holds hold hang.log || return
+  VICTIM=$(cat hold/rank-1)
+  kill -STOP "$VICTIM"
+  touch hold/go
+  # "Not never": a generous bound, far above the 2 s timeout and its 2 s of
+  # asking the other ranks.
+  if ! await_end 120; then
+    fail "the job still runs 120 s after rank 1 was stopped (collective timeout 2 s)"
+    return
+  fi
+  [ "$ENDED_STATUS" -ne 0 ] || fail "the job exited 0 although rank 1 was stopped"
+  grep -q "rank 0 failed: comm_allreduce_i64 on group world waited [0-9]* s (the collective timeout is 2 s): rank 1 did not arrive (it does not answer: stopped, hung, or still computing)" hang.log ||
+    { tail -20 hang.log; fail "no message from rank 0 naming rank 1 as the rank that did not arrive"; }
+}
+
+# The stopped rank is continued and killed at the end, whatever happened.
+VICTIM=
+release_victim() {
+  if [ -n "$VICTIM" ] && kill -0 "$VICTIM" 2>/dev/null; then
+    kill -CONT "$VICTIM" 2>/dev/null
+    kill -9 "$VICTIM" 2>/dev/null
+  fi
+  cleanup
+}
+trap release_victim EXIT
+
 case $MODE in
+  mpirun | ranks) train 2 ref dense || exit 1 ;;
+esac
+case $MODE in
+  hang) hang ;;
   mpirun)
     preempt term SIGTERM wrapper launcher
     preempt int SIGINT wrapper launcher

@@ -14,13 +14,11 @@ foreach(mode full readonly)
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
 endforeach()
 # Preemption signals to mpirun (plain and scripts/fivefold-mpirun), to one
-# rank and to every rank (preempt_test.sh).
-foreach(mode mpirun ranks)
-  add_test(NAME faults.preempt_${mode}
+# rank and to every rank, and a rank stopped with SIGSTOP that the
+# collective timeout names (preempt_test.sh).
+foreach(name preempt_mpirun preempt_ranks hang)
+  string(REPLACE "preempt_" "" mode ${name})
+  add_test(NAME faults.${name}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/preempt_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
-  set_tests_properties(faults.preempt_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+  set_tests_properties(faults.${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
 endforeach()
-# A rank stopped with SIGSTOP: the collective timeout ends the job naming it
-# (hang_test.sh).
-add_test(NAME faults.hang COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hang_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
-set_tests_properties(faults.hang PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2 ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")

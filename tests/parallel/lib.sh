@@ -168,6 +168,21 @@ refused() {
   grep -q "$text" bad.log || { cat bad.log; fail "no clear message for $* on $np ranks (expected '$text')"; }
 }
 
+# await_end SECONDS: waits up to SECONDS for the job $BG_PID to end; then
+# ENDED_STATUS is its exit status, BG_PID is cleared and it returns 0.
+# Returns 1 with the job still running if it did not end in time.
+await_end() {
+  local i
+  for i in $(seq 1 $(($1 * 10))); do
+    kill -0 "$BG_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$BG_PID" 2>/dev/null && return 1
+  wait "$BG_PID"
+  ENDED_STATUS=$?
+  BG_PID=
+}
+
 # finish NAME: the verdict line, and the exit status.
 finish() {
   if [ "$failures" -gt 0 ]; then
