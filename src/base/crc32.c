@@ -51,7 +51,7 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
 
 int crc32_file(const char *path, uint32_t *crc, uint64_t *bytes, Error *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  if (fd < 0) return error_set(err, ERR_IO, "cannot open %s: %s", path, error_errno_text(errno));
   unsigned char *buf = malloc(CRC32_FILE_CHUNK);
   if (!buf) {
     close(fd);
@@ -64,7 +64,7 @@ int crc32_file(const char *path, uint32_t *crc, uint64_t *bytes, Error *err) {
     ssize_t got = read(fd, buf, CRC32_FILE_CHUNK);
     if (got < 0) {
       if (errno == EINTR) continue;
-      rc = error_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
+      rc = error_set(err, ERR_IO, "cannot read %s: %s", path, error_errno_text(errno));
       break;
     }
     if (got == 0) break;

@@ -1,9 +1,24 @@
 /* Error codes and message formatting. */
+#define _GNU_SOURCE /* strerrorname_np */
 #include "base/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+const char *error_errno_text(int errnum) {
+  enum { RING = 8 };
+  static _Thread_local char ring[RING][160];
+  static _Thread_local unsigned next;
+  char *out = ring[next++ % RING];
+  const char *name = strerrorname_np(errnum);
+  char text[128];
+  /* The GNU strerror_r returns its string, which may not be the buffer. */
+  const char *what = strerror_r(errnum, text, sizeof text);
+  if (name) snprintf(out, sizeof ring[0], "%s: %s", name, what);
+  else snprintf(out, sizeof ring[0], "errno %d: %s", errnum, what);
+  return out;
+}
 
 int error_set(Error *err, int code, const char *fmt, ...) {
   if (err) {

@@ -21,7 +21,7 @@ typedef struct Error {
 } Error;
 
 /* Sets err (if non-NULL) and returns code, so callers can write
- * `return error_set(err, ERR_IO, "cannot open %s: %s", path, strerror(errno));` */
+ * `return error_set(err, ERR_IO, "cannot open %s: %s", path, error_errno_text(errno));` */
 int error_set(Error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -29,5 +29,11 @@ int error_set(Error *err, int code, const char *fmt, ...)
 int error_wrap(Error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 const char *error_code_name(int code);
+
+/* An errno value as its symbolic name and text, "ENOSPC: No space left on
+ * device", for messages (the name is what one searches for, the text what
+ * one reads). The string lives until the 8th later call on the same thread,
+ * so several may appear in one message. */
+const char *error_errno_text(int errnum);
 
 #endif

@@ -12,7 +12,7 @@ int file_read_text(const char *path, const char *what, size_t max_bytes, char **
   FILE *f = fopen(path, "rb");
   if (!f) {
     int e = errno;
-    error_set(err, ERR_IO, "cannot open %s %s: %s", what, path, strerror(e));
+    error_set(err, ERR_IO, "cannot open %s %s: %s", what, path, error_errno_text(e));
     errno = e;
     return ERR_IO;
   }

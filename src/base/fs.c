@@ -20,7 +20,7 @@ int fs_mkdir_p(const char *path, Error *err) {
     buf[i] = '\0';
     if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
       int e = errno;
-      error_set(err, ERR_IO, "cannot create directory %s: %s", buf, strerror(e));
+      error_set(err, ERR_IO, "cannot create directory %s: %s", buf, error_errno_text(e));
       errno = e;
       return ERR_IO;
     }
@@ -39,7 +39,7 @@ static int write_parts_atomic(const char *path, const void *const *parts, const 
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
     return error_set(err, ERR_ARG, "file name too long: %.64s...", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, error_errno_text(errno));
   int rc = 0;
   for (int i = 0; i < nparts && !rc; i++) {
     const char *p = parts[i];
@@ -47,13 +47,13 @@ static int write_parts_atomic(const char *path, const void *const *parts, const 
     while (done < sizes[i] && !rc) {
       ssize_t k = write(fd, p + done, sizes[i] - done);
       if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+      if (k <= 0) rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(errno));
       else done += (size_t)k;
     }
   }
-  if (!rc && fsync(fd) != 0) rc = error_set(err, ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
-  if (close(fd) != 0 && !rc) rc = error_set(err, ERR_IO, "cannot close %s: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path) != 0) rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (!rc && fsync(fd) != 0) rc = error_set(err, ERR_IO, "cannot fsync %s: %s", tmp, error_errno_text(errno));
+  if (close(fd) != 0 && !rc) rc = error_set(err, ERR_IO, "cannot close %s: %s", tmp, error_errno_text(errno));
+  if (!rc && rename(tmp, path) != 0) rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, error_errno_text(errno));
   if (rc) unlink(tmp);
   return rc;
 }

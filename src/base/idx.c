@@ -29,7 +29,7 @@ static int gz_failure(gzFile f, const char *path, const char *what, Error *err) 
   int code = 0;
   const char *msg = gzerror(f, &code);
   return error_set(err, code == Z_ERRNO ? ERR_IO : ERR_FORMAT, "%s: cannot read %s: %s", path, what,
-                   code == Z_ERRNO ? strerror(errno) : msg);
+                   code == Z_ERRNO ? error_errno_text(errno) : msg);
 }
 
 int idx_read_u8(const char *path, int expect_ndim, IdxArray *out, Error *err) {
@@ -37,7 +37,7 @@ int idx_read_u8(const char *path, int expect_ndim, IdxArray *out, Error *err) {
   if (expect_ndim < 1 || expect_ndim > IDX_MAX_DIMS)
     return error_set(err, ERR_ARG, "%s: asked for %d dimensions, expected 1..%d", path, expect_ndim, IDX_MAX_DIMS);
   gzFile f = gzopen(path, "rb");
-  if (!f) return error_set(err, ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
+  if (!f) return error_set(err, ERR_IO, "%s: cannot open: %s", path, errno ? error_errno_text(errno) : "out of memory");
   unsigned char head[4 + 4 * IDX_MAX_DIMS];
   int rc = 0;
   long got = gz_read_full(f, head, 4);

@@ -392,15 +392,15 @@ int image_write(const char *path, const Image *im, Error *err) {
   if (!px) return error_set(err, ERR_NOMEM, "%s: out of memory", path);
   FILE *f = fopen(path, "wb");
   int rc = 0;
-  if (!f) rc = error_set(err, ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  if (!f) rc = error_set(err, ERR_IO, "%s: cannot create: %s", path, error_errno_text(errno));
   else if (pgm) {
     const size_t n = (size_t)im->height * (size_t)im->width;
     if (fprintf(f, "P5\n%d %d\n255\n", im->width, im->height) < 0 || fwrite(px, 1, n, f) != n)
-      rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+      rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, error_errno_text(errno));
   } else {
     rc = write_png(f, path, im, px, err);
   }
-  if (f && fclose(f) && !rc) rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+  if (f && fclose(f) && !rc) rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, error_errno_text(errno));
   free(px);
   return rc;
 }

@@ -62,8 +62,8 @@ int json_write_file(const char *path, const cJSON *root, Error *err) {
   FILE *f = fopen(path, "w");
   int rc = 0;
   if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
-    rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-  if (f && fclose(f) && !rc) rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, error_errno_text(errno));
+  if (f && fclose(f) && !rc) rc = error_set(err, ERR_IO, "%s: cannot write: %s", path, error_errno_text(errno));
   free(text);
   return rc;
 }

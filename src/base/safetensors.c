@@ -372,7 +372,7 @@ int safetensors_writer_write(const SafetensorsWriter *w, const char *path, Error
 
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
-    rc = error_set(err, ERR_IO, "safetensors: cannot create %s: %s", tmp, strerror(errno));
+    rc = error_set(err, ERR_IO, "safetensors: cannot create %s: %s", tmp, error_errno_text(errno));
     goto done;
   }
   if (write_all(fd, header, header_bytes) != 0) goto write_failed;
@@ -387,20 +387,20 @@ int safetensors_writer_write(const SafetensorsWriter *w, const char *path, Error
   }
   fd = -1;
   if (rename(tmp, path) != 0) {
-    rc = error_set(err, ERR_IO, "safetensors: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    rc = error_set(err, ERR_IO, "safetensors: cannot rename %s to %s: %s", tmp, path, error_errno_text(errno));
     unlink(tmp);
     goto done;
   }
   if (fsync_parent_dir(path) != 0) {
     rc = error_set(err, ERR_IO, "safetensors: wrote %s but could not sync its directory: %s", path,
-                   strerror(errno));
+                   error_errno_text(errno));
     goto done;
   }
   rc = 0;
   goto done;
 
 write_failed:
-  rc = error_set(err, ERR_IO, "safetensors: writing %s failed: %s (is the disk full?)", tmp, strerror(errno));
+  rc = error_set(err, ERR_IO, "safetensors: writing %s failed: %s (is the disk full?)", tmp, error_errno_text(errno));
   if (fd >= 0) close(fd);
   unlink(tmp);
 done:
@@ -667,12 +667,12 @@ int safetensors_open(SafetensorsReader **out, const char *path, Error *err) {
   }
   r->fd = open(path, O_RDONLY);
   if (r->fd < 0) {
-    rc = error_set(err, ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot open %s: %s", path, error_errno_text(errno));
     goto fail;
   }
   struct stat st;
   if (fstat(r->fd, &st) != 0) {
-    rc = error_set(err, ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot stat %s: %s", path, error_errno_text(errno));
     goto fail;
   }
   r->file_size = (uint64_t)st.st_size;
@@ -683,7 +683,7 @@ int safetensors_open(SafetensorsReader **out, const char *path, Error *err) {
   }
   unsigned char lenbuf[8];
   if (read_exact_at(r->fd, lenbuf, 8, 0) != 0) {
-    rc = error_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot read %s: %s", path, error_errno_text(errno));
     goto fail;
   }
   uint64_t hlen = 0;
@@ -708,7 +708,7 @@ int safetensors_open(SafetensorsReader **out, const char *path, Error *err) {
     goto fail;
   }
   if (read_exact_at(r->fd, json, hlen, 8) != 0) {
-    rc = error_set(err, ERR_IO, "cannot read the header of %s: %s", path, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot read the header of %s: %s", path, error_errno_text(errno));
     goto fail;
   }
   rc = parse_header(r, json, hlen, err);
@@ -796,7 +796,7 @@ int safetensors_read_range(const SafetensorsReader *r, const char *name, Safeten
     return error_set(err, ERR_ARG, "%s: tensor '%s': %" PRIu64 " bytes to read into a %zu-byte buffer", r->path,
                      name, count * es, dst_bytes);
   if (read_exact_at(r->fd, dst, count * es, r->data_start + t->data_begin + first * es) != 0)
-    return error_set(err, ERR_IO, "%s: reading tensor '%s': %s", r->path, name, strerror(errno));
+    return error_set(err, ERR_IO, "%s: reading tensor '%s': %s", r->path, name, error_errno_text(errno));
   return 0;
 }
 

@@ -459,7 +459,7 @@ static int write_headers(const char *tmp, const FileLayouts *f, Error *err) {
     int rc = ckpt_join(path, sizeof path, tmp, CKPT_FILES[i], err);
     if (rc) return rc;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", path, error_errno_text(errno));
     int bad = pwrite_all(fd, f->header[i], f->header_bytes[i], 0) != 0;
     if (!bad && i == 1) bad = pwrite_all(fd, &f->step, sizeof f->step, f->offsets[1][0]) != 0;
     if (!bad) bad = ftruncate(fd, (off_t)f->total[i]) != 0;
@@ -469,7 +469,7 @@ static int write_headers(const char *tmp, const FileLayouts *f, Error *err) {
       saved = errno;
     }
     if (bad) return error_set(err, ERR_IO, "writing the header of %s failed: %s (is the disk full?)", path,
-                              strerror(saved));
+                              error_errno_text(saved));
   }
   return 0;
 }
@@ -673,7 +673,7 @@ static int root_verify(const char *dir, const Network *net, const cJSON *model_r
  * and the header. */
 static int data_section_start(const char *path, uint64_t *start, Error *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  if (fd < 0) return error_set(err, ERR_IO, "cannot open %s: %s", path, error_errno_text(errno));
   unsigned char b[8];
   ssize_t k = pread(fd, b, sizeof b, 0);
   close(fd);

@@ -81,7 +81,7 @@ int checkpoint_list(const char *dir, int **steps, int *n, Error *err) {
   DIR *d = opendir(dir);
   if (!d) {
     if (errno == ENOENT) return 0;
-    return error_set(err, ERR_IO, "cannot list checkpoints in %s: %s", dir, strerror(errno));
+    return error_set(err, ERR_IO, "cannot list checkpoints in %s: %s", dir, error_errno_text(errno));
   }
   int cap = 0;
   struct dirent *e;
@@ -293,7 +293,7 @@ int ckpt_verify_file(const CkptState *st, int i, Error *err) {
   struct stat sb;
   if (stat(path, &sb) != 0)
     return error_set(err, ERR_FORMAT, "%s: %s (state.json records %llu bytes)", path,
-                     errno == ENOENT ? "missing" : strerror(errno), (unsigned long long)want->bytes);
+                     errno == ENOENT ? "missing" : error_errno_text(errno), (unsigned long long)want->bytes);
   if ((uint64_t)sb.st_size != want->bytes)
     return error_set(err, ERR_FORMAT, "%s: %llu bytes but state.json records %llu (truncated or overwritten)", path,
                      (unsigned long long)sb.st_size, (unsigned long long)want->bytes);
@@ -324,7 +324,7 @@ int checkpoint_resolve(const char *path, char *out, size_t n, Error *err) {
   struct stat sb;
   if (stat(path, &sb) != 0) {
     if (errno == ENOENT) return error_set(err, ERR_IO, "no checkpoint in %s (no such directory)", path);
-    return error_set(err, ERR_IO, "checkpoint path %s: %s", path, strerror(errno));
+    return error_set(err, ERR_IO, "checkpoint path %s: %s", path, error_errno_text(errno));
   }
   if (!S_ISDIR(sb.st_mode))
     return error_set(err, ERR_ARG,

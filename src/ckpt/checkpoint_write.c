@@ -25,11 +25,11 @@
 
 static int fsync_dir(const char *path, Error *err) {
   int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot open directory %s to sync it: %s", path, strerror(errno));
+  if (fd < 0) return error_set(err, ERR_IO, "cannot open directory %s to sync it: %s", path, error_errno_text(errno));
   int rc = fsync(fd);
   int saved = errno;
   close(fd);
-  if (rc != 0) return error_set(err, ERR_IO, "cannot sync directory %s: %s", path, strerror(saved));
+  if (rc != 0) return error_set(err, ERR_IO, "cannot sync directory %s: %s", path, error_errno_text(saved));
   return 0;
 }
 
@@ -38,7 +38,7 @@ int ckpt_remove_dir_flat(const char *path, Error *err) {
   DIR *d = opendir(path);
   if (!d) {
     if (errno == ENOENT) return 0;
-    return error_set(err, ERR_IO, "cannot open %s to delete it: %s", path, strerror(errno));
+    return error_set(err, ERR_IO, "cannot open %s to delete it: %s", path, error_errno_text(errno));
   }
   struct dirent *e;
   int rc = 0;
@@ -46,16 +46,16 @@ int ckpt_remove_dir_flat(const char *path, Error *err) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     char file[CKPT_PATH_MAX];
     if ((rc = ckpt_join(file, sizeof file, path, e->d_name, err))) break;
-    if (unlink(file) != 0) rc = error_set(err, ERR_IO, "cannot delete %s: %s", file, strerror(errno));
+    if (unlink(file) != 0) rc = error_set(err, ERR_IO, "cannot delete %s: %s", file, error_errno_text(errno));
   }
   closedir(d);
-  if (!rc && rmdir(path) != 0) rc = error_set(err, ERR_IO, "cannot delete directory %s: %s", path, strerror(errno));
+  if (!rc && rmdir(path) != 0) rc = error_set(err, ERR_IO, "cannot delete directory %s: %s", path, error_errno_text(errno));
   return rc;
 }
 
 int ckpt_write_file_synced(const char *path, const char *data, size_t n, Error *err) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", path, strerror(errno));
+  if (fd < 0) return error_set(err, ERR_IO, "cannot create %s: %s", path, error_errno_text(errno));
   const char *p = data;
   size_t left = n;
   while (left > 0) {
@@ -64,7 +64,7 @@ int ckpt_write_file_synced(const char *path, const char *data, size_t n, Error *
     if (k <= 0) {
       int saved = errno;
       close(fd);
-      return error_set(err, ERR_IO, "writing %s failed: %s (is the disk full?)", path, strerror(saved));
+      return error_set(err, ERR_IO, "writing %s failed: %s (is the disk full?)", path, error_errno_text(saved));
     }
     p += k;
     left -= (size_t)k;
@@ -72,9 +72,9 @@ int ckpt_write_file_synced(const char *path, const char *data, size_t n, Error *
   if (fsync(fd) != 0) {
     int saved = errno;
     close(fd);
-    return error_set(err, ERR_IO, "cannot sync %s: %s", path, strerror(saved));
+    return error_set(err, ERR_IO, "cannot sync %s: %s", path, error_errno_text(saved));
   }
-  if (close(fd) != 0) return error_set(err, ERR_IO, "closing %s failed: %s", path, strerror(errno));
+  if (close(fd) != 0) return error_set(err, ERR_IO, "closing %s failed: %s", path, error_errno_text(errno));
   return 0;
 }
 
@@ -290,7 +290,7 @@ int ckpt_save_begin(const char *run_dir, int step, char *root, char *final_dir, 
   remove_stale_dirs(root);
   snprintf(name, sizeof name, CKPT_TMP_PREFIX "%08d-%ld", step, (long)getpid());
   if ((rc = ckpt_join(tmp, CKPT_PATH_MAX, root, name, err))) return rc;
-  if (mkdir(tmp, 0777) != 0) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  if (mkdir(tmp, 0777) != 0) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, error_errno_text(errno));
   return 0;
 }
 
@@ -323,13 +323,13 @@ int ckpt_save_commit(const char *root, const char *tmp, const char *final_dir, i
     snprintf(name, sizeof name, CKPT_DEL_PREFIX "%08d-%ld", step, (long)getpid());
     if ((rc = ckpt_join(old, sizeof old, root, name, err))) goto fail;
     if (rename(final_dir, old) != 0) {
-      rc = error_set(err, ERR_IO, "cannot move the old %s aside: %s", final_dir, strerror(errno));
+      rc = error_set(err, ERR_IO, "cannot move the old %s aside: %s", final_dir, error_errno_text(errno));
       goto fail;
     }
     had_old = 1;
   }
   if (rename(tmp, final_dir) != 0) {
-    rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, final_dir, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, final_dir, error_errno_text(errno));
     goto fail;
   }
   if ((rc = fsync_dir(root, err))) return rc;
@@ -367,7 +367,7 @@ int checkpoint_prune(const char *dir, int keep_last, int *removed, Error *err) {
     /* Renamed first: a crash while deleting files must not leave a
      * step-N directory that lacks some of them. */
     if (rename(victim, doomed) != 0) {
-      rc = error_set(err, ERR_IO, "cannot remove old checkpoint %s: %s", victim, strerror(errno));
+      rc = error_set(err, ERR_IO, "cannot remove old checkpoint %s: %s", victim, error_errno_text(errno));
       break;
     }
     if ((rc = ckpt_remove_dir_flat(doomed, err))) break;
@@ -403,7 +403,7 @@ int checkpoint_check_run_dir(const char *run_dir, int from_step, Error *err) {
     snprintf(name, sizeof name, CKPT_INVALID_PREFIX "%08d-%ld", steps[i], (long)getpid());
     if ((rc = ckpt_join(aside, sizeof aside, root, name, err))) break;
     if (rename(dir, aside) != 0) {
-      rc = error_set(err, ERR_IO, "cannot move the invalid checkpoint %s aside: %s", dir, strerror(errno));
+      rc = error_set(err, ERR_IO, "cannot move the invalid checkpoint %s aside: %s", dir, error_errno_text(errno));
       break;
     }
     log_warn("moved the invalid checkpoint %s to %s (%s)", dir, aside, why.msg);

@@ -184,7 +184,7 @@ static int write_token(void *user, int32_t id, Error *err) {
   const uint8_t *bytes = o->tok ? tok_token_bytes(o->tok, id, &len) : &byte;
   if (!bytes) return error_set(err, ERR_INTERNAL, "generated id %d names no token", (int)id);
   if (fwrite(bytes, 1, len, stdout) != len || fflush(stdout) != 0)
-    return error_set(err, ERR_IO, "cannot write to stdout: %s", strerror(errno));
+    return error_set(err, ERR_IO, "cannot write to stdout: %s", error_errno_text(errno));
   return 0;
 }
 

@@ -206,7 +206,7 @@ int cmd_tokenize(int argc, char **argv) {
   size_t total = 0;
   for (int i = 0; i < n_inputs && !code; i++) {
     struct stat st;
-    if (stat(inputs[i], &st) != 0) code = fail(1, "cannot read input %s: %s", inputs[i], strerror(errno));
+    if (stat(inputs[i], &st) != 0) code = fail(1, "cannot read input %s: %s", inputs[i], error_errno_text(errno));
     else if (!S_ISREG(st.st_mode)) code = fail(1, "input %s is not a regular file", inputs[i]);
     else total += (size_t)st.st_size;
   }
@@ -225,12 +225,12 @@ int cmd_tokenize(int argc, char **argv) {
   for (int i = 0; i < n_inputs && !code; i++) {
     FILE *f = fopen(inputs[i], "rb");
     if (!f) {
-      code = fail(1, "cannot open %s: %s", inputs[i], strerror(errno));
+      code = fail(1, "cannot open %s: %s", inputs[i], error_errno_text(errno));
       break;
     }
     size_t got;
     while (len < total && (got = fread(text + len, 1, total - len, f)) > 0) len += got;
-    if (ferror(f)) code = fail(1, "cannot read %s: %s", inputs[i], strerror(errno));
+    if (ferror(f)) code = fail(1, "cannot read %s: %s", inputs[i], error_errno_text(errno));
     fclose(f);
   }
 

@@ -125,7 +125,7 @@ static int convert_raw(const RecordOptions *o, const char *raw_path, long lost) 
   Error err = {0};
   FILE *f = fopen(raw_path, "r");
   if (!f) {
-    error_set(&err, ERR_IO, "cannot open %s: %s", raw_path, strerror(errno));
+    error_set(&err, ERR_IO, "cannot open %s: %s", raw_path, error_errno_text(errno));
     return report_failure(&err);
   }
   TraceEbpfOptions opt = {o->first_step, o->last_step};
@@ -266,7 +266,7 @@ static int cmd_analyze(int argc, char **argv) {
     const TraceIterationReport *it = &rep.iters[0];
     FILE *f = fopen(dot, "w");
     if (!f) {
-      error_set(&err, ERR_IO, "cannot write %s: %s", dot, strerror(errno));
+      error_set(&err, ERR_IO, "cannot write %s: %s", dot, error_errno_text(errno));
       rc = report_failure(&err);
     } else {
       int wrc = trace_dag_write_dot(&it->dag, &it->path, critical_only, f, &err);

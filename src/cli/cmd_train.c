@@ -3,8 +3,9 @@
  * (`fivefold plan --out`) and then the command-line overrides, opens the data and
  * builds the model (so every input is validated before training starts),
  * restores a checkpoint when resuming, then runs the trainer, which saves
- * checkpoints as it goes. Ctrl-C (or SIGTERM) stops after the current step
- * with a final evaluation and checkpoint.
+ * checkpoints as it goes. Ctrl-C, SIGTERM, SIGUSR1 or SIGHUP stops after
+ * the current step with a checkpoint and a final evaluation (under mpirun,
+ * see scripts/fivefold-mpirun for how a signal reaches every rank).
  *
  * Under `mpirun -np N` it trains on N ranks (comm_init) laid out as
  * tp x pp x dp = N (parallel section or --tp/--pp/--dp; dp derived when not
@@ -26,12 +27,30 @@
 #include "train/train_config.h"
 #include "train/trainer.h"
 
+/* The signal that asked for a stop (0: none); see train/stop_request.h. */
 static volatile sig_atomic_t g_stop = 0;
 
-static void on_interrupt(int sig) {
-  (void)sig;
-  if (g_stop) _exit(130); /* second Ctrl-C: leave now */
-  g_stop = 1;
+/* The first SIGINT, SIGTERM, SIGUSR1 or SIGHUP asks for a stop after the
+ * current step. A second SIGINT (Ctrl-C pressed twice at a terminal) quits
+ * at once; a repeated SIGTERM or SIGUSR1 changes nothing, because
+ * schedulers send those to every process of a job, so that a rank under
+ * mpirun may get one directly and the same one forwarded by mpirun. */
+static void on_stop_signal(int sig) {
+  if (g_stop && sig == SIGINT) _exit(130);
+  if (!g_stop) g_stop = sig;
+}
+
+static const int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+
+/* Left in place when training ends: a copy of the signal that mpirun
+ * forwards late must not kill a rank that is shutting down cleanly. */
+static void catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof STOP_SIGNALS / sizeof *STOP_SIGNALS; i++) sigaction(STOP_SIGNALS[i], &sa, NULL);
 }
 
 static void train_help(FILE *f) {
@@ -45,8 +64,9 @@ static void train_help(FILE *f) {
           "checkpoint.keep_last are kept. A non-finite loss or gradient skips the step\n"
           "(training.nonfinite skip, at most training.max_nonfinite_skips in a row) or\n"
           "stops the run (stop); a checkpoint is never written with non-finite weights.\n"
-          "Ctrl-C (or SIGTERM) stops after the current step with a final evaluation and\n"
-          "checkpoint; twice quits.\n\n"
+          "Ctrl-C, SIGTERM, SIGUSR1 or SIGHUP (to one rank, to every rank, or through\n"
+          "scripts/fivefold-mpirun to the job) stops after the current step with a checkpoint\n"
+          "and a final evaluation, and exits 0; Ctrl-C twice quits at once.\n\n"
           "options:\n"
           "  --config FILE          run configuration (JSON: model, training, data, checkpoint, parallel,\n"
           "                         trace, out)\n"
@@ -266,20 +286,16 @@ static int resume_run(Trainer *tr, const TrainConfig *cfg, const TrainArgs *a, i
   return 0;
 }
 
-/* The training itself, with Ctrl-C / SIGTERM asking for a clean stop. */
+/* The training itself; a stop signal caught since start-up ends it after
+ * the current step with a checkpoint. */
 static int run_training(Trainer *tr, const TrainArgs *a, Error *err) {
   TrainerOptions opts;
   trainer_options_default(&opts);
   if (a->no_progress) opts.progress = 0;
   opts.stop = &g_stop;
   opts.save_checkpoints = 1;
-  signal(SIGINT, on_interrupt);
-  signal(SIGTERM, on_interrupt);
   TrainSummary summary;
-  int rc = trainer_run(tr, &opts, &summary, err);
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  return rc;
+  return trainer_run(tr, &opts, &summary, err);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -300,6 +316,11 @@ int cmd_train(int argc, char **argv) {
     free(args.overrides);
     return fail(1, err.msg);
   }
+  /* Caught from here on: a preemption during set-up stops after the first
+   * step instead of killing the rank (the default action of SIGTERM and
+   * SIGUSR1), which under mpirun would take the whole job down. */
+  g_stop = 0;
+  catch_stop_signals();
   TrainConfig cfg;
   train_config_defaults(&cfg);
   int code = build_config(&args, &cfg, &err);

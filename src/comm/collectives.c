@@ -2,9 +2,12 @@
  * wrapper checks its arguments (so a mistake is reported on the rank that
  * made it instead of surfacing as a hang or a truncation elsewhere), names
  * itself for the failure handler, and calls the blocking or non-blocking MPI
- * routine depending on whether a request was given. */
+ * routine depending on whether a request was given (a blocking operation
+ * under the collective timeout runs as the non-blocking routine waited for
+ * with a deadline, comm/timeout.h). */
 #include "base/op_probe.h"
 #include "comm/collectives.h"
+#include "comm/timeout.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -96,20 +99,50 @@ static int started(int mpi_rc, CommRequest *req, const char *op, const CommGroup
   if (req) {
     req->active = mpi_rc == MPI_SUCCESS;
     req->operation = op;
+    req->group = g;
   }
   return comm_check(mpi_rc, op, g, err);
 }
+
+/* A blocking operation under the collective timeout: the non-blocking form
+ * that was just started (start_rc) waited for with the deadline. */
+static int polled(int start_rc, MPI_Request *r, const CommGroup *g, const char *op) {
+  return start_rc != MPI_SUCCESS ? start_rc : comm_timeout_wait(r, g, op);
+}
+
+/* The end every wrapper shares. With a request (req): starts the
+ * non-blocking form on it. Without: the blocking call as one probe span or,
+ * while the collective timeout is armed (comm/timeout.h), the non-blocking
+ * form on a local request waited for with the deadline, as the same span.
+ * The non-blocking call names its request mpi_req_; req, name and err are
+ * the wrapper's. */
+#define RUN_MPI(kind, g, bytes, peer, blocking_call, nonblocking_call)                                 \
+  ({                                                                                                   \
+    MPI_Request local_req_ = MPI_REQUEST_NULL;                                                         \
+    MPI_Request *const mpi_req_ = req ? &req->mpi : &local_req_;                                       \
+    int run_rc_;                                                                                       \
+    if (req)                                                                                           \
+      run_rc_ = started((nonblocking_call), req, name, g, err);                                        \
+    else if (!comm_timeout_armed())                                                                    \
+      run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, (blocking_call)), name, g, err);           \
+    else                                                                                               \
+      run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, polled((nonblocking_call), mpi_req_, g, name)), \
+                           name, g, err);                                                              \
+    run_rc_;                                                                                           \
+  })
 
 void comm_request_init(CommRequest *req) {
   req->mpi = MPI_REQUEST_NULL;
   req->active = 0;
   req->operation = NULL;
+  req->group = NULL;
 }
 
 int comm_wait(CommRequest *req, Error *err) {
   if (!req || !req->active) return ERR_OK;
   comm_set_operation(req->operation);
-  int rc = MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
+  int rc = comm_timeout_armed() ? comm_timeout_wait(&req->mpi, req->group, req->operation)
+                                : MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
   req->active = 0;
   return comm_check(rc, req->operation, NULL, err);
 }
@@ -150,12 +183,9 @@ static int allreduce(const CommGroup *g, void *buf, size_t count, MPI_Datatype t
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_ALLREDUCE, g, payload_bytes(type, count), -1,
-                                 MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, type, mpi_op, g->comm)), name, g,
-                      err);
-  return started(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type, mpi_op, g->comm, &req->mpi),
-                 req, name, g, err);
+  return RUN_MPI(OP_PROBE_ALLREDUCE, g, payload_bytes(type, count), -1,
+                 MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, type, mpi_op, g->comm),
+                 MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type, mpi_op, g->comm, mpi_req_));
 }
 
 int comm_allreduce_f32(const CommGroup *g, float *buf, size_t count, CommReduceOp op,
@@ -185,13 +215,9 @@ int comm_reduce_scatter_sum_f32(const CommGroup *g, const float *send, float *re
     return rc;
   const void *src = send ? (const void *)send : MPI_IN_PLACE;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_REDUCE_SCATTER, g, payload_bytes(MPI_FLOAT, input), -1,
-                                 MPI_Reduce_scatter_block(src, recv, (int)block, MPI_FLOAT, MPI_SUM, g->comm)),
-                      name, g, err);
-  return started(
-      MPI_Ireduce_scatter_block(src, recv, (int)block, MPI_FLOAT, MPI_SUM, g->comm, &req->mpi), req,
-      name, g, err);
+  return RUN_MPI(OP_PROBE_REDUCE_SCATTER, g, payload_bytes(MPI_FLOAT, input), -1,
+                 MPI_Reduce_scatter_block(src, recv, (int)block, MPI_FLOAT, MPI_SUM, g->comm),
+                 MPI_Ireduce_scatter_block(src, recv, (int)block, MPI_FLOAT, MPI_SUM, g->comm, mpi_req_));
 }
 
 static int allgather(const CommGroup *g, const void *send, void *recv, size_t block,
@@ -207,12 +233,9 @@ static int allgather(const CommGroup *g, const void *send, void *recv, size_t bl
   int n = send ? (int)block : 0; /* ignored by MPI for MPI_IN_PLACE */
   MPI_Datatype send_type = send ? type : MPI_DATATYPE_NULL;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_ALLGATHER, g, payload_bytes(type, total), -1,
-                                 MPI_Allgather(src, n, send_type, recv, (int)block, type, g->comm)), name, g,
-                      err);
-  return started(MPI_Iallgather(src, n, send_type, recv, (int)block, type, g->comm, &req->mpi), req,
-                 name, g, err);
+  return RUN_MPI(OP_PROBE_ALLGATHER, g, payload_bytes(type, total), -1,
+                 MPI_Allgather(src, n, send_type, recv, (int)block, type, g->comm),
+                 MPI_Iallgather(src, n, send_type, recv, (int)block, type, g->comm, mpi_req_));
 }
 
 int comm_allgather_f32(const CommGroup *g, const float *send, float *recv, size_t block,
@@ -253,14 +276,9 @@ int comm_allgatherv_f32(const CommGroup *g, const float *send, int send_count, f
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_ALLGATHER, g, payload_bytes(MPI_FLOAT, (size_t)total), -1,
-                                 MPI_Allgatherv(send, send_count, MPI_FLOAT, recv, recv_counts, recv_displs,
-                                                MPI_FLOAT, g->comm)),
-                      name, g, err);
-  return started(MPI_Iallgatherv(send, send_count, MPI_FLOAT, recv, recv_counts, recv_displs,
-                                 MPI_FLOAT, g->comm, &req->mpi),
-                 req, name, g, err);
+  return RUN_MPI(OP_PROBE_ALLGATHER, g, payload_bytes(MPI_FLOAT, (size_t)total), -1,
+                 MPI_Allgatherv(send, send_count, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT, g->comm),
+                 MPI_Iallgatherv(send, send_count, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT, g->comm, mpi_req_));
 }
 
 static int bcast(const CommGroup *g, int root, void *buf, size_t count, MPI_Datatype type,
@@ -272,11 +290,9 @@ static int bcast(const CommGroup *g, int root, void *buf, size_t count, MPI_Data
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_BCAST, g, payload_bytes(type, count), root,
-                                 MPI_Bcast(buf, (int)count, type, root, g->comm)),
-                      name, g, err);
-  return started(MPI_Ibcast(buf, (int)count, type, root, g->comm, &req->mpi), req, name, g, err);
+  return RUN_MPI(OP_PROBE_BCAST, g, payload_bytes(type, count), root,
+                 MPI_Bcast(buf, (int)count, type, root, g->comm),
+                 MPI_Ibcast(buf, (int)count, type, root, g->comm, mpi_req_));
 }
 
 int comm_bcast_f32(const CommGroup *g, int root, float *buf, size_t count, CommRequest *req,
@@ -294,8 +310,7 @@ int comm_barrier(const CommGroup *g, CommRequest *req, Error *err) {
   int rc;
   if ((rc = check_group(g, name, err)) || (rc = check_request(req, name, g, err))) return rc;
   comm_set_operation(name);
-  if (!req) return comm_check(PROBED_MPI(OP_PROBE_BARRIER, g, 0, -1, MPI_Barrier(g->comm)), name, g, err);
-  return started(MPI_Ibarrier(g->comm, &req->mpi), req, name, g, err);
+  return RUN_MPI(OP_PROBE_BARRIER, g, 0, -1, MPI_Barrier(g->comm), MPI_Ibarrier(g->comm, mpi_req_));
 }
 
 static int check_p2p(const CommGroup *g, int peer, int tag, const void *buf, size_t count,
@@ -318,12 +333,9 @@ int comm_send_f32(const CommGroup *g, int peer, int tag, const float *buf, size_
   int rc = check_p2p(g, peer, tag, buf, count, req, name, err);
   if (rc) return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_SEND, g, payload_bytes(MPI_FLOAT, count), peer,
-                                 MPI_Send(buf, (int)count, MPI_FLOAT, peer, tag, g->comm)),
-                      name, g, err);
-  return started(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, &req->mpi), req, name, g,
-                 err);
+  return RUN_MPI(OP_PROBE_SEND, g, payload_bytes(MPI_FLOAT, count), peer,
+                 MPI_Send(buf, (int)count, MPI_FLOAT, peer, tag, g->comm),
+                 MPI_Isend(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, mpi_req_));
 }
 
 int comm_recv_f32(const CommGroup *g, int peer, int tag, float *buf, size_t count, CommRequest *req,
@@ -332,12 +344,9 @@ int comm_recv_f32(const CommGroup *g, int peer, int tag, float *buf, size_t coun
   int rc = check_p2p(g, peer, tag, buf, count, req, name, err);
   if (rc) return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_RECV, g, payload_bytes(MPI_FLOAT, count), peer,
-                                 MPI_Recv(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, MPI_STATUS_IGNORE)),
-                      name, g, err);
-  return started(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, &req->mpi), req, name, g,
-                 err);
+  return RUN_MPI(OP_PROBE_RECV, g, payload_bytes(MPI_FLOAT, count), peer,
+                 MPI_Recv(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, MPI_STATUS_IGNORE),
+                 MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, tag, g->comm, mpi_req_));
 }
 
 int comm_counts_from_rows(const int64_t *rows, int n, int row_elems, int *counts, int *displs,
@@ -428,13 +437,14 @@ int comm_exchange_counts_i64(const CommGroup *g, const int64_t *send_counts, int
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(
-        MPI_Alltoall(send_counts, 1, MPI_INT64_T, recv_counts, 1, MPI_INT64_T, g->comm), name, g,
-        err);
-  return started(
-      MPI_Ialltoall(send_counts, 1, MPI_INT64_T, recv_counts, 1, MPI_INT64_T, g->comm, &req->mpi),
-      req, name, g, err);
+  /* Not a probe span of its own: it is part of the all-to-all-v it sets up. */
+  if (!req && !comm_timeout_armed())
+    return comm_check(MPI_Alltoall(send_counts, 1, MPI_INT64_T, recv_counts, 1, MPI_INT64_T, g->comm), name, g, err);
+  MPI_Request local = MPI_REQUEST_NULL;
+  int started_rc =
+      MPI_Ialltoall(send_counts, 1, MPI_INT64_T, recv_counts, 1, MPI_INT64_T, g->comm, req ? &req->mpi : &local);
+  if (req) return started(started_rc, req, name, g, err);
+  return comm_check(polled(started_rc, &local, g, name), name, g, err);
 }
 
 static int check_layout(const CommGroup *g, const CommAlltoallv *x, const char *name, Error *err) {
@@ -473,13 +483,9 @@ static int alltoallv(const CommGroup *g, const CommAlltoallv *x, const float *se
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_FLOAT, send_elems), -1,
-                                 MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm)),
-                      name, g, err);
-  return started(
-      MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm, &req->mpi), req,
-      name, g, err);
+  return RUN_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_FLOAT, send_elems), -1,
+                 MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm),
+                 MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm, mpi_req_));
 }
 
 int comm_alltoallv_f32(const CommGroup *g, const CommAlltoallv *x, const float *send, float *recv,
@@ -503,12 +509,9 @@ static int alltoall_typed(const CommGroup *g, const void *send, void *recv, size
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(type, per_rank * (size_t)g->size), -1,
-                                 MPI_Alltoall(send, (int)per_rank, type, recv, (int)per_rank, type, g->comm)),
-                      name, g, err);
-  return started(MPI_Ialltoall(send, (int)per_rank, type, recv, (int)per_rank, type, g->comm, &req->mpi), req,
-                 name, g, err);
+  return RUN_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(type, per_rank * (size_t)g->size), -1,
+                 MPI_Alltoall(send, (int)per_rank, type, recv, (int)per_rank, type, g->comm),
+                 MPI_Ialltoall(send, (int)per_rank, type, recv, (int)per_rank, type, g->comm, mpi_req_));
 }
 
 int comm_alltoall_i64(const CommGroup *g, const int64_t *send, int64_t *recv, size_t per_rank,
@@ -540,11 +543,7 @@ int comm_reduce_scatterv_sum_f32(const CommGroup *g, const float *send, float *r
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  if (!req)
-    return comm_check(PROBED_MPI(OP_PROBE_REDUCE_SCATTER, g, payload_bytes(MPI_FLOAT, (size_t)total), -1,
-                                 MPI_Reduce_scatter(send, recv, recv_counts, MPI_FLOAT, MPI_SUM, g->comm)),
-                      name, g,
-                      err);
-  return started(MPI_Ireduce_scatter(send, recv, recv_counts, MPI_FLOAT, MPI_SUM, g->comm, &req->mpi),
-                 req, name, g, err);
+  return RUN_MPI(OP_PROBE_REDUCE_SCATTER, g, payload_bytes(MPI_FLOAT, (size_t)total), -1,
+                 MPI_Reduce_scatter(send, recv, recv_counts, MPI_FLOAT, MPI_SUM, g->comm),
+                 MPI_Ireduce_scatter(send, recv, recv_counts, MPI_FLOAT, MPI_SUM, g->comm, mpi_req_));
 }

@@ -7,6 +7,9 @@
  *   req != NULL  the call starts the operation and returns at once; the
  *                buffers (and, for the -v variants, the count arrays) must
  *                stay untouched until comm_wait / comm_test reports it done.
+ * While the collective timeout is armed (comm/timeout.h), a rank that does
+ * not arrive ends the job with a message naming it; the group passed in
+ * must then outlive the operation.
  * Calls return 0 or an error code with a message in err. Arguments are
  * checked before any MPI call, so a bad argument fails on the rank that
  * passed it without MPI being entered. MPI failures themselves abort the job
@@ -34,6 +37,7 @@ typedef struct CommRequest {
   MPI_Request mpi;
   int active;            /* started and not yet completed */
   const char *operation; /* what was started, for failure messages */
+  const CommGroup *group; /* where it was started (the collective timeout asks its ranks) */
 } CommRequest;
 
 void comm_request_init(CommRequest *req);

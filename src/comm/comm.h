@@ -22,6 +22,8 @@
  *   comm/collectives.h  all-reduce, reduce-scatter, all-gather(v),
  *                       all-to-all(v), broadcast, barrier, send/recv, each
  *                       blocking or asynchronous with a CommRequest
+ *   comm/timeout.h      the collective timeout: a rank that does not arrive
+ *                       ends the job with a message naming it
  *
  * Typical use:
  *   comm_init(&argc, &argv, &err);
@@ -43,6 +45,7 @@
 #include "comm/grid.h"
 #include "comm/grid_math.h"
 #include "comm/host.h"
+#include "comm/timeout.h"
 #include "comm/world.h"
 
 #endif

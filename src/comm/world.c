@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "comm/timeout.h"
 
 static int g_initialized; /* between comm_init and comm_finalize */
 static int g_started_mpi; /* comm_init called MPI_Init_thread (so it finalizes) */
@@ -116,6 +117,7 @@ int comm_finalize(Error *err) {
   if (!g_initialized) return ERR_OK;
   g_initialized = 0;
   g_world.comm = MPI_COMM_NULL;
+  comm_timeout_release();
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, g_previous_world);
   MPI_Comm_set_errhandler(MPI_COMM_SELF, g_previous_self);
   MPI_Errhandler_free(&g_previous_world);

@@ -240,9 +240,9 @@ static int export_weights(const Model *m, HfFamily family, const char *out_dir, 
   if (!rc && !(scratch = malloc((biggest ? biggest : 1) * sizeof *scratch)))
     rc = error_set(err, ERR_NOMEM, "out of memory for a %zu-element tensor", biggest);
   if (!rc && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
-    rc = error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot create %s: %s", tmp, error_errno_text(errno));
   if (!rc && pwrite_all(fd, header, header_bytes, 0))
-    rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(errno));
   int k = 0;
   for (int i = 0; i < lay.n && !rc; i = group_end(&lay, i), k++) {
     for (int j = i; j < group_end(&lay, i); j++) {
@@ -250,17 +250,17 @@ static int export_weights(const Model *m, HfFamily family, const char *out_dir, 
       hf_piece_to_hf(&lay.pieces[j], m->params + t->offset, scratch);
     }
     if (pwrite_all(fd, scratch, hf_numel(&lay.pieces[i]) * sizeof *scratch, offsets[k]))
-      rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+      rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(errno));
   }
   for (int i = 0; i < lay.n_zeros && !rc; i++, k++) {
     memset(scratch, 0, hf_numel(&lay.zeros[i]) * sizeof *scratch);
     if (pwrite_all(fd, scratch, hf_numel(&lay.zeros[i]) * sizeof *scratch, offsets[k]))
-      rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+      rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(errno));
   }
-  if (!rc && fsync(fd) != 0) rc = error_set(err, ERR_IO, "cannot fsync %s: %s", tmp, strerror(errno));
-  if (fd >= 0 && close(fd) != 0 && !rc) rc = error_set(err, ERR_IO, "cannot close %s: %s", tmp, strerror(errno));
+  if (!rc && fsync(fd) != 0) rc = error_set(err, ERR_IO, "cannot fsync %s: %s", tmp, error_errno_text(errno));
+  if (fd >= 0 && close(fd) != 0 && !rc) rc = error_set(err, ERR_IO, "cannot close %s: %s", tmp, error_errno_text(errno));
   if (!rc && rename(tmp, path) != 0)
-    rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, error_errno_text(errno));
   if (rc && fd >= 0) unlink(tmp);
   free(scratch);
   free(header);

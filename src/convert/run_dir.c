@@ -23,6 +23,6 @@ int convert_new_run_dir(const char *out_dir, const char *command, char **out_abs
                      out_dir, nsteps, ckroot, command);
   if ((rc = fs_mkdir_p(out_dir, err))) return rc;
   *out_abs = realpath(out_dir, NULL);
-  if (!*out_abs) return error_set(err, ERR_IO, "cannot resolve --out %s: %s", out_dir, strerror(errno));
+  if (!*out_abs) return error_set(err, ERR_IO, "cannot resolve --out %s: %s", out_dir, error_errno_text(errno));
   return 0;
 }

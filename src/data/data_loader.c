@@ -72,13 +72,17 @@ void token_windows_locate(const TokenWindows *w, uint64_t index, int *shard, uin
   *start_token = (index - w->first_window[lo]) * (uint64_t)w->T;
 }
 
-void token_windows_read(const TokenWindows *w, uint64_t index, int *inputs, int *targets) {
+int token_windows_read(const TokenWindows *w, uint64_t index, int *inputs, int *targets, Error *err) {
   int shard;
   uint64_t start;
   token_windows_locate(w, index, &shard, &start);
   const TokenShard *s = &w->shards[shard];
+  /* Before the read: a truncated shard would fault there (SIGBUS). */
+  int rc = token_shard_check_unchanged(s, err);
+  if (rc) return rc;
   token_shard_read(s, start, (size_t)w->T, inputs);
   token_shard_read(s, start + 1, (size_t)w->T, targets);
+  return 0;
 }
 
 /* ---- training order ---- */
@@ -140,17 +144,19 @@ static void advance(uint64_t *epoch, uint64_t *position, uint64_t k, uint64_t nu
   *position = p % num_windows;
 }
 
-void data_loader_next(DataLoader *dl, int *inputs, int *targets, uint64_t *window_ids) {
+int data_loader_next(DataLoader *dl, int *inputs, int *targets, uint64_t *window_ids, Error *err) {
   const TokenWindows *w = &dl->windows;
   uint64_t n = w->num_windows;
   for (int b = 0; b < dl->B; b++) {
     uint64_t epoch = dl->state.epoch, pos = dl->state.position;
     advance(&epoch, &pos, (uint64_t)dl->rank * (uint64_t)dl->B + (uint64_t)b, n);
     uint64_t id = data_loader_window_at(dl->state.seed, epoch, pos, n);
-    token_windows_read(w, id, inputs + (size_t)b * w->T, targets + (size_t)b * w->T);
+    int rc = token_windows_read(w, id, inputs + (size_t)b * w->T, targets + (size_t)b * w->T, err);
+    if (rc) return rc;
     if (window_ids) window_ids[b] = id;
   }
   advance(&dl->state.epoch, &dl->state.position, (uint64_t)dl->world * (uint64_t)dl->B, n);
+  return 0;
 }
 
 /* ---- validation ---- */
@@ -214,8 +220,9 @@ void val_loader_close(ValLoader *vl) {
 
 void val_loader_reset(ValLoader *vl) { vl->next_batch = 0; }
 
-int val_loader_next(ValLoader *vl, int *inputs, int *targets, uint64_t *window_ids) {
-  if (vl->next_batch >= vl->num_batches) return 0;
+int val_loader_next(ValLoader *vl, int *inputs, int *targets, uint64_t *window_ids, int *has_batch, Error *err) {
+  *has_batch = vl->next_batch < vl->num_batches;
+  if (!*has_batch) return 0;
   const TokenWindows *w = &vl->windows;
   uint64_t base = (uint64_t)vl->next_batch * vl->B * vl->world + (uint64_t)vl->rank * vl->B;
   for (int b = 0; b < vl->B; b++) {
@@ -223,15 +230,17 @@ int val_loader_next(ValLoader *vl, int *inputs, int *targets, uint64_t *window_i
     uint64_t j = base + (uint64_t)b;
     if (vl->padded && j >= vl->num_used) {
       int *in = inputs + (size_t)b * w->T, *tg = targets + (size_t)b * w->T;
-      token_windows_read(w, 0, in, tg);
+      int rc = token_windows_read(w, 0, in, tg, err);
+      if (rc) return rc;
       for (int t = 0; t < w->T; t++) tg[t] = -1;
       if (window_ids) window_ids[b] = UINT64_MAX;
       continue;
     }
     uint64_t id = (uint64_t)((unsigned __int128)j * w->num_windows / vl->num_used);
-    token_windows_read(w, id, inputs + (size_t)b * w->T, targets + (size_t)b * w->T);
+    int rc = token_windows_read(w, id, inputs + (size_t)b * w->T, targets + (size_t)b * w->T, err);
+    if (rc) return rc;
     if (window_ids) window_ids[b] = id;
   }
   vl->next_batch++;
-  return 1;
+  return 0;
 }

@@ -46,8 +46,9 @@ int token_windows_open(TokenWindows *w, const char *const *paths, int num_paths,
 void token_windows_close(TokenWindows *w);
 /* Where window `index` lives. */
 void token_windows_locate(const TokenWindows *w, uint64_t index, int *shard, uint64_t *start_token);
-/* Copies window `index` into inputs[T] and targets[T]. */
-void token_windows_read(const TokenWindows *w, uint64_t index, int *inputs, int *targets);
+/* Copies window `index` into inputs[T] and targets[T], after checking that
+ * its shard has not changed since it was opened (ERR_FORMAT naming it). */
+int token_windows_read(const TokenWindows *w, uint64_t index, int *inputs, int *targets, Error *err);
 
 /* The whole resumable state of the training order. */
 typedef struct DataLoaderState {
@@ -67,8 +68,9 @@ int data_loader_open(DataLoader *dl, const char *const *paths, int num_paths, in
 void data_loader_close(DataLoader *dl);
 
 /* Next batch of this rank: inputs and targets [B, T]. Optionally the window
- * indices used (window_ids[B], may be NULL). */
-void data_loader_next(DataLoader *dl, int *inputs, int *targets, uint64_t *window_ids);
+ * indices used (window_ids[B], may be NULL). Fails (the position unchanged)
+ * when a shard changed since it was opened. */
+int data_loader_next(DataLoader *dl, int *inputs, int *targets, uint64_t *window_ids, Error *err);
 
 /* The window read at (epoch, position) under `seed`: perm_epoch(position). */
 uint64_t data_loader_window_at(uint64_t seed, uint64_t epoch, uint64_t position, uint64_t num_windows);
@@ -99,7 +101,8 @@ int val_loader_open_windows(ValLoader *vl, const char *const *paths, int num_pat
                             int world, uint64_t num_windows, uint32_t max_vocab, const char *what, Error *err);
 void val_loader_close(ValLoader *vl);
 void val_loader_reset(ValLoader *vl);
-/* Next batch of the pass; returns 0 when the pass is over. */
-int val_loader_next(ValLoader *vl, int *inputs, int *targets, uint64_t *window_ids);
+/* Next batch of the pass into inputs and targets; *has_batch = 0 when the
+ * pass is over. Fails when a shard changed since it was opened. */
+int val_loader_next(ValLoader *vl, int *inputs, int *targets, uint64_t *window_ids, int *has_batch, Error *err);
 
 #endif

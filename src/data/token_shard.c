@@ -51,7 +51,7 @@ int token_shard_writer_open(TokenShardWriter *w, const char *path, uint32_t voca
   if (n < 0 || m < 0 || (size_t)m >= sizeof w->tmp_path)
     return error_set(err, ERR_ARG, "%s: path too long (at most %zu characters)", path, sizeof w->path - 16);
   w->f = fopen(w->tmp_path, "wb");
-  if (!w->f) return error_set(err, ERR_IO, "cannot create %s: %s", w->tmp_path, strerror(errno));
+  if (!w->f) return error_set(err, ERR_IO, "cannot create %s: %s", w->tmp_path, error_errno_text(errno));
   w->vocab_size = vocab_size;
   w->dtype = token_shard_dtype_for_vocab(vocab_size);
   /* The count is not known while streaming: write the header with count 0
@@ -60,7 +60,7 @@ int token_shard_writer_open(TokenShardWriter *w, const char *path, uint32_t voca
   unsigned char h[TOKEN_SHARD_HEADER_BYTES];
   encode_header(h, w->dtype, 0, vocab_size);
   if (fwrite(h, 1, sizeof h, w->f) != sizeof h) {
-    int e = error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, strerror(errno));
+    int e = error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, error_errno_text(errno));
     token_shard_writer_abort(w);
     return e;
   }
@@ -87,7 +87,7 @@ int token_shard_writer_append(TokenShardWriter *w, const uint32_t *tokens, size_
       }
     }
     if (fwrite(buf, width, k, w->f) != k)
-      return error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, strerror(errno));
+      return error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, error_errno_text(errno));
     done += k;
   }
   w->count += n;
@@ -115,12 +115,12 @@ int token_shard_writer_commit(TokenShardWriter *w, Error *err) {
   int closed = fclose(w->f) == 0;
   w->f = NULL;
   if (!ok || !closed) {
-    error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, strerror(ok ? errno : saved));
+    error_set(err, ERR_IO, "cannot write %s: %s", w->tmp_path, error_errno_text(ok ? errno : saved));
     unlink(w->tmp_path);
     return ERR_IO;
   }
   if (rename(w->tmp_path, w->path) != 0) {
-    error_set(err, ERR_IO, "cannot rename %s to %s: %s", w->tmp_path, w->path, strerror(errno));
+    error_set(err, ERR_IO, "cannot rename %s to %s: %s", w->tmp_path, w->path, error_errno_text(errno));
     unlink(w->tmp_path);
     return ERR_IO;
   }
@@ -186,14 +186,19 @@ static int validate_header(const unsigned char *h, uint64_t file_bytes, const ch
   return 0;
 }
 
+static int64_t mtime_ns_of(const struct stat *st) {
+  return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
 int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *err) {
   memset(s, 0, sizeof *s);
+  s->fd = -1;
   snprintf(s->path, sizeof s->path, "%s", path);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return error_set(err, ERR_IO, "cannot open token shard %s: %s", path, strerror(errno));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return error_set(err, ERR_IO, "cannot open token shard %s: %s", path, error_errno_text(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    int e = error_set(err, ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+    int e = error_set(err, ERR_IO, "cannot stat %s: %s", path, error_errno_text(errno));
     close(fd);
     return e;
   }
@@ -207,8 +212,13 @@ int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *e
                      path, (long long)st.st_size, TOKEN_SHARD_HEADER_BYTES);
   }
   void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) return error_set(err, ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+  if (map == MAP_FAILED) {
+    int e = error_set(err, ERR_IO, "cannot mmap %s: %s", path, error_errno_text(errno));
+    close(fd);
+    return e;
+  }
+  s->fd = fd;
+  s->mtime_ns = mtime_ns_of(&st);
   s->map = map;
   s->map_bytes = (size_t)st.st_size;
   int rc = validate_header(map, (uint64_t)st.st_size, path, &s->dtype, &s->count, &s->vocab_size, err);
@@ -235,9 +245,29 @@ int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *e
 
 void token_shard_close(TokenShard *s) {
   if (s->map) munmap(s->map, s->map_bytes);
+  if (s->fd >= 0) close(s->fd);
+  s->fd = -1;
   s->map = NULL;
   s->tokens = NULL;
   s->map_bytes = 0;
+}
+
+int token_shard_check_unchanged(const TokenShard *s, Error *err) {
+  struct stat st;
+  if (fstat(s->fd, &st) != 0) return error_set(err, ERR_IO, "cannot stat token shard %s: %s", s->path, error_errno_text(errno));
+  if ((uint64_t)st.st_size != (uint64_t)s->map_bytes)
+    return error_set(err, ERR_FORMAT,
+                     "token shard %s changed while the run reads it: %zu bytes when opened, %lld now (%s); restore "
+                     "it and resume from the last checkpoint",
+                     s->path, s->map_bytes, (long long)st.st_size,
+                     (uint64_t)st.st_size < (uint64_t)s->map_bytes ? "truncated" : "grown");
+  if (mtime_ns_of(&st) != s->mtime_ns)
+    return error_set(err, ERR_FORMAT,
+                     "token shard %s changed while the run reads it: written to after it was opened (its modification "
+                     "time changed), so its tokens may no longer be the ones the run started with; restore it and "
+                     "resume from the last checkpoint",
+                     s->path);
+  return 0;
 }
 
 void token_shard_read(const TokenShard *s, uint64_t start, size_t n, int *out) {

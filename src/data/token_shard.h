@@ -13,7 +13,8 @@
  * Writers pick the smallest dtype that holds the vocabulary and publish the
  * file atomically (temporary file, fsync, rename), so a reader never sees a
  * half-written shard. Readers mmap the file and validate the header against
- * the file size before touching a token. */
+ * the file size before touching a token; the data loaders check before each
+ * read that the file has not changed since (token_shard_check_unchanged). */
 #ifndef FIVEFOLD_DATA_TOKEN_SHARD_H
 #define FIVEFOLD_DATA_TOKEN_SHARD_H
 
@@ -64,12 +65,20 @@ typedef struct TokenShard {
   const unsigned char *tokens; /* count * dtype_bytes little-endian values */
   void *map;
   size_t map_bytes;
+  int fd;           /* kept open to tell whether the file changed (-1: closed) */
+  int64_t mtime_ns; /* its modification time when opened */
 } TokenShard;
 
 /* Maps and validates a shard. check_tokens != 0 also scans every token and
  * rejects one >= vocab_size (the header's promise). */
 int token_shard_open(TokenShard *s, const char *path, int check_tokens, Error *err);
 void token_shard_close(TokenShard *s);
+/* ERR_FORMAT, naming the file, when the shard's size or modification time is
+ * no longer what it was when opened: it was truncated, extended or written
+ * to while a run reads it (a new file renamed over the path is no change:
+ * the open one is still read). One fstat; readers call it before reading,
+ * so a truncated shard is reported before a read past its end could fault. */
+int token_shard_check_unchanged(const TokenShard *s, Error *err);
 
 static inline uint32_t token_shard_get(const TokenShard *s, uint64_t i) {
   const unsigned char *p = s->tokens;

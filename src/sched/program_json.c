@@ -94,7 +94,7 @@ int sched_write_text_file(const char *path, const char *text, Error *err) {
   snprintf(tmp, n, "%s.tmp", path);
   FILE *f = fopen(tmp, "wb");
   if (!f) {
-    int rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    int rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(errno));
     free(tmp);
     return rc;
   }
@@ -102,7 +102,7 @@ int sched_write_text_file(const char *path, const char *text, Error *err) {
   int ok = fwrite(text, 1, len, f) == len;
   ok = (fclose(f) == 0) && ok;
   if (!ok || rename(tmp, path) != 0) {
-    int rc = error_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    int rc = error_set(err, ERR_IO, "cannot write %s: %s", path, error_errno_text(errno));
     unlink(tmp);
     free(tmp);
     return rc;

@@ -130,15 +130,15 @@ int tok_save_json(const Tokenizer *t, const char *path, Error *err) {
   int rc = 0;
   FILE *f = fopen(tmp, "wb");
   if (!f) {
-    rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(errno));
   } else {
     size_t n = strlen(text);
     int bad = fwrite(text, 1, n, f) != n || fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0;
     int saved = errno;
     if (fclose(f) != 0) bad = 1;
-    if (bad) rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(saved));
+    if (bad) rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(saved));
     else if (rename(tmp, path) != 0)
-      rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+      rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, error_errno_text(errno));
     if (rc) unlink(tmp);
   }
   free(tmp);

@@ -264,7 +264,7 @@ int trace_chrome_write_stream(FILE *f, const TraceRunMeta *meta, const TraceRank
   if (!text) return error_set(err, ERR_NOMEM, "trace writer: out of memory serialising otherData");
   fprintf(f, "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":%s}\n", text);
   cJSON_free(text);
-  return ferror(f) ? error_set(err, ERR_IO, "trace writer: write failed: %s", strerror(errno)) : ERR_OK;
+  return ferror(f) ? error_set(err, ERR_IO, "trace writer: write failed: %s", error_errno_text(errno)) : ERR_OK;
 }
 
 int trace_chrome_write(const char *path, const TraceRunMeta *meta, const TraceRankBuffer *ranks, int num_ranks,
@@ -276,13 +276,13 @@ int trace_chrome_write(const char *path, const TraceRunMeta *meta, const TraceRa
   memcpy(tmp + n, ".tmp", 5);
   FILE *f = fopen(tmp, "w");
   if (!f) {
-    int rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    int rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(errno));
     free(tmp);
     return rc;
   }
   int rc = trace_chrome_write_stream(f, meta, ranks, num_ranks, err);
-  if (fclose(f) != 0 && rc == ERR_OK) rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-  if (rc == ERR_OK && rename(tmp, path) != 0) rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (fclose(f) != 0 && rc == ERR_OK) rc = error_set(err, ERR_IO, "cannot write %s: %s", tmp, error_errno_text(errno));
+  if (rc == ERR_OK && rename(tmp, path) != 0) rc = error_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, error_errno_text(errno));
   if (rc != ERR_OK) {
     remove(tmp);
     if (err) error_wrap(err, "writing trace %s", path);

@@ -60,7 +60,7 @@ int trace_ebpf_prepare_tracefs(Error *err) {
                      "tracefs is not mounted at /sys/kernel/tracing and mounting it failed (%s): eBPF tracing needs "
                      "root (CAP_SYS_ADMIN) and a kernel with tracefs; in a container, run it privileged or mount "
                      "tracefs from the host",
-                     strerror(errno));
+                     error_errno_text(errno));
   return ERR_OK;
 }
 
@@ -145,7 +145,7 @@ static pid_t spawn(char *const argv[], const char *out_path, const char *err_pat
     if (fd >= 0) dup2(fd, 2), close(fd);
   }
   execvp(argv[0], argv);
-  fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+  fprintf(stderr, "cannot run %s: %s\n", argv[0], error_errno_text(errno));
   _exit(127);
 }
 
@@ -219,7 +219,7 @@ int trace_ebpf_run(const TraceEbpfRun *opt, char *const argv[], int *command_sta
   }
   if (rc == ERR_OK) {
     FILE *f = fopen(script_path, "w");
-    if (!f || fputs(script, f) < 0) rc = error_set(err, ERR_IO, "cannot write %s: %s", script_path, strerror(errno));
+    if (!f || fputs(script, f) < 0) rc = error_set(err, ERR_IO, "cannot write %s: %s", script_path, error_errno_text(errno));
     if (f) fclose(f);
   }
   pid_t tracer = -1;
@@ -233,7 +233,7 @@ int trace_ebpf_run(const TraceEbpfRun *opt, char *const argv[], int *command_sta
     FILE *stale = fopen(opt->raw_path, "w");
     if (stale) fclose(stale);
     tracer = spawn(bt_argv, opt->raw_path, err_path);
-    if (tracer < 0) rc = error_set(err, ERR_CONFIG, "cannot start bpftrace: %s", strerror(errno));
+    if (tracer < 0) rc = error_set(err, ERR_CONFIG, "cannot start bpftrace: %s", error_errno_text(errno));
   }
   int timeout_ms = (int)((opt->attach_timeout_s > 0 ? opt->attach_timeout_s : 60) * 1000);
   for (int waited = 0; rc == ERR_OK && !file_has(opt->raw_path, READY_MARK); waited += 20) {
@@ -250,7 +250,7 @@ int trace_ebpf_run(const TraceEbpfRun *opt, char *const argv[], int *command_sta
   if (rc == ERR_OK) {
     pid_t cmd = spawn(argv, NULL, NULL);
     int status;
-    if (cmd < 0) rc = error_set(err, ERR_CONFIG, "cannot run %s: %s", argv[0], strerror(errno));
+    if (cmd < 0) rc = error_set(err, ERR_CONFIG, "cannot run %s: %s", argv[0], error_errno_text(errno));
     else if (waitpid(cmd, &status, 0) == cmd) *command_status = status_code(status);
   }
   if (tracer > 0) {

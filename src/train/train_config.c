@@ -70,6 +70,9 @@ static const FieldSpec FIELDS[] = {
      "a non-finite loss or gradient: skip (the step, weights untouched) | stop (the run, with an error)"},
     {"training", "max_nonfinite_skips", NULL, "N", FIELD_INT, OFF(max_nonfinite_skips), 0, 1 << 30, 0, 0,
      "consecutive skipped steps after which the run stops with an error"},
+    {"training", "collective_timeout_s", NULL, "X", FIELD_DOUBLE, OFF(collective_timeout_s), 0, BIG, 0, 0,
+     "seconds a rank waits in a collective for a rank that does not arrive before the job ends naming it "
+     "(default 600; 0: wait forever)"},
     {"training", "progress", "--progress", "auto|always|never", FIELD_PROGRESS, OFF(progress), 0, 0, 0, 0,
      "in-place progress line between log lines; auto (default): only when the output really is a terminal "
      "(under mpirun: when mpirun's own output is)"},
@@ -172,6 +175,7 @@ void train_config_defaults(TrainConfig *cfg) {
   snprintf(cfg->precision, sizeof cfg->precision, "fp32");
   snprintf(cfg->nonfinite, sizeof cfg->nonfinite, "skip");
   cfg->max_nonfinite_skips = 5;
+  cfg->collective_timeout_s = 600;
   cfg->world_size = 1;
   cfg->world_ranks = 1;
   cfg->tp = cfg->pp = cfg->vpp = 1;
@@ -485,7 +489,7 @@ static int parse_model(TrainConfig *cfg, const cJSON *v, const char *origin, Err
       error_set(err, ERR_CONFIG,
                 "%s: model: model config %s not found (%s; relative paths are resolved against the config "
                 "file's directory)",
-                origin, path, strerror(errno));
+                origin, path, error_errno_text(errno));
       free(path);
       return ERR_CONFIG;
     }

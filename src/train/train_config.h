@@ -88,6 +88,7 @@ typedef struct TrainConfig {
   /* a non-finite loss or gradient (train/nonfinite.h) */
   char nonfinite[64];      /* "skip" (default) | "stop" */
   int max_nonfinite_skips; /* consecutive skipped steps before the run stops */
+  double collective_timeout_s; /* a rank that does not arrive ends the job after this long (comm/timeout.h); 0: off */
 
   /* data */
   char **train_paths;

@@ -28,7 +28,7 @@ static int check_files(char **paths, int n, const char *field, const char *origi
       return error_set(err, ERR_CONFIG,
                        "%s: %s: token shard %s not found (%s; relative paths in a config file are resolved against "
                        "its directory, on the command line against the current directory)",
-                       origin, field, paths[i], strerror(errno));
+                       origin, field, paths[i], error_errno_text(errno));
     if (!S_ISREG(st.st_mode))
       return error_set(err, ERR_CONFIG, "%s: %s: %s is not a regular file (expected a token shard)", origin, field,
                        paths[i]);
@@ -45,7 +45,7 @@ static int check_tokenizer(const TrainConfig *cfg, const char *origin, Error *er
     return error_set(err, ERR_CONFIG,
                      "%s: data.tokenizer: %s not found (%s; expected a tokenizer.json, or \"%s\"; relative paths in "
                      "a config file are resolved against its directory)",
-                     origin, cfg->tokenizer, strerror(errno), TRAIN_TOKENIZER_BYTE_LEVEL);
+                     origin, cfg->tokenizer, error_errno_text(errno), TRAIN_TOKENIZER_BYTE_LEVEL);
   Tokenizer *tok = NULL;
   if (tok_load_json(&tok, cfg->tokenizer, err)) return error_wrap(err, "%s: data.tokenizer", origin);
   int vocab = tok_vocab_size(tok);

@@ -20,6 +20,7 @@
 #include "sched/partition.h"
 #include "ckpt/checkpoint_dist.h"
 #include "train/nonfinite.h"
+#include "train/stop_request.h"
 #include "train/trace_session.h"
 #include "train/trainer_net.h"
 
@@ -235,12 +236,12 @@ static int write_file_atomic(const char *path, const char *text, Error *err) {
   int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   if (n < 0 || (size_t)n >= sizeof tmp) return error_set(err, ERR_IO, "%s: path too long", path);
   FILE *f = fopen(tmp, "wb");
-  if (!f) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+  if (!f) return error_set(err, ERR_IO, "cannot create %s: %s", tmp, error_errno_text(errno));
   int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok &= fclose(f) == 0;
   if (!ok || rename(tmp, path) != 0) {
     unlink(tmp);
-    return error_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return error_set(err, ERR_IO, "cannot write %s: %s", path, error_errno_text(errno));
   }
   return 0;
 }
@@ -377,7 +378,7 @@ static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalRe
  * file reads as one run. */
 static int keep_metrics_up_to(const char *path, int step, Error *err) {
   FILE *f = fopen(path, "r");
-  if (!f) return errno == ENOENT ? 0 : error_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
+  if (!f) return errno == ENOENT ? 0 : error_set(err, ERR_IO, "cannot read %s: %s", path, error_errno_text(errno));
   char *kept = NULL, *line = NULL;
   size_t kept_len = 0, line_cap = 0;
   FILE *out = open_memstream(&kept, &kept_len);
@@ -428,7 +429,7 @@ static int open_run_files(const Trainer *tr, FILE **jsonl, Error *err) {
   snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out_dir);
   if (tr->step > 0 && (rc = keep_metrics_up_to(path, tr->step, err))) return rc;
   *jsonl = fopen(path, tr->step > 0 ? "a" : "w");
-  if (!*jsonl) return error_set(err, ERR_IO, "cannot create %s: %s", path, strerror(errno));
+  if (!*jsonl) return error_set(err, ERR_IO, "cannot create %s: %s", path, error_errno_text(errno));
   return 0;
 }
 
@@ -583,7 +584,7 @@ static int run_open(Trainer *tr, const TrainerOptions *opts, RunState *rs, Error
   /* Only rank 0 reports; the others run the same collective steps. */
   rs->root = tr->world_rank == 0;
   rs->devnull = rs->root ? NULL : fopen("/dev/null", "w");
-  if (!rs->root && !rs->devnull) return error_set(err, ERR_IO, "cannot open /dev/null: %s", strerror(errno));
+  if (!rs->root && !rs->devnull) return error_set(err, ERR_IO, "cannot open /dev/null: %s", error_errno_text(errno));
   rs->out = !rs->root ? rs->devnull : opts->out ? opts->out : stdout;
 
   double peak = cfg->peak_gflops;
@@ -713,13 +714,14 @@ static void run_report_step(const Trainer *tr, RunState *rs, const TrainStepResu
   }
 }
 
-/* A stop request reaches the ranks in different steps: they stop together;
- * and they save together when rank 0's clock says a checkpoint is due. */
+/* A stop request reaches the ranks in different steps: they stop together,
+ * on the largest request value (a signal number, see stop_request.h); and
+ * they save together when rank 0's clock says a checkpoint is due. */
 static int run_agree_on_stop(const Trainer *tr, int *stop, int *save_due, Error *err) {
   if (tr->world <= 1) return 0;
   int64_t flags[2] = {*stop, *save_due};
   int rc = comm_allreduce_i64(comm_world(), flags, 2, COMM_MAX, NULL, err);
-  *stop = flags[0] != 0;
+  *stop = (int)flags[0];
   *save_due = flags[1] != 0;
   return rc;
 }
@@ -735,7 +737,8 @@ static int run_one_step(Trainer *tr, RunState *rs, int *finished, Error *err) {
   rs->dispatch_sum += tr->fold_ops.dispatch_seconds - dispatch0;
   if (rs->opts->on_step) rs->opts->on_step(rs->opts->ctx, &r);
   run_account_step(tr, rs, &r);
-  int stop = rs->opts->stop && *rs->opts->stop;
+  stop_request_test_hold(r.step, tr->world_rank, rs->opts->stop);
+  int stop = rs->opts->stop ? (int)*rs->opts->stop : 0;
   double now = run_clock(tr);
   int save_due = rs->root && cfg->checkpoint_interval_minutes > 0 &&
                  now - rs->last_save_clock >= cfg->checkpoint_interval_minutes * 60;
@@ -743,7 +746,10 @@ static int run_one_step(Trainer *tr, RunState *rs, int *finished, Error *err) {
   int last = r.step == cfg->steps || stop;
   run_report_step(tr, rs, &r, last);
   int eval_now = cfg->eval_interval > 0 && r.step % cfg->eval_interval == 0;
-  if (tr->has_val && (eval_now || last) && (rc = run_evaluate(tr, rs, r.step, err))) return rc;
+  int evaluate = tr->has_val && (eval_now || last);
+  /* Stopped early, the checkpoint comes before the evaluation: a grace
+   * period that ends during the evaluation then loses nothing. */
+  if (evaluate && !stop && (rc = run_evaluate(tr, rs, r.step, err))) return rc;
   int save_now = save_due || (cfg->checkpoint_interval > 0 && r.step % cfg->checkpoint_interval == 0);
   if (rs->opts->save_checkpoints && (save_now || last)) {
     progress_clear(&rs->progress);
@@ -752,9 +758,12 @@ static int run_one_step(Trainer *tr, RunState *rs, int *finished, Error *err) {
   }
   if (stop) {
     rs->sum.stopped_early = 1;
-    fprintf(rs->out, "stopped by request after step %d of %d\n", r.step, cfg->steps);
+    fprintf(rs->out, "stopped by %s after step %d of %d%s\n", stop_request_name(stop), r.step, cfg->steps,
+            rs->opts->save_checkpoints ? "; its checkpoint is saved: --resume continues from it" : "");
+    fflush(rs->out);
+    if (evaluate && (rc = run_evaluate(tr, rs, r.step, err))) return rc;
   }
-  *finished = stop;
+  *finished = stop != 0;
   return 0;
 }
 

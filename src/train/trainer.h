@@ -188,7 +188,8 @@ typedef struct TrainerOptions {
   int save_checkpoints;   /* every checkpoint.interval steps, at the end and when stopped
                              (default 0; `fivefold train` turns it on) */
   int eval_at_start;      /* validation before the first step too */
-  volatile sig_atomic_t *stop; /* when it becomes non-zero: finish the step, evaluate, return */
+  volatile sig_atomic_t *stop; /* non-zero (a signal number, train/stop_request.h): finish the step,
+                                  save, evaluate, return */
   /* Called after every step (tests use it to watch lr, losses). */
   void (*on_step)(void *ctx, const TrainStepResult *res);
   void *ctx;

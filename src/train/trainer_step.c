@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/timer.h"
+#include "comm/timeout.h"
 #include "kern/vecops.h"
 #include "model/flops.h"
 #include "sched/builders.h"
@@ -322,6 +323,8 @@ static int create_layout(Trainer *tr, Error *err) {
   trainer_fold_sizes(tr);
   tr->world = tr->tp * tr->cp * tr->pp * tr->dp;
   tr->grad_scale = 1.0f / ((float)accum * (float)tr->dp);
+  /* Armed before the first collective of the run; every rank reads the same value. */
+  if (tr->world > 1 && (rc = comm_set_collective_timeout(cfg->collective_timeout_s, err))) return rc;
   if (tr->world > 1 && (rc = setup_grid(tr, err))) return rc;
   SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = tr->pp, .vpp = tr->vpp, .microbatches = accum};
   return sched_build(&sc, &tr->prog, err);
@@ -510,8 +513,11 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
   memset(&tr->acc, 0, sizeof tr->acc);
   /* Every rank of a replica reads the step's micro-batches in order: the
    * loader's state stays the same on all of them. */
-  for (int i = 0; i < accum; i++)
-    data_loader_next(&tr->train, tr->step_inputs + (size_t)i * bt, tr->step_targets + (size_t)i * bt, NULL);
+  for (int i = 0; i < accum; i++) {
+    int rc = data_loader_next(&tr->train, tr->step_inputs + (size_t)i * bt, tr->step_targets + (size_t)i * bt, NULL,
+                              err);
+    if (rc) return error_wrap(err, "step %d: data.train", tr->step + 1);
+  }
   model_zero_grad(&tr->model);
   tr->step_skipped = 0;
   nonfinite_test_poison(tr, "grad");
@@ -566,9 +572,13 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   int holds_head = tr->pp_rank == tr->pp - 1;
   double sums[3] = {0, 0, 0};
   val_loader_reset(&tr->val);
-  while (val_loader_next(&tr->val, tr->inputs, tr->targets, NULL)) {
+  for (;;) {
+    int has_batch = 0;
+    int rc = val_loader_next(&tr->val, tr->inputs, tr->targets, NULL, &has_batch, err);
+    if (rc) return error_wrap(err, "validation: data.val");
+    if (!has_batch) break;
     ModelLoss loss;
-    int rc = pipeline_eval_forward(&tr->pipe, tr->inputs, tr->targets, &loss, err);
+    rc = pipeline_eval_forward(&tr->pipe, tr->inputs, tr->targets, &loss, err);
     if (rc) return error_wrap(err, "validation batch %d", res->batches + 1);
     sums[0] += loss.lm * (double)loss.tokens;
     sums[1] += (double)loss.tokens;

@@ -2,7 +2,8 @@
  * the way), bounded whole-file reads (cap, non-regular files), JSON type
  * names, near-miss suggestions, and the command-line option parser (both
  * option forms, switches, optional values, lists, positional arguments and
- * the wording of its errors). */
+ * the wording of its errors), and errno values as name and text in
+ * messages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -185,11 +187,29 @@ static void test_options_errors(void **state) {
   assert_int_equal(option_value(&op, &v, &err), ERR_ARG);
 }
 
+/* "ENOSPC: No space left on device": the name to search for and the text;
+ * several in one message stay apart; a file reader's message carries it. */
+static void test_errno_text(void **state) {
+  (void)state;
+  char both[400];
+  snprintf(both, sizeof both, "%s | %s", error_errno_text(ENOSPC), error_errno_text(EROFS));
+  assert_string_equal(both, "ENOSPC: No space left on device | EROFS: Read-only file system");
+  assert_string_equal(error_errno_text(12345), "errno 12345: Unknown error 12345");
+  char path[512];
+  snprintf(path, sizeof path, "%s/no-such-file", tmpdir);
+  Error err = {0};
+  char *text = NULL;
+  assert_int_equal(file_read_text(path, "greeting", 100, &text, NULL, &err), ERR_IO);
+  if (!strstr(err.msg, path) || !strstr(err.msg, "ENOENT: No such file or directory"))
+    fail_msg("expected the path and \"ENOENT: No such file or directory\" in: %s", err.msg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mkdir_p),          cmocka_unit_test(test_file_read_text),
       cmocka_unit_test(test_json_type_name),   cmocka_unit_test(test_near_miss),
       cmocka_unit_test(test_options_both_forms), cmocka_unit_test(test_options_errors),
+      cmocka_unit_test(test_errno_text),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

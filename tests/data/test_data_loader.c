@@ -15,6 +15,13 @@
 #include "data/data_loader.h"
 #include "train/train_test_util.h"
 
+/* val_loader_next that must not fail: 1 while the pass has a batch. */
+static int next_val_batch(ValLoader *vl, int *inputs, int *targets, uint64_t *ids) {
+  int has_batch = 0;
+  assert_int_equal(val_loader_next(vl, inputs, targets, ids, &has_batch, NULL), 0);
+  return has_batch;
+}
+
 #define NUM_SHARDS 3
 #define T 16
 static const uint64_t SHARD_TOKENS[NUM_SHARDS] = {1001, 517, 2050};
@@ -76,7 +83,7 @@ static void test_windows_inside_data(void **state) {
   int in[5 * T], tg[5 * T];
   uint64_t ids[5];
   for (int step = 0; step < 200; step++) { /* ~4.5 epochs */
-    data_loader_next(&dl, in, tg, ids);
+    assert_int_equal(data_loader_next(&dl, in, tg, ids, NULL), 0);
     for (int b = 0; b < 5; b++) check_window(in + b * T, tg + b * T, ids[b]);
   }
   assert_int_equal(dl.state.epoch, 200 * 5 / EXPECTED_WINDOWS);
@@ -129,9 +136,9 @@ static void test_seed_determinism(void **state) {
   int ia[4 * T], ta[4 * T], ib[4 * T], tb[4 * T], ic[4 * T], tc[4 * T];
   int differ = 0, shards_seen[NUM_SHARDS] = {0};
   for (int step = 0; step < 30; step++) {
-    data_loader_next(&a, ia, ta, NULL);
-    data_loader_next(&b, ib, tb, NULL);
-    data_loader_next(&c, ic, tc, NULL);
+    assert_int_equal(data_loader_next(&a, ia, ta, NULL, NULL), 0);
+    assert_int_equal(data_loader_next(&b, ib, tb, NULL, NULL), 0);
+    assert_int_equal(data_loader_next(&c, ic, tc, NULL, NULL), 0);
     assert_memory_equal(ia, ib, sizeof ia);
     assert_memory_equal(ta, tb, sizeof ta);
     differ += memcmp(ia, ic, sizeof ia) != 0;
@@ -153,13 +160,13 @@ static void test_resume_from_state(void **state) {
   open_loader(&a, 6, 0, 1, 5);
   int in[6 * T], tg[6 * T];
   uint64_t ids_a[6], ids_b[6];
-  for (int i = 0; i < 50; i++) data_loader_next(&a, in, tg, NULL); /* crosses an epoch */
+  for (int i = 0; i < 50; i++) assert_int_equal(data_loader_next(&a, in, tg, NULL, NULL), 0); /* crosses an epoch */
   DataLoaderState saved = a.state;
   open_loader(&b, 6, 0, 1, 0);
   b.state = saved;
   for (int i = 0; i < 60; i++) {
-    data_loader_next(&a, in, tg, ids_a);
-    data_loader_next(&b, in, tg, ids_b);
+    assert_int_equal(data_loader_next(&a, in, tg, ids_a, NULL), 0);
+    assert_int_equal(data_loader_next(&b, in, tg, ids_b, NULL), 0);
     assert_memory_equal(ids_a, ids_b, sizeof ids_a);
   }
   data_loader_close(&a);
@@ -177,9 +184,9 @@ static void test_rank_sharding(void **state) {
   int in[6 * T], tg[6 * T];
   uint64_t a[3], b[3], w[6];
   for (int step = 0; step < 100; step++) {
-    data_loader_next(&r0, in, tg, a);
-    data_loader_next(&r1, in, tg, b);
-    data_loader_next(&whole, in, tg, w);
+    assert_int_equal(data_loader_next(&r0, in, tg, a, NULL), 0);
+    assert_int_equal(data_loader_next(&r1, in, tg, b, NULL), 0);
+    assert_int_equal(data_loader_next(&whole, in, tg, w, NULL), 0);
     assert_memory_equal(a, w, sizeof a);
     assert_memory_equal(b, w + 3, sizeof b);
   }
@@ -202,14 +209,14 @@ static void test_validation_is_stable(void **state) {
   int in[4 * T], tg[4 * T];
   uint64_t first[40], second[40];
   int n = 0;
-  while (val_loader_next(&vl, in, tg, first + 4 * n)) {
+  while (next_val_batch(&vl, in, tg, first + 4 * n)) {
     for (int b = 0; b < 4; b++) check_window(in + b * T, tg + b * T, first[4 * n + b]);
     n++;
   }
   assert_int_equal(n, 10);
   val_loader_reset(&vl);
   n = 0;
-  while (val_loader_next(&vl, in, tg, second + 4 * n)) n++;
+  while (next_val_batch(&vl, in, tg, second + 4 * n)) n++;
   assert_int_equal(n, 10);
   assert_memory_equal(first, second, sizeof first);
   /* distinct and spread over the whole set (all three shards) */
@@ -242,7 +249,7 @@ static int collect_fixed(int B, int world, uint64_t K, uint64_t *ids, int *n_ids
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     uint64_t *got = malloc(sizeof(uint64_t) * B);
     int n = 0;
-    while (val_loader_next(&vl, in, tg, got)) {
+    while (next_val_batch(&vl, in, tg, got)) {
       n++;
       for (int b = 0; b < B; b++) {
         if (got[b] == UINT64_MAX) {

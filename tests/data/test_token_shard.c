@@ -1,11 +1,16 @@
 /* Token shards: round trips in both dtypes, the exact on-disk layout, the
  * atomic writer (no file after a failure), and every malformed-header case
- * the reader must refuse with a message naming the file. */
+ * the reader must refuse with a message naming the file, and a shard that
+ * changes while it is open (written to, truncated). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "data/token_shard.h"
 #include "train/train_test_util.h"
@@ -32,6 +37,36 @@ static void test_round_trip_u16(void **state) {
   for (int i = 0; i < 1000; i++) assert_int_equal(out[i], (int)tokens[i]);
   token_shard_read(&s, 990, 10, out);
   for (int i = 0; i < 10; i++) assert_int_equal(out[i], (int)tokens[990 + i]);
+  token_shard_close(&s);
+}
+
+/* Written to and then truncated while open: each is reported, naming the
+ * file. The file's time is set an hour back first, so the write's new
+ * modification time differs whatever the clock's resolution. */
+static void test_changed_while_open(void **state) {
+  (void)state;
+  const char *path = scratch_path("changing.bin");
+  uint32_t tokens[100];
+  for (int i = 0; i < 100; i++) tokens[i] = (uint32_t)i;
+  Error err = {0};
+  assert_int_equal(token_shard_write(path, tokens, 100, 256, &err), 0);
+  struct timespec past[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+  assert_int_equal(utimensat(AT_FDCWD, path, past, 0), 0);
+  TokenShard s;
+  assert_int_equal(token_shard_open(&s, path, 1, &err), 0);
+  assert_int_equal(token_shard_check_unchanged(&s, &err), 0);
+  int fd = open(path, O_WRONLY);
+  assert_true(fd >= 0);
+  const unsigned char junk[2] = {0xff, 0x7f};
+  assert_int_equal(pwrite(fd, junk, sizeof junk, 64 + 10), (ssize_t)sizeof junk);
+  assert_int_equal(token_shard_check_unchanged(&s, &err), ERR_FORMAT);
+  assert_contains(err.msg, path);
+  assert_contains(err.msg, "written to after it was opened");
+  assert_int_equal(ftruncate(fd, 64 + 100), 0);
+  close(fd);
+  assert_int_equal(token_shard_check_unchanged(&s, &err), ERR_FORMAT);
+  assert_contains(err.msg, path);
+  assert_contains(err.msg, "264 bytes when opened, 164 now (truncated)");
   token_shard_close(&s);
 }
 
@@ -218,6 +253,7 @@ int main(void) {
       cmocka_unit_test(test_writer_rejects_token_and_leaves_nothing),
       cmocka_unit_test(test_malformed_headers),
       cmocka_unit_test(test_missing_and_directory),
+      cmocka_unit_test(test_changed_while_open),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

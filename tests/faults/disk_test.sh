@@ -71,7 +71,7 @@ case $MODE in
       mkdir -p "$full"
       mount -t tmpfs -o size=$((bytes * 5 / 2 + 65536)) tmpfs "$full" || { fail "mounting the small tmpfs"; continue; }
       MOUNTS+=("$full")
-      fails_saving "$np" "$full/run" "No space left on device"
+      fails_saving "$np" "$full/run" "ENOSPC: No space left on device"
       [ "$(newest "$full/run")" = 2 ] || fail "np $np: the newest checkpoint is step $(newest "$full/run"), expected 2"
       resumes_from "$full/run" 2
     done
@@ -85,7 +85,7 @@ case $MODE in
       train 0 "$run" dense --steps 3 || continue
       mount --bind "$run/checkpoints" "$run/checkpoints" && MOUNTS+=("$run/checkpoints") &&
         mount -o remount,ro,bind "$run/checkpoints" || { echo "SKIP: cannot make a read-only bind mount"; exit 77; }
-      fails_saving "$np" "$run" "Read-only file system" --resume
+      fails_saving "$np" "$run" "EROFS: Read-only file system" --resume
       umount "$run/checkpoints"
       [ "$(newest "$run")" = 3 ] || fail "np $np: the newest checkpoint is step $(newest "$run"), expected 3"
       resumes_from "$run" 3

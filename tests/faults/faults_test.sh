@@ -9,6 +9,10 @@
 #               non-zero naming them and writes no checkpoint of step 3; a
 #               NaN weight is never checkpointed; skips in a row beyond
 #               training.max_nonfinite_skips stop the run
+#   data        a training shard truncated, or overwritten in place, while a
+#               DP2 run under mpirun reads it (both ranks hold after step 2,
+#               FIVEFOLD_TEST_HOLD_AFTER_STEP, while the test changes it):
+#               step 3's read fails naming the file, the job exits non-zero
 #   interval    checkpoint.interval_minutes on a clock of FIVEFOLD_TEST_CLOCK_STEP_SECONDS
 #               seconds per step (no wall clock): the checkpoints fall where
 #               the minutes say, and not at all with 0
@@ -101,6 +105,34 @@ case $MODE in
     fi
     grep -q "step 4: the gradient of [a-z0-9_.]* is not finite, 2 steps in a row (more than training.max_nonfinite_skips = 1)" limit.log ||
       { tail -5 limit.log; fail "limit: no message for 2 skips in a row"; }
+    ;;
+  data)
+    run_json run-dense.json model.json steps=6 interval=0
+    for how in truncate overwrite; do
+      cp -r shards "shards-$how"
+      # An hour back: the write's new modification time differs whatever
+      # the clock's resolution.
+      touch -d '1 hour ago' "shards-$how/train.bin"
+      config "run-$how.json" "data.train=\"shards-$how/train.bin\""
+      mkdir "hold-$how"
+      FIVEFOLD_TEST_HOLD_AFTER_STEP="2:$WORK/hold-$how" "$MPIEXEC" -np 2 --oversubscribe "$FIVEFOLD" train \
+        --config "run-$how.json" --out "$how" --no-progress >"$how.log" 2>&1 &
+      BG_PID=$!
+      await_holds "hold-$how" "$how.log" || continue
+      shard=shards-$how/train.bin
+      size=$(stat -c %s "$shard")
+      case $how in
+        truncate) truncate -s $((size / 2)) "$shard"; expect="$((size)) bytes when opened, $((size / 2)) now (truncated)" ;;
+        overwrite) printf '\377\377\377\377' | dd of="$shard" bs=1 seek=200 conv=notrunc status=none
+          expect="written to after it was opened" ;;
+      esac
+      touch "hold-$how/go"
+      if wait "$BG_PID"; then fail "$how: the run went on after its shard was changed"; fi
+      BG_PID=
+      grep -q "step 3: data.train: token shard $shard changed while the run reads it: $expect" "$how.log" ||
+        { tail -5 "$how.log"; fail "$how: no message naming $shard and what changed at step 3"; }
+      [ -d "$(ckpt "$how" 3)" ] && fail "$how: a checkpoint was written after the shard changed"
+    done
     ;;
   interval)
     run_json run-dense.json model.json steps=10 interval=0

@@ -64,7 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (rc == 0) {
     int inputs[8], targets[8];
     for (uint64_t i = 0; i < w.num_windows && i < 64; i++) {
-      token_windows_read(&w, w.num_windows - 1 - i, inputs, targets);
+      if (token_windows_read(&w, w.num_windows - 1 - i, inputs, targets, &err))
+        fuzz_fail("token_windows_read", "an unchanged shard was reported changed");
       for (int k = 0; k + 1 < T; k++)
         if (inputs[k + 1] != targets[k]) fuzz_fail("token_windows_read", "targets are not the inputs shifted by one");
     }
@@ -80,7 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int inputs[16], targets[16];
     uint64_t ids[2];
     for (int step = 0; step < 4; step++) {
-      data_loader_next(&dl, inputs, targets, ids);
+      if (data_loader_next(&dl, inputs, targets, ids, &err))
+        fuzz_fail("data_loader_next", "an unchanged shard was reported changed");
       if (ids[0] >= dl.windows.num_windows || ids[1] >= dl.windows.num_windows)
         fuzz_fail("data_loader_next", "a window index out of range");
     }
@@ -94,8 +96,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (rc == 0) {
     int inputs[16], targets[16];
     uint64_t ids[2];
-    int batches = 0;
-    while (val_loader_next(&vl, inputs, targets, ids)) {
+    int batches = 0, has_batch = 0;
+    for (;;) {
+      if (val_loader_next(&vl, inputs, targets, ids, &has_batch, &err))
+        fuzz_fail("val_loader_next", "an unchanged shard was reported changed");
+      if (!has_batch) break;
       if (ids[0] >= vl.windows.num_windows || ids[1] >= vl.windows.num_windows)
         fuzz_fail("val_loader_next", "a window index out of range");
       if (++batches > vl.num_batches) fuzz_fail("val_loader_next", "more batches than num_batches");

@@ -68,7 +68,7 @@ def compare_losses(a, b, rtol, atol=LOSS_ATOL):
                     bad += 1
                 continue
             allowed = rtol * abs(y) + atol
-            ratio = abs(x - y) / allowed
+            ratio = abs(x - y) / allowed if allowed else (0.0 if x == y else float("inf"))  # 0 0: bit for bit
             rel = abs(x - y) / abs(y) if y else (0.0 if x == y else float("inf"))
             if ratio > worst[0]:
                 worst = (ratio, f"step {step} {key}: {x!r} vs {y!r}, relative {rel:.3g}")

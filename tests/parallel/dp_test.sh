@@ -93,17 +93,7 @@ case "$MODE" in
     kill -9 "$victim"
     start=$(date +%s)
     status=0
-    for _ in $(seq 1 300); do
-      kill -0 "$BG_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$BG_PID" 2>/dev/null; then
-      fail "the job still runs 30 s after rank 1 was killed"
-    else
-      wait "$BG_PID"
-      status=$?
-      BG_PID=
-    fi
+    if await_end 30; then status=$ENDED_STATUS; else fail "the job still runs 30 s after rank 1 was killed"; fi
     echo "job ended $(($(date +%s) - start)) s after the kill with status $status"
     [ "$status" -ne 0 ] || fail "the job exited with status 0 after a rank was killed"
     grep -Eq "rank 1.*(signal 9|Killed)|rank 1 failed" victim.log || { cat victim.log; fail "no message names rank 1"; }

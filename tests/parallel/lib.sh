@@ -120,6 +120,22 @@ resumed_matches() {
   $PY "$COMPARE" losses resumed "$ref" 0 || fail "the resumed run's losses differ from the uninterrupted run's"
 }
 
+# await_holds DIR LOG: ranks 0 and 1 of the job $BG_PID, started with
+# FIVEFOLD_TEST_HOLD_AFTER_STEP=STEP:DIR (train/stop_request.h), hold after
+# STEP: their pid files DIR/rank-R exist. Fails (showing LOG) if the job
+# ends first.
+await_holds() {
+  local i
+  for i in $(seq 1 3000); do
+    [ -f "$1/rank-0" ] && [ -f "$1/rank-1" ] && return 0
+    kill -0 "$BG_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -20 "$2"
+  fail "the ranks did not reach the hold of $1"
+  return 1
+}
+
 # train NP OUT MODEL [flags]: trains run-MODEL.json into OUT (log OUT.log);
 # NP 0 starts without mpirun.
 train() {
@@ -185,6 +201,21 @@ expect() {
   for n in "${needles[@]}"; do
     grep -qF -- "$n" <<<"$out" || { fail "output of '$*' lacks '$n'"; echo "$out" | head -20; }
   done
+}
+
+# await_end SECONDS: waits up to SECONDS for the job $BG_PID to end; then
+# ENDED_STATUS is its exit status, BG_PID is cleared and it returns 0.
+# Returns 1 with the job still running if it did not end in time.
+await_end() {
+  local i
+  for i in $(seq 1 $(($1 * 10))); do
+    kill -0 "$BG_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$BG_PID" 2>/dev/null && return 1
+  wait "$BG_PID"
+  ENDED_STATUS=$?
+  BG_PID=
 }
 
 # finish NAME: the verdict line, and the exit status.

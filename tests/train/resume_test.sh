@@ -124,9 +124,9 @@ wait "$BG_PID"
 code=$?
 BG_PID=
 [ "$code" -eq 0 ] || fail "a run stopped by SIGINT exited with $code"
-stopped_at=$(sed -n 's/^stopped by request after step \([0-9]*\) of .*/\1/p' stopped.out)
+stopped_at=$(sed -n 's/^stopped by SIGINT after step \([0-9]*\) of .*/\1/p' stopped.out)
 if [ -z "$stopped_at" ]; then
-  fail "no 'stopped by request' line after SIGINT"
+  fail "no 'stopped by SIGINT' line after SIGINT"
 else
   [ -f "$(ckpt stopped "$stopped_at")/state.json" ] || fail "no checkpoint at step $stopped_at after SIGINT"
   out=$(train_one --out stopped --steps $((stopped_at + 2)) --resume 2>&1) || fail "resume after SIGINT failed: $out"

@@ -1,0 +1,179 @@
+/* The collective timeout of timeout.h: the polled wait, the answers a
+ * waiting rank gives to a peer that timed out, and the report naming the
+ * ranks that did not arrive. */
+#include "comm/timeout.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/timer.h"
+
+enum { PING_TAG = 1, REPLY_TAG = 2 };
+/* Tests between two looks at the clock and at pings (a clock read costs
+ * about as much as a few tests). */
+#define TESTS_PER_LOOK 256
+#define MAX_ANSWER_WAIT_S 30.0
+
+/* What a waiting rank answers a ping with. */
+typedef struct WaitAnswer {
+  int32_t ping;      /* the ping's number, so late answers to an older ping are told apart */
+  int32_t world_rank;
+  double waited_s;   /* how long it has waited so far */
+  char operation[96];
+  char group[16];
+} WaitAnswer;
+
+static double g_timeout_s;
+static MPI_Comm g_watch = MPI_COMM_NULL; /* pings and answers, apart from every other message */
+static int32_t g_pings;                  /* pings this rank has sent */
+
+int comm_set_collective_timeout(double seconds, Error *err) {
+  if (!(seconds >= 0))
+    return error_set(err, ERR_ARG, "collective timeout of %g s (expected >= 0 seconds; 0 turns it off)", seconds);
+  if (!comm_initialized() || comm_world_size() <= 1) return ERR_OK;
+  if (seconds > 0 && g_watch == MPI_COMM_NULL) {
+    comm_set_operation("comm_set_collective_timeout");
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &g_watch);
+    if (rc != MPI_SUCCESS) return comm_check(rc, "comm_set_collective_timeout", comm_world(), err);
+    MPI_Comm_set_name(g_watch, "timeout");
+  }
+  g_timeout_s = seconds;
+  return ERR_OK;
+}
+
+double comm_collective_timeout(void) { return g_timeout_s; }
+
+int comm_timeout_armed(void) { return g_timeout_s > 0 && g_watch != MPI_COMM_NULL; }
+
+void comm_timeout_release(void) {
+  if (g_watch != MPI_COMM_NULL) MPI_Comm_free(&g_watch);
+  g_watch = MPI_COMM_NULL;
+  g_timeout_s = 0;
+}
+
+static const char *group_name(const CommGroup *g) { return g ? g->name : "(unknown)"; }
+
+/* Answers every ping waiting for this rank: it is here, waiting in operation. */
+static void answer_pings(const CommGroup *g, const char *operation, double waited_s) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, PING_TAG, g_watch, &flag, &st);
+    if (!flag) return;
+    WaitAnswer a = {.world_rank = comm_world_rank(), .waited_s = waited_s};
+    MPI_Recv(&a.ping, 1, MPI_INT32_T, st.MPI_SOURCE, PING_TAG, g_watch, MPI_STATUS_IGNORE);
+    snprintf(a.operation, sizeof a.operation, "%s", operation ? operation : "an MPI call");
+    snprintf(a.group, sizeof a.group, "%s", group_name(g));
+    /* A few dozen bytes: sent eagerly, this does not wait for the pinger. */
+    MPI_Send(&a, (int)sizeof a, MPI_BYTE, st.MPI_SOURCE, REPLY_TAG, g_watch);
+  }
+}
+
+/* The world ranks of g other than this one (all others without g). */
+static int peers_of(const CommGroup *g, int *peers) {
+  int world = comm_world_size(), me = comm_world_rank(), n = 0;
+  if (!g || g->comm == MPI_COMM_NULL) {
+    for (int r = 0; r < world; r++)
+      if (r != me) peers[n++] = r;
+    return n;
+  }
+  MPI_Group mine, all;
+  MPI_Comm_group(g->comm, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &all);
+  int *local = malloc((size_t)g->size * sizeof *local), *global = malloc((size_t)g->size * sizeof *global);
+  if (local && global) {
+    for (int i = 0; i < g->size; i++) local[i] = i;
+    MPI_Group_translate_ranks(mine, g->size, local, all, global);
+    for (int i = 0; i < g->size; i++)
+      if (global[i] != me && global[i] != MPI_UNDEFINED) peers[n++] = global[i];
+  }
+  free(local);
+  free(global);
+  MPI_Group_free(&mine);
+  MPI_Group_free(&all);
+  return n;
+}
+
+/* The message of comm_abort: who did not answer, and what the others wait in. */
+static void report(const CommGroup *g, const char *operation, double waited_s, const int *peers, int n,
+                   const WaitAnswer *answers, const int *answered) {
+  char msg[900];
+  size_t len = (size_t)snprintf(msg, sizeof msg, "%s on group %s waited %.0f s (the collective timeout is %g s): ",
+                                operation, group_name(g), waited_s, g_timeout_s);
+  int missing = 0;
+  for (int i = 0; i < n; i++) missing += !answered[i];
+  for (int i = 0, k = 0; i < n && len < sizeof msg; i++) {
+    if (answered[i]) continue;
+    len += (size_t)snprintf(msg + len, sizeof msg - len, "%srank %d", k ? ", " : "", peers[i]);
+    k++;
+  }
+  if (missing && len < sizeof msg)
+    len += (size_t)snprintf(msg + len, sizeof msg - len,
+                            " did not arrive (%s not answer: stopped, hung, or still computing)",
+                            missing == 1 ? "it does" : "they do");
+  else if (len < sizeof msg)
+    len += (size_t)snprintf(msg + len, sizeof msg - len, "every rank answers, but they wait in different operations");
+  for (int i = 0; i < n && len < sizeof msg; i++)
+    if (answered[i])
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "; rank %d waits in %s on group %s (%.0f s)", peers[i],
+                              answers[i].operation, answers[i].group, answers[i].waited_s);
+  comm_abort(1, "%s", msg);
+}
+
+/* The timeout expired: asks the peers, keeps testing req meanwhile, and ends
+ * the job unless req completes. Returns MPI's code when it does. */
+static int diagnose(MPI_Request *req, const CommGroup *g, const char *operation, double start) {
+  int world = comm_world_size();
+  int *peers = calloc((size_t)world, sizeof *peers), *answered = calloc((size_t)world, sizeof *answered);
+  WaitAnswer *answers = calloc((size_t)world, sizeof *answers);
+  if (!peers || !answered || !answers) comm_abort(1, "%s: timed out, and out of memory to find out why", operation);
+  int n = peers_of(g, peers);
+  int32_t ping = ++g_pings;
+  for (int i = 0; i < n; i++) MPI_Send(&ping, 1, MPI_INT32_T, peers[i], PING_TAG, g_watch);
+  double until = timer_now() + (g_timeout_s < MAX_ANSWER_WAIT_S ? g_timeout_s : MAX_ANSWER_WAIT_S);
+  int got = 0, rc = MPI_SUCCESS, done = 0;
+  for (unsigned spin = 1;; spin++) {
+    rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) break;
+    if (spin % TESTS_PER_LOOK) continue;
+    double now = timer_now();
+    answer_pings(g, operation, now - start);
+    int flag = 1;
+    while (flag) {
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, REPLY_TAG, g_watch, &flag, &st);
+      if (!flag) break;
+      WaitAnswer a;
+      MPI_Recv(&a, (int)sizeof a, MPI_BYTE, st.MPI_SOURCE, REPLY_TAG, g_watch, MPI_STATUS_IGNORE);
+      a.operation[sizeof a.operation - 1] = a.group[sizeof a.group - 1] = '\0';
+      for (int i = 0; i < n; i++)
+        if (peers[i] == st.MPI_SOURCE && a.ping == ping && !answered[i]) {
+          answered[i] = 1;
+          answers[i] = a;
+          got++;
+        }
+    }
+    /* Everyone answered and it still does not complete: a mismatch, no
+     * point waiting longer. */
+    if (now >= until || got == n) report(g, operation, now - start, peers, n, answers, answered);
+  }
+  free(peers);
+  free(answered);
+  free(answers);
+  return rc;
+}
+
+int comm_timeout_wait(MPI_Request *req, const CommGroup *g, const char *operation) {
+  double start = timer_now(), deadline = start + g_timeout_s;
+  for (unsigned spin = 1;; spin++) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    if (spin % TESTS_PER_LOOK) continue;
+    double now = timer_now();
+    answer_pings(g, operation, now - start);
+    if (now >= deadline) return diagnose(req, g, operation, start);
+  }
+}
