@@ -34,16 +34,23 @@ static void set_param(LayerParamSpec *p, const char *suffix, int ndim, const int
   p->no_weight_decay = no_weight_decay;
 }
 
+/* Every impl below starts with its one workspace buffer. */
+typedef struct TropImpl {
+  void *work;
+} TropImpl;
+
 static void free_impl(Layer *l) {
-  free(l->impl);
+  TropImpl *impl = l->impl;
+  if (impl) free(impl->work);
+  free(impl);
   l->impl = NULL;
 }
 
 /* ---- tropical conv2d ---- */
 
 typedef struct TropConv {
+  int32_t *winner;         /* for max_batch samples (first: TropImpl) */
   TropicalConvShape shape; /* batch is set per call */
-  int32_t *winner;         /* for max_batch samples */
 } TropConv;
 
 static void conv_init(Layer *l, uint64_t seed, uint64_t stream) {
@@ -72,17 +79,11 @@ static int conv_backward(Layer *l, const float *x, const float *y, const float *
   return rc;
 }
 
-static void conv_free(Layer *l) {
-  TropConv *c = l->impl;
-  if (c) free(c->winner);
-  free_impl(l);
-}
-
 static const LayerOps TROPICAL_CONV_OPS = {.kind = "tropical_conv2d",
                                            .init = conv_init,
                                            .forward = conv_forward,
                                            .backward = conv_backward,
-                                           .free = conv_free};
+                                           .free = free_impl};
 
 int layer_create_tropical_conv2d(Layer *l, const struct cJSON *spec, LayerShape in, int max_batch, const char *origin,
                                  Error *err) {
@@ -134,9 +135,9 @@ int layer_create_tropical_conv2d(Layer *l, const struct cJSON *spec, LayerShape 
 /* ---- max-plus / min-plus dense ---- */
 
 typedef struct TropDense {
+  int32_t *winner; /* [max_batch, out] (first: TropImpl) */
   TropicalSemiring semiring;
   int in, out, has_bias, recenter;
-  int32_t *winner; /* [max_batch, out] */
 } TropDense;
 
 static void dense_init(Layer *l, uint64_t seed, uint64_t stream) {
@@ -181,24 +182,18 @@ static void dense_recenter(Layer *l) {
   }
 }
 
-static void dense_free(Layer *l) {
-  TropDense *d = l->impl;
-  if (d) free(d->winner);
-  free_impl(l);
-}
-
 static const LayerOps MAXPLUS_OPS = {.kind = "maxplus",
                                      .init = dense_init,
                                      .forward = dense_forward,
                                      .backward = dense_backward,
                                      .after_update = dense_recenter,
-                                     .free = dense_free};
+                                     .free = free_impl};
 static const LayerOps MINPLUS_OPS = {.kind = "minplus",
                                      .init = dense_init,
                                      .forward = dense_forward,
                                      .backward = dense_backward,
                                      .after_update = dense_recenter,
-                                     .free = dense_free};
+                                     .free = free_impl};
 
 static int create_dense(Layer *l, const LayerOps *ops, TropicalSemiring semiring, const struct cJSON *spec,
                         LayerShape in, int max_batch, const char *origin, Error *err) {
@@ -251,8 +246,8 @@ int layer_create_minplus(Layer *l, const struct cJSON *spec, LayerShape in, int 
 /* ---- per-sample standardisation ---- */
 
 typedef struct Standardize {
+  float *rstd; /* [max_batch]: 1 / sqrt(var + eps) of the last forward (first: TropImpl) */
   double eps;
-  float *rstd; /* [max_batch]: 1 / sqrt(var + eps) of the last forward */
 } Standardize;
 
 static void standardize_init(Layer *l, uint64_t seed, uint64_t stream) { (void)l, (void)seed, (void)stream; }
@@ -298,17 +293,11 @@ static int standardize_backward(Layer *l, const float *x, const float *y, const 
   return 0;
 }
 
-static void standardize_free(Layer *l) {
-  Standardize *s = l->impl;
-  if (s) free(s->rstd);
-  free_impl(l);
-}
-
 static const LayerOps STANDARDIZE_OPS = {.kind = "standardize",
                                          .init = standardize_init,
                                          .forward = standardize_forward,
                                          .backward = standardize_backward,
-                                         .free = standardize_free};
+                                         .free = free_impl};
 
 int layer_create_standardize(Layer *l, const struct cJSON *spec, LayerShape in, int max_batch, const char *origin,
                              Error *err) {

@@ -14,17 +14,7 @@
 
 #include "base/safetensors.h"
 #include "kern/tropical.h"
-
-static int meta_int(const SafetensorsReader *r, const char *key, int *out, Error *err) {
-  const char *v = safetensors_metadata_get(r, key);
-  char *end;
-  if (!v) return error_set(err, ERR_FORMAT, "%s: metadata '%s' is missing", safetensors_path(r), key);
-  long x = strtol(v, &end, 10);
-  if (*end || end == v)
-    return error_set(err, ERR_FORMAT, "%s: metadata '%s' is '%s', expected an integer", safetensors_path(r), key, v);
-  *out = (int)x;
-  return 0;
-}
+#include "tools/dump_util.h"
 
 /* Index of `v` in the NULL-terminated `names`, or an error naming the key. */
 static int meta_choice(const SafetensorsReader *r, const char *key, const char *const *names, int *out, Error *err) {
@@ -33,17 +23,6 @@ static int meta_choice(const SafetensorsReader *r, const char *key, const char *
     if (!strcmp(v, names[i])) return *out = i, 0;
   return error_set(err, ERR_FORMAT, "%s: metadata '%s' is '%s', expected one of %s|%s...", safetensors_path(r), key,
                    v ? v : "(missing)", names[0], names[1]);
-}
-
-static int read_tensor(const SafetensorsReader *r, const char *name, size_t count, float **out, Error *err) {
-  const SafetensorsTensorInfo *t = safetensors_find(r, name);
-  if (!t) return error_set(err, ERR_FORMAT, "%s: tensor '%s' is missing", safetensors_path(r), name);
-  if (t->numel != count)
-    return error_set(err, ERR_FORMAT, "%s: tensor '%s' has %llu elements, expected %zu for the shape",
-                     safetensors_path(r), name, (unsigned long long)t->numel, count);
-  *out = malloc(count * sizeof **out);
-  if (!*out) return error_set(err, ERR_NOMEM, "out of memory for '%s'", name);
-  return safetensors_read_f32(r, name, t->ndim, t->shape, *out, err);
 }
 
 typedef struct Outputs {

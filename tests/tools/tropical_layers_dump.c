@@ -26,19 +26,9 @@
 #include "kern/cross_entropy.h"
 #include "kern/tropical.h"
 #include "nets/layer_tropical.h"
+#include "tools/dump_util.h"
 
 #define MAX_LAYERS 8
-
-static int meta_int(const SafetensorsReader *r, const char *key, int *out, Error *err) {
-  const char *v = safetensors_metadata_get(r, key);
-  char *end;
-  if (!v) return error_set(err, ERR_FORMAT, "%s: metadata '%s' is missing", safetensors_path(r), key);
-  long x = strtol(v, &end, 10);
-  if (*end || end == v)
-    return error_set(err, ERR_FORMAT, "%s: metadata '%s' is '%s', expected an integer", safetensors_path(r), key, v);
-  *out = (int)x;
-  return 0;
-}
 
 static int meta_double(const SafetensorsReader *r, const char *key, double *out, Error *err) {
   const char *v = safetensors_metadata_get(r, key);
@@ -50,15 +40,13 @@ static int meta_double(const SafetensorsReader *r, const char *key, double *out,
   return 0;
 }
 
-static float *read_tensor(const SafetensorsReader *r, const char *name, size_t count, Error *err) {
-  const SafetensorsTensorInfo *t = safetensors_find(r, name);
-  if (!t) return error_set(err, ERR_FORMAT, "%s: tensor '%s' is missing", safetensors_path(r), name), NULL;
-  if (t->numel != count)
-    return error_set(err, ERR_FORMAT, "%s: tensor '%s' has %llu elements, expected %zu", safetensors_path(r), name,
-                     (unsigned long long)t->numel, count), NULL;
-  float *p = malloc(count * sizeof *p);
-  if (!p) return error_set(err, ERR_NOMEM, "out of memory for '%s'", name), NULL;
-  if (safetensors_read_f32(r, name, t->ndim, t->shape, p, err)) return free(p), NULL;
+/* A malloc'd copy of tensor `name` (count floats), or NULL with err set. */
+static float *read_copy(const SafetensorsReader *r, const char *name, size_t count, Error *err) {
+  float *p = NULL;
+  if (read_tensor(r, name, count, &p, err)) {
+    free(p);
+    return NULL;
+  }
   return p;
 }
 
@@ -158,7 +146,7 @@ static int run_network(const SafetensorsReader *r, Dump *out, Error *err) {
     if ((rc = create_layer(l, spec, shape, n.batch, err))) break;
     for (int p = 0; p < l->num_params && !rc; p++) {
       snprintf(names[np], sizeof names[np], "layers.%d.%s", n.num_layers, l->params[p].suffix);
-      if (!(param[np] = read_tensor(r, names[np], l->params[p].numel, err))) rc = ERR_FORMAT;
+      if (!(param[np] = read_copy(r, names[np], l->params[p].numel, err))) rc = ERR_FORMAT;
       grad[np] = calloc(l->params[p].numel, sizeof(float));
       mom[np] = calloc(l->params[p].numel, sizeof(float)), var[np] = calloc(l->params[p].numel, sizeof(float));
       l->param[p] = param[np], l->grad[p] = grad[np], pspec[np] = &l->params[p];
@@ -175,13 +163,13 @@ static int run_network(const SafetensorsReader *r, Dump *out, Error *err) {
   head_spec.numel = (size_t)n.classes * n.features;
   if (!rc) {
     snprintf(names[np], sizeof names[np], "head.weight");
-    if (!(n.head = param[np] = read_tensor(r, "head.weight", head_spec.numel, err))) rc = ERR_FORMAT;
+    if (!(n.head = param[np] = read_copy(r, "head.weight", head_spec.numel, err))) rc = ERR_FORMAT;
     n.dhead = grad[np] = calloc(head_spec.numel, sizeof(float));
     mom[np] = calloc(head_spec.numel, sizeof(float)), var[np] = calloc(head_spec.numel, sizeof(float));
     pspec[np++] = &head_spec;
   }
-  float *x = rc ? NULL : read_tensor(r, "x", (size_t)n.batch * layer_shape_numel(in), err);
-  float *targets = x ? read_tensor(r, "targets", (size_t)n.batch, err) : NULL;
+  float *x = rc ? NULL : read_copy(r, "x", (size_t)n.batch * layer_shape_numel(in), err);
+  float *targets = x ? read_copy(r, "targets", (size_t)n.batch, err) : NULL;
   if (!rc && (!x || !targets)) rc = ERR_FORMAT;
   n.acts[0] = x;
   for (int i = 1; i <= n.num_layers && !rc; i++)
@@ -241,11 +229,11 @@ static int run_layer(const SafetensorsReader *r, Dump *out, Error *err) {
   cJSON_Delete(spec);
   if (rc) return rc;
   size_t nx = (size_t)batch * layer_shape_numel(in), ny = (size_t)batch * layer_shape_numel(l.out);
-  float *x = read_tensor(r, "x", nx, err), *dy = x ? read_tensor(r, "dy", ny, err) : NULL;
+  float *x = read_copy(r, "x", nx, err), *dy = x ? read_copy(r, "dy", ny, err) : NULL;
   float *y = calloc(ny, sizeof *y), *dx = calloc(nx, sizeof *dx);
   if (!x || !dy) rc = ERR_FORMAT;
   for (int p = 0; p < l.num_params && !rc; p++) {
-    if (!(l.param[p] = read_tensor(r, l.params[p].suffix, l.params[p].numel, err))) rc = ERR_FORMAT;
+    if (!(l.param[p] = read_copy(r, l.params[p].suffix, l.params[p].numel, err))) rc = ERR_FORMAT;
     l.grad[p] = calloc(l.params[p].numel, sizeof(float));
   }
   if (!rc) rc = l.ops->forward(&l, x, y, batch, 1, err);

@@ -1,7 +1,14 @@
-"""Shared by the kernel parity scripts (conv_parity.py, tropical_parity.py):
-the perturbation their self-checks plant and the tensor-by-tensor comparison
-against PyTorch, so that both hold fivefold to the same rule."""
+"""Shared by the parity scripts (conv_parity.py, tropical_parity.py,
+tropical_layers.py): the perturbation their self-checks plant, the
+tensor-by-tensor comparison against PyTorch, so that all hold fivefold to
+the same rule, and the tie-free data and dump-tool round trip of the
+tropical ones."""
+import os
+import subprocess
+
 import torch
+
+import safetensors_io
 
 
 def perturb_dw(ref, gen):
@@ -25,3 +32,26 @@ def compare(name, got, ref, keys, tolerance, digits=2):
             ok = False
     print(f"{'ok  ' if ok else 'FAIL'} {name}: " + ", ".join(parts))
     return ok
+
+
+def ints(gen, *shape):
+    """Integers in [0, 16) as float64."""
+    return torch.randint(0, 16, shape, generator=gen).double()
+
+
+def tagged(gen, rows, cols, scale=1024.0):
+    """rows x cols integers plus col / scale: each candidate index its own
+    tag, so two candidates of one reduction never tie (cols < scale)."""
+    return ints(gen, rows, cols) + torch.arange(cols, dtype=torch.float64) / scale
+
+
+def run_dump(tool, name, tmp, tensors, meta):
+    """Writes tensors (as float32) and meta to NAME.in.safetensors, runs
+    `tool IN OUT` and returns OUT's tensors, or None (with a FAIL line)."""
+    in_path, out_path = os.path.join(tmp, f"{name}.in.safetensors"), os.path.join(tmp, f"{name}.out.safetensors")
+    safetensors_io.save(in_path, {k: t.float() for k, t in tensors.items()}, {k: str(v) for k, v in meta.items()})
+    proc = subprocess.run([tool, in_path, out_path], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"FAIL {name}: {os.path.basename(tool)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return None
+    return safetensors_io.load(out_path)[0]

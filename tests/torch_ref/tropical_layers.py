@@ -21,7 +21,6 @@ caught. Exit 0 all match, 1 a mismatch, 77 no PyTorch.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -34,7 +33,6 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import parity_util  # noqa: E402
-import safetensors_io  # noqa: E402
 
 LAYER_TOLERANCE = 1e-5
 NETWORK_TOLERANCE = 1e-4
@@ -44,13 +42,7 @@ STEPS = 10
 CONV_SHAPES = [(2, (3, 9, 8), 5, (3, 3), (2, 2), (1, 1)), (3, (2, 7, 6), 4, (2, 3), (1, 2), (1, 0))]
 
 
-def ints(gen, *shape):
-    return torch.randint(0, 16, shape, generator=gen).double()
-
-
-def tagged(gen, rows, cols, scale=1024.0):
-    """rows x cols integers plus col / scale: each candidate index its own tag."""
-    return ints(gen, rows, cols) + torch.arange(cols, dtype=torch.float64) / scale
+ints, tagged = parity_util.ints, parity_util.tagged
 
 
 # ---- the independent implementation ----
@@ -146,23 +138,13 @@ def run_layer_case(tool, name, spec, n, shape, index, tmp, perturb):
         ref["dw" if suffix == "weight" else "db"] = leaves[suffix].grad
     meta = {"kind": "layer", "spec": json.dumps(spec), "batch": n, "in_c": shape[0], "in_h": shape[1],
             "in_w": shape[2]}
-    got = dump(tool, name, tmp, {"x": x, "dy": dy, **params}, meta)
+    got = parity_util.run_dump(tool, name, tmp, {"x": x, "dy": dy, **params}, meta)
     if got is None:
         return False
     got = {("dw" if k == "d.weight" else "db" if k == "d.bias" else k): v for k, v in got.items()}
     if perturb:
         parity_util.perturb_dw(ref, gen)
     return parity_util.compare(name, got, ref, list(ref), LAYER_TOLERANCE, digits=1)
-
-
-def dump(tool, name, tmp, tensors, meta):
-    in_path, out_path = os.path.join(tmp, f"{name}.in.safetensors"), os.path.join(tmp, f"{name}.out.safetensors")
-    safetensors_io.save(in_path, {k: t.float() for k, t in tensors.items()}, {k: str(v) for k, v in meta.items()})
-    proc = subprocess.run([tool, in_path, out_path], capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"FAIL {name}: tropical_layers_dump exited {proc.returncode}: {proc.stderr.strip()}")
-        return None
-    return safetensors_io.load(out_path)[0]
 
 
 # ---- the small network ----
@@ -230,7 +212,7 @@ def run_network(tool, tmp):
     meta = {"kind": "network", "layers": json.dumps(NETWORK), "batch": NET_BATCH, "in_c": NET_INPUT[0],
             "in_h": NET_INPUT[1], "in_w": NET_INPUT[2], "classes": NET_CLASSES, "steps": STEPS, "lr": NET_LR,
             "weight_decay": NET_WD}
-    got = dump(tool, "network", tmp, {"x": x, "targets": targets.double(), **params}, meta)
+    got = parity_util.run_dump(tool, "network", tmp, {"x": x, "targets": targets.double(), **params}, meta)
     if got is None:
         return False
     return parity_util.compare(f"network conv-conv-standardize-maxplus-linear, {STEPS} AdamW steps", got, ref,
