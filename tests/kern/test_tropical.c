@@ -135,8 +135,9 @@ static void test_matmul_first_index_rule(void **state) {
   free(x), free(w), free(y), free(win);
 }
 
-/* NaN candidates never win (in every chunk position, and a row of only
- * NaN has winner 0): fast winners and values equal the reference's. */
+/* NaN candidates never win (in every chunk position; a row of only NaN,
+ * or of NaN then the start value, has winner 0): fast winners and values
+ * equal the reference's. */
 static void test_matmul_nan_never_wins(void **state) {
   (void)state;
   const int m = 19, n = 21, k = 77;
@@ -148,6 +149,7 @@ static void test_matmul_nan_never_wins(void **state) {
     test_fill_normal(x, (size_t)m * k, 31, 1.0f), test_fill_normal(w, (size_t)n * k, 32, 1.0f);
     for (int i = 0; i < m * k; i++)
       if (i % 5 == 0 || i / k == 3) x[i] = NAN; /* row 3: all NaN */
+    for (int i = 0; i < k; i++) x[5 * k + i] = i ? (sr ? INFINITY : -INFINITY) : NAN; /* row 5: none beats the start */
     must_ok(tropical_matmul_forward((TropicalSemiring)sr, m, n, k, x, w, NULL, y, win, &err), &err);
     must_ok(tropical_matmul_ref_forward((TropicalSemiring)sr, m, n, k, x, w, NULL, ry, rwin, &err), &err);
     for (int i = 0; i < m * n; i++) {
@@ -155,6 +157,7 @@ static void test_matmul_nan_never_wins(void **state) {
       assert_memory_equal(&y[i], &ry[i], sizeof y[i]);
     }
     assert_int_equal(win[3 * n], 0);
+    assert_int_equal(win[5 * n], 0);
   }
   free(x), free(w), free(y), free(ry), free(win), free(rwin);
 }
