@@ -99,10 +99,10 @@ if [ -x "$BUILD/bench/bench_op_probe" ]; then
   "$BUILD/bench/bench_op_probe"
 fi
 
-if [ -x "$BUILD/bench/bench_tropical" ]; then
+if [ -x "$BUILD/bench/tropical_speed" ]; then
   echo
-  echo "=== tropical kernels against PyTorch (bench/bench_tropical.sh) ==="
-  bash bench/bench_tropical.sh "$BUILD"
+  echo "=== tropical kernels against PyTorch (bench/tropical/speed.sh) ==="
+  bash bench/tropical/speed.sh "$BUILD"
 fi
 
 if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then

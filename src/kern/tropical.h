@@ -49,7 +49,11 @@
  * thread in a fixed order. The dense product packs w into panels of
  * 16 (AVX-512) or 8 (AVX2, scalar) outputs and runs register tiles of
  * 8 (AVX-512) or 4 rows against one panel, K blocked by 256 so the panel
- * block stays in L1. The convolution is a transposed im2col (one row per
+ * block stays in L1. With winners, the tile keeps only each chunk of 8
+ * candidates' best and the first chunk that strictly improved each
+ * output (a compare and two selects per 8 candidates instead of per
+ * candidate); the winner inside that chunk is found afterwards as the
+ * first candidate equal to the output, which is the same tie rule. The convolution is a transposed im2col (one row per
  * channel and tap, output pixels of the whole batch contiguous) and a
  * direct register tile of up to 6 (AVX-512) or 2 output channels x 16 or
  * 8 output pixels that does the inner and outer reductions of all six

@@ -1,7 +1,9 @@
 /* Tropical conv2d, all six variants (inner max|min over the window, outer
  * sum|max|min over input channels): shape checks, im2col (zero padding),
  * a direct register-tile kernel that does both reductions in registers
- * with winner tracking, and the backward pass over the winners. */
+ * with winner tracking, and the backward pass over the winners (dx
+ * scattered into zero-padded planes so it tests no bounds, dw's sums of a
+ * few taps kept in one register on AVX-512). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,23 +86,37 @@ const char *tropical_conv2d_variant_name(TropicalInner inner, TropicalOuter oute
 
 /* cols[c kh kw + a kw + b][q] = xpad at that tap for output pixel q = n
  * pixels + p (0 outside x); rows padded with zeros to `stride` floats so
- * that a vector load at any q < pixels_total stays inside its row. */
+ * that a vector load at any q < pixels_total stays inside its row. Per
+ * output row the columns whose tap falls inside x form one range
+ * [j_lo, j_hi), so the copy loop has no bounds test (at the few channels
+ * of tropical CNNs the copy costs more than the reductions). */
 static void im2col_t(const TropicalConvShape *s, int oh, int ow, const float *x, float *cols, size_t stride) {
-  int kk = s->kernel_h * s->kernel_w, ck = s->in_channels * kk;
+  int kk = s->kernel_h * s->kernel_w, ck = s->in_channels * kk, sw = s->stride_w;
   size_t q_total = (size_t)s->batch * oh * ow;
 #pragma omp parallel for schedule(static) if ((double)ck * q_total > (1 << 16))
   for (int row = 0; row < ck; row++) {
     int c = row / kk, a = (row % kk) / s->kernel_w, b = row % s->kernel_w;
+    /* iw = j sw - pw + b is inside x for j in [j_lo, j_hi) */
+    int off = b - s->pad_w, j_lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+    int j_hi = s->in_w - 1 - off < 0 ? 0 : (s->in_w - 1 - off) / sw + 1;
+    if (j_hi > ow) j_hi = ow;
+    if (j_lo > j_hi) j_lo = j_hi;
     float *dst = cols + (size_t)row * stride;
     for (int n = 0; n < s->batch; n++) {
       const float *plane = x + ((size_t)n * s->in_channels + c) * (size_t)s->in_h * (size_t)s->in_w;
-      for (int i = 0; i < oh; i++) {
+      for (int i = 0; i < oh; i++, dst += ow) {
         int ih = i * s->stride_h - s->pad_h + a;
-        int row_inside = ih >= 0 && ih < s->in_h;
-        for (int j = 0; j < ow; j++) {
-          int iw = j * s->stride_w - s->pad_w + b;
-          *dst++ = row_inside && iw >= 0 && iw < s->in_w ? plane[(size_t)ih * s->in_w + iw] : 0.0f;
+        if (ih < 0 || ih >= s->in_h) {
+          memset(dst, 0, (size_t)ow * sizeof *dst);
+          continue;
         }
+        const float *src = plane + (size_t)ih * s->in_w + off;
+        for (int j = 0; j < j_lo; j++) dst[j] = 0.0f;
+        if (sw == 1)
+          memcpy(dst + j_lo, src + j_lo, (size_t)(j_hi - j_lo) * sizeof *dst);
+        else
+          for (int j = j_lo; j < j_hi; j++) dst[j] = src[(size_t)j * sw];
+        for (int j = j_hi; j < ow; j++) dst[j] = 0.0f;
       }
     }
     for (size_t q = q_total; q < stride; q++) *dst++ = 0.0f;
@@ -266,33 +282,51 @@ int tropical_conv2d_backward(const TropicalConvShape *s, const float *dy, const 
   int sum = s->outer == TROPICAL_OUTER_SUM;
   double work = (double)tropical_conv2d_winner_count(s);
   if (dx) {
-    /* Winner index -> (channel, tap row, tap column), so the loop below
-     * divides nothing. */
-    int32_t *tap = malloc((size_t)cin * kk * 3 * sizeof *tap);
+    /* Each owner scatters into a zero-padded copy of its planes (padded
+     * taps land in the border and are dropped), so the loop tests no
+     * bounds: winner index -> offset in that copy. */
+    int hp = s->in_h + 2 * s->pad_h, wp = s->in_w + 2 * s->pad_w;
+    size_t plane_p = (size_t)hp * wp;
+    int32_t *tap = malloc((size_t)cin * kk * sizeof *tap);
     if (!tap) return error_set(err, ERR_NOMEM, "tropical_conv2d_backward: out of memory for the tap table");
     for (int f = 0; f < cin * kk; f++)
-      tap[3 * f] = f / kk, tap[3 * f + 1] = (f % kk) / s->kernel_w, tap[3 * f + 2] = f % s->kernel_w;
+      tap[f] = (int32_t)((size_t)(f / kk) * plane_p + (size_t)((f % kk) / s->kernel_w) * wp + f % s->kernel_w);
     /* dx[n][c] (dx[n] for an outer max/min) is owned by one thread;
      * contributions in ascending (o, p). */
     long owners = sum ? (long)s->batch * cin : s->batch;
-#pragma omp parallel for schedule(static) if (work > 3e4)
+    int planes = sum ? 1 : cin, threads = work > 3e4 ? omp_get_max_threads() : 1;
+    float *pads = malloc((size_t)threads * planes * plane_p * sizeof *pads);
+    if (!pads) {
+      free(tap);
+      return error_set(err, ERR_NOMEM, "tropical_conv2d_backward: out of memory for the padded planes");
+    }
+#pragma omp parallel for schedule(static) num_threads(threads)
     for (long own = 0; own < owners; own++) {
       int n = sum ? (int)(own / cin) : (int)own, c_own = sum ? (int)(own % cin) : 0;
-      size_t count = sum ? plane : plane * (size_t)cin;
-      if (!accumulate) memset(dx + (size_t)own * count, 0, count * sizeof *dx);
+      float *pad = pads + (size_t)omp_get_thread_num() * planes * plane_p;
+      memset(pad, 0, (size_t)planes * plane_p * sizeof *pad);
       for (int o = 0; o < cout; o++) {
         const float *g = dy + ((size_t)n * cout + o) * (size_t)pixels;
         const int32_t *win = winner + ((sum ? (size_t)c_own * cout : 0) + o) * q_total + (size_t)n * pixels;
-        for (int i = 0, p = 0; i < oh; i++)
-          for (int j = 0; j < ow; j++, p++) {
-            const int32_t *tp = tap + 3 * (sum ? c_own * kk + win[p] : win[p]);
-            int ih = i * s->stride_h - s->pad_h + tp[1], iw = j * s->stride_w - s->pad_w + tp[2];
-            if (ih >= 0 && ih < s->in_h && iw >= 0 && iw < s->in_w)
-              dx[((size_t)n * cin + tp[0]) * plane + (size_t)ih * s->in_w + iw] += g[p];
-          }
+        for (int i = 0, p = 0; i < oh; i++) {
+          float *prow = pad + (size_t)i * s->stride_h * wp;
+          for (int j = 0; j < ow; j++, p++) prow[(size_t)j * s->stride_w + tap[win[p]]] += g[p];
+        }
       }
+      size_t count = sum ? plane : plane * (size_t)cin;
+      float *dst = dx + (size_t)own * count;
+      for (int c = 0; c < planes; c++)
+        for (int ih = 0; ih < s->in_h; ih++) {
+          const float *src = pad + (size_t)c * plane_p + (size_t)(ih + s->pad_h) * wp + s->pad_w;
+          float *d = dst + ((size_t)c * s->in_h + ih) * s->in_w;
+          if (accumulate)
+            for (int iw = 0; iw < s->in_w; iw++) d[iw] += src[iw];
+          else
+            memcpy(d, src, (size_t)s->in_w * sizeof *d);
+        }
     }
     free(tap);
+    free(pads);
   }
   if (dw) {
     /* dw[o] is owned by one thread; contributions in ascending (n, p). */
@@ -303,6 +337,24 @@ int tropical_conv2d_backward(const TropicalConvShape *s, const float *dy, const 
       for (int c = 0; c < (sum ? cin : 1); c++) {
         const int32_t *win = winner + ((sum ? (size_t)c * cout : 0) + o) * q_total;
         float *wc = sum ? wo + (size_t)c * kk : wo;
+#if defined(__AVX512F__)
+        int taps = sum ? kk : cin * kk;
+        if (taps <= 16) {
+          /* The taps' sums in one register: a masked add per pixel changes
+           * only the winner's lane, in the same order as the loop below,
+           * without its store-to-load chain through wc. */
+          __mmask16 live = (__mmask16)((1u << taps) - 1);
+          __m512 acc = _mm512_maskz_loadu_ps(live, wc);
+          for (int n = 0; n < s->batch; n++) {
+            const float *g = dy + ((size_t)n * cout + o) * (size_t)pixels;
+            const int32_t *wn = win + (size_t)n * pixels;
+            for (int p = 0; p < pixels; p++)
+              acc = _mm512_mask_add_ps(acc, (__mmask16)(1u << wn[p]), acc, _mm512_set1_ps(g[p]));
+          }
+          _mm512_mask_storeu_ps(wc, live, acc);
+          continue;
+        }
+#endif
         for (int n = 0; n < s->batch; n++) {
           const float *g = dy + ((size_t)n * cout + o) * (size_t)pixels;
           const int32_t *wn = win + (size_t)n * pixels;

@@ -14,6 +14,7 @@
 #include "nets/layer_gan.h"
 #include "nets/layer_linear.h"
 #include "nets/layer_pool.h"
+#include "nets/layer_tropical.h"
 
 typedef int (*LayerCreator)(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin,
                             Error *err);
@@ -27,6 +28,8 @@ static const struct {
     {"relu", layer_create_relu},       {"leaky_relu", layer_create_leaky_relu},
     {"tanh", layer_create_tanh},
     {"conv_transpose2d", layer_create_conv_transpose2d}, {"instance_norm", layer_create_instance_norm},
+    {"tropical_conv2d", layer_create_tropical_conv2d},   {"maxplus", layer_create_maxplus},
+    {"minplus", layer_create_minplus},                   {"standardize", layer_create_standardize},
 };
 #define NUM_KINDS ((int)(sizeof KINDS / sizeof KINDS[0]))
 

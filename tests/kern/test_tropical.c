@@ -135,6 +135,33 @@ static void test_matmul_first_index_rule(void **state) {
   free(x), free(w), free(y), free(win);
 }
 
+/* NaN candidates never win (in every chunk position; a row of only NaN,
+ * or of NaN then the start value, has winner 0): fast winners and values
+ * equal the reference's. */
+static void test_matmul_nan_never_wins(void **state) {
+  (void)state;
+  const int m = 19, n = 21, k = 77;
+  float *x = test_alloc((size_t)m * k), *w = test_alloc((size_t)n * k), *y = test_alloc((size_t)m * n);
+  float *ry = test_alloc((size_t)m * n);
+  int32_t *win = alloc_i32((size_t)m * n), *rwin = alloc_i32((size_t)m * n);
+  Error err = {0};
+  for (int sr = 0; sr < 2; sr++) {
+    test_fill_normal(x, (size_t)m * k, 31, 1.0f), test_fill_normal(w, (size_t)n * k, 32, 1.0f);
+    for (int i = 0; i < m * k; i++)
+      if (i % 5 == 0 || i / k == 3) x[i] = NAN; /* row 3: all NaN */
+    for (int i = 0; i < k; i++) x[5 * k + i] = i ? (sr ? INFINITY : -INFINITY) : NAN; /* row 5: none beats the start */
+    must_ok(tropical_matmul_forward((TropicalSemiring)sr, m, n, k, x, w, NULL, y, win, &err), &err);
+    must_ok(tropical_matmul_ref_forward((TropicalSemiring)sr, m, n, k, x, w, NULL, ry, rwin, &err), &err);
+    for (int i = 0; i < m * n; i++) {
+      assert_int_equal(win[i], rwin[i]);
+      assert_memory_equal(&y[i], &ry[i], sizeof y[i]);
+    }
+    assert_int_equal(win[3 * n], 0);
+    assert_int_equal(win[5 * n], 0);
+  }
+  free(x), free(w), free(y), free(ry), free(win), free(rwin);
+}
+
 typedef struct MatFd {
   TropicalSemiring sr;
   int m, n, k;
@@ -454,6 +481,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_matches_reference), cmocka_unit_test(test_matmul_first_index_rule),
+      cmocka_unit_test(test_matmul_nan_never_wins),
       cmocka_unit_test(test_matmul_gradcheck),         cmocka_unit_test(test_matmul_accumulate),
       cmocka_unit_test(test_conv_matches_reference),   cmocka_unit_test(test_conv_first_index_rule),
       cmocka_unit_test(test_conv_gradcheck),           cmocka_unit_test(test_conv_accumulate),

@@ -18,17 +18,6 @@
 #include "dump_util.h"
 #include "kern/conv2d.h"
 
-static int meta_int(const SafetensorsReader *r, const char *key, int *out, Error *err) {
-  const char *v = safetensors_metadata_get(r, key);
-  char *end;
-  if (!v) return error_set(err, ERR_FORMAT, "%s: metadata '%s' is missing", safetensors_path(r), key);
-  long x = strtol(v, &end, 10);
-  if (*end || end == v) return error_set(err, ERR_FORMAT, "%s: metadata '%s' is '%s', expected an integer",
-                                         safetensors_path(r), key, v);
-  *out = (int)x;
-  return 0;
-}
-
 static int run(const char *in_path, const char *out_path, Error *err) {
   SafetensorsReader *r = NULL;
   int rc = safetensors_open(&r, in_path, err);
@@ -44,7 +33,7 @@ static int run(const char *in_path, const char *out_path, Error *err) {
                 {"transposed", &s.transposed}, {"output_pad_h", &s.output_pad_h},
                 {"output_pad_w", &s.output_pad_w}};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !rc; i++)
-    rc = meta_int(r, fields[i].key, fields[i].field, err);
+    rc = dump_meta_int(r, fields[i].key, fields[i].field, err);
   const char *prec_name = safetensors_metadata_get(r, "precision");
   Conv2dPrecision prec = prec_name && !strcmp(prec_name, "bf16") ? CONV2D_BF16 : CONV2D_FP32;
   float *x = NULL, *w = NULL, *b = NULL, *dy = NULL, *y = NULL, *dx = NULL, *dw = NULL, *db = NULL;

@@ -15,15 +15,9 @@
 #include <cjson/cJSON.h>
 
 #include "base/safetensors.h"
+#include "dump_util.h"
 #include "kern/conv2d.h"
 #include "nets/layer.h"
-
-static int meta_int(const SafetensorsReader *r, const char *key, int *out, Error *err) {
-  const char *v = safetensors_metadata_get(r, key);
-  if (!v) return error_set(err, ERR_FORMAT, "%s: metadata '%s' is missing", safetensors_path(r), key);
-  *out = atoi(v);
-  return 0;
-}
 
 static int read_into(const SafetensorsReader *r, const char *name, size_t count, float *out, Error *err) {
   const SafetensorsTensorInfo *t = safetensors_find(r, name);
@@ -40,10 +34,10 @@ static int run(const char *in_path, const char *out_path, Error *err) {
   if (rc) return rc;
   int n = 0;
   LayerShape in = {0, 0, 0};
-  rc = meta_int(r, "batch", &n, err);
-  if (!rc) rc = meta_int(r, "c", &in.c, err);
-  if (!rc) rc = meta_int(r, "h", &in.h, err);
-  if (!rc) rc = meta_int(r, "w", &in.w, err);
+  rc = dump_meta_int(r, "batch", &n, err);
+  if (!rc) rc = dump_meta_int(r, "c", &in.c, err);
+  if (!rc) rc = dump_meta_int(r, "h", &in.h, err);
+  if (!rc) rc = dump_meta_int(r, "w", &in.w, err);
   const char *text = safetensors_metadata_get(r, "spec");
   cJSON *spec = text ? cJSON_Parse(text) : NULL;
   if (!rc && !spec) rc = error_set(err, ERR_FORMAT, "%s: metadata 'spec' is missing or not JSON", in_path);

@@ -16,17 +16,6 @@
 #include "dump_util.h"
 #include "kern/tropical.h"
 
-static int meta_int(const SafetensorsReader *r, const char *key, int *out, Error *err) {
-  const char *v = safetensors_metadata_get(r, key);
-  char *end;
-  if (!v) return error_set(err, ERR_FORMAT, "%s: metadata '%s' is missing", safetensors_path(r), key);
-  long x = strtol(v, &end, 10);
-  if (*end || end == v)
-    return error_set(err, ERR_FORMAT, "%s: metadata '%s' is '%s', expected an integer", safetensors_path(r), key, v);
-  *out = (int)x;
-  return 0;
-}
-
 /* Index of `v` in the NULL-terminated `names`, or an error naming the key. */
 static int meta_choice(const SafetensorsReader *r, const char *key, const char *const *names, int *out, Error *err) {
   const char *v = safetensors_metadata_get(r, key);
@@ -44,7 +33,7 @@ typedef struct Outputs {
 static int run_dense(const SafetensorsReader *r, Outputs *o, Error *err) {
   static const char *const semirings[] = {"max_plus", "min_plus", NULL};
   int m, n, k, sr, rc;
-  if ((rc = meta_int(r, "m", &m, err)) || (rc = meta_int(r, "n", &n, err)) || (rc = meta_int(r, "k", &k, err)) ||
+  if ((rc = dump_meta_int(r, "m", &m, err)) || (rc = dump_meta_int(r, "n", &n, err)) || (rc = dump_meta_int(r, "k", &k, err)) ||
       (rc = meta_choice(r, "semiring", semirings, &sr, err)))
     return rc;
   float *x = NULL, *w = NULL, *b = NULL, *dy = NULL;
@@ -79,7 +68,7 @@ static int run_conv(const SafetensorsReader *r, Outputs *o, Error *err) {
                 {"kernel_w", &s.kernel_w}, {"stride_h", &s.stride_h},       {"stride_w", &s.stride_w},
                 {"pad_h", &s.pad_h},       {"pad_w", &s.pad_w}};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !rc; i++)
-    rc = meta_int(r, fields[i].key, fields[i].field, err);
+    rc = dump_meta_int(r, fields[i].key, fields[i].field, err);
   if (!rc) rc = meta_choice(r, "inner", inners, &inner, err);
   if (!rc) rc = meta_choice(r, "outer", outers, &outer, err);
   if (rc) return rc;

@@ -1,7 +1,8 @@
 """Shared by the parity scripts (conv_parity.py, tropical_parity.py,
-gan_layers.py): the perturbation their self-checks plant, the round trip
-through a dump tool and the tensor-by-tensor comparison against PyTorch,
-so that all hold fivefold to the same rule."""
+gan_layers.py, tropical_layers.py): the perturbation their self-checks
+plant, the round trip through a dump tool, the tensor-by-tensor comparison
+against PyTorch, so that all hold fivefold to the same rule, and the
+tie-free data of the tropical ones."""
 import os
 import subprocess
 
@@ -56,12 +57,23 @@ def main(doc, argv, cases, run_case, self_check_index, what):
     return 1 if bad else 0
 
 
-def run_dump(tool, name, tmp, tensors, metadata):
-    """Writes tensors and metadata to <tmp>/<name>.in.safetensors, runs
-    `tool IN OUT` and returns OUT's tensors; None (after printing why) when
-    the tool failed."""
+def ints(gen, *shape):
+    """Integers in [0, 16) as float64."""
+    return torch.randint(0, 16, shape, generator=gen).double()
+
+
+def tagged(gen, rows, cols, scale=1024.0):
+    """rows x cols integers plus col / scale: each candidate index its own
+    tag, so two candidates of one reduction never tie (cols < scale)."""
+    return ints(gen, rows, cols) + torch.arange(cols, dtype=torch.float64) / scale
+
+
+def run_dump(tool, name, tmp, tensors, meta):
+    """Writes tensors (as float32) and metadata (as strings) to
+    <tmp>/<name>.in.safetensors, runs `tool IN OUT` and returns OUT's
+    tensors; None (after printing why) when the tool failed."""
     in_path, out_path = os.path.join(tmp, f"{name}.in.safetensors"), os.path.join(tmp, f"{name}.out.safetensors")
-    safetensors_io.save(in_path, tensors, metadata)
+    safetensors_io.save(in_path, {k: t.float() for k, t in tensors.items()}, {k: str(v) for k, v in meta.items()})
     proc = subprocess.run([tool, in_path, out_path], capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"FAIL {name}: {os.path.basename(tool)} exited {proc.returncode}: {proc.stderr.strip()}")

@@ -96,3 +96,13 @@ add_test(NAME torch_ref.gan_layers_self_check
          COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_layers.py $<TARGET_FILE:gan_layers_dump> --self-check)
 set_tests_properties(torch_ref.gan_layers torch_ref.gan_layers_self_check PROPERTIES LABELS torch TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+# The tropical layer kinds of nets/ (tropical_conv2d x 6, maxplus, minplus,
+# standardize) and a small tropical network over 10 AdamW steps against an
+# independent PyTorch implementation (tests/tools/tropical_layers_dump),
+# and proof that its comparison can fail.
+add_test(NAME torch_ref.tropical_layers
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/tropical_layers.py $<TARGET_FILE:tropical_layers_dump>)
+add_test(NAME torch_ref.tropical_layers_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/tropical_layers.py $<TARGET_FILE:tropical_layers_dump> --self-check)
+set_tests_properties(torch_ref.tropical_layers torch_ref.tropical_layers_self_check PROPERTIES LABELS torch
+                     TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")

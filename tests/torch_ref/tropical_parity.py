@@ -16,7 +16,6 @@ splits the gradient evenly between ties; fivefold gives it to the first).
 the comparison can fail. Exit 0 all match, 1 a mismatch, 77 no PyTorch.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -29,7 +28,6 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import parity_util  # noqa: E402
-import safetensors_io  # noqa: E402
 
 TOLERANCE = 1e-5
 
@@ -46,13 +44,7 @@ INNER = ("max", "min")
 OUTER = ("sum", "max", "min")
 
 
-def ints(gen, *shape):
-    return torch.randint(0, 16, shape, generator=gen).double()
-
-
-def tagged(gen, rows, cols):
-    """rows x cols integers plus col * 2^-10: each candidate index its own tag."""
-    return ints(gen, rows, cols) + torch.arange(cols, dtype=torch.float64) / 1024.0
+ints, tagged = parity_util.ints, parity_util.tagged
 
 
 def dense_reference(semiring, x, w, b, dy):
@@ -113,14 +105,9 @@ def run_case(tool, name, case, index, tmp, perturb):
                 "stride_w": stride[1], "pad_h": pad[0], "pad_w": pad[1]}
         tensors = {"x": x, "w": w, "dy": dy}
         ref = conv_reference(inner, outer, x, w, stride, pad, dy)
-    in_path, out_path = os.path.join(tmp, f"{name}.in.safetensors"), os.path.join(tmp, f"{name}.out.safetensors")
-    safetensors_io.save(in_path, {key: t.float() for key, t in tensors.items()},
-                        {key: str(v) for key, v in meta.items()})
-    proc = subprocess.run([tool, in_path, out_path], capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"FAIL {name}: tropical_dump exited {proc.returncode}: {proc.stderr.strip()}")
+    got = parity_util.run_dump(tool, name, tmp, tensors, meta)
+    if got is None:
         return False
-    got, _ = safetensors_io.load(out_path)
     if perturb:
         parity_util.perturb_dw(ref, gen)
     return parity_util.compare(name, got, ref, list(ref), TOLERANCE, digits=1)

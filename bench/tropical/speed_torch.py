@@ -1,4 +1,4 @@
-"""PyTorch baseline of bench/bench_tropical.c: the max-plus dense layer
+"""PyTorch baseline of bench/tropical/speed.c: the max-plus dense layer
 (broadcast x + w, amax, + bias) and tropical conv2d (F.unfold, broadcast
 + w, amax over the window, sum / amax over channels), as public
 implementations write them, at the same shapes, forward and
@@ -6,10 +6,10 @@ forward+backward (autograd), on the given thread count. The dense layer
 runs in chunks of rows so the broadcast tensor stays within ~256 MB (the
 whole 1024^3 broadcast would be 4 GB); forward+backward does each chunk's
 forward and backward in turn, accumulating the weight gradient. Prints one
-key=value line per figure in bench_tropical's format (G tropical
+key=value line per figure in tropical_speed's format (G tropical
 multiply-adds/s, the fastest run in the time given). Figures only.
 
-usage: /usr/bin/python3 bench/torch_tropical_bench.py THREADS [SECONDS]
+usage: /usr/bin/python3 bench/tropical/speed_torch.py THREADS [SECONDS]
 """
 import os
 import sys
@@ -18,7 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-# Keep in step with bench/bench_tropical.c.
+# Keep in step with bench/tropical/speed.c.
 DENSE = [("1024x1024x1024", 1024, 1024, 1024), ("mmp_b256_784to256", 256, 256, 784),
          ("mmp_b256_256to256", 256, 256, 256)]
 # label, N, Cin, H, W, Cout, k, stride, pad, inner, outer

@@ -8,7 +8,7 @@
  * other jobs on the machine lower it less; the load average is printed.
  * Figures only, never pass/fail.
  *
- *   bench_tropical [SECONDS_PER_FIGURE] [THREADS...]     (default 0.5, 1 2) */
+ *   tropical_speed [SECONDS_PER_FIGURE] [THREADS...]     (default 0.5, 1 2) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +26,7 @@ typedef struct Bench {
 static float *alloc_filled(size_t n, uint64_t seed) {
   float *p = malloc((n ? n : 1) * sizeof *p);
   if (!p) {
-    fprintf(stderr, "bench_tropical: out of memory (%zu floats)\n", n);
+    fprintf(stderr, "tropical_speed: out of memory (%zu floats)\n", n);
     exit(1);
   }
   for (size_t i = 0; i < n; i++) p[i] = (float)rng_normal(seed, 1, i);
@@ -39,7 +39,7 @@ typedef int (*BenchFn)(void *ctx, Error *err);
 static double best_seconds(const Bench *b, BenchFn fn, void *ctx) {
   Error err = {0};
   if (fn(ctx, &err)) {
-    fprintf(stderr, "bench_tropical: %s\n", err.msg);
+    fprintf(stderr, "tropical_speed: %s\n", err.msg);
     exit(1);
   }
   double start = timer_now(), best = 1e30;
@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
       {"lenet1_b64_1x28x28_c6_k5p2", {64, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2, TROPICAL_INNER_MAX, TROPICAL_OUTER_SUM}},
       {"lenet2_b64_6x14x14_c16_k5", {64, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, TROPICAL_INNER_MAX, TROPICAL_OUTER_SUM}},
   };
-  printf("bench_tropical: isa=%s seconds_per_figure=%.2f load_average_1min=%.2f\n", tropical_isa(), b.seconds,
+  printf("tropical_speed: isa=%s seconds_per_figure=%.2f load_average_1min=%.2f\n", tropical_isa(), b.seconds,
          load_average());
   for (int ti = 0; ti < nthreads; ti++) {
     int threads = threads_list[ti];
@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
       }
     }
   }
-  printf("bench_tropical: load_average_1min=%.2f at the end\n", load_average());
+  printf("tropical_speed: load_average_1min=%.2f at the end\n", load_average());
   tropical_scratch_release();
   return 0;
 }
