@@ -30,6 +30,7 @@ typedef struct PlanCli {
   int gpus, seq, global_batch;
   PlanDtype dtype;
   PlanOptions opt;
+  unsigned given; /* PLAN_GIVEN_* bits: options the command line set (they win over the spec's runtime facts) */
   double expert_load[MAX_EXPERT_LOAD];
   /* simulate */
   PlanConfig cfg;
@@ -53,20 +54,26 @@ static void common_help(FILE *f) {
           "  --gpus N                 GPUs to use\n"
           "  --seq S                  sequence length in tokens\n"
           "  --global-batch B         sequences per iteration\n"
-          "  --dtype D                bf16 (default, mixed precision), fp16 or fp32\n"
+          "  --dtype D                bf16 (mixed precision), fp16 or fp32 (default: the spec's runtime\n"
+          "                           precision, fp32 on a spec from calibrate; else bf16)\n"
           "  --moe-imbalance X        busiest expert's load / mean load, dropless routing (default 1.1)\n"
           "  --expert-load LIST       measured tokens per expert, comma-separated (overrides the imbalance)\n"
           "  --tp-overlap F           share of TP communication hidden behind GEMMs, 0..1 (default 0)\n"
           "  --cp-overlap F           share of the CP ring hidden behind attention (default 1)\n"
           "  --ep-overlap F           share of the MoE all-to-all hidden behind compute (default 0)\n"
-          "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1;\n"
-          "                           0 for MPI without asynchronous progress, as on a CPU runtime)\n"
+          "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1; 0 on\n"
+          "                           a spec from calibrate: MPI without asynchronous progress)\n"
           "  --param-gather-overlap F distributed optimizer: share of the parameter all-gather hidden\n"
-          "                           behind the next forward (default 1)\n"
+          "                           behind the next forward (default 1; 0 on a spec from calibrate)\n"
           "  --algo A                 collective algorithm: auto, ring, tree, hierarchical (default auto)\n"
-          "  --bucket-params N        gradient bucket size in parameters (default 40000000)\n"
+          "  --bucket-params N        gradient bucket size in parameters (default 40000000; on a spec from\n"
+          "                           calibrate the runtime's 25 MiB, at most a quarter of a rank's gradient)\n"
           "  --dropless-sync-us X     host synchronisation per dropless MoE layer forward, us (default 50;\n"
-          "                           0 for a CPU runtime, which has no device to wait for)\n"
+          "                           0 on a spec from calibrate: a CPU runtime has no device to wait for)\n"
+          "  --moe-tp-replicated, --no-moe-tp-replicated\n"
+          "                           TP without an MoE grid runs the MoE on the gathered sequence on every\n"
+          "                           TP rank (fivefold's runtime), or each rank routes its own rows\n"
+          "                           (Megatron-Core); default: the spec's runtime facts, else the latter\n"
           "  -h, --help               show this help\n");
 }
 
@@ -89,8 +96,6 @@ static void simulate_usage(FILE *f) {
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
           "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
-          "  --moe-tp-replicated      TP without an MoE grid runs the MoE on the gathered sequence on every\n"
-          "                           TP rank (fivefold's runtime; default: each rank routes its own rows)\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
           "  --quiet                  print only the one-line summary\n");
 }
@@ -173,7 +178,7 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 }
 
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
-                                     "--no-folding", "--quiet", "--moe-tp-replicated",
+                                     "--no-folding", "--quiet", "--moe-tp-replicated", "--no-moe-tp-replicated",
                                      "--map-devices", "--no-map-devices", "--no-refine-partition",
                                      "--replicate-stages"};
 
@@ -181,10 +186,11 @@ static const char *const kFlags[] = {"--distributed-optimizer", "--no-distribute
 static const char *const kCommonOptions[] = {
     "--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype", "--moe-imbalance", "--expert-load",
     "--tp-overlap", "--cp-overlap", "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--bucket-params",
-    "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--help"};
+    "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--moe-tp-replicated",
+    "--no-moe-tp-replicated", "--help"};
 static const char *const kSimulateOptions[] = {"--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
-                                               "--trace", "--quiet", "--moe-tp-replicated"};
+                                               "--trace", "--quiet"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
@@ -217,7 +223,10 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--explain")) c->explain = 1;
       else if (!strcmp(name, "--no-folding") && !simulate) c->no_folding = 1;
       else if (!strcmp(name, "--quiet") && simulate) c->quiet = 1;
-      else if (!strcmp(name, "--moe-tp-replicated") && simulate) c->opt.moe_tp_replicated = 1;
+      else if (!strcmp(name, "--moe-tp-replicated") || !strcmp(name, "--no-moe-tp-replicated")) {
+        c->opt.moe_tp_replicated = !strcmp(name, "--moe-tp-replicated");
+        c->given |= PLAN_GIVEN_MOE_TP;
+      }
       else if (!strcmp(name, "--map-devices") && !simulate) c->map_devices = 1;
       else if (!strcmp(name, "--no-map-devices") && !simulate) c->map_devices = -1;
       else if (!strcmp(name, "--no-refine-partition") && !simulate) c->no_refine_partition = 1;
@@ -247,6 +256,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
     else if (!strcmp(name, "--seq")) rc = parse_int(c, name, value, 1, &c->seq);
     else if (!strcmp(name, "--global-batch")) rc = parse_int(c, name, value, 1, &c->global_batch);
     else if (!strcmp(name, "--dtype")) {
+      c->given |= PLAN_GIVEN_DTYPE;
       if (plan_dtype_from_name(value, &c->dtype)) {
         fprintf(stderr, "fivefold %s: --dtype must be bf16, fp16 or fp32, got '%s'\n", c->cmd, value);
         rc = -1;
@@ -258,14 +268,20 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
     } else if (!strcmp(name, "--tp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.tp_overlap);
     else if (!strcmp(name, "--cp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
     else if (!strcmp(name, "--ep-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.ep_overlap);
-    else if (!strcmp(name, "--dp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);
-    else if (!strcmp(name, "--param-gather-overlap"))
+    else if (!strcmp(name, "--dp-overlap")) {
+      rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);
+      c->given |= PLAN_GIVEN_DP_OVERLAP;
+    } else if (!strcmp(name, "--param-gather-overlap")) {
       rc = parse_fraction(c, name, value, 0, 1, &c->opt.param_gather_overlap);
-    else if (!strcmp(name, "--bucket-params")) {
+      c->given |= PLAN_GIVEN_PARAM_GATHER;
+    } else if (!strcmp(name, "--bucket-params")) {
       int b = 0;
+      c->given |= PLAN_GIVEN_BUCKET;
+      c->opt.bucket_max_share = 0;
       rc = parse_int(c, name, value, 1, &b);
       c->opt.bucket_params = b;
     } else if (!strcmp(name, "--dropless-sync-us")) {
+      c->given |= PLAN_GIVEN_DROPLESS_SYNC;
       rc = parse_fraction(c, name, value, 0, 1e6, &c->opt.dropless_sync);
       c->opt.dropless_sync *= 1e-6;
     } else if (!strcmp(name, "--algo")) {
@@ -368,6 +384,16 @@ static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluste
   return 0;
 }
 
+/* A calibrated spec says what its machine's runtime does; what the command
+ * line did not set follows it. */
+static void apply_runtime_facts(PlanCli *c, const ClusterSpec *cluster, FILE *f) {
+  plan_options_from_runtime(&cluster->runtime, c->given, &c->opt, &c->dtype);
+  char facts[320];
+  if (f && cluster->runtime.given)
+    fprintf(f, "runtime (from %s, flags override): %s\n", cluster->name,
+            plan_runtime_facts_describe(&cluster->runtime, facts, sizeof facts));
+}
+
 /* The `fivefold simulate` command that prices the best configuration
  * alone, so a user can vary it by hand. */
 static void print_simulate_line(const PlanCli *c, const PlanConfig *best) {
@@ -413,6 +439,7 @@ int cmd_simulate(int argc, char **argv) {
   int exit_code = 1;
   Error err = {0, ""};
   if (load_inputs(c, &model, &cluster)) goto out;
+  apply_runtime_facts(c, &cluster, c->quiet ? NULL : stdout);
   c->cfg.seq_len = c->seq;
   c->cfg.global_batch_size = c->global_batch;
   c->cfg.dtype = c->dtype;
@@ -538,6 +565,8 @@ int cmd_plan(int argc, char **argv) {
   PlanSearchResult res;
   memset(&res, 0, sizeof res);
   if (load_inputs(c, &model, &cluster)) goto out;
+  apply_runtime_facts(c, &cluster, stdout);
+  c->space.dtype = c->dtype;
   printf("planning %s on %d x %s, sequence %d, global batch %d, %s, for the %s runtime\n\n", c->model, c->gpus,
          cluster.name, c->seq, c->global_batch, plan_dtype_name(c->dtype), plan_runtime_name(c->space.runtime));
   if (plan_search(&model, &cluster, &c->opt, &c->space, c->top, &res, &err)) {

@@ -29,7 +29,7 @@ void plan_stage_costs_free(PlanStageCosts *sc) {
 
 /* The chunk's gradient reduction before overlap, and how many buckets it
  * splits into. */
-static double stage_reduction(const PlanCostModel *cm, PlanParams params, int *buckets) {
+static double stage_reduction(const PlanCostModel *cm, PlanParams params, double bucket, int *buckets) {
   const PlanConfig *cfg = cm->cfg;
   const PlanOptions *o = cm->opt;
   PlanCollective kind = cfg->distributed_optimizer ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE;
@@ -37,9 +37,30 @@ static double stage_reduction(const PlanCostModel *cm, PlanParams params, int *b
                                   o->algo, NULL);
   t += plan_collective_time(cm->cluster, &cm->group[PLAN_GROUP_EDP], kind, params.expert * o->grad_reduce_bytes,
                             o->algo, NULL);
-  double b = ceil((params.dense + params.expert) / (o->bucket_params > 0 ? o->bucket_params : 1e300));
+  double b = ceil((params.dense + params.expert) / (bucket > 0 ? bucket : 1e300));
   *buckets = b < 1 ? 1 : (int)fmin(b, 1e6);
   return t;
+}
+
+/* The bucket size the runtime uses: bucket_params, capped at
+ * bucket_max_share of the smallest pipeline rank's gradient (every stage
+ * buckets alike, so that a tied embedding splits the same on both ends). */
+static double effective_bucket(const PlanCostModel *cm, const SchedPartition *part) {
+  const PlanOptions *o = cm->opt;
+  double bucket = o->bucket_params;
+  if (!(o->bucket_max_share > 0)) return bucket;
+  int P = cm->cfg->par.pp, S = P * cm->cfg->par.vpp;
+  double smallest = 0;
+  for (int r = 0; r < P; r++) {
+    double local = 0;
+    for (int s = r; s < S; s += P) {
+      PlanParams p = plan_stage_params(cm->model, cm->cfg, part, s);
+      local += p.dense + p.expert;
+    }
+    if (r == 0 || local < smallest) smallest = local;
+  }
+  double cap = o->bucket_max_share * smallest;
+  return bucket > 0 && bucket < cap ? bucket : cap;
 }
 
 int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *err) {
@@ -72,6 +93,7 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
    * written, and (mixed precision) the low-precision copy written. */
   double update_bytes = mixed ? 4 + 3 * 8 + 2 : 4 + 3 * 8;
   double elt = plan_dtype_bytes(cfg->dtype);
+  double bucket = effective_bucket(cm, &sc->part);
   for (int s = 0; s < S; s++) {
     PlanPassCost *pc = &sc->stage[s];
     for (int l = sc->part.first_layer[s]; l < sc->part.first_layer[s] + sc->part.layers[s]; l++) {
@@ -92,7 +114,7 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
 
     PlanParams params = plan_stage_params(m, cfg, &sc->part, s);
     int buckets;
-    double full = stage_reduction(cm, params, &buckets);
+    double full = stage_reduction(cm, params, bucket, &buckets);
     /* Tied embeddings across stages: the first and last stage add their
      * copies' gradients (two messages over the pipeline link). */
     if (m->tie_word_embeddings && S > 1 && (s == 0 || s == S - 1))
@@ -193,19 +215,18 @@ int plan_result_copy(PlanResult *dst, const PlanResult *src) {
   return ERR_OK;
 }
 
-static int is_useful(PlanComponent c) {
-  return c == PLAN_COMP_ATTN_GEMM || c == PLAN_COMP_ATTN_CORE || c == PLAN_COMP_MLP_GEMM ||
-         c == PLAN_COMP_EXPERT_GEMM || c == PLAN_COMP_LM_HEAD || c == PLAN_COMP_EMBEDDING;
-}
-
+/* The largest part of the critical rank's step, whatever it is: the GEMMs
+ * count as much as communication or bubbles, so "expert GEMM 71%" says the
+ * step is compute-bound on the experts. Ties go to the earlier component. */
 const char *plan_result_bottleneck(const PlanResult *r, char *buf, size_t size) {
-  int worst = -1;
-  for (int c = 0; c < PLAN_NUM_COMPONENTS; c++)
-    if (!is_useful((PlanComponent)c) && (worst < 0 || r->breakdown.t[c] > r->breakdown.t[worst])) worst = c;
-  if (worst < 0 || !(r->step_time > 0) || r->breakdown.t[worst] < 0.05 * r->step_time)
-    snprintf(buf, size, "compute");
+  int worst = 0;
+  for (int c = 1; c < PLAN_NUM_COMPONENTS; c++)
+    if (r->breakdown.t[c] > r->breakdown.t[worst]) worst = c;
+  double total = plan_breakdown_total(&r->breakdown);
+  if (!(total > 0) || !(r->breakdown.t[worst] > 0))
+    snprintf(buf, size, "none");
   else
-    snprintf(buf, size, "%s", plan_component_name((PlanComponent)worst));
+    snprintf(buf, size, "%s %.0f%%", plan_component_name((PlanComponent)worst), 100.0 * r->breakdown.t[worst] / total);
   return buf;
 }
 

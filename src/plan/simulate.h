@@ -93,8 +93,10 @@ void plan_result_free(PlanResult *r);
 /* Deep copy (dst owns its arrays). */
 int plan_result_copy(PlanResult *dst, const PlanResult *src);
 
-/* Names the largest overhead (communication, bubble, recompute, ...) when it
- * takes 5% of the step or more, else "compute". */
+/* The bottleneck: the largest component of the critical rank's breakdown
+ * (GEMMs, attention, elementwise work, each exposed communication kind,
+ * the optimizer, bubbles: every row of PlanComponent) with its share of the
+ * step, e.g. "expert GEMM 71%"; "none" for an empty step. */
 const char *plan_result_bottleneck(const PlanResult *r, char *buf, size_t size);
 
 /* Explain mode: where the step goes (components of the critical rank with

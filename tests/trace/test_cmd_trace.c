@@ -225,7 +225,74 @@ static void test_compare(void **state) {
   assert_non_null(strstr(out, "planner's simulator"));
   assert_non_null(strstr(out, "\n  FWD "));
   assert_non_null(strstr(out, "\n  RECV_ACT "));
+  /* dgx-h100 was not calibrated where the trace ran: a warning, no errors. */
+  assert_non_null(strstr(out, "warning: the trace was recorded by fivefold's CPU runtime"));
+  assert_non_null(strstr(out, "was not calibrated on it"));
+  const char *it = strstr(out, "\n  iteration ");
+  assert_non_null(it);
+  const char *eol = strchr(it + 1, '\n');
+  assert_non_null(eol);
+  assert_non_null(strstr(it, " n/a"));
+  assert_true(strstr(it, " n/a") < eol);
   free(out);
+  /* The same spec with a calibrated machine's runtime facts: no warning,
+   * errors in per cent, and the facts priced (fp32). */
+  char spec_path[160], spec_src[4200];
+  snprintf(spec_path, sizeof spec_path, "%s_spec.json", tmp);
+  snprintf(here, sizeof here, "%s", __FILE__);
+  snprintf(spec_src, sizeof spec_src, "%s/../../configs/clusters/dgx-h100.json", dirname(here));
+  char *text = read_text(spec_src);
+  assert_non_null(text);
+  cJSON *spec = cJSON_Parse(text);
+  free(text);
+  cJSON *rt = cJSON_AddObjectToObject(spec, "runtime");
+  cJSON_AddStringToObject(rt, "device", "cpu");
+  char *spec_text = cJSON_Print(spec);
+  FILE *f = fopen(spec_path, "w");
+  assert_non_null(f);
+  fputs(spec_text, f);
+  fclose(f);
+  cJSON_free(spec_text);
+  snprintf(cluster, sizeof cluster, "compare %%s.json --cluster %s", spec_path);
+  assert_int_equal(run(cluster, &out), 0);
+  assert_null(strstr(out, "warning:"));
+  assert_non_null(strstr(out, "fp32"));
+  assert_non_null(strstr(out, "the spec's runtime facts: cpu runtime"));
+  it = strstr(out, "\n  iteration ");
+  assert_non_null(it);
+  eol = strchr(it + 1, '\n');
+  const char *pct = strchr(it, '%');
+  assert_true(pct && pct < eol);
+  free(out);
+  /* Calibrated on another host than the trace's: a warning naming both. */
+  cJSON_AddStringToObject(rt, "host", "calibrated-host");
+  spec_text = cJSON_Print(spec);
+  f = fopen(spec_path, "w");
+  assert_non_null(f);
+  fputs(spec_text, f);
+  fclose(f);
+  cJSON_free(spec_text);
+  cJSON_Delete(spec);
+  text = read_text(json);
+  cJSON *root = cJSON_Parse(text);
+  free(text);
+  cJSON *ranks = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "otherData"), "ranks");
+  cJSON *r0 = cJSON_GetArrayItem(ranks, 0);
+  assert_non_null(r0);
+  cJSON_DeleteItemFromObject(r0, "host");
+  cJSON_AddStringToObject(r0, "host", "traced-host");
+  char *trace_text = cJSON_Print(root);
+  cJSON_Delete(root);
+  f = fopen(json, "w");
+  assert_non_null(f);
+  fputs(trace_text, f);
+  fclose(f);
+  cJSON_free(trace_text);
+  assert_int_equal(run(cluster, &out), 0);
+  assert_non_null(strstr(out, "warning: the trace was recorded on host traced-host"));
+  assert_non_null(strstr(out, "calibrated on host calibrated-host"));
+  free(out);
+  remove(spec_path);
   remove(json);
 }
 
