@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/options.h"
+#include "plan/buckets.h"
 #include "plan/config_paths.h"
 #include "plan/mapping.h"
 #include "plan/refine.h"
@@ -43,7 +44,9 @@ typedef struct PlanCli {
   const char *mbs_list, *recompute_list;
   int no_folding, no_distopt, force_distopt;
   int map_devices; /* 1 / -1: --map-devices / --no-map-devices; 0: when the cluster is irregular */
-  int no_refine_partition, replicate_stages;
+  int no_refine_partition, replicate_stages, no_bucket_search;
+  PlanBucketChoice buckets;
+  int have_buckets;
 } PlanCli;
 
 static void common_help(FILE *f) {
@@ -121,6 +124,8 @@ static void plan_usage(FILE *f) {
           "                           on (default: on clusters with tiers or a link matrix)\n"
           "  --no-refine-partition    keep the compute min-max partition (default: refine the best\n"
           "                           configuration's partition by simulating one-layer moves)\n"
+          "  --no-bucket-search       keep --bucket-params (default: search the best configuration's uniform\n"
+          "                           gradient bucket size by simulation; train --plan applies it)\n"
           "  --replicate-stages       also plan pipeline x per-stage data parallelism (DAPPLE stage\n"
           "                           replication); planned and simulated only: train --plan refuses it\n"
           "  --no-distributed-optimizer  never shard optimizer state\n"
@@ -180,7 +185,7 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
                                      "--no-folding", "--quiet", "--moe-tp-replicated", "--no-moe-tp-replicated",
                                      "--map-devices", "--no-map-devices", "--no-refine-partition",
-                                     "--replicate-stages"};
+                                     "--replicate-stages", "--no-bucket-search"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static const char *const kCommonOptions[] = {
@@ -195,7 +200,7 @@ static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--re
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
                                            "--map-devices", "--no-map-devices", "--no-refine-partition",
-                                           "--replicate-stages"};
+                                           "--replicate-stages", "--no-bucket-search"};
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
@@ -231,6 +236,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--no-map-devices") && !simulate) c->map_devices = -1;
       else if (!strcmp(name, "--no-refine-partition") && !simulate) c->no_refine_partition = 1;
       else if (!strcmp(name, "--replicate-stages") && !simulate) c->replicate_stages = 1;
+      else if (!strcmp(name, "--no-bucket-search") && !simulate) c->no_bucket_search = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -384,6 +390,42 @@ static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluste
   return 0;
 }
 
+/* The bucket search on the best configuration (buckets.h), when it reduces
+ * gradients at all: the chosen size replaces the options' for what follows
+ * (explain, the simulate line, the plan file) and the best is simulated
+ * again with it, keeping its device mapping. */
+static int plan_search_buckets_cli(PlanCli *c, PlanResult *best, const ModelConfig *model, const ClusterSpec *cluster,
+                                   Error *err) {
+  const PlanParallel *p = &best->cfg.par;
+  if (p->dp * p->cp <= 1 && p->edp <= 1) return 0;
+  ClusterSpec view = plan_result_cluster_view(cluster, best);
+  PlanOptions chosen;
+  int rc = plan_buckets_search_uniform(model, &view, &c->opt, &best->cfg, &c->buckets, &chosen, err);
+  if (rc) return rc;
+  c->opt = chosen;
+  c->have_buckets = 1;
+  PlanSimOptions sim = {1, NULL};
+  PlanResult r;
+  PlanConfig cfg = best->cfg;
+  rc = plan_simulate(model, &view, &c->opt, &cfg, &sim, NULL, &r, err);
+  if (rc) return rc;
+  int *map = best->device_of_rank;
+  best->device_of_rank = NULL;
+  PlanResult keep = *best;
+  plan_result_free(best);
+  *best = r;
+  best->device_of_rank = map;
+  best->num_mapped = keep.num_mapped;
+  best->rank_order_step_time = keep.rank_order_step_time;
+  best->mapping_evaluated = keep.mapping_evaluated;
+  best->mapping_exhaustive = keep.mapping_exhaustive;
+  memcpy(best->mapping_method, keep.mapping_method, sizeof best->mapping_method);
+  best->bucket_choice = &c->buckets;
+  printf("\n");
+  plan_bucket_explain(&c->buckets, stdout);
+  return 0;
+}
+
 /* A calibrated spec says what its machine's runtime does; what the command
  * line did not set follows it. */
 static void apply_runtime_facts(PlanCli *c, const ClusterSpec *cluster, FILE *f) {
@@ -404,6 +446,7 @@ static void print_simulate_line(const PlanCli *c, const PlanConfig *best) {
          p->vpp, p->ep, p->etp, best->micro_batch_size, sched_schedule_name(best->schedule));
   if (best->recompute != PLAN_RECOMPUTE_NONE) printf(" --recompute %s", plan_recompute_name(best->recompute));
   if (best->distributed_optimizer) printf(" --distributed-optimizer");
+  if (c->have_buckets) printf(" --bucket-params %.0f", c->buckets.bucket_params);
   printf("\n");
 }
 
@@ -592,6 +635,10 @@ int cmd_plan(int argc, char **argv) {
     if (refine.simulated) printf("\n");
     plan_refine_explain(&refine, &res.top[0], stdout);
   }
+  if (!c->no_bucket_search && plan_search_buckets_cli(c, &res.top[0], &model, &cluster, &err)) {
+    fprintf(stderr, "fivefold plan: %s\n", err.msg);
+    goto out;
+  }
   if (c->replicate_stages && plan_replicate_stages_cli(&res.top[0], &model, &cluster, &c->opt, c->gpus, stdout, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
@@ -609,6 +656,7 @@ int cmd_plan(int argc, char **argv) {
     }
     printf("\nbest configuration, explained:\n");
     plan_result_explain(&r, &model, stdout);
+    if (c->have_buckets) plan_bucket_explain(&c->buckets, stdout);
     plan_result_free(&r);
   }
   if (c->out_path) {

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,24 @@ static void test_plan_writes_plan_json(void **state) {
   cJSON *pred = cJSON_GetObjectItem(j, "prediction");
   assert_true(cJSON_GetObjectItem(pred, "mfu")->valuedouble > 0.1);
   assert_true(cJSON_GetObjectItem(pred, "peak_memory_GiB")->valuedouble <= 80.0);
+  /* The bucket search's size, which train --plan applies, and the
+   * prediction made with it. */
+  cJSON *buckets = cJSON_GetObjectItem(j, "buckets");
+  if (dp * cp > 1) {
+    assert_non_null(buckets);
+    double mb = cJSON_GetObjectItem(buckets, "bucket_mb")->valuedouble;
+    assert_true(mb > 0);
+    assert_true(cJSON_GetObjectItem(buckets, "step_time_s")->valuedouble <=
+                cJSON_GetObjectItem(buckets, "default_step_time_s")->valuedouble);
+    assert_true(fabs(cJSON_GetObjectItem(buckets, "step_time_s")->valuedouble -
+                     cJSON_GetObjectItem(pred, "step_time_s")->valuedouble) <=
+                1e-9 * cJSON_GetObjectItem(pred, "step_time_s")->valuedouble);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(buckets, "buckets_per_stage")), n);
+    PlanChoice pc;
+    Error err = {0, ""};
+    assert_int_equal(plan_file_read(out, &pc, &err), 0);
+    assert_true(fabs(pc.bucket_mb - mb) <= 1e-9 * mb);
+  }
   cJSON_Delete(j);
   remove(out);
 }
