@@ -44,7 +44,7 @@ typedef struct PlanCli {
   const char *mbs_list, *recompute_list;
   int no_folding, no_distopt, force_distopt;
   int map_devices; /* 1 / -1: --map-devices / --no-map-devices; 0: when the cluster is irregular */
-  int no_refine_partition, replicate_stages, no_bucket_search;
+  int no_refine_partition, replicate_stages, no_bucket_search, search_buckets;
   PlanBucketChoice buckets;
   int have_buckets;
 } PlanCli;
@@ -100,6 +100,8 @@ static void simulate_usage(FILE *f) {
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
           "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
+          "  --search-buckets         also search this configuration's uniform gradient bucket size by\n"
+          "                           simulation and print the choice (what plan does for its best)\n"
           "  --quiet                  print only the one-line summary\n");
 }
 
@@ -184,8 +186,8 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
                                      "--no-folding", "--quiet", "--moe-tp-replicated", "--no-moe-tp-replicated",
-                                     "--map-devices", "--no-map-devices", "--no-refine-partition",
-                                     "--replicate-stages", "--no-bucket-search"};
+                                     "--search-buckets", "--map-devices", "--no-map-devices",
+                                     "--no-refine-partition", "--replicate-stages", "--no-bucket-search"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static const char *const kCommonOptions[] = {
@@ -195,7 +197,7 @@ static const char *const kCommonOptions[] = {
     "--no-moe-tp-replicated", "--help"};
 static const char *const kSimulateOptions[] = {"--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
-                                               "--trace", "--quiet"};
+                                               "--trace", "--quiet", "--search-buckets"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
@@ -237,6 +239,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--no-refine-partition") && !simulate) c->no_refine_partition = 1;
       else if (!strcmp(name, "--replicate-stages") && !simulate) c->replicate_stages = 1;
       else if (!strcmp(name, "--no-bucket-search") && !simulate) c->no_bucket_search = 1;
+      else if (!strcmp(name, "--search-buckets") && simulate) c->search_buckets = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -520,6 +523,14 @@ int cmd_simulate(int argc, char **argv) {
   }
   if (c->trace_path) printf("trace written to %s\n", c->trace_path);
   plan_result_free(&r);
+  if (c->search_buckets) {
+    PlanOptions chosen;
+    if (plan_buckets_search_uniform(&model, &cluster, &c->opt, &c->cfg, &c->buckets, &chosen, &err)) {
+      fprintf(stderr, "fivefold simulate: %s\n", err.msg);
+      goto out;
+    }
+    plan_bucket_explain(&c->buckets, stdout);
+  }
   exit_code = 0;
 out:
   cluster_spec_free(&cluster);

@@ -428,8 +428,8 @@ int plan_buckets_search_uniform(const ModelConfig *m, const ClusterSpec *cl, con
 void plan_bucket_explain(const PlanBucketChoice *c, FILE *f) {
   double gain = c->default_step_time > 0 ? 100.0 * (c->default_step_time - c->step_time) / c->default_step_time : 0;
   fprintf(f,
-          "gradient buckets (uniform sizes, the runtime's only layout; %d bucket counts simulated, the size "
-          "refined by golden section, %ld simulations): default %.3g MB %.4f s/step, chosen %.3g MB (--bucket-mb %.6g) "
+          "gradient buckets (uniform sizes, the runtime's only layout; %d candidate sizes, every bucket count "
+          "up to 64 per segment, then golden section; %ld simulations): default %.3g MB %.4f s/step, chosen %.3g MB (--bucket-mb %.6g) "
           "%.4f s/step (%.1f%% faster)\n",
           c->num_candidates, c->simulations, c->default_params * 4 / 1e6, c->default_step_time, c->bucket_mb,
           c->bucket_mb, c->step_time, gain);
