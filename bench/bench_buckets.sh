@@ -40,35 +40,6 @@ ref_moe_run_json run.json "$B" "$T" "$STEPS" 1
 PY=/usr/bin/python3
 MODEL=$ROOT/configs/models/ref-moe.json
 
-# Busy cores of the whole machine over one second (/proc/stat).
-busy_cores() {
-  $PY - <<'PYEOF'
-import os, time
-def snap():
-    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return sum(f), f[3] + f[4]
-t0, i0 = snap(); time.sleep(1.0); t1, i1 = snap()
-print(f"{(1 - (i1 - i0) / max(1, t1 - t0)) * os.cpu_count():.2f}")
-PYEOF
-}
-wait_quiet() {
-  local waited=0 load
-  load=$(busy_cores)
-  while $PY -c "import sys; sys.exit(0 if float('$load') > 0.33 else 1)" && [ "$waited" -lt "$QUIET_WAIT" ]; do
-    sleep 2
-    waited=$((waited + 3))
-    load=$(busy_cores)
-  done
-  echo "$load"
-}
-median_step_ms() {
-  $PY - "$1/metrics.jsonl" "$WARMUP" <<'PYEOF'
-import json, statistics, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if '"type":"train"' in l]
-steady = [r["ms_per_step"] for r in recs[int(sys.argv[2]):]] or [r["ms_per_step"] for r in recs]
-print(f"{statistics.median(steady):.1f}")
-PYEOF
-}
 predicted_ms() {
   sed -n 's/.*predicted: step \([0-9.]*\) ms.*/\1/p' "$1" | head -1
 }
@@ -83,22 +54,15 @@ for np in 2 4; do
   "$FIVEFOLD" simulate "${sim[@]}" --quiet --search-buckets >"search$np.log" 2>&1 || { cat "search$np.log"; exit 1; }
   picked=$(sed -n 's/.*chosen \([0-9.e+]*\) MB.*/\1/p' "search$np.log" | head -1)
   for mb in $SIZES; do
-    load=$(wait_quiet)
+    load=$(bench_wait_quiet "$QUIET_WAIT")
     out="dp$np-$mb"
     stat0=$(head -1 /proc/stat)
     wall0=$(date +%s.%N)
     { TIMEFORMAT='%U %S'; time mpirun -np "$np" --oversubscribe "$FIVEFOLD" train --config run.json --out "$out" \
         --no-progress --dp "$np" --bucket-mb "$mb" >"$out.log" 2>&1; } 2>"$out.cpu" ||
       { tail -5 "$out.log"; rows+=("DP$np|$mb|-|-|-|train failed|"); continue; }
-    others=$($PY - "$stat0" "$(head -1 /proc/stat)" "$wall0" "$(date +%s.%N)" "$(tail -1 "$out.cpu")" <<'PYEOF'
-import os, sys
-s0, s1 = ([int(x) for x in a.split()[1:]] for a in sys.argv[1:3])
-busy = (sum(s1) - s1[3] - s1[4] - sum(s0) + s0[3] + s0[4]) / os.sysconf("SC_CLK_TCK")
-wall = float(sys.argv[4]) - float(sys.argv[3])
-print(f"{max(0.0, busy - sum(float(x) for x in sys.argv[5].split())) / wall:.2f}")
-PYEOF
-)
-    measured=$(median_step_ms "$out")
+    others=$(bench_others_cores "$stat0" "$(head -1 /proc/stat)" "$wall0" "$(date +%s.%N)" "$(tail -1 "$out.cpu")")
+    measured=$(bench_median_step_ms "$out" "$WARMUP")
     buckets=$(sed -n 's/.* \([0-9]*\) gradient bucket(s) of <= .*/\1/p' "$out.log" | head -1)
     mode=$(grep -o 'blocking where the program reduces\|overlapped with backward' "$out.log" | head -1)
     params=$($PY -c "print(max(1, round(float('$mb') * 250000)))")

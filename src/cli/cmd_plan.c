@@ -412,17 +412,7 @@ static int plan_search_buckets_cli(PlanCli *c, PlanResult *best, const ModelConf
   PlanConfig cfg = best->cfg;
   rc = plan_simulate(model, &view, &c->opt, &cfg, &sim, NULL, &r, err);
   if (rc) return rc;
-  int *map = best->device_of_rank;
-  best->device_of_rank = NULL;
-  PlanResult keep = *best;
-  plan_result_free(best);
-  *best = r;
-  best->device_of_rank = map;
-  best->num_mapped = keep.num_mapped;
-  best->rank_order_step_time = keep.rank_order_step_time;
-  best->mapping_evaluated = keep.mapping_evaluated;
-  best->mapping_exhaustive = keep.mapping_exhaustive;
-  memcpy(best->mapping_method, keep.mapping_method, sizeof best->mapping_method);
+  plan_result_replace_keep_mapping(best, &r);
   best->bucket_choice = &c->buckets;
   printf("\n");
   plan_bucket_explain(&c->buckets, stdout);

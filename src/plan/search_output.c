@@ -205,7 +205,7 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
       cJSON *per = cJSON_AddArrayToObject(bk, "buckets_per_stage");
       for (int s = 0; per && s < bc->num_stages; s++)
         cJSON_AddItemToArray(per, cJSON_CreateNumber(bc->buckets_per_stage[s]));
-      cJSON_AddStringToObject(bk, "method", "uniform sizes, every size where a stage's layout changes, simulated");
+      cJSON_AddStringToObject(bk, "method", "uniform sizes: every bucket count up to 64 per segment simulated, then golden section");
       cJSON_AddNumberToObject(bk, "default_bucket_mb", bc->default_params * 4 / 1e6);
       cJSON_AddNumberToObject(bk, "default_step_time_s", bc->default_step_time);
       cJSON_AddNumberToObject(bk, "step_time_s", bc->step_time);

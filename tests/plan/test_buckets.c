@@ -194,22 +194,6 @@ static void test_interior_optimum(void **state) {
   assert_true(best_size == 16000);
 }
 
-static ModelConfig tiny_moe(void) {
-  ModelConfig m;
-  model_config_defaults(&m);
-  m.vocab_size = 512;
-  m.hidden_size = 256;
-  m.num_layers = 4;
-  m.num_heads = 4;
-  m.num_kv_heads = 4;
-  m.intermediate_size = 512;
-  m.num_experts = 4;
-  m.top_k = 2;
-  m.moe_intermediate_size = 512;
-  model_config_set_moe_layer_freq(&m, 1);
-  return m;
-}
-
 static double simulate_size(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *o, const PlanConfig *c,
                             double size) {
   PlanOptions x = *o;
@@ -229,7 +213,7 @@ static double simulate_size(const ModelConfig *m, const ClusterSpec *cl, const P
  * asynchronous progress (the CPU runtime) it picks one bucket per stage. */
 static void test_search_driven_by_the_simulator(void **state) {
   (void)state;
-  ModelConfig m = tiny_moe();
+  ModelConfig m = plan_test_tiny_moe();
   ClusterSpec cl;
   calib_spec_local_default(&cl, 2);
   cl.link[PLAN_LEVEL_INTRA] = (PlanLink){2e9, 400e-6};

@@ -19,22 +19,6 @@
 #include "plan/simulate.h"
 #include "plan_test_util.h"
 
-static ModelConfig tiny_moe(void) {
-  ModelConfig m;
-  model_config_defaults(&m);
-  m.vocab_size = 512;
-  m.hidden_size = 256;
-  m.num_layers = 4;
-  m.num_heads = 4;
-  m.num_kv_heads = 4;
-  m.intermediate_size = 512;
-  m.num_experts = 4;
-  m.top_k = 2;
-  m.moe_intermediate_size = 512;
-  model_config_set_moe_layer_freq(&m, 1);
-  return m;
-}
-
 /* A calibrated-looking spec: the local default with the CPU runtime's facts. */
 static void calibrated_spec(ClusterSpec *s, int devices) {
   calib_spec_local_default(s, devices);
@@ -141,7 +125,7 @@ static double simulate_step(const ModelConfig *m, const ClusterSpec *cl, const P
  * unlike the GPU defaults (MoE split over TP ranks, bf16). */
 static void test_tp_priced_as_the_runtime_runs(void **state) {
   (void)state;
-  ModelConfig m = tiny_moe();
+  ModelConfig m = plan_test_tiny_moe();
   ClusterSpec s;
   calibrated_spec(&s, 2);
   PlanOptions facts, spelled, megatron;

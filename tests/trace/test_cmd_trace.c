@@ -164,6 +164,17 @@ static void test_compare_ready(void **state) {
   remove(json);
 }
 
+/* Writes root as JSON to path. */
+static void write_json(const char *path, const cJSON *root) {
+  char *text = cJSON_Print(root);
+  assert_non_null(text);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  cJSON_free(text);
+}
+
 /* Adds otherData.model (a tiny Llama) and a training section to the trace
  * at path, so `trace compare` takes the planner's path. */
 static void add_model(const char *path) {
@@ -183,12 +194,7 @@ static void add_model(const char *path) {
   cJSON *training = cJSON_AddObjectToObject(config, "training");
   cJSON_AddNumberToObject(training, "seq_len", 64);
   cJSON_AddNumberToObject(training, "micro_batch_size", 1);
-  char *out = cJSON_Print(root);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(out, f);
-  fclose(f);
-  cJSON_free(out);
+  write_json(path, root);
   cJSON_Delete(root);
 }
 
@@ -247,12 +253,7 @@ static void test_compare(void **state) {
   free(text);
   cJSON *rt = cJSON_AddObjectToObject(spec, "runtime");
   cJSON_AddStringToObject(rt, "device", "cpu");
-  char *spec_text = cJSON_Print(spec);
-  FILE *f = fopen(spec_path, "w");
-  assert_non_null(f);
-  fputs(spec_text, f);
-  fclose(f);
-  cJSON_free(spec_text);
+  write_json(spec_path, spec);
   snprintf(cluster, sizeof cluster, "compare %%s.json --cluster %s", spec_path);
   assert_int_equal(run(cluster, &out), 0);
   assert_null(strstr(out, "warning:"));
@@ -266,12 +267,7 @@ static void test_compare(void **state) {
   free(out);
   /* Calibrated on another host than the trace's: a warning naming both. */
   cJSON_AddStringToObject(rt, "host", "calibrated-host");
-  spec_text = cJSON_Print(spec);
-  f = fopen(spec_path, "w");
-  assert_non_null(f);
-  fputs(spec_text, f);
-  fclose(f);
-  cJSON_free(spec_text);
+  write_json(spec_path, spec);
   cJSON_Delete(spec);
   text = read_text(json);
   cJSON *root = cJSON_Parse(text);
@@ -281,13 +277,8 @@ static void test_compare(void **state) {
   assert_non_null(r0);
   cJSON_DeleteItemFromObject(r0, "host");
   cJSON_AddStringToObject(r0, "host", "traced-host");
-  char *trace_text = cJSON_Print(root);
+  write_json(json, root);
   cJSON_Delete(root);
-  f = fopen(json, "w");
-  assert_non_null(f);
-  fputs(trace_text, f);
-  fclose(f);
-  cJSON_free(trace_text);
   assert_int_equal(run(cluster, &out), 0);
   assert_non_null(strstr(out, "warning: the trace was recorded on host traced-host"));
   assert_non_null(strstr(out, "calibrated on host calibrated-host"));
