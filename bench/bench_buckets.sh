@@ -44,7 +44,7 @@ predicted_ms() {
   sed -n 's/.*predicted: step \([0-9.]*\) ms.*/\1/p' "$1" | head -1
 }
 
-echo "bench_buckets: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); reference MoE, micro-batch $B x $T tokens, $STEPS steps ($WARMUP warm-up), 1 thread per rank"
+echo "bench_buckets: $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); reference MoE, micro-batch $B x $T tokens, $STEPS steps ($WARMUP warm-up), 1 thread per rank"
 rows=()
 for np in 2 4; do
   mpirun -np "$np" --oversubscribe "$FIVEFOLD" calibrate --quick --name "local-$np" --out "spec$np.json" \
@@ -83,4 +83,4 @@ for r in "${rows[@]}"; do
   printf '%-5s %-16s %8s %12s %13s %8s %12s  %s\n' "$lay" "$mb" "$n" "$meas" "$pred" "$err" "$load" "$mode"
 done
 echo "measured: median ms_per_step of steps $((WARMUP + 1))..$STEPS; predicted: fivefold simulate on the calibrated"
-echo "spec with the same bucket size; others: cores other processes used before / during the run (of $(nproc))"
+echo "spec with the same bucket size; others: cores other processes used before / during the run (of $(getconf _NPROCESSORS_ONLN))"
