@@ -67,10 +67,11 @@ for np in 2 4; do
     mode=$(grep -o 'blocking where the program reduces\|overlapped with backward' "$out.log" | head -1)
     params=$($PY -c "print(max(1, round(float('$mb') * 250000)))")
     "$FIVEFOLD" simulate "${sim[@]}" --quiet --bucket-params "$params" >"$out.sim" 2>&1 ||
-      { cat "$out.sim"; exit 1; }
+      { tail -1 "$out.sim"; rows+=("DP$np|$mb|${buckets:-?}|$measured|-|simulate failed|"); continue; }
     predicted=$(predicted_ms "$out.sim")
     error=$($PY -c "m, p = float('$measured'), float('$predicted'); print(f'{100 * (p - m) / m:+.1f}%')")
     rows+=("DP$np|$mb|${buckets:-?}|$measured|$predicted|$error|$load/$others|$mode")
+    echo "  DP$np, $mb MB: ${buckets:-?} buckets, measured $measured ms, predicted $predicted ms ($error), others $load/$others cores"
   done
   rows+=("DP$np|search: ${picked:-?} MB|$(sed -n 's/.*buckets per stage: \(.*\)/\1/p' "search$np.log")| | | | |")
   grep -E "gradient buckets" "search$np.log" | sed "s/^/  [$np ranks] /"

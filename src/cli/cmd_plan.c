@@ -284,11 +284,9 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       rc = parse_fraction(c, name, value, 0, 1, &c->opt.param_gather_overlap);
       c->given |= PLAN_GIVEN_PARAM_GATHER;
     } else if (!strcmp(name, "--bucket-params")) {
-      int b = 0;
       c->given |= PLAN_GIVEN_BUCKET;
       c->opt.bucket_max_share = 0;
-      rc = parse_int(c, name, value, 1, &b);
-      c->opt.bucket_params = b;
+      rc = parse_fraction(c, name, value, 1, 1e13, &c->opt.bucket_params);
     } else if (!strcmp(name, "--dropless-sync-us")) {
       c->given |= PLAN_GIVEN_DROPLESS_SYNC;
       rc = parse_fraction(c, name, value, 0, 1e6, &c->opt.dropless_sync);
