@@ -106,41 +106,13 @@ CONFIGS=(
   "TP2 DP2 + EP2 ETP2 (oversub.)|4|1|--tp 2 --dp 2 --ep 2 --etp 2|--tp 2 --ep 2 --etp 2"
 )
 
-median_step_ms() {
-  $PY - "$1/metrics.jsonl" "$WARMUP" <<'PY'
-import json, statistics, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if '"type":"train"' in l]
-steady = [r["ms_per_step"] for r in recs[int(sys.argv[2]):]] or [r["ms_per_step"] for r in recs]
-print(f"{statistics.median(steady):.3f}")
-PY
-}
-
-# Busy share of the machine's cores over the last `1` second(s), from
-# /proc/stat: called while nothing of ours runs, it is other people's load.
-busy_cores() {
-  $PY - <<'PY'
-import time
-def snap():
-    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return sum(f), f[3] + f[4]
-t0, i0 = snap(); time.sleep(1.0); t1, i1 = snap()
-import os
-print(f"{(1 - (i1 - i0) / max(1, t1 - t0)) * os.cpu_count():.2f}")
-PY
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+median_step_ms() { bench_median_step_ms "$1" "$WARMUP"; }
 # Waits (at most QUIET_WAIT seconds) until other processes use under a
 # third of a core, so a run starts on a quiet machine; echoes the load seen.
 QUIET_WAIT=${PLAN_ACC_QUIET_WAIT:-30}
-wait_quiet() {
-  local waited=0 load
-  load=$(busy_cores)
-  while $PY -c "import sys; sys.exit(0 if float('$load') > 0.33 else 1)" && [ "$waited" -lt "$QUIET_WAIT" ]; do
-    sleep 2
-    waited=$((waited + 3))
-    load=$(busy_cores)
-  done
-  echo "$load"
-}
+wait_quiet() { bench_wait_quiet "$QUIET_WAIT"; }
 
 # PASSES passes over the runs. Other processes only ever add time, so a
 # configuration's measurement is the lowest of its passes' medians: the same
@@ -172,16 +144,8 @@ for pass in $(seq 1 "$PASSES"); do
       [ "$pass" = 1 ] && notes+=("$name: train refused: $(grep -m1 -E "fivefold|error" "train$n.p$pass.log" | cut -c1-150)")
       continue
     fi
-    $PY - "$stat0" "$(head -1 /proc/stat)" "$wall0" "$(date +%s.%N)" "$(tail -1 "cpu$n.p$pass")" "$load" \
-        >"$out/foreign_load" <<'PY'
-import os, sys
-s0, s1 = ([int(x) for x in a.split()[1:]] for a in sys.argv[1:3])
-hz = os.sysconf("SC_CLK_TCK")
-busy = (sum(s1) - s1[3] - s1[4] - sum(s0) + s0[3] + s0[4]) / hz
-wall = float(sys.argv[4]) - float(sys.argv[3])
-ours = sum(float(x) for x in sys.argv[5].split())
-print(f"{sys.argv[6]}/{max(0.0, busy - ours) / wall:.2f}")
-PY
+    echo "$load/$(bench_others_cores "$stat0" "$(head -1 /proc/stat)" "$wall0" "$(date +%s.%N)" \
+      "$(tail -1 "cpu$n.p$pass")")" >"$out/foreign_load"
   done
 done
 

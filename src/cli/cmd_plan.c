@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/options.h"
+#include "plan/buckets.h"
 #include "plan/config_paths.h"
 #include "plan/mapping.h"
 #include "plan/plan_file.h"
@@ -31,6 +32,7 @@ typedef struct PlanCli {
   int gpus, seq, global_batch;
   PlanDtype dtype;
   PlanOptions opt;
+  unsigned given; /* PLAN_GIVEN_* bits: options the command line set (they win over the spec's runtime facts) */
   double expert_load[MAX_EXPERT_LOAD];
   /* simulate */
   PlanConfig cfg;
@@ -44,7 +46,9 @@ typedef struct PlanCli {
   const char *mbs_list, *recompute_list;
   int no_folding, no_distopt, force_distopt;
   int map_devices; /* 1 / -1: --map-devices / --no-map-devices; 0: when the cluster is irregular */
-  int no_refine_partition, replicate_stages;
+  int no_refine_partition, replicate_stages, no_bucket_search, search_buckets;
+  PlanBucketChoice buckets;
+  int have_buckets;
 } PlanCli;
 
 static void common_help(FILE *f) {
@@ -55,20 +59,26 @@ static void common_help(FILE *f) {
           "  --gpus N                 GPUs to use\n"
           "  --seq S                  sequence length in tokens\n"
           "  --global-batch B         sequences per iteration\n"
-          "  --dtype D                bf16 (default, mixed precision), fp16 or fp32\n"
+          "  --dtype D                bf16 (mixed precision), fp16 or fp32 (default: the spec's runtime\n"
+          "                           precision, fp32 on a spec from calibrate; else bf16)\n"
           "  --moe-imbalance X        busiest expert's load / mean load, dropless routing (default 1.1)\n"
           "  --expert-load LIST       measured tokens per expert, comma-separated (overrides the imbalance)\n"
           "  --tp-overlap F           share of TP communication hidden behind GEMMs, 0..1 (default 0)\n"
           "  --cp-overlap F           share of the CP ring hidden behind attention (default 1)\n"
           "  --ep-overlap F           share of the MoE all-to-all hidden behind compute (default 0)\n"
-          "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1;\n"
-          "                           0 for MPI without asynchronous progress, as on a CPU runtime)\n"
+          "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1; 0 on\n"
+          "                           a spec from calibrate: MPI without asynchronous progress)\n"
           "  --param-gather-overlap F distributed optimizer: share of the parameter all-gather hidden\n"
-          "                           behind the next forward (default 1)\n"
+          "                           behind the next forward (default 1; 0 on a spec from calibrate)\n"
           "  --algo A                 collective algorithm: auto, ring, tree, hierarchical (default auto)\n"
-          "  --bucket-params N        gradient bucket size in parameters (default 40000000)\n"
+          "  --bucket-params N        gradient bucket size in parameters (default 40000000; on a spec from\n"
+          "                           calibrate the runtime's 25 MiB, at most a quarter of a rank's gradient)\n"
           "  --dropless-sync-us X     host synchronisation per dropless MoE layer forward, us (default 50;\n"
-          "                           0 for a CPU runtime, which has no device to wait for)\n"
+          "                           0 on a spec from calibrate: a CPU runtime has no device to wait for)\n"
+          "  --moe-tp-replicated, --no-moe-tp-replicated\n"
+          "                           TP without an MoE grid runs the MoE on the gathered sequence on every\n"
+          "                           TP rank (fivefold's runtime), or each rank routes its own rows\n"
+          "                           (Megatron-Core); default: the spec's runtime facts, else the latter\n"
           "  -h, --help               show this help\n");
 }
 
@@ -95,9 +105,9 @@ static void simulate_usage(FILE *f) {
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
           "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
-          "  --moe-tp-replicated      TP without an MoE grid runs the MoE on the gathered sequence on every\n"
-          "                           TP rank (fivefold's runtime; default: each rank routes its own rows)\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
+          "  --search-buckets         also search this configuration's uniform gradient bucket size by\n"
+          "                           simulation and print the choice (what plan does for its best)\n"
           "  --quiet                  print only the one-line summary\n");
 }
 
@@ -122,6 +132,8 @@ static void plan_usage(FILE *f) {
           "                           on (default: on clusters with tiers or a link matrix)\n"
           "  --no-refine-partition    keep the compute min-max partition (default: refine the best\n"
           "                           configuration's partition by simulating one-layer moves)\n"
+          "  --no-bucket-search       keep --bucket-params (default: search the best configuration's uniform\n"
+          "                           gradient bucket size by simulation; train --plan applies it)\n"
           "  --replicate-stages       also plan pipeline x per-stage data parallelism (DAPPLE stage\n"
           "                           replication); planned and simulated only: train --plan refuses it\n"
           "  --no-distributed-optimizer  never shard optimizer state\n"
@@ -179,23 +191,24 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 }
 
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
-                                     "--no-folding", "--quiet", "--moe-tp-replicated",
-                                     "--map-devices", "--no-map-devices", "--no-refine-partition",
-                                     "--replicate-stages"};
+                                     "--no-folding", "--quiet", "--moe-tp-replicated", "--no-moe-tp-replicated",
+                                     "--search-buckets", "--map-devices", "--no-map-devices",
+                                     "--no-refine-partition", "--replicate-stages", "--no-bucket-search"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static const char *const kCommonOptions[] = {
     "--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype", "--moe-imbalance", "--expert-load",
     "--tp-overlap", "--cp-overlap", "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--bucket-params",
-    "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--help"};
+    "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--moe-tp-replicated",
+    "--no-moe-tp-replicated", "--help"};
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
-                                               "--trace", "--quiet", "--moe-tp-replicated"};
+                                               "--trace", "--quiet", "--search-buckets"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
                                            "--map-devices", "--no-map-devices", "--no-refine-partition",
-                                           "--replicate-stages"};
+                                           "--replicate-stages", "--no-bucket-search"};
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
@@ -223,11 +236,16 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--explain")) c->explain = 1;
       else if (!strcmp(name, "--no-folding") && !simulate) c->no_folding = 1;
       else if (!strcmp(name, "--quiet") && simulate) c->quiet = 1;
-      else if (!strcmp(name, "--moe-tp-replicated") && simulate) c->opt.moe_tp_replicated = 1;
+      else if (!strcmp(name, "--moe-tp-replicated") || !strcmp(name, "--no-moe-tp-replicated")) {
+        c->opt.moe_tp_replicated = !strcmp(name, "--moe-tp-replicated");
+        c->given |= PLAN_GIVEN_MOE_TP;
+      }
       else if (!strcmp(name, "--map-devices") && !simulate) c->map_devices = 1;
       else if (!strcmp(name, "--no-map-devices") && !simulate) c->map_devices = -1;
       else if (!strcmp(name, "--no-refine-partition") && !simulate) c->no_refine_partition = 1;
       else if (!strcmp(name, "--replicate-stages") && !simulate) c->replicate_stages = 1;
+      else if (!strcmp(name, "--no-bucket-search") && !simulate) c->no_bucket_search = 1;
+      else if (!strcmp(name, "--search-buckets") && simulate) c->search_buckets = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -253,6 +271,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
     else if (!strcmp(name, "--seq")) rc = parse_int(c, name, value, 1, &c->seq);
     else if (!strcmp(name, "--global-batch")) rc = parse_int(c, name, value, 1, &c->global_batch);
     else if (!strcmp(name, "--dtype")) {
+      c->given |= PLAN_GIVEN_DTYPE;
       if (plan_dtype_from_name(value, &c->dtype)) {
         fprintf(stderr, "fivefold %s: --dtype must be bf16, fp16 or fp32, got '%s'\n", c->cmd, value);
         rc = -1;
@@ -264,14 +283,18 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
     } else if (!strcmp(name, "--tp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.tp_overlap);
     else if (!strcmp(name, "--cp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
     else if (!strcmp(name, "--ep-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.ep_overlap);
-    else if (!strcmp(name, "--dp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);
-    else if (!strcmp(name, "--param-gather-overlap"))
+    else if (!strcmp(name, "--dp-overlap")) {
+      rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);
+      c->given |= PLAN_GIVEN_DP_OVERLAP;
+    } else if (!strcmp(name, "--param-gather-overlap")) {
       rc = parse_fraction(c, name, value, 0, 1, &c->opt.param_gather_overlap);
-    else if (!strcmp(name, "--bucket-params")) {
-      int b = 0;
-      rc = parse_int(c, name, value, 1, &b);
-      c->opt.bucket_params = b;
+      c->given |= PLAN_GIVEN_PARAM_GATHER;
+    } else if (!strcmp(name, "--bucket-params")) {
+      c->given |= PLAN_GIVEN_BUCKET;
+      c->opt.bucket_max_share = 0;
+      rc = parse_fraction(c, name, value, 1, 1e13, &c->opt.bucket_params);
     } else if (!strcmp(name, "--dropless-sync-us")) {
+      c->given |= PLAN_GIVEN_DROPLESS_SYNC;
       rc = parse_fraction(c, name, value, 0, 1e6, &c->opt.dropless_sync);
       c->opt.dropless_sync *= 1e-6;
     } else if (!strcmp(name, "--algo")) {
@@ -375,6 +398,42 @@ static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluste
   return 0;
 }
 
+/* The bucket search on the best configuration (buckets.h), when it reduces
+ * gradients at all: the chosen size replaces the options' for what follows
+ * (explain, the simulate line, the plan file) and the best is simulated
+ * again with it, keeping its device mapping. */
+static int plan_search_buckets_cli(PlanCli *c, PlanResult *best, const ModelConfig *model, const ClusterSpec *cluster,
+                                   Error *err) {
+  const PlanParallel *p = &best->cfg.par;
+  if (p->dp * p->cp <= 1 && p->edp <= 1) return 0;
+  ClusterSpec view = plan_result_cluster_view(cluster, best);
+  PlanOptions chosen;
+  int rc = plan_buckets_search_uniform(model, &view, &c->opt, &best->cfg, &c->buckets, &chosen, err);
+  if (rc) return rc;
+  c->opt = chosen;
+  c->have_buckets = 1;
+  PlanSimOptions sim = {1, NULL};
+  PlanResult r;
+  PlanConfig cfg = best->cfg;
+  rc = plan_simulate(model, &view, &c->opt, &cfg, &sim, NULL, &r, err);
+  if (rc) return rc;
+  plan_result_replace_keep_mapping(best, &r);
+  best->bucket_choice = &c->buckets;
+  printf("\n");
+  plan_bucket_explain(&c->buckets, stdout);
+  return 0;
+}
+
+/* A calibrated spec says what its machine's runtime does; what the command
+ * line did not set follows it. */
+static void apply_runtime_facts(PlanCli *c, const ClusterSpec *cluster, FILE *f) {
+  plan_options_from_runtime(&cluster->runtime, c->given, &c->opt, &c->dtype);
+  char facts[320];
+  if (f && cluster->runtime.given)
+    fprintf(f, "runtime (from %s, flags override): %s\n", cluster->name,
+            plan_runtime_facts_describe(&cluster->runtime, facts, sizeof facts));
+}
+
 /* The `fivefold simulate` command that prices the best configuration
  * alone, so a user can vary it by hand. */
 static void print_simulate_line(const PlanCli *c, const PlanConfig *best) {
@@ -388,6 +447,7 @@ static void print_simulate_line(const PlanCli *c, const PlanConfig *best) {
   /* The partition the plan chose (refined by simulation), not a rebalanced one. */
   for (int s = 0; s < best->num_given_layers && best->num_given_layers > 1; s++)
     printf("%s%d", s ? "," : " --layers-per-stage ", best->layers_per_stage[s]);
+  if (c->have_buckets) printf(" --bucket-params %.0f", c->buckets.bucket_params);
   printf("\n");
 }
 
@@ -464,6 +524,7 @@ int cmd_simulate(int argc, char **argv) {
   int exit_code = 1;
   Error err = {0, ""};
   if (load_inputs(c, &model, &cluster)) goto out;
+  apply_runtime_facts(c, &cluster, c->quiet ? NULL : stdout);
   c->cfg.seq_len = c->seq;
   c->cfg.global_batch_size = c->global_batch;
   c->cfg.dtype = c->dtype;
@@ -501,6 +562,14 @@ int cmd_simulate(int argc, char **argv) {
   }
   if (c->trace_path) printf("trace written to %s\n", c->trace_path);
   plan_result_free(&r);
+  if (c->search_buckets) {
+    PlanOptions chosen;
+    if (plan_buckets_search_uniform(&model, &cluster, &c->opt, &c->cfg, &c->buckets, &chosen, &err)) {
+      fprintf(stderr, "fivefold simulate: %s\n", err.msg);
+      goto out;
+    }
+    plan_bucket_explain(&c->buckets, stdout);
+  }
   exit_code = 0;
 out:
   cluster_spec_free(&cluster);
@@ -589,6 +658,8 @@ int cmd_plan(int argc, char **argv) {
   PlanSearchResult res;
   memset(&res, 0, sizeof res);
   if (load_inputs(c, &model, &cluster)) goto out;
+  apply_runtime_facts(c, &cluster, stdout);
+  c->space.dtype = c->dtype;
   printf("planning %s on %d x %s, sequence %d, global batch %d, %s, for the %s runtime\n\n", c->model, c->gpus,
          cluster.name, c->seq, c->global_batch, plan_dtype_name(c->dtype), plan_runtime_name(c->space.runtime));
   if (plan_search(&model, &cluster, &c->opt, &c->space, c->top, &res, &err)) {
@@ -614,6 +685,10 @@ int cmd_plan(int argc, char **argv) {
     if (refine.simulated) printf("\n");
     plan_refine_explain(&refine, &res.top[0], stdout);
   }
+  if (!c->no_bucket_search && plan_search_buckets_cli(c, &res.top[0], &model, &cluster, &err)) {
+    fprintf(stderr, "fivefold plan: %s\n", err.msg);
+    goto out;
+  }
   if (c->replicate_stages && plan_replicate_stages_cli(&res.top[0], &model, &cluster, &c->opt, c->gpus, stdout, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
@@ -631,6 +706,7 @@ int cmd_plan(int argc, char **argv) {
     }
     printf("\nbest configuration, explained:\n");
     plan_result_explain(&r, &model, stdout);
+    if (c->have_buckets) plan_bucket_explain(&c->buckets, stdout);
     plan_result_free(&r);
   }
   if (c->out_path) {

@@ -64,7 +64,10 @@ static void trace_usage(FILE *f) {
           "      measured and predicted mean time and the error. With a model in the trace\n"
           "      (otherData.model) the planner's simulator prices it on the cluster spec named by\n"
           "      --cluster or otherData.config.cluster; without one, sched's unit costs (FWD 1,\n"
-          "      BWD 2) scaled to the measured FWD, and the output says so\n"
+          "      BWD 2) scaled to the measured FWD, and the output says so. The simulator uses the\n"
+          "      spec's runtime facts (a spec from calibrate: fp32, MoE replicated over TP, no\n"
+          "      asynchronous progress) and the run's precision, dispatcher and buckets; a spec not\n"
+          "      calibrated on the trace's host gets a warning and no error column\n"
           "  compare-ready FILE [--predicted PRED]\n"
           "      check that the trace can be compared with a prediction action by action: it holds\n"
           "      the program, every action of every recorded iteration on every rank, no dropped\n"
@@ -457,7 +460,9 @@ static int cmd_compare_ready(int argc, char **argv) {
 typedef struct Prediction {
   double *ms;
   double iteration_ms;
-  char how[512];
+  char how[768];
+  int other_machine;   /* the spec does not describe the machine the trace ran on */
+  char warning[1024];
 } Prediction;
 
 /* Without a model: sched's unit costs (FWD 1, BWD 2, the rest free, free
@@ -488,6 +493,53 @@ static int predict_unit(const TraceRun *run, const TraceReport *rep, Prediction 
 static int json_int(const cJSON *obj, const char *key, int fallback) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
   return cJSON_IsNumber(v) ? (int)v->valuedouble : fallback;
+}
+
+static const char *json_string(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* The trace was recorded by fivefold's CPU runtime (otherData.ranks[].host
+ * names its host); a spec describes that machine only when calibrate wrote
+ * it there (runtime facts, same host). Otherwise the comparison prices
+ * another machine and its errors mean nothing. */
+static void check_machine(const TraceRun *run, const ClusterSpec *cluster, Prediction *p) {
+  const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(run->other_data, "ranks");
+  const char *host = json_string(cJSON_GetArrayItem(ranks, 0), "host");
+  const PlanRuntimeFacts *rt = &cluster->runtime;
+  if (!rt->given)
+    snprintf(p->warning, sizeof p->warning,
+             "the trace was recorded by fivefold's CPU runtime%s%s, but spec %s (%s) was not calibrated on it (no "
+             "runtime facts: a cluster of other devices), so the prediction is for another machine and the errors "
+             "below mean nothing; calibrate this machine (fivefold calibrate --out local.json) and compare with "
+             "--cluster local.json",
+             host ? " on host " : "", host ? host : "", cluster->name, cluster->origin);
+  else if (host && rt->host[0] && strcmp(host, rt->host))
+    snprintf(p->warning, sizeof p->warning,
+             "the trace was recorded on host %s, but spec %s was calibrated on host %s: the prediction is for "
+             "another machine and the errors below may mean nothing",
+             host, cluster->name, rt->host);
+  p->other_machine = p->warning[0] != 0;
+}
+
+/* The run's own facts, recorded in its config, override the spec's: its
+ * precision, the MoE dispatcher and the gradient buckets it used. */
+static int apply_run_facts(const cJSON *config, PlanOptions *opt, PlanDtype *dtype, Error *err) {
+  const cJSON *training = cJSON_GetObjectItemCaseSensitive(config, "training");
+  const cJSON *parallel = cJSON_GetObjectItemCaseSensitive(config, "parallel");
+  const char *precision = json_string(training, "precision");
+  if (precision && plan_dtype_from_name(precision, dtype))
+    return error_set(err, ERR_FORMAT, "otherData.config.training.precision: expected fp32 or bf16, got '%s'",
+                     precision);
+  const char *dispatcher = json_string(parallel, "dispatcher");
+  if (dispatcher) opt->moe_allgather = !strcmp(dispatcher, "allgather");
+  const cJSON *bucket = cJSON_GetObjectItemCaseSensitive(parallel, "bucket_mb");
+  if (cJSON_IsNumber(bucket) && bucket->valuedouble > 0) {
+    opt->bucket_params = bucket->valuedouble * 1e6 / opt->grad_reduce_bytes;
+    opt->bucket_max_share = 0;
+  }
+  return ERR_OK;
 }
 
 /* With a model: the planner's simulator (plan/simulate.h) on the same
@@ -531,6 +583,9 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
   if (sc->schedule == SCHED_SCHEDULE_GPIPE) cfg.schedule = SCHED_SCHEDULE_GPIPE;
   PlanOptions opt;
   plan_options_default(&opt);
+  plan_options_from_runtime(&cluster.runtime, 0, &opt, &cfg.dtype);
+  if (!rc) rc = apply_run_facts(config, &opt, &cfg.dtype, err);
+  check_machine(run, &cluster, p);
   char pred_path[64];
   snprintf(pred_path, sizeof pred_path, "/tmp/fivefold-compare-%d.json", (int)getpid());
   PlanResult res;
@@ -561,11 +616,14 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
       trace_run_free(&pred);
     }
     p->iteration_ms = res.step_time * 1e3;
-    char desc[160];
+    char desc[160], facts[320];
+    plan_runtime_facts_describe(&cluster.runtime, facts, sizeof facts);
     snprintf(p->how, sizeof p->how,
-             "the planner's simulator on the trace's configuration (%s) with model otherData.model and cluster %s, "
-             "default planner options",
-             plan_config_describe(&cfg, desc, sizeof desc), cluster.name);
+             "the planner's simulator on the trace's configuration (%s, %s) with model otherData.model and cluster "
+             "%s, %s%s; the run's precision, dispatcher and buckets from otherData.config",
+             plan_config_describe(&cfg, desc, sizeof desc), plan_dtype_name(cfg.dtype), cluster.name,
+             facts[0] ? "the spec's runtime facts: " : "default planner options (the spec has no runtime facts)",
+             facts);
   }
   remove(pred_path);
   plan_result_free(&res);
@@ -614,13 +672,20 @@ static int cmd_compare(int argc, char **argv) {
            rep.num_iterations == 1 ? "" : "s", run.num_ranks, run.num_ranks == 1 ? "" : "s",
            sched_schedule_name(run.program->config.schedule));
     printf("prediction: %s.\n", p.how);
+    if (p.other_machine) {
+      printf("warning: %s.\n", p.warning);
+      fprintf(stderr, "fivefold trace compare: warning: %s\n", p.warning);
+    }
     printf("measured: mean duration of each kind's actions over every rank and iteration (a posted receive or "
            "reduction lasts from its post to its completion, waiting included); predicted: the mean of the same "
            "actions' durations in the prediction.\n");
     printf("  %-14s %7s %13s %13s %9s\n", "kind", "count", "measured ms", "predicted ms", "error");
     double meas_it = rep.iteration_time.mean / 1e6;
-    printf("  %-14s %7d %13.3f %13.3f %8.1f%%\n", "iteration", rep.iteration_time.count, meas_it, p.iteration_ms,
-           meas_it > 0 ? 100.0 * (p.iteration_ms - meas_it) / meas_it : 0);
+    printf("  %-14s %7d %13.3f %13.3f", "iteration", rep.iteration_time.count, meas_it, p.iteration_ms);
+    if (meas_it > 0 && !p.other_machine)
+      printf(" %8.1f%%\n", 100.0 * (p.iteration_ms - meas_it) / meas_it);
+    else
+      printf(" %9s\n", p.other_machine ? "n/a" : "-");
     for (int k = 0; k < SCHED_NUM_ACTION_KINDS; k++) {
       const TraceTimeStats *st = &rep.action_kind[k];
       double sum = 0;
@@ -633,12 +698,13 @@ static int cmd_compare(int argc, char **argv) {
       if (!st->count || !n) continue;
       double meas = st->mean / 1e6, pred = sum / n;
       printf("  %-14s %7d %13.3f %13.3f", sched_action_kind_name((SchedActionKind)k), st->count, meas, pred);
-      if (meas > 0)
+      if (meas > 0 && !p.other_machine)
         printf(" %8.1f%%\n", 100.0 * (pred - meas) / meas);
       else
-        printf(" %9s\n", "-");
+        printf(" %9s\n", p.other_machine ? "n/a" : "-");
     }
-    printf("error = (predicted - measured) / measured\n");
+    printf("error = (predicted - measured) / measured%s\n",
+           p.other_machine ? "; n/a: the spec describes another machine (see the warning)" : "");
   }
   free(p.ms);
   trace_report_free(&rep);

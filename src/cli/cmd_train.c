@@ -179,6 +179,11 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
     if (train_config_override(cfg, ints[i].flag, v, err)) return error_wrap(err, "--plan %s", path);
   }
   if (train_config_override(cfg, "--schedule", pc.schedule_name, err)) return error_wrap(err, "--plan %s", path);
+  /* The bucket search's size (the runtime runs uniform buckets only). */
+  if (pc.bucket_mb > 0) {
+    snprintf(v, sizeof v, "%.9g", pc.bucket_mb);
+    if (train_config_override(cfg, "--bucket-mb", v, err)) return error_wrap(err, "--plan %s", path);
+  }
   if (pc.num_stages > 0) {
     size_t at = 0;
     for (int i = 0; i < pc.num_stages && at < sizeof v; i++)

@@ -154,6 +154,20 @@ void calib_spec_local_default(ClusterSpec *s, int devices) {
   s->link_efficiency[0] = s->link_efficiency[1] = 1.0;
 }
 
+void calib_runtime_facts_cpu(PlanRuntimeFacts *rt, const char *host) {
+  memset(rt, 0, sizeof *rt);
+  rt->given = 1;
+  snprintf(rt->device, sizeof rt->device, "cpu");
+  if (host) snprintf(rt->host, sizeof rt->host, "%s", host);
+  rt->dtype = PLAN_DTYPE_FP32;
+  rt->moe_tp_replicated = 1;
+  rt->async_progress = 0;
+  rt->device_sync = 0;
+  rt->dropless_sync = 0.0;
+  rt->bucket_bytes = 25.0 * 1024 * 1024;
+  rt->bucket_max_share = 0.25;
+}
+
 static const char *const LEVEL_KEYS[PLAN_NUM_LEVELS] = {"intra_node", "inter_node"};
 
 static cJSON *link_json(PlanLink l, double efficiency, int with_efficiency) {
@@ -238,6 +252,19 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
       for (int l = 0; ko && l < PLAN_NUM_LEVELS; l++)
         if (s->has_collective[k][l]) cJSON_AddItemToObject(ko, LEVEL_KEYS[l], link_json(s->collective[k][l], 1, 0));
     }
+  }
+  const PlanRuntimeFacts *rt = &s->runtime;
+  cJSON *run = rt->given ? cJSON_AddObjectToObject(root, "runtime") : NULL;
+  if (run) {
+    cJSON_AddStringToObject(run, "device", rt->device);
+    if (rt->host[0]) cJSON_AddStringToObject(run, "host", rt->host);
+    cJSON_AddStringToObject(run, "dtype", plan_dtype_name(rt->dtype));
+    cJSON_AddBoolToObject(run, "moe_tp_replicated", rt->moe_tp_replicated);
+    cJSON_AddBoolToObject(run, "async_progress", rt->async_progress);
+    cJSON_AddBoolToObject(run, "device_sync", rt->device_sync);
+    cJSON_AddNumberToObject(run, "dropless_sync_us", rt->dropless_sync * 1e6);
+    if (rt->bucket_bytes > 0) cJSON_AddNumberToObject(run, "bucket_MB", rt->bucket_bytes / 1e6);
+    if (rt->bucket_max_share > 0) cJSON_AddNumberToObject(run, "bucket_max_share", rt->bucket_max_share);
   }
   if (s->link_devices > 0 && s->link_bandwidth && s->link_latency) {
     cJSON *links = cJSON_AddObjectToObject(root, "links");

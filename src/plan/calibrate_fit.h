@@ -57,6 +57,17 @@ double calib_median(double *v, int n);
  * they cover. */
 void calib_spec_local_default(ClusterSpec *spec, int devices);
 
+/* What fivefold's CPU runtime (src/train/) does, as a spec's "runtime"
+ * section records it: fp32 training; the MoE replicated on every TP rank
+ * when there is no MoE grid (model.h, "sharding"); no asynchronous progress
+ * (MPI advances a non-blocking reduction only inside MPI calls on the
+ * computing thread, so buckets started in backward complete in the wait
+ * before the optimizer: dp and parameter-gather overlap 0); no device, so a
+ * dropless MoE layer's token counts are already on the host (no sync; the
+ * count exchange under EP is priced as its own all-to-all); gradient
+ * buckets of 25 MiB, at most a quarter of a rank's gradient (dp_grads.h). */
+void calib_runtime_facts_cpu(PlanRuntimeFacts *rt, const char *host);
+
 /* The spec as JSON in cluster.c's format (every field it reads, so the file
  * loads back to the same spec); NULL when out of memory. */
 cJSON *calib_spec_to_json(const ClusterSpec *spec, const char *description);

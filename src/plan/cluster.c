@@ -234,6 +234,58 @@ static int parse_matrix(const Ctx *c, const cJSON *v, const char *path, int n_ex
   return 0;
 }
 
+static int get_bool(const Ctx *c, const cJSON *obj, const char *path, const char *key, int *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!v) return 0;
+  if (!cJSON_IsBool(v))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s.%s\": expected true or false, got %s", c->origin, path, key,
+                     json_type_name(v));
+  *out = cJSON_IsTrue(v);
+  return 0;
+}
+
+static int get_string(const Ctx *c, const cJSON *obj, const char *path, const char *key, char *out, size_t size) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!v) return 0;
+  if (!cJSON_IsString(v) || strlen(v->valuestring) >= size)
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s.%s\": expected a string of at most %zu characters",
+                     c->origin, path, key, size - 1);
+  snprintf(out, size, "%s", v->valuestring);
+  return 0;
+}
+
+/* "runtime": the facts of the runtime calibrated on this machine. Absent
+ * fields take the values of fivefold's CPU runtime, which is what
+ * calibrate measures. */
+static int parse_runtime(const Ctx *c, const cJSON *o, PlanRuntimeFacts *rt) {
+  static const char *const fields[] = {"device",       "host",          "dtype",
+                                       "moe_tp_replicated", "async_progress", "device_sync",
+                                       "dropless_sync_us",  "bucket_MB",      "bucket_max_share"};
+  TRY(check_fields(c, o, "runtime", fields, COUNT(fields)));
+  memset(rt, 0, sizeof *rt);
+  rt->given = 1;
+  snprintf(rt->device, sizeof rt->device, "cpu");
+  rt->dtype = PLAN_DTYPE_FP32;
+  rt->moe_tp_replicated = 1;
+  TRY(get_string(c, o, "runtime", "device", rt->device, sizeof rt->device));
+  TRY(get_string(c, o, "runtime", "host", rt->host, sizeof rt->host));
+  char dtype[16] = "fp32";
+  TRY(get_string(c, o, "runtime", "dtype", dtype, sizeof dtype));
+  if (plan_dtype_from_name(dtype, &rt->dtype))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"runtime.dtype\": expected bf16, fp16, tf32, fp32 or fp8, got '%s'",
+                     c->origin, dtype);
+  TRY(get_bool(c, o, "runtime", "moe_tp_replicated", &rt->moe_tp_replicated));
+  TRY(get_bool(c, o, "runtime", "async_progress", &rt->async_progress));
+  TRY(get_bool(c, o, "runtime", "device_sync", &rt->device_sync));
+  double us = 0, mb = 0;
+  TRY(get_number(c, o, "runtime", "dropless_sync_us", 0, 0, 1e6, 0, &us, NULL));
+  rt->dropless_sync = us * 1e-6;
+  TRY(get_number(c, o, "runtime", "bucket_MB", 0, 0, 1e6, 0, &mb, NULL));
+  rt->bucket_bytes = mb * 1e6;
+  TRY(get_number(c, o, "runtime", "bucket_max_share", 0, 0, 1, 0, &rt->bucket_max_share, NULL));
+  return 0;
+}
+
 int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin, Error *err) {
   Error local;
   Ctx cc = {origin ? origin : "<cluster>", err ? err : &local};
@@ -246,7 +298,7 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
   if (!cJSON_IsObject(json)) return error_set(c->err, ERR_CONFIG, "%s: expected a JSON object", c->origin);
   static const char *const top[] = {"name", "description", "nodes", "devices_per_node", "peak_tflops", "memory",
                                     "intra_node", "inter_node", "compute", "collectives", "links",
-                                    "topology"};
+                                    "topology", "runtime"};
   TRY(check_fields(c, json, "", top, COUNT(top)));
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(json, "name");
   if (name && !cJSON_IsString(name))
@@ -358,6 +410,9 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
       }
     }
   }
+
+  TRY(get_object(c, json, "runtime", 0, &o));
+  if (o) TRY(parse_runtime(c, o, &s->runtime));
 
   TRY(get_object(c, json, "links", 0, &o));
   if (o) {

@@ -31,6 +31,11 @@
  *       in a node (devices_per_island, cross_island), slow_nodes with their
  *       own network link; expanded to the link between any two devices.
  *       `links` and `topology` exclude each other.
+ *   runtime (optional, written by `fivefold calibrate`) {device, host, dtype,
+ *       moe_tp_replicated, async_progress, device_sync, dropless_sync_us,
+ *       bucket_MB, bucket_max_share}: what the runtime measured on this
+ *       machine does (PlanRuntimeFacts); the planner's options default from
+ *       it (plan_options_from_runtime, parallel.h).
  * Unknown fields are errors naming the file and the field. */
 #ifndef FIVEFOLD_PLAN_CLUSTER_H
 #define FIVEFOLD_PLAN_CLUSTER_H
@@ -97,6 +102,24 @@ typedef struct PlanTiers {
   PlanLink slow_link[PLAN_MAX_SLOW_NODES]; /* that node's network link, capping every off-node pair */
 } PlanTiers;
 
+/* The runtime a calibrated machine runs: facts the simulator's options
+ * (PlanOptions) and the training precision default from, so that `plan`,
+ * `simulate` and `trace compare` price what really runs there without the
+ * user repeating it in flags. The shipped GPU specs have none and keep
+ * Megatron-Core's defaults. */
+typedef struct PlanRuntimeFacts {
+  int given;
+  char device[16];         /* "cpu": fivefold's CPU runtime */
+  char host[64];           /* host calibrated ("" when unknown) */
+  PlanDtype dtype;         /* precision the runtime trains in by default */
+  int moe_tp_replicated;   /* TP without an MoE grid: the MoE runs on every TP rank (PlanOptions) */
+  int async_progress;      /* 1: non-blocking reductions progress behind compute (overlap 1); 0: they wait */
+  int device_sync;         /* 1: a dropless MoE layer waits for its token counts on the host */
+  double dropless_sync;    /* s: that wait per dropless MoE layer forward (0 without a device) */
+  double bucket_bytes;     /* the runtime's default gradient bucket (0: the simulator's default) */
+  double bucket_max_share; /* the default bucket is at most this share of a rank's gradient (0: no cap) */
+} PlanRuntimeFacts;
+
 typedef struct ClusterSpec {
   char name[64];
   char origin[256]; /* file it came from, for messages */
@@ -130,6 +153,7 @@ typedef struct ClusterSpec {
   double *link_bandwidth; /* bytes/s */
   double *link_latency;   /* s */
   PlanTiers tiers;
+  PlanRuntimeFacts runtime;
   /* Optional rank -> device mapping (not owned; plan/mapping.h): every
    * lookup below that takes a rank prices the device it is mapped to.
    * NULL: rank r runs on device r. */

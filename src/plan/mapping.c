@@ -260,6 +260,21 @@ ClusterSpec plan_result_cluster_view(const ClusterSpec *cluster, const PlanResul
   return view;
 }
 
+void plan_result_replace_keep_mapping(PlanResult *r, PlanResult *with) {
+  int *map = r->device_of_rank;
+  r->device_of_rank = NULL;
+  PlanResult keep = *r;
+  plan_result_free(r);
+  *r = *with;
+  r->device_of_rank = map;
+  r->num_mapped = keep.num_mapped;
+  r->rank_order_step_time = keep.rank_order_step_time;
+  r->mapping_evaluated = keep.mapping_evaluated;
+  r->mapping_exhaustive = keep.mapping_exhaustive;
+  memcpy(r->mapping_method, keep.mapping_method, sizeof r->mapping_method);
+  r->bucket_choice = keep.bucket_choice;
+}
+
 int plan_result_map_devices(PlanResult *r, const ModelConfig *model, const ClusterSpec *cluster,
                             const PlanOptions *opt, const PlanMappingOptions *mo, Error *err) {
   PlanMapping map;

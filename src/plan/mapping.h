@@ -63,6 +63,11 @@ int plan_result_map_devices(PlanResult *r, const ModelConfig *model, const Clust
  * (shallow: shares the cluster's link matrix and r's mapping). */
 ClusterSpec plan_result_cluster_view(const ClusterSpec *cluster, const PlanResult *r);
 
+/* Replaces *r by `with` (a new simulation of r's configuration, which *r
+ * then owns) and keeps r's mapping fields: they describe the devices, not
+ * what was re-simulated. */
+void plan_result_replace_keep_mapping(PlanResult *r, PlanResult *with);
+
 /* "device mapping: rank order 0.241 s, mapped 0.224 s (7.5% faster; ...)"
  * and, for up to 64 ranks, the permutation. Nothing when none was searched. */
 void plan_mapping_explain(const PlanResult *r, FILE *f);

@@ -51,6 +51,35 @@ void plan_options_default(PlanOptions *o) {
   o->algo = PLAN_ALGO_AUTO;
 }
 
+void plan_options_from_runtime(const PlanRuntimeFacts *rt, unsigned given, PlanOptions *o, PlanDtype *dtype) {
+  if (!rt || !rt->given) return;
+  if (dtype && !(given & PLAN_GIVEN_DTYPE)) *dtype = rt->dtype;
+  if (!(given & PLAN_GIVEN_MOE_TP)) o->moe_tp_replicated = rt->moe_tp_replicated;
+  if (!(given & PLAN_GIVEN_DP_OVERLAP)) o->dp_overlap = rt->async_progress ? 1.0 : 0.0;
+  if (!(given & PLAN_GIVEN_PARAM_GATHER)) o->param_gather_overlap = rt->async_progress ? 1.0 : 0.0;
+  if (!(given & PLAN_GIVEN_DROPLESS_SYNC)) o->dropless_sync = rt->device_sync ? rt->dropless_sync : 0.0;
+  if (!(given & PLAN_GIVEN_BUCKET) && rt->bucket_bytes > 0) {
+    o->bucket_params = rt->bucket_bytes / o->grad_reduce_bytes;
+    o->bucket_max_share = rt->bucket_max_share;
+  }
+}
+
+const char *plan_runtime_facts_describe(const PlanRuntimeFacts *rt, char *buf, size_t size) {
+  if (!rt || !rt->given) {
+    snprintf(buf, size, "%s", "");
+    return buf;
+  }
+  char cap[64] = "";
+  if (rt->bucket_max_share > 0) snprintf(cap, sizeof cap, " (at most %.2g of a rank's gradient)", rt->bucket_max_share);
+  snprintf(buf, size,
+           "%s runtime%s%s: %s, MoE %s, %s, dropless sync %.0f us, buckets %.3g MB%s",
+           rt->device, rt->host[0] ? " on " : "", rt->host, plan_dtype_name(rt->dtype),
+           rt->moe_tp_replicated ? "replicated on every TP rank" : "split over the TP ranks",
+           rt->async_progress ? "asynchronous progress (dp overlap 1)" : "no asynchronous progress (dp overlap 0)",
+           rt->device_sync ? rt->dropless_sync * 1e6 : 0.0, rt->bucket_bytes / 1e6, cap);
+  return buf;
+}
+
 void plan_config_init(PlanConfig *c, int seq_len, int global_batch, int micro_batch) {
   memset(c, 0, sizeof *c);
   c->par.tp = c->par.cp = c->par.dp = c->par.pp = c->par.vpp = 1;

@@ -82,6 +82,7 @@ typedef struct PlanOptions {
   double param_gather_overlap; /* distributed optimizer: parameter all-gather behind the next forward */
   int grad_reduce_bytes;      /* bytes per gradient element in the reduction (4: fp32) */
   double bucket_params;       /* gradient bucket size in parameters */
+  double bucket_max_share;    /* buckets at most this share of a rank's gradient (0: no cap; the runtime's 0.25) */
   double dropless_sync;       /* s: host synchronisation per dropless MoE layer and pass */
   double send_overhead;       /* s: compute-stream time to post one pipeline send */
   PlanCollAlgo algo;          /* collective algorithm */
@@ -98,6 +99,27 @@ typedef struct PlanOptions {
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);
+
+/* Which options a command line set explicitly (they win over a spec's facts). */
+enum {
+  PLAN_GIVEN_DTYPE = 1 << 0,
+  PLAN_GIVEN_MOE_TP = 1 << 1,
+  PLAN_GIVEN_DP_OVERLAP = 1 << 2,
+  PLAN_GIVEN_PARAM_GATHER = 1 << 3,
+  PLAN_GIVEN_DROPLESS_SYNC = 1 << 4,
+  PLAN_GIVEN_BUCKET = 1 << 5
+};
+
+/* The defaults a calibrated spec's runtime facts (cluster.h) imply, set in
+ * opt and *dtype except where `given` has the option's bit: the runtime's
+ * precision, MoE placement under TP, dp and parameter-gather overlap 1 with
+ * asynchronous progress and 0 without, the dropless sync, the default
+ * bucket and its cap. Nothing changes when the spec has no facts. */
+void plan_options_from_runtime(const PlanRuntimeFacts *rt, unsigned given, PlanOptions *opt, PlanDtype *dtype);
+
+/* "fivefold CPU runtime on host: fp32, MoE replicated over TP, ..." for
+ * the commands' output; "" when the spec has no facts. */
+const char *plan_runtime_facts_describe(const PlanRuntimeFacts *rt, char *buf, size_t size);
 
 /* Fills defaults into a config: dp, microbatches, edp, schedule (none for
  * pp 1, interleaved for vpp > 1, else 1f1b, unless schedule_given or

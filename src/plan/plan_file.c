@@ -245,6 +245,14 @@ int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Er
   const cJSON *pred = cJSON_GetObjectItemCaseSensitive(root, "prediction");
   const cJSON *st = cJSON_IsObject(pred) ? cJSON_GetObjectItemCaseSensitive(pred, "step_time_s") : NULL;
   if (cJSON_IsNumber(st) && st->valuedouble > 0) p->predicted_step_time = st->valuedouble;
+  const cJSON *buckets = cJSON_GetObjectItemCaseSensitive(root, "buckets");
+  if (buckets) {
+    const cJSON *mb = cJSON_IsObject(buckets) ? cJSON_GetObjectItemCaseSensitive(buckets, "bucket_mb") : NULL;
+    if (!cJSON_IsNumber(mb) || !(mb->valuedouble > 0) || !isfinite(mb->valuedouble))
+      return error_set(c->err, ERR_CONFIG, "%s: field \"buckets.bucket_mb\": expected a number > 0 (MB of fp32 "
+                       "gradients per bucket)", c->origin);
+    p->bucket_mb = mb->valuedouble;
+  }
   return check_consistent(c, p);
 }
 

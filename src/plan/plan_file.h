@@ -9,7 +9,8 @@
  *                 global_batch_size, microbatches, schedule, recompute,
  *                 distributed_optimizer, layers_per_stage}, "prediction": {...},
  *    "mapping": {device_of_rank: [...], method, rank_order_step_time_s,
- *                step_time_s, simulations} (optional)}
+ *                step_time_s, simulations} (optional),
+ *    "buckets": {bucket_mb, ...} (optional: the bucket search's size)}
  * The reader checks what a trainer relies on: every size >= 1, the grids
  * multiply to gpus (tp cp dp pp = etp ep edp pp), the global batch splits
  * into dp x micro-batch x microbatches, the schedule is one the scheduler
@@ -50,6 +51,7 @@ typedef struct PlanChoice {
   int num_stages;    /* pp x vpp */
   int layers_per_stage[PLAN_MAX_STAGES]; /* by virtual stage (chunk x pp + rank) */
   double predicted_step_time; /* s; 0 when the file has no prediction */
+  double bucket_mb;           /* "buckets.bucket_mb": the searched gradient bucket size; 0 when absent */
   int has_identity;           /* model_identity present */
   char model_fingerprint[PLAN_FINGERPRINT_MAX];
   char model_summary[160];

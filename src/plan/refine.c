@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plan/mapping.h"
+
 static int simulate_partition(const ModelConfig *model, const ClusterSpec *cluster, const PlanOptions *opt,
                               const PlanConfig *base, const int *layers, int S, PlanResult *out, Error *err) {
   PlanConfig cfg = *base;
@@ -63,18 +65,7 @@ int plan_partition_refine(PlanResult *r, const ModelConfig *model, const Cluster
         }
       }
     if (!have) break;
-    /* Keep r's mapping fields: they describe the devices, not the partition. */
-    int *map = r->device_of_rank;
-    r->device_of_rank = NULL;
-    PlanResult keep = *r;
-    plan_result_free(r);
-    *r = best;
-    r->device_of_rank = map;
-    r->num_mapped = keep.num_mapped;
-    r->rank_order_step_time = keep.rank_order_step_time;
-    r->mapping_evaluated = keep.mapping_evaluated;
-    r->mapping_exhaustive = keep.mapping_exhaustive;
-    memcpy(r->mapping_method, keep.mapping_method, sizeof r->mapping_method);
+    plan_result_replace_keep_mapping(r, &best);
     memcpy(cur, best_layers, (size_t)S * sizeof *cur);
     stats->moves++;
   }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "plan/plan_file.h"
+#include "plan/buckets.h"
 #include "plan/search.h"
 #include "sched/program.h"
 
@@ -194,6 +195,30 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
         cJSON_AddNumberToObject(mp, "simulations", (double)r->mapping_evaluated);
       }
       bad |= !perm;
+    }
+    const PlanBucketChoice *bc = r->bucket_choice;
+    cJSON *bk = bc ? cJSON_AddObjectToObject(root, "buckets") : NULL;
+    if (bk) {
+      /* The runtime's --bucket-mb: one uniform size, cut per chunk. */
+      cJSON_AddNumberToObject(bk, "bucket_mb", bc->bucket_mb);
+      cJSON_AddNumberToObject(bk, "bucket_params", bc->bucket_params);
+      cJSON *per = cJSON_AddArrayToObject(bk, "buckets_per_stage");
+      for (int s = 0; per && s < bc->num_stages; s++)
+        cJSON_AddItemToArray(per, cJSON_CreateNumber(bc->buckets_per_stage[s]));
+      cJSON_AddStringToObject(bk, "method", "uniform sizes: every bucket count up to 64 per segment simulated, then golden section");
+      cJSON_AddNumberToObject(bk, "default_bucket_mb", bc->default_params * 4 / 1e6);
+      cJSON_AddNumberToObject(bk, "default_step_time_s", bc->default_step_time);
+      cJSON_AddNumberToObject(bk, "step_time_s", bc->step_time);
+      cJSON_AddNumberToObject(bk, "simulations", (double)bc->simulations);
+      cJSON *fb = cJSON_AddObjectToObject(bk, "free_boundaries");
+      if (fb) {
+        cJSON_AddNumberToObject(fb, "stage", bc->boundary_stage);
+        cJSON_AddNumberToObject(fb, "uniform_exposed_s", bc->uniform_exposed);
+        cJSON_AddNumberToObject(fb, "exposed_s", bc->boundary_exposed);
+        cJSON_AddNumberToObject(fb, "buckets", bc->boundary_buckets);
+        cJSON_AddBoolToObject(fb, "exhaustive", bc->boundary_exhaustive);
+      }
+      bad |= !per;
     }
     if (stats) {
       cJSON *s = cJSON_AddObjectToObject(root, "search");

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/flops.h"
+#include "plan/buckets.h"
 #include "plan/replicate.h"
 #include "plan/stages.h"
 #include "sched/builders.h"
@@ -20,6 +21,7 @@ void plan_stage_costs_free(PlanStageCosts *sc) {
   free(sc->stage);
   free(sc->grad_reduce);
   free(sc->grad_reduce_full);
+  free(sc->buckets);
   free(sc->optim_compute);
   free(sc->optim_comm);
   free(sc->link_next);
@@ -27,19 +29,47 @@ void plan_stage_costs_free(PlanStageCosts *sc) {
   memset(sc, 0, sizeof *sc);
 }
 
-/* The chunk's gradient reduction before overlap, and how many buckets it
- * splits into. */
-static double stage_reduction(const PlanCostModel *cm, PlanParams params, int *buckets) {
-  const PlanConfig *cfg = cm->cfg;
+/* Stage s's gradient reduction bucket by bucket (buckets.h): the whole
+ * reduction, its part exposed after the stage's last backward, and the
+ * bucket count. */
+static int stage_reduction(const PlanCostModel *cm, const SchedPartition *part, int s, double bucket,
+                           PlanBucketPrice *price, Error *err) {
+  PlanGradLayer *layers = malloc((2 * (size_t)part->layers[s] + 2) * sizeof *layers);
+  if (!layers) return error_set(err, ERR_NOMEM, "simulate: out of memory");
+  int n = plan_stage_grad_layers(cm, part, s, layers);
+  PlanBucketModel bm = {layers, n, cm->opt->dp_overlap, plan_stage_reduce_time, cm};
+  int rc = plan_buckets_price_uniform(&bm, bucket, price, err);
+  free(layers);
+  return rc;
+}
+
+/* The bucket size the runtime uses: bucket_params, capped at
+ * bucket_max_share of the smallest pipeline rank's gradient (every stage
+ * buckets alike, so that a tied embedding splits the same on both ends). */
+static double effective_bucket(const PlanCostModel *cm, const SchedPartition *part) {
   const PlanOptions *o = cm->opt;
-  PlanCollective kind = cfg->distributed_optimizer ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE;
-  double t = plan_collective_time(cm->cluster, &cm->group[PLAN_GROUP_DPCP], kind, params.dense * o->grad_reduce_bytes,
-                                  o->algo, NULL);
-  t += plan_collective_time(cm->cluster, &cm->group[PLAN_GROUP_EDP], kind, params.expert * o->grad_reduce_bytes,
-                            o->algo, NULL);
-  double b = ceil((params.dense + params.expert) / (o->bucket_params > 0 ? o->bucket_params : 1e300));
-  *buckets = b < 1 ? 1 : (int)fmin(b, 1e6);
-  return t;
+  double bucket = o->bucket_params;
+  if (!(o->bucket_max_share > 0)) return bucket;
+  int P = cm->cfg->par.pp, S = P * cm->cfg->par.vpp;
+  double smallest = 0;
+  for (int r = 0; r < P; r++) {
+    double local = 0;
+    for (int s = r; s < S; s += P) {
+      PlanParams p = plan_stage_params(cm->model, cm->cfg, part, s);
+      local += p.dense + p.expert;
+    }
+    if (r == 0 || local < smallest) smallest = local;
+  }
+  double cap = o->bucket_max_share * smallest;
+  return bucket > 0 && bucket < cap ? bucket : cap;
+}
+
+/* The runtime rounds a bucket up to whole blocks of the reducing group, so
+ * that reduce-scatter splits it evenly (dp_grads_create). */
+static double runtime_bucket(const PlanCostModel *cm, double bucket) {
+  double d = (double)cm->cfg->par.dp * cm->cfg->par.cp;
+  if (!(bucket > 0) || d <= 1) return bucket;
+  return ceil(bucket / d) * d;
 }
 
 int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *err) {
@@ -57,11 +87,12 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
   sc->stage = calloc((size_t)S, sizeof *sc->stage);
   sc->grad_reduce = calloc((size_t)S, sizeof *sc->grad_reduce);
   sc->grad_reduce_full = calloc((size_t)S, sizeof *sc->grad_reduce_full);
+  sc->buckets = calloc((size_t)S, sizeof *sc->buckets);
   sc->optim_compute = calloc((size_t)P, sizeof *sc->optim_compute);
   sc->optim_comm = calloc((size_t)P, sizeof *sc->optim_comm);
   sc->link_next = calloc((size_t)P, sizeof *sc->link_next);
   sc->link_prev = calloc((size_t)P, sizeof *sc->link_prev);
-  if (!sc->stage || !sc->grad_reduce || !sc->grad_reduce_full || !sc->optim_compute || !sc->optim_comm ||
+  if (!sc->stage || !sc->grad_reduce || !sc->grad_reduce_full || !sc->buckets || !sc->optim_compute || !sc->optim_comm ||
       !sc->link_next || !sc->link_prev) {
     plan_stage_costs_free(sc);
     return error_set(err, ERR_NOMEM, "simulate: out of memory");
@@ -72,6 +103,8 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
    * written, and (mixed precision) the low-precision copy written. */
   double update_bytes = mixed ? 4 + 3 * 8 + 2 : 4 + 3 * 8;
   double elt = plan_dtype_bytes(cfg->dtype);
+  double bucket = runtime_bucket(cm, effective_bucket(cm, &sc->part));
+  sc->bucket_params = bucket;
   for (int s = 0; s < S; s++) {
     PlanPassCost *pc = &sc->stage[s];
     for (int l = sc->part.first_layer[s]; l < sc->part.first_layer[s] + sc->part.layers[s]; l++) {
@@ -91,15 +124,24 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
     pc->bwd_total = plan_breakdown_total(&pc->bwd);
 
     PlanParams params = plan_stage_params(m, cfg, &sc->part, s);
-    int buckets;
-    double full = stage_reduction(cm, params, &buckets);
+    PlanBucketPrice price;
+    rc = stage_reduction(cm, &sc->part, s, bucket, &price, err);
+    if (rc) {
+      plan_stage_costs_free(sc);
+      return rc;
+    }
+    int buckets = price.buckets > 0 ? price.buckets : 1;
+    sc->buckets[s] = buckets;
+    double full = price.reduce, exposed = price.exposed;
     /* Tied embeddings across stages: the first and last stage add their
      * copies' gradients (two messages over the pipeline link). */
-    if (m->tie_word_embeddings && S > 1 && (s == 0 || s == S - 1))
-      full += 2 * plan_pp_transfer_time(cm, 0, P - 1, plan_embedding_params(m, cfg).dense * o->grad_reduce_bytes);
-    double hidden = o->dp_overlap * (1.0 - 1.0 / buckets) * pc->bwd_total;
+    if (m->tie_word_embeddings && S > 1 && (s == 0 || s == S - 1)) {
+      double tied = 2 * plan_pp_transfer_time(cm, 0, P - 1, plan_embedding_params(m, cfg).dense * o->grad_reduce_bytes);
+      full += tied;
+      exposed += tied;
+    }
     sc->grad_reduce_full[s] = full;
-    sc->grad_reduce[s] = fmax(full - hidden, full / buckets);
+    sc->grad_reduce[s] = exposed;
 
     int r = s % P;
     double local = cfg->distributed_optimizer ? params.dense / d_dense + params.expert / d_expert
@@ -193,19 +235,18 @@ int plan_result_copy(PlanResult *dst, const PlanResult *src) {
   return ERR_OK;
 }
 
-static int is_useful(PlanComponent c) {
-  return c == PLAN_COMP_ATTN_GEMM || c == PLAN_COMP_ATTN_CORE || c == PLAN_COMP_MLP_GEMM ||
-         c == PLAN_COMP_EXPERT_GEMM || c == PLAN_COMP_LM_HEAD || c == PLAN_COMP_EMBEDDING;
-}
-
+/* The largest part of the critical rank's step, whatever it is: the GEMMs
+ * count as much as communication or bubbles, so "expert GEMM 71%" says the
+ * step is compute-bound on the experts. Ties go to the earlier component. */
 const char *plan_result_bottleneck(const PlanResult *r, char *buf, size_t size) {
-  int worst = -1;
-  for (int c = 0; c < PLAN_NUM_COMPONENTS; c++)
-    if (!is_useful((PlanComponent)c) && (worst < 0 || r->breakdown.t[c] > r->breakdown.t[worst])) worst = c;
-  if (worst < 0 || !(r->step_time > 0) || r->breakdown.t[worst] < 0.05 * r->step_time)
-    snprintf(buf, size, "compute");
+  int worst = 0;
+  for (int c = 1; c < PLAN_NUM_COMPONENTS; c++)
+    if (r->breakdown.t[c] > r->breakdown.t[worst]) worst = c;
+  double total = plan_breakdown_total(&r->breakdown);
+  if (!(total > 0) || !(r->breakdown.t[worst] > 0))
+    snprintf(buf, size, "none");
   else
-    snprintf(buf, size, "%s", plan_component_name((PlanComponent)worst));
+    snprintf(buf, size, "%s %.0f%%", plan_component_name((PlanComponent)worst), 100.0 * r->breakdown.t[worst] / total);
   return buf;
 }
 

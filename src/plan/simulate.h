@@ -13,8 +13,10 @@
  *   RECV_*        free (posted on the p2p stream; its data arrives on the edge)
  *   GRAD_REDUCE   the chunk's gradients: dense over DP x CP, experts over EDP
  *                 (reduce-scatter with the distributed optimizer, else
- *                 all-reduce), less the part whose buckets reduce during the
- *                 chunk's last backward (dp_overlap)
+ *                 all-reduce), in buckets priced one by one (buckets.h: each
+ *                 with its own latency, started when backward has produced
+ *                 it, serialised on the link); the part still running after
+ *                 the chunk's last backward
  *   OPTIM         the Adam update streamed through memory (on the shard with
  *                 the distributed optimizer) plus the exposed part of the
  *                 parameter all-gather
@@ -38,6 +40,8 @@ typedef struct PlanStageCosts {
   PlanPassCost *stage;      /* per virtual stage, one micro-batch */
   double *grad_reduce;      /* per stage: priced GRAD_REDUCE (exposed part) */
   double *grad_reduce_full; /* per stage: the whole reduction before overlap */
+  int *buckets;             /* per stage: gradient buckets */
+  double bucket_params;     /* the uniform bucket size priced (elements, as the runtime rounds it) */
   double *optim_compute;    /* per pipeline rank */
   double *optim_comm;       /* per pipeline rank: exposed parameter all-gather */
   double *link_next;        /* per pipeline rank: one message to rank + 1 (wrapping) */
@@ -85,6 +89,9 @@ typedef struct PlanResult {
   long mapping_evaluated;
   int mapping_exhaustive;
   char mapping_method[48];
+  /* The gradient-bucket search's choice (buckets.h), when one was made;
+   * not owned. The plan file records it and train --plan applies it. */
+  const struct PlanBucketChoice *bucket_choice;
 } PlanResult;
 
 int plan_simulate(const ModelConfig *model, const ClusterSpec *cluster, const PlanOptions *opt, const PlanConfig *cfg,
@@ -93,8 +100,10 @@ void plan_result_free(PlanResult *r);
 /* Deep copy (dst owns its arrays). */
 int plan_result_copy(PlanResult *dst, const PlanResult *src);
 
-/* Names the largest overhead (communication, bubble, recompute, ...) when it
- * takes 5% of the step or more, else "compute". */
+/* The bottleneck: the largest component of the critical rank's breakdown
+ * (GEMMs, attention, elementwise work, each exposed communication kind,
+ * the optimizer, bubbles: every row of PlanComponent) with its share of the
+ * step, e.g. "expert GEMM 71%"; "none" for an empty step. */
 const char *plan_result_bottleneck(const PlanResult *r, char *buf, size_t size);
 
 /* Explain mode: where the step goes (components of the critical rank with

@@ -3,7 +3,8 @@
 # (`fivefold calibrate --quick` on 2 ranks), `fivefold plan` for three tiny
 # models (MoE with 8 and 4 experts, dense with tied embeddings) and the
 # demo's model on 2 ranks writes its best plan, and `fivefold train --plan`
-# trains each for 2 steps. A plan made with --runtime any and recomputation
+# trains each for 2 steps with the plan's gradient bucket size (its
+# config.json and banner). A plan made with --runtime any and recomputation
 # is still refused by train, and the default (--runtime fivefold) never
 # emits one; a plan made for another model (same layer counts) is refused
 # naming both.
@@ -41,6 +42,23 @@ for model in moe8 moe4 dense demo; do
   grep -Eq '(selective|full)' "plan-$model.log" && fail "$model: the table ranks recomputation"
   train 2 "planned-$model" "$model" --plan "plan-$model.json" || continue
   [ "$(grep -c '^step ' "planned-$model.log")" -eq 2 ] || fail "planned-$model: expected 2 step lines"
+  # The bucket search's size is what the run used (its config.json), and
+  # with data parallelism the banner shows that size's buckets.
+  $PY - "plan-$model.json" "planned-$model/config.json" "planned-$model.log" <<'PYEOF' || fail "$model: the plan's buckets were not applied"
+import json, re, sys
+plan = json.load(open(sys.argv[1]))
+par = plan["parallel"]
+if par["dp"] * par["cp"] > 1 or par["edp"] > 1:
+    mb = plan["buckets"]["bucket_mb"]
+    used = json.load(open(sys.argv[2]))["parallel"]["bucket_mb"]
+    assert abs(used - mb) <= 1e-6 * mb, (used, mb)
+    line = re.search(r"(\d+) gradient bucket\(s\) of <= ([0-9.]+) MB", open(sys.argv[3]).read())
+    assert line, "no bucket line in the banner"
+    print(f"buckets: plan {mb:.4g} MB, {plan['buckets']['buckets_per_stage']} per stage; run: {line.group(1)} of <= {line.group(2)} MB")
+    assert float(line.group(2)) <= mb * (1 + 1e-3) + 0.01
+else:
+    assert "buckets" not in plan, "a plan without a reduction has no bucket choice"
+PYEOF
 done
 
 # A plan is for one model: another with the same layer and expert counts

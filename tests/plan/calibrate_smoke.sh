@@ -23,6 +23,11 @@ else
 fi
 cat "$WORK/log"
 grep -q '"gemm_efficiency"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency in the spec"; exit 1; }
+# The spec carries the CPU runtime's facts, so the planner prices what runs here by default.
+for fact in '"runtime"' '"device":[[:space:]]*"cpu"' '"dtype":[[:space:]]*"fp32"' '"moe_tp_replicated":[[:space:]]*true' \
+  '"async_progress":[[:space:]]*false' '"device_sync":[[:space:]]*false'; do
+  grep -Eq "$fact" "$WORK/spec.json" || { echo "no $fact in the spec's runtime section"; exit 1; }
+done
 if [ "$NP" = 0 ]; then
   ! grep -q '"collectives"' "$WORK/spec.json" || { echo "one rank must not write collectives"; exit 1; }
   grep -q "links           not measured" "$WORK/log" || { echo "one rank must say the links were not measured"; exit 1; }
@@ -35,6 +40,11 @@ fi
 "$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec.json" --gpus "$GPUS" \
   --seq 256 --global-batch 8 --dtype fp32 --quiet >"$WORK/sim" 2>&1 || { cat "$WORK/sim"; exit 1; }
 grep -q "predicted: step" "$WORK/sim" || { cat "$WORK/sim"; exit 1; }
+# Without --dtype the spec's runtime precision (fp32) is simulated.
+"$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec.json" --gpus "$GPUS" \
+  --seq 256 --global-batch 8 >"$WORK/sim_default" 2>&1 || { cat "$WORK/sim_default"; exit 1; }
+grep -q "global batch 8, fp32" "$WORK/sim_default" || { echo "simulate does not default to the spec's fp32"; exit 1; }
+grep -q "runtime (from " "$WORK/sim_default" || { echo "simulate does not say which runtime facts it used"; exit 1; }
 cat "$WORK/sim"
 if grep -qw avx512_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}${DNNL_MAX_CPU_ISA:-}" ]; then
   grep -q '"gemm_efficiency_bf16"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency_bf16 in the spec"; exit 1; }

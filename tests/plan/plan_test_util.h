@@ -45,6 +45,23 @@ static inline int plan_test_load_cluster(ClusterSpec *c, const char *name) {
   return rc;
 }
 
+/* The 4-layer MoE of bench/plan_accuracy.sh (hidden 256, 4 heads, 4
+ * experts top-2 of width 512, vocabulary 512): small enough that its
+ * gradient reductions and GEMMs are the sizes a CPU run sees. */
+static inline ModelConfig plan_test_tiny_moe(void) {
+  ModelConfig m;
+  model_config_defaults(&m);
+  m.vocab_size = 512;
+  m.hidden_size = 256;
+  m.num_layers = 4;
+  m.num_heads = m.num_kv_heads = 4;
+  m.intermediate_size = m.moe_intermediate_size = 512;
+  m.num_experts = 4;
+  m.top_k = 2;
+  model_config_set_moe_layer_freq(&m, 1);
+  return m;
+}
+
 /* A cluster where only GEMMs and attention take time: links and memory are
  * effectively infinitely fast, latencies and the kernel floor are zero, and
  * GEMMs run at a flat half of peak. */

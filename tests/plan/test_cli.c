@@ -11,12 +11,14 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cmd_plan.c"
+#include "plan/calibrate_fit.h"
 #include "plan/plan_file.h"
 #include "plan_test_util.h"
 
@@ -100,7 +102,8 @@ static void test_help_lists_every_option(void **state) {
                                     "--dispatcher", "--moe-tp-replicated"};
   static const char *const plan[] = {"--top", "--out", "--explain", "--mbs-list", "--recompute-list", "--max-tp",
                                      "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp", "--no-folding",
-                                     "--no-distributed-optimizer", "--distributed-optimizer", "--runtime"};
+                                     "--no-distributed-optimizer", "--distributed-optimizer", "--runtime",
+                                     "--moe-tp-replicated", "--no-moe-tp-replicated"};
   char path[] = "/tmp/fivefold_plan_help_XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
@@ -148,9 +151,6 @@ static void test_bad_usage(void **state) {
                    2);
   assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16",
                        "--seq", "4096", "--global-batch", "64", "--param-gather-overlap", "1.5"),
-                   2);
-  assert_int_equal(RUN(cmd_plan, "plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq",
-                       "4096", "--global-batch", "64", "--moe-tp-replicated"),
                    2);
   assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16",
                        "--seq", "4096", "--global-batch", "64", "--tp", "2", "--ep", "2", "--dispatcher", "allgather",
@@ -281,6 +281,24 @@ static void test_plan_writes_plan_json(void **state) {
   cJSON *pred = cJSON_GetObjectItem(j, "prediction");
   assert_true(cJSON_GetObjectItem(pred, "mfu")->valuedouble > 0.1);
   assert_true(cJSON_GetObjectItem(pred, "peak_memory_GiB")->valuedouble <= 80.0);
+  /* The bucket search's size, which train --plan applies, and the
+   * prediction made with it. */
+  cJSON *buckets = cJSON_GetObjectItem(j, "buckets");
+  if (dp * cp > 1) {
+    assert_non_null(buckets);
+    double mb = cJSON_GetObjectItem(buckets, "bucket_mb")->valuedouble;
+    assert_true(mb > 0);
+    assert_true(cJSON_GetObjectItem(buckets, "step_time_s")->valuedouble <=
+                cJSON_GetObjectItem(buckets, "default_step_time_s")->valuedouble);
+    assert_true(fabs(cJSON_GetObjectItem(buckets, "step_time_s")->valuedouble -
+                     cJSON_GetObjectItem(pred, "step_time_s")->valuedouble) <=
+                1e-9 * cJSON_GetObjectItem(pred, "step_time_s")->valuedouble);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(buckets, "buckets_per_stage")), n);
+    PlanChoice pc;
+    Error err = {0, ""};
+    assert_int_equal(plan_file_read(out, &pc, &err), 0);
+    assert_true(fabs(pc.bucket_mb - mb) <= 1e-9 * mb);
+  }
   cJSON_Delete(j);
   remove(out);
 }
@@ -412,6 +430,63 @@ static void test_run_config_and_names(void **state) {
   rmdir(dir);
 }
 
+/* A spec from calibrate carries the runtime's facts: plan and simulate say
+ * so and price fp32 with the MoE replicated over TP unless told otherwise;
+ * plan takes --moe-tp-replicated and its negation. */
+static void test_calibrated_spec_defaults(void **state) {
+  (void)state;
+  char dir[] = "/tmp/fivefold_plan_cli_facts_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char spec_path[4200], model[4200], log[4200];
+  snprintf(spec_path, sizeof spec_path, "%s/local.json", dir);
+  snprintf(model, sizeof model, "%s/tiny.json", dir);
+  snprintf(log, sizeof log, "%s/out.txt", dir);
+  ClusterSpec spec;
+  calib_spec_local_default(&spec, 2);
+  calib_runtime_facts_cpu(&spec.runtime, "testhost");
+  Error err = {0, ""};
+  assert_int_equal(calib_spec_write(&spec, "test", spec_path, &err), 0);
+  FILE *f = fopen(model, "w");
+  assert_non_null(f);
+  fputs("{\"model_type\": \"fivefold\", \"vocab_size\": 512, \"hidden_size\": 256, \"num_hidden_layers\": 4, "
+        "\"num_attention_heads\": 4, \"intermediate_size\": 512, \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+        "\"moe_intermediate_size\": 512}",
+        f);
+  fclose(f);
+  char *plan_argv[] = {"plan", "--model", model, "--cluster", spec_path, "--gpus", "2", "--seq", "128",
+                       "--global-batch", "8", "--top", "3", "--mbs-list", "4"};
+  assert_int_equal(run_to_file(cmd_plan, log, (int)(sizeof plan_argv / sizeof *plan_argv), plan_argv), 0);
+  char *text = read_all(log);
+  assert_has(text, "runtime (from local,");
+  assert_has(text, "cpu runtime on testhost: fp32, MoE replicated on every TP rank, no asynchronous progress");
+  assert_has(text, "global batch 8, fp32, for the fivefold runtime");
+  assert_has(text, "--dtype fp32");
+  char *sim_argv[] = {"simulate", "--model", model, "--cluster", spec_path, "--gpus", "2", "--seq", "128",
+                      "--global-batch", "8", "--mbs", "4", "--tp", "2"};
+  assert_int_equal(run_to_file(cmd_simulate, log, (int)(sizeof sim_argv / sizeof *sim_argv), sim_argv), 0);
+  text = read_all(log);
+  assert_has(text, "runtime (from local,");
+  assert_has(text, "global batch 8, fp32");
+  /* Flags win over the facts. */
+  char *flag_argv[] = {"plan", "--model", model, "--cluster", spec_path, "--gpus", "2", "--seq", "128",
+                       "--global-batch", "8", "--top", "3", "--mbs-list", "4", "--dtype", "bf16",
+                       "--no-moe-tp-replicated"};
+  assert_int_equal(run_to_file(cmd_plan, log, (int)(sizeof flag_argv / sizeof *flag_argv), flag_argv), 0);
+  text = read_all(log);
+  assert_has(text, "global batch 8, bf16, for the fivefold runtime");
+  /* The shipped GPU spec has no facts: no runtime line; plan takes the flag. */
+  char *gpu_argv[] = {"plan", "--model", model, "--cluster", "dgx-h100", "--gpus", "2", "--seq", "128",
+                      "--global-batch", "8", "--top", "3", "--mbs-list", "4", "--moe-tp-replicated"};
+  assert_int_equal(run_to_file(cmd_plan, log, (int)(sizeof gpu_argv / sizeof *gpu_argv), gpu_argv), 0);
+  text = read_all(log);
+  assert_null(strstr(text, "runtime (from"));
+  assert_has(text, "global batch 8, bf16, for the fivefold runtime");
+  remove(spec_path);
+  remove(model);
+  remove(log);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_lists_every_option),
@@ -421,6 +496,7 @@ int main(void) {
       cmocka_unit_test(test_plan_writes_plan_json),
       cmocka_unit_test(test_plan_mapping_refinement_replication),
       cmocka_unit_test(test_run_config_and_names),
+      cmocka_unit_test(test_calibrated_spec_defaults),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

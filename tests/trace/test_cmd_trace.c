@@ -164,6 +164,17 @@ static void test_compare_ready(void **state) {
   remove(json);
 }
 
+/* Writes root as JSON to path. */
+static void write_json(const char *path, const cJSON *root) {
+  char *text = cJSON_Print(root);
+  assert_non_null(text);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  cJSON_free(text);
+}
+
 /* Adds otherData.model (a tiny Llama) and a training section to the trace
  * at path, so `trace compare` takes the planner's path. */
 static void add_model(const char *path) {
@@ -183,12 +194,7 @@ static void add_model(const char *path) {
   cJSON *training = cJSON_AddObjectToObject(config, "training");
   cJSON_AddNumberToObject(training, "seq_len", 64);
   cJSON_AddNumberToObject(training, "micro_batch_size", 1);
-  char *out = cJSON_Print(root);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(out, f);
-  fclose(f);
-  cJSON_free(out);
+  write_json(path, root);
   cJSON_Delete(root);
 }
 
@@ -225,7 +231,59 @@ static void test_compare(void **state) {
   assert_non_null(strstr(out, "planner's simulator"));
   assert_non_null(strstr(out, "\n  FWD "));
   assert_non_null(strstr(out, "\n  RECV_ACT "));
+  /* dgx-h100 was not calibrated where the trace ran: a warning, no errors. */
+  assert_non_null(strstr(out, "warning: the trace was recorded by fivefold's CPU runtime"));
+  assert_non_null(strstr(out, "was not calibrated on it"));
+  const char *it = strstr(out, "\n  iteration ");
+  assert_non_null(it);
+  const char *eol = strchr(it + 1, '\n');
+  assert_non_null(eol);
+  assert_non_null(strstr(it, " n/a"));
+  assert_true(strstr(it, " n/a") < eol);
   free(out);
+  /* The same spec with a calibrated machine's runtime facts: no warning,
+   * errors in per cent, and the facts priced (fp32). */
+  char spec_path[160], spec_src[4200];
+  snprintf(spec_path, sizeof spec_path, "%s_spec.json", tmp);
+  snprintf(here, sizeof here, "%s", __FILE__);
+  snprintf(spec_src, sizeof spec_src, "%s/../../configs/clusters/dgx-h100.json", dirname(here));
+  char *text = read_text(spec_src);
+  assert_non_null(text);
+  cJSON *spec = cJSON_Parse(text);
+  free(text);
+  cJSON *rt = cJSON_AddObjectToObject(spec, "runtime");
+  cJSON_AddStringToObject(rt, "device", "cpu");
+  write_json(spec_path, spec);
+  snprintf(cluster, sizeof cluster, "compare %%s.json --cluster %s", spec_path);
+  assert_int_equal(run(cluster, &out), 0);
+  assert_null(strstr(out, "warning:"));
+  assert_non_null(strstr(out, "fp32"));
+  assert_non_null(strstr(out, "the spec's runtime facts: cpu runtime"));
+  it = strstr(out, "\n  iteration ");
+  assert_non_null(it);
+  eol = strchr(it + 1, '\n');
+  const char *pct = strchr(it, '%');
+  assert_true(pct && pct < eol);
+  free(out);
+  /* Calibrated on another host than the trace's: a warning naming both. */
+  cJSON_AddStringToObject(rt, "host", "calibrated-host");
+  write_json(spec_path, spec);
+  cJSON_Delete(spec);
+  text = read_text(json);
+  cJSON *root = cJSON_Parse(text);
+  free(text);
+  cJSON *ranks = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "otherData"), "ranks");
+  cJSON *r0 = cJSON_GetArrayItem(ranks, 0);
+  assert_non_null(r0);
+  cJSON_DeleteItemFromObject(r0, "host");
+  cJSON_AddStringToObject(r0, "host", "traced-host");
+  write_json(json, root);
+  cJSON_Delete(root);
+  assert_int_equal(run(cluster, &out), 0);
+  assert_non_null(strstr(out, "warning: the trace was recorded on host traced-host"));
+  assert_non_null(strstr(out, "calibrated on host calibrated-host"));
+  free(out);
+  remove(spec_path);
   remove(json);
 }
 

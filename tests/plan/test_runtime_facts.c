@@ -1,0 +1,192 @@
+/* The runtime as it is, by default: a spec written by calibrate carries
+ * the CPU runtime's facts (precision, MoE replicated over TP, no
+ * asynchronous progress, no device sync, its buckets), they load back
+ * field for field, the planner's options default from them while explicit
+ * flags win, a TP run priced from the facts alone equals one priced with
+ * every flag spelled out, and the bottleneck names the largest part of the
+ * step, GEMMs included. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/calibrate_fit.h"
+#include "plan/simulate.h"
+#include "plan_test_util.h"
+
+/* A calibrated-looking spec: the local default with the CPU runtime's facts. */
+static void calibrated_spec(ClusterSpec *s, int devices) {
+  calib_spec_local_default(s, devices);
+  calib_runtime_facts_cpu(&s->runtime, "testhost");
+  /* GEMMs at a flat half of peak, as a CPU's are over these sizes. */
+  s->gemm_efficiency.n = 1;
+  s->gemm_efficiency.x[0] = 1e6;
+  s->gemm_efficiency.y[0] = 0.5;
+}
+
+static void test_facts_round_trip(void **state) {
+  (void)state;
+  ClusterSpec s, back;
+  calibrated_spec(&s, 2);
+  cJSON *json = calib_spec_to_json(&s, "test");
+  assert_non_null(json);
+  Error err = {0, ""};
+  assert_int_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
+  const PlanRuntimeFacts *a = &s.runtime, *b = &back.runtime;
+  assert_true(b->given);
+  assert_string_equal(b->device, "cpu");
+  assert_string_equal(b->host, "testhost");
+  assert_int_equal(b->dtype, PLAN_DTYPE_FP32);
+  assert_int_equal(b->moe_tp_replicated, 1);
+  assert_int_equal(b->async_progress, 0);
+  assert_int_equal(b->device_sync, 0);
+  assert_true(fabs(b->dropless_sync - a->dropless_sync) < 1e-12);
+  assert_true(fabs(b->bucket_bytes - 25.0 * 1024 * 1024) < 1);
+  assert_true(fabs(b->bucket_max_share - 0.25) < 1e-12);
+  /* A wrong field is named with what was expected. */
+  cJSON *rt = cJSON_GetObjectItem(json, "runtime");
+  cJSON_ReplaceItemInObject(rt, "async_progress", cJSON_CreateNumber(3));
+  assert_int_not_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
+  assert_non_null(strstr(err.msg, "spec.json"));
+  assert_non_null(strstr(err.msg, "runtime.async_progress"));
+  assert_non_null(strstr(err.msg, "true or false"));
+  cJSON_ReplaceItemInObject(rt, "async_progress", cJSON_CreateFalse());
+  cJSON_AddNumberToObject(rt, "progress_thread", 1);
+  assert_int_not_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
+  assert_non_null(strstr(err.msg, "runtime.progress_thread"));
+  cJSON_Delete(json);
+  /* The shipped GPU specs have none. */
+  ClusterSpec h100;
+  assert_int_equal(plan_test_load_cluster(&h100, "dgx-h100"), 0);
+  assert_false(h100.runtime.given);
+  cluster_spec_free(&h100);
+}
+
+static void test_options_default_from_facts(void **state) {
+  (void)state;
+  ClusterSpec s;
+  calibrated_spec(&s, 2);
+  PlanOptions o;
+  plan_options_default(&o);
+  PlanDtype dtype = PLAN_DTYPE_BF16;
+  plan_options_from_runtime(&s.runtime, 0, &o, &dtype);
+  assert_int_equal(dtype, PLAN_DTYPE_FP32);
+  assert_int_equal(o.moe_tp_replicated, 1);
+  assert_true(o.dp_overlap == 0 && o.param_gather_overlap == 0);
+  assert_true(o.dropless_sync == 0);
+  assert_true(fabs(o.bucket_params - 25.0 * 1024 * 1024 / 4) < 1);
+  assert_true(o.bucket_max_share == 0.25);
+  /* Flags given on the command line win. */
+  plan_options_default(&o);
+  o.dp_overlap = 0.5;
+  o.moe_tp_replicated = 0;
+  dtype = PLAN_DTYPE_BF16;
+  plan_options_from_runtime(&s.runtime, PLAN_GIVEN_DP_OVERLAP | PLAN_GIVEN_MOE_TP | PLAN_GIVEN_DTYPE, &o, &dtype);
+  assert_int_equal(dtype, PLAN_DTYPE_BF16);
+  assert_true(o.dp_overlap == 0.5);
+  assert_int_equal(o.moe_tp_replicated, 0);
+  assert_true(o.param_gather_overlap == 0);
+  /* No facts: nothing changes. */
+  PlanOptions d, e;
+  plan_options_default(&d);
+  e = d;
+  PlanRuntimeFacts none;
+  memset(&none, 0, sizeof none);
+  plan_options_from_runtime(&none, 0, &e, &dtype);
+  assert_memory_equal(&d, &e, sizeof d);
+}
+
+static double simulate_step(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *o, PlanDtype dtype,
+                            int tp, int dp) {
+  PlanConfig cfg;
+  plan_config_init(&cfg, 128, 4 * dp, 4);
+  cfg.par.tp = tp;
+  cfg.par.dp = dp;
+  cfg.dtype = dtype;
+  Error err = {0, ""};
+  PlanResult r;
+  int rc = plan_config_finish(&cfg, m, cl, tp * dp, &err);
+  if (!rc) rc = plan_simulate(m, cl, o, &cfg, NULL, NULL, &r, &err);
+  if (rc) print_error("%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  double t = r.step_time;
+  if (getenv("FACTS_DEBUG")) plan_result_explain(&r, m, stdout);
+  plan_result_free(&r);
+  return t;
+}
+
+/* TP2 on the calibrated spec: the facts alone price the run as the
+ * replicated-MoE fp32 runtime, exactly as the flags spelled out do, and
+ * unlike the GPU defaults (MoE split over TP ranks, bf16). */
+static void test_tp_priced_as_the_runtime_runs(void **state) {
+  (void)state;
+  ModelConfig m = plan_test_tiny_moe();
+  ClusterSpec s;
+  calibrated_spec(&s, 2);
+  PlanOptions facts, spelled, megatron;
+  plan_options_default(&facts);
+  PlanDtype dtype = PLAN_DTYPE_BF16;
+  plan_options_from_runtime(&s.runtime, 0, &facts, &dtype);
+  plan_options_default(&spelled);
+  spelled.moe_tp_replicated = 1;
+  spelled.dp_overlap = spelled.param_gather_overlap = 0;
+  spelled.dropless_sync = 0;
+  spelled.bucket_params = 25.0 * 1024 * 1024 / 4;
+  spelled.bucket_max_share = 0.25;
+  plan_options_default(&megatron);
+  double by_facts = simulate_step(&m, &s, &facts, dtype, 2, 1);
+  double by_flags = simulate_step(&m, &s, &spelled, PLAN_DTYPE_FP32, 2, 1);
+  double by_default = simulate_step(&m, &s, &megatron, PLAN_DTYPE_BF16, 2, 1);
+  print_message("TP2: facts %.4f s, flags %.4f s, GPU defaults %.4f s\n", by_facts, by_flags, by_default);
+  assert_true(fabs(by_facts - by_flags) <= 1e-12 * by_flags);
+  assert_true(by_facts > 1.2 * by_default); /* the replicated MoE does the one-rank expert work */
+  /* DP2: no asynchronous progress leaves the whole reduction exposed. */
+  double dp_facts = simulate_step(&m, &s, &facts, dtype, 1, 2);
+  PlanOptions overlapped = facts;
+  overlapped.dp_overlap = 1;
+  assert_true(dp_facts > simulate_step(&m, &s, &overlapped, dtype, 1, 2));
+}
+
+/* The bottleneck is the largest component, GEMMs included: on a cluster
+ * where only GEMMs and attention take time, Mixtral's expert GEMMs. */
+static void test_bottleneck_names_the_largest_part(void **state) {
+  (void)state;
+  ModelConfig m;
+  assert_int_equal(plan_test_load_model(&m, "mixtral-8x7b"), 0);
+  ClusterSpec free_cl;
+  plan_test_free_cluster(&free_cl, 1, 8);
+  PlanOptions o;
+  plan_options_default(&o);
+  PlanConfig cfg;
+  plan_config_init(&cfg, 4096, 8, 1);
+  cfg.par.ep = 8;
+  cfg.par.dp = 0;
+  Error err = {0, ""};
+  PlanResult r;
+  assert_int_equal(plan_config_finish(&cfg, &m, &free_cl, 8, &err), 0);
+  assert_int_equal(plan_simulate(&m, &free_cl, &o, &cfg, NULL, NULL, &r, &err), 0);
+  int largest = 0;
+  for (int c = 1; c < PLAN_NUM_COMPONENTS; c++)
+    if (r.breakdown.t[c] > r.breakdown.t[largest]) largest = c;
+  assert_int_equal(largest, PLAN_COMP_EXPERT_GEMM);
+  char want[64];
+  snprintf(want, sizeof want, "expert GEMM %.0f%%",
+           100.0 * r.breakdown.t[largest] / plan_breakdown_total(&r.breakdown));
+  assert_string_equal(r.bottleneck, want);
+  plan_result_free(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_facts_round_trip),
+      cmocka_unit_test(test_options_default_from_facts),
+      cmocka_unit_test(test_tp_priced_as_the_runtime_runs),
+      cmocka_unit_test(test_bottleneck_names_the_largest_part),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
