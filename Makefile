@@ -20,7 +20,9 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # Release tests, then the sanitizer build of the unit tests (the long
-# end-to-end tests carry the "slow" label and run only in the Release pass),
+# end-to-end tests carry the "slow" label, and multi-rank tests whose paths
+# another sanitizer-pass test covers the "release_only" label: both run only
+# in the Release pass),
 # then scripts/test_summary.sh: every skipped test and unregistered layer
 # with its reason; with CI=true a skip for a missing dependency fails.
 test: build
@@ -42,7 +44,7 @@ test-asan-run:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFIVEFOLD_SANITIZE=ON > /dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@(cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j $(JOBS) -LE slow) 2>&1 | tee $(ASAN_BUILD)/ctest.log; exit $${PIPESTATUS[0]}
+		ctest --output-on-failure -j $(JOBS) -LE "slow|release_only") 2>&1 | tee $(ASAN_BUILD)/ctest.log; exit $${PIPESTATUS[0]}
 
 # Time-bounded fuzzing of every file reader (FIVEFOLD_FUZZ_SECONDS per
 # harness, 60 by default): a search for new bugs, so not part of `make test`,
