@@ -546,6 +546,10 @@ void gan_init_weights(Network *net, uint64_t seed) {
   for (int i = 0; i < g->critic.num_layers; i++) g->critic.layers[i].ops->init(&g->critic.layers[i], seed, (uint64_t)i);
   for (int i = 0; i < g->gen.num_layers; i++)
     g->gen.layers[i].ops->init(&g->gen.layers[i], seed, (uint64_t)(GAN_MAX_LAYERS + i));
+  /* The last convolution (before the tanh) starts at zero: the generator
+   * starts as the identity, out = blurred, and learns the residual. */
+  Layer *last = &g->gen.layers[g->gen.num_layers - 2];
+  for (int t = 0; t < last->num_params; t++) memset(last->param[t], 0, last->params[t].numel * sizeof(float));
 }
 
 int gan_generate(Network *net, const float *blurred, int n, float *out, Error *err) {

@@ -14,8 +14,9 @@
  * IN + ReLU; `blocks` residual blocks x + IN(conv3(ReLU(IN(conv3(x)))));
  * as many 3x3 stride-2 transposed convs halving the width, + IN + ReLU;
  * conv 7x7 to the channels and tanh. The output is the blurred input plus
- * that residual (the global skip): out = blurred + tanh(...), so the
- * network starts near the identity. Heights and widths must be multiples
+ * that residual (the global skip): out = blurred + tanh(...); the last
+ * conv starts at zero (gan_init_weights), so the network starts as the
+ * identity. Heights and widths must be multiples
  * of 2^downsamples (`fivefold deblur` pads an image to them).
  *
  * Critic (group GAN_GROUP_CRITIC = 0, first, so that a step runs the critic
@@ -92,7 +93,8 @@ int gan_stride(const GanConfig *cfg);
 /* net gets both networks' table and zeroed buffers, for images of
  * height x width and micro-batches of at most max_batch pairs. */
 int gan_create(Network *net, const GanConfig *cfg, int height, int width, int max_batch, Error *err);
-/* Every layer's own initialisation from the seed. */
+/* Every layer's own initialisation from the seed, then the generator's
+ * last convolution zeroed. */
 void gan_init_weights(Network *net, uint64_t seed);
 /* out[n, c, h, w] = the generator's output on blurred, clamped to 0..1
  * (an evaluation forward: keeps nothing for backward). */
