@@ -58,10 +58,13 @@ static int chain_add(Chain *c, const char *spec, int skip_from, Error *err) {
   return 0;
 }
 
-static int add_conv(Chain *c, int out_channels, int kernel, int stride, int padding, Error *err) {
-  char spec[160];
-  snprintf(spec, sizeof spec, "{\"type\":\"conv2d\",\"out_channels\":%d,\"kernel\":%d,\"stride\":%d,\"padding\":%d}",
-           out_channels, kernel, stride, padding);
+/* A conv that an instance norm follows has no bias: the norm subtracts it
+ * again, and its gradient, zero but for rounding, would be AdamW-scaled
+ * noise. */
+static int add_conv(Chain *c, int out_channels, int kernel, int stride, int padding, int bias, Error *err) {
+  char spec[192];
+  snprintf(spec, sizeof spec, "{\"type\":\"conv2d\",\"out_channels\":%d,\"kernel\":%d,\"stride\":%d,\"padding\":%d,"
+           "\"bias\":%s}", out_channels, kernel, stride, padding, bias ? "true" : "false");
   return chain_add(c, spec, -1, err);
 }
 
@@ -134,33 +137,33 @@ static double chain_mults(const Chain *c) {
 
 static int build_generator(Chain *c, const GanConfig *cfg, Error *err) {
   static const char *const NORM = "{\"type\":\"instance_norm\"}", *const RELU = "{\"type\":\"relu\"}";
-  int f = cfg->gen_filters, rc = add_conv(c, f, 7, 1, 3, err);
+  int f = cfg->gen_filters, rc = add_conv(c, f, 7, 1, 3, 0, err);
   if (!rc) rc = add_simple(c, NORM, err);
   if (!rc) rc = add_simple(c, RELU, err);
   for (int d = 0; d < cfg->gen_downsamples && !rc; d++) {
     f *= 2;
-    rc = add_conv(c, f, 3, 2, 1, err);
+    rc = add_conv(c, f, 3, 2, 1, 0, err);
     if (!rc) rc = add_simple(c, NORM, err);
     if (!rc) rc = add_simple(c, RELU, err);
   }
   for (int b = 0; b < cfg->gen_blocks && !rc; b++) {
     int block_input = c->num_layers - 1;
-    rc = add_conv(c, f, 3, 1, 1, err);
+    rc = add_conv(c, f, 3, 1, 1, 0, err);
     if (!rc) rc = add_simple(c, NORM, err);
     if (!rc) rc = add_simple(c, RELU, err);
-    if (!rc) rc = add_conv(c, f, 3, 1, 1, err);
+    if (!rc) rc = add_conv(c, f, 3, 1, 1, 0, err);
     if (!rc) rc = chain_add(c, NORM, block_input, err);
   }
   for (int d = 0; d < cfg->gen_downsamples && !rc; d++) {
     f /= 2;
     char spec[160];
     snprintf(spec, sizeof spec, "{\"type\":\"conv_transpose2d\",\"out_channels\":%d,\"kernel\":3,\"stride\":2,"
-             "\"padding\":1,\"output_padding\":1}", f);
+             "\"padding\":1,\"output_padding\":1,\"bias\":false}", f);
     rc = add_simple(c, spec, err);
     if (!rc) rc = add_simple(c, NORM, err);
     if (!rc) rc = add_simple(c, RELU, err);
   }
-  if (!rc) rc = add_conv(c, cfg->channels, 7, 1, 3, err);
+  if (!rc) rc = add_conv(c, cfg->channels, 7, 1, 3, 1, err);
   if (!rc) rc = add_simple(c, "{\"type\":\"tanh\"}", err);
   return rc;
 }
@@ -169,15 +172,15 @@ static int build_critic(Chain *c, const GanConfig *cfg, Error *err) {
   static const char *const NORM = "{\"type\":\"instance_norm\"}",
                            *const LEAKY = "{\"type\":\"leaky_relu\",\"slope\":0.2}";
   int f = cfg->critic_filters, mult = 1;
-  int rc = add_conv(c, f, 4, 2, 2, err);
+  int rc = add_conv(c, f, 4, 2, 2, 1, err);
   if (!rc) rc = add_simple(c, LEAKY, err);
   for (int n = 1; n <= cfg->critic_layers && !rc; n++) {
     mult = (1 << n) < 8 ? (1 << n) : 8;
-    rc = add_conv(c, f * mult, 4, n < cfg->critic_layers ? 2 : 1, 2, err);
+    rc = add_conv(c, f * mult, 4, n < cfg->critic_layers ? 2 : 1, 2, 0, err);
     if (!rc) rc = add_simple(c, NORM, err);
     if (!rc) rc = add_simple(c, LEAKY, err);
   }
-  if (!rc) rc = add_conv(c, 1, 4, 1, 2, err);
+  if (!rc) rc = add_conv(c, 1, 4, 1, 2, 1, err);
   return rc;
 }
 

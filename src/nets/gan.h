@@ -53,6 +53,10 @@
  * step's two measurements (g_adv and d_loss before and after the critic's
  * update). Unit: image.
  *
+ * Convolutions that an instance norm follows have no bias (the norm
+ * removes it); the others (the critic's first and last, the generator's
+ * last) have one.
+ *
  * Parameters: "critic.layers.<i>.<suffix>" then
  * "generator.layers.<i>.<suffix>", i the index in the network's own layer
  * list (residual blocks are five consecutive layers). */
