@@ -8,7 +8,8 @@
 # bit where it did; 2 data-parallel ranks, 2 with ZeRO-1 (per parameter
 # group) and a resumed ZeRO-1 run train the same networks as one rank
 # (net_runs.sh); --trace records the run; a bad field and a missing image
-# directory are refused with the file and field named.
+# directory are refused with the file and field named; `fivefold deblur`
+# of a 20 x 20 PGM writes a 20 x 20 PGM.
 # Usage: gan_train_test.sh path/to/fivefold path/to/mpiexec
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -55,6 +56,29 @@ for path in sys.argv[1:]:
         sys.exit(f"{path}: no critic or no generator tensors")
 PY
 
+# fivefold deblur on an image of another size (20 x 20, not a multiple of the stride 4), PGM in and
+# out: it writes an image of the same size; six steps promise no gain, only that the output's PSNR
+# stays within 3 dB of the blurred input's (the generator starts as the identity).
+"$FIVEFOLD" images --out faces20 --lfw --size 20 >>images.log 2>&1 || fail "fivefold images --size 20"
+sharp20=$(ls faces20/test/*.png | head -1)
+"$FIVEFOLD" blur --input "$sharp20" --out blurred20.pgm --kernel-size 5 --seed 3 >blur.log 2>&1 || fail "fivefold blur"
+if "$FIVEFOLD" deblur --checkpoint one --input blurred20.pgm --out deblurred20.pgm --reference "$sharp20" \
+  >deblur.log 2>&1; then
+  [ "$(head -c 9 deblurred20.pgm | tr '\n' ' ')" = "P5 20 20 " ] || fail "deblur did not write a 20 x 20 PGM"
+  grep -q "padded to 20 x 20\|padded to 24 x 24" deblur.log || fail "deblur did not pad to the stride"
+  $PY - deblur.log <<'PY' || fail "deblur lowered the PSNR by more than 3 dB"
+import re, sys
+m = re.search(r"input PSNR ([0-9.]+) dB .* output PSNR ([0-9.]+) dB", open(sys.argv[1]).read())
+print("deblur PSNR: input", m.group(1), "output", m.group(2))
+sys.exit(0 if m and float(m.group(2)) > float(m.group(1)) - 3 else 1)
+PY
+else
+  cat deblur.log; fail "fivefold deblur"
+fi
+"$FIVEFOLD" deblur --checkpoint one --input no-such.png --out x.png >deblur-bad.log 2>&1 &&
+  fail "deblur of a missing image was accepted"
+grep -q "no-such.png" deblur-bad.log || fail "deblur's error does not name the missing image"
+
 # Resume from step 3 (bit for bit), DP2, ZeRO-1 and a resumed ZeRO-1 run against one rank (net_runs.sh).
 resume_and_replicas gan
 
@@ -69,7 +93,6 @@ gan_json run-badfield.json "$WORK/faces" '"filters": 0'
 refused0 badfield "run-badfield.json: model.generator.filters: expected an integer in 1..512"
 gan_json run-nodata.json "$WORK/no-such-dir" '"filters": 4'
 refused0 nodata "run-nodata.json: data.dir: .*no-such-dir/manifest.json"
-"$FIVEFOLD" images --out faces20 --lfw --size 20 >>images.log 2>&1 || fail "fivefold images --size 20"
 gan_json run-badsize.json "$WORK/faces20" '"filters": 4, "downsamples": 3'
 refused0 badsize "run-badsize.json: model: the images of .*faces20: gan: images of 20 x 20, expected sides that are multiples of 8"
 finish gan_train_test
