@@ -13,6 +13,7 @@
 #include "kern/image_metrics.h"
 #include "nets/layer.h"
 #include "nets/layer_spec.h"
+#include "nets/layer_util.h"
 
 #define GAN_MAX_LAYERS 200
 #define GAN_PSNR_CAP 100.0
@@ -451,20 +452,11 @@ static const NetworkOps GAN_OPS = {.family = "gan",
                                    .begin_phase = gan_begin_phase,
                                    .free = gan_free};
 
-static size_t chain_values(const Chain *c, int *tensors) {
-  size_t values = 0;
-  for (int i = 0; i < c->num_layers; i++) {
-    *tensors += c->layers[i].num_params;
-    for (int t = 0; t < c->layers[i].num_params; t++) values += c->layers[i].params[t].numel;
-  }
-  return values;
-}
-
 /* The table: the critic's tensors (group 0), then the generator's (group 1). */
 static int lay_out_params(Network *net, Gan *g) {
   int tensors = 0;
-  g->critic_values = chain_values(&g->critic, &tensors);
-  size_t values = g->critic_values + chain_values(&g->gen, &tensors);
+  g->critic_values = layer_param_floats(g->critic.layers, g->critic.num_layers, &tensors);
+  size_t values = g->critic_values + layer_param_floats(g->gen.layers, g->gen.num_layers, &tensors);
   net->num_tensors = tensors;
   net->num_values = values;
   net->params = calloc((size_t)tensors, sizeof *net->params);
@@ -479,21 +471,11 @@ static int lay_out_params(Network *net, Gan *g) {
     for (int i = 0, own = 0; i < c->num_layers; i++) {
       Layer *l = &c->layers[i];
       for (int t = 0; t < l->num_params; t++, k++, own++) {
-        const LayerParamSpec *s = &l->params[t];
-        NetParam *p = &net->params[k];
         snprintf(g->names[which][own], NAME_MAX_LEN, "%s.layers.%d.%s",
-                 which == GAN_GROUP_CRITIC ? "critic" : "generator", i, s->suffix);
-        p->name = g->names[which][own];
-        p->ndim = s->ndim;
-        for (int d = 0; d < s->ndim; d++) p->shape[d] = s->shape[d];
-        p->offset = offset;
-        p->numel = s->numel;
-        p->reduce = NET_REDUCE_DENSE;
-        p->no_weight_decay = s->no_weight_decay;
-        p->param_group = which;
-        l->param[t] = net->values + offset;
-        l->grad[t] = net->grads + offset;
-        offset += s->numel;
+                 which == GAN_GROUP_CRITIC ? "critic" : "generator", i, l->params[t].suffix);
+        layer_bind_param(l, t, &net->params[k], g->names[which][own], net->values, net->grads, offset);
+        net->params[k].param_group = which;
+        offset += l->params[t].numel;
       }
     }
   }

@@ -39,36 +39,40 @@ static int read_int(const cJSON *v, const char *field, int lo, int hi, int *out,
 }
 
 int gan_data_config_from_json(GanDataConfig *cfg, const cJSON *obj, const char *origin, Error *err) {
+  static const char *const FIELDS[] = {"dir", "kernel_size", "noise_sigma", "blur_seed", "max_train_images",
+                                       "max_val_images"};
   if (!cJSON_IsObject(obj)) return bad(err, origin, "", "an object", obj);
-  int rc = 0;
-  for (const cJSON *f = obj->child; f && !rc; f = f->next) {
-    const char *k = f->string;
-    if (!strcmp(k, "dir")) {
-      if (!cJSON_IsString(f) || !f->valuestring[0] || strlen(f->valuestring) >= sizeof cfg->dir)
-        rc = bad(err, origin, k, "the path of an image-set directory (fivefold images --out)", f);
-      else snprintf(cfg->dir, sizeof cfg->dir, "%s", f->valuestring);
-    } else if (!strcmp(k, "kernel_size")) {
-      rc = read_int(f, k, 3, MOTION_BLUR_MAX_KERNEL, &cfg->kernel_size, origin, err);
-      if (!rc && cfg->kernel_size % 2 == 0) rc = bad(err, origin, k, "an odd kernel size", f);
-    } else if (!strcmp(k, "noise_sigma")) {
-      if (!cJSON_IsNumber(f) || !(f->valuedouble >= 0 && f->valuedouble <= 1)) rc = bad(err, origin, k, "a number in 0..1", f);
-      else cfg->noise_sigma = f->valuedouble;
-    } else if (!strcmp(k, "blur_seed")) {
-      int seed = 0;
-      rc = read_int(f, k, 0, 2000000000, &seed, origin, err);
-      cfg->blur_seed = (uint64_t)seed;
-    } else if (!strcmp(k, "max_train_images")) {
-      rc = read_int(f, k, 0, 1000000000, &cfg->max_train_images, origin, err);
-    } else if (!strcmp(k, "max_val_images")) {
-      rc = read_int(f, k, 0, 1000000000, &cfg->max_val_images, origin, err);
-    } else {
-      rc = error_set(err, ERR_CONFIG, "%s: data.%s: unknown field of a gan run's data (expected dir, kernel_size, "
-                     "noise_sigma, blur_seed, max_train_images, max_val_images)", origin, k);
-    }
+  for (const cJSON *f = obj->child; f; f = f->next) {
+    int known = 0;
+    for (size_t k = 0; k < sizeof FIELDS / sizeof FIELDS[0]; k++) known |= !strcmp(f->string, FIELDS[k]);
+    if (!known)
+      return error_set(err, ERR_CONFIG, "%s: data.%s: unknown field of a gan run's data (expected dir, "
+                       "kernel_size, noise_sigma, blur_seed, max_train_images, max_val_images)", origin, f->string);
   }
-  if (!rc && !cfg->dir[0])
-    rc = error_set(err, ERR_CONFIG, "%s: data.dir: expected the image-set directory of the sharp images (fivefold "
-                   "images --out DIR), got nothing (the field is required)", origin);
+  const cJSON *dir = cJSON_GetObjectItemCaseSensitive(obj, "dir");
+  if (!cJSON_IsString(dir) || !dir->valuestring[0] || strlen(dir->valuestring) >= sizeof cfg->dir)
+    return dir ? bad(err, origin, "dir", "the path of an image-set directory (fivefold images --out)", dir)
+               : error_set(err, ERR_CONFIG, "%s: data.dir: expected the image-set directory of the sharp images "
+                           "(fivefold images --out DIR), got nothing (the field is required)", origin);
+  snprintf(cfg->dir, sizeof cfg->dir, "%s", dir->valuestring);
+  const cJSON *v;
+  int rc = 0, seed = (int)cfg->blur_seed;
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "kernel_size"))) {
+    rc = read_int(v, "kernel_size", 3, MOTION_BLUR_MAX_KERNEL, &cfg->kernel_size, origin, err);
+    if (!rc && cfg->kernel_size % 2 == 0) rc = bad(err, origin, "kernel_size", "an odd kernel size", v);
+  }
+  if (!rc && (v = cJSON_GetObjectItemCaseSensitive(obj, "noise_sigma"))) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1))
+      rc = bad(err, origin, "noise_sigma", "a number in 0..1", v);
+    else cfg->noise_sigma = v->valuedouble;
+  }
+  if (!rc && (v = cJSON_GetObjectItemCaseSensitive(obj, "blur_seed")))
+    rc = read_int(v, "blur_seed", 0, 2000000000, &seed, origin, err);
+  cfg->blur_seed = (uint64_t)seed;
+  if (!rc && (v = cJSON_GetObjectItemCaseSensitive(obj, "max_train_images")))
+    rc = read_int(v, "max_train_images", 0, 1000000000, &cfg->max_train_images, origin, err);
+  if (!rc && (v = cJSON_GetObjectItemCaseSensitive(obj, "max_val_images")))
+    rc = read_int(v, "max_val_images", 0, 1000000000, &cfg->max_val_images, origin, err);
   return rc;
 }
 
