@@ -132,7 +132,8 @@ static int load_splits(GanData *d, const cJSON *images, const char *path, Error 
   size_t want_train = 0, want_val = 0;
   const cJSON *e;
   cJSON_ArrayForEach(e, images) {
-    const cJSON *split = cJSON_GetObjectItemCaseSensitive(e, "split"), *file = cJSON_GetObjectItemCaseSensitive(e, "file");
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(e, "split");
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(e, "file");
     if (!cJSON_IsString(split) || !cJSON_IsString(file))
       return error_set(err, ERR_FORMAT, "%s: images[]: expected objects with \"file\" and \"split\"", path);
     want_train += !strcmp(split->valuestring, "train");

@@ -198,7 +198,8 @@ static void refused(const char *json, const char *field) {
   GanConfig cfg;
   Error err;
   assert_int_equal(config(&cfg, json, &err), ERR_CONFIG);
-  if (!strstr(err.msg, field) || !strstr(err.msg, "cfg.json")) fail_msg("error \"%s\" does not name %s", err.msg, field);
+  if (!strstr(err.msg, field) || !strstr(err.msg, "cfg.json"))
+    fail_msg("error \"%s\" does not name %s", err.msg, field);
 }
 
 static void test_config_errors(void **state) {
