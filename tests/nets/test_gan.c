@@ -70,7 +70,11 @@ static void check_phase(Network *net, int group, const char *metric) {
   double diff2 = 0, norm2 = 0;
   for (int t = 0; t < net->num_tensors; t++) {
     const NetParam *p = &net->params[t];
-    for (size_t i = p->offset; i < p->offset + p->numel; i++) {
+    /* the other group's whole gradient must be zero; of the phase's group
+     * up to 24 entries of every tensor, evenly spread, are checked (all
+     * would take a minute under the sanitizers) */
+    size_t stride = p->param_group == group && p->numel > 24 ? p->numel / 24 : 1;
+    for (size_t i = p->offset; i < p->offset + p->numel; i += stride) {
       if (p->param_group != group) {
         if (net->grads[i] != 0) fail_msg("%s[%zu]: a gradient of the other group", p->name, i - p->offset);
         continue;
