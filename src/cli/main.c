@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "cli/cmd_blur.h"
+#include "cli/cmd_deblur.h"
 #include "cli/cmd_calibrate.h"
 #include "cli/cmd_export.h"
 #include "cli/cmd_images.h"
@@ -36,6 +37,7 @@ static const Command COMMANDS[] = {
     {"upcycle", "turn a trained dense checkpoint into an MoE checkpoint that training continues", cmd_upcycle},
     {"images", "build an image set (LFW faces, Fashion-MNIST) as PNG files with a split and a manifest", cmd_images},
     {"blur", "motion-blur an image by a seeded camera-shake kernel, and save the kernel beside it", cmd_blur},
+    {"deblur", "deblur an image of any size with a trained deblurring GAN's generator", cmd_deblur},
 };
 #define NUM_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 

@@ -76,7 +76,7 @@ typedef struct NetParam {
   int64_t view_shape[NET_MAX_DIMS], view_start[NET_MAX_DIMS], view_count[NET_MAX_DIMS];
   int64_t logical_shape[NET_MAX_DIMS];
   int no_weight_decay;  /* AdamW leaves it undecayed (norms, biases) */
-  int param_group;      /* which optimizer steps it: 0, or a GAN's generator 0 / critic 1 */
+  int param_group;      /* which optimizer steps it: 0, or a GAN's critic 0 / generator 1 */
 } NetParam;
 
 /* A named scalar of the last micro-batch (or of the last step, see

@@ -11,6 +11,7 @@
 #include "base/json_util.h"
 #include "nets/layer.h"
 #include "nets/layer_spec.h"
+#include "nets/layer_util.h"
 
 #define ORIGIN_MAX 4200
 
@@ -233,11 +234,7 @@ static const NetworkOps VISION_OPS = {.family = "vision",
 /* The table over the layers' tensors and the bindings into the buffers. */
 static int lay_out_params(Network *net, Vision *v) {
   int tensors = 0;
-  size_t values = 0;
-  for (int i = 0; i < v->num_layers; i++) {
-    tensors += v->layers[i].num_params;
-    for (int t = 0; t < v->layers[i].num_params; t++) values += v->layers[i].params[t].numel;
-  }
+  size_t values = layer_param_floats(v->layers, v->num_layers, &tensors);
   net->num_tensors = tensors;
   net->num_values = values;
   net->params = calloc(tensors ? (size_t)tensors : 1, sizeof *net->params);
@@ -249,19 +246,9 @@ static int lay_out_params(Network *net, Vision *v) {
   for (int i = 0; i < v->num_layers; i++) {
     Layer *l = &v->layers[i];
     for (int t = 0; t < l->num_params; t++, k++) {
-      const LayerParamSpec *s = &l->params[t];
-      NetParam *p = &net->params[k];
-      snprintf(v->names[k], sizeof v->names[k], "layers.%d.%s", i, s->suffix);
-      p->name = v->names[k];
-      p->ndim = s->ndim;
-      for (int d = 0; d < s->ndim; d++) p->shape[d] = s->shape[d];
-      p->offset = offset;
-      p->numel = s->numel;
-      p->reduce = NET_REDUCE_DENSE;
-      p->no_weight_decay = s->no_weight_decay;
-      l->param[t] = net->values + offset;
-      l->grad[t] = net->grads + offset;
-      offset += s->numel;
+      snprintf(v->names[k], sizeof v->names[k], "layers.%d.%s", i, l->params[t].suffix);
+      layer_bind_param(l, t, &net->params[k], v->names[k], net->values, net->grads, offset);
+      offset += l->params[t].numel;
     }
   }
   return 0;

@@ -155,6 +155,7 @@ void train_config_defaults(TrainConfig *cfg) {
   memset(cfg, 0, sizeof *cfg);
   model_config_defaults(&cfg->model);
   image_set_config_defaults(&cfg->images);
+  gan_data_config_defaults(&cfg->gan_data);
   cfg->micro_batch_size = 8;
   cfg->seq_len = 256;
   cfg->steps = 1000;
@@ -499,15 +500,17 @@ static int parse_model(TrainConfig *cfg, const cJSON *v, const char *origin, Err
   } else if (cJSON_IsObject(v) && cJSON_GetObjectItemCaseSensitive(v, "family")) {
     const cJSON *family = cJSON_GetObjectItemCaseSensitive(v, "family");
     int vision = cJSON_IsString(family) && !strcmp(family->valuestring, "vision");
-    if (!cJSON_IsString(family) || (strcmp(family->valuestring, "mlp") && !vision))
+    int gan = cJSON_IsString(family) && !strcmp(family->valuestring, "gan");
+    if (!cJSON_IsString(family) || (strcmp(family->valuestring, "mlp") && !vision && !gan))
       return error_set(err, ERR_CONFIG,
-                       "%s: model.family: expected \"mlp\" or \"vision\" (or no family: a transformer), got %s",
-                       origin, cJSON_IsString(family) ? family->valuestring : json_type_name(family));
+                       "%s: model.family: expected \"mlp\", \"vision\" or \"gan\" (or no family: a transformer), "
+                       "got %s", origin, cJSON_IsString(family) ? family->valuestring : json_type_name(family));
     cfg->model_source[0] = '\0';
     int rc = vision ? vision_config_from_json(&cfg->vision, v, origin, err)
+             : gan  ? gan_config_from_json(&cfg->gan, v, origin, err)
                     : mlp_config_from_json(&cfg->mlp, v, origin, err);
     if (rc) return rc;
-    cfg->family = vision ? TRAIN_FAMILY_VISION : TRAIN_FAMILY_MLP;
+    cfg->family = vision ? TRAIN_FAMILY_VISION : gan ? TRAIN_FAMILY_GAN : TRAIN_FAMILY_MLP;
   } else if (cJSON_IsObject(v)) {
     cfg->model_source[0] = '\0';
     /* The model parser prefixes its messages with this origin. */
@@ -546,6 +549,8 @@ int train_config_parse(TrainConfig *cfg, const char *json_text, const char *orig
     if (!strcmp(v->string, "model")) continue;
     if (!strcmp(v->string, "data") && cfg->family == TRAIN_FAMILY_VISION)
       rc = image_set_config_from_json(&cfg->images, v, origin, err);
+    else if (!strcmp(v->string, "data") && cfg->family == TRAIN_FAMILY_GAN)
+      rc = gan_data_config_from_json(&cfg->gan_data, v, origin, err);
     else if (!strcmp(v->string, "training") || !strcmp(v->string, "data") || !strcmp(v->string, "checkpoint") ||
              !strcmp(v->string, "parallel") || !strcmp(v->string, "trace"))
       rc = parse_section(cfg, v, v->string, origin, err);

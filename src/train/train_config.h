@@ -33,9 +33,11 @@
 #include "kern/lr_schedule.h"
 #include "model/config.h"
 #include "data/image_set.h"
+#include "nets/gan.h"
 #include "nets/mlp.h"
 #include "nets/vision.h"
 #include "sched/program.h"
+#include "train/gan_data.h"
 
 #define TRAIN_PATH_MAX 4096
 #define TRAIN_TOKENIZER_BYTE_LEVEL "byte-level"
@@ -51,8 +53,13 @@ typedef enum TrainProgress {
 } TrainProgress;
 
 /* The network family of a run: the model section's "family" ("mlp",
- * "vision"), or a transformer (a model config without "family"). */
-typedef enum TrainFamily { TRAIN_FAMILY_TRANSFORMER = 0, TRAIN_FAMILY_MLP, TRAIN_FAMILY_VISION } TrainFamily;
+ * "vision", "gan"), or a transformer (a model config without "family"). */
+typedef enum TrainFamily {
+  TRAIN_FAMILY_TRANSFORMER = 0,
+  TRAIN_FAMILY_MLP,
+  TRAIN_FAMILY_VISION,
+  TRAIN_FAMILY_GAN
+} TrainFamily;
 
 typedef struct TrainConfig {
   char config_path[TRAIN_PATH_MAX];  /* file it was read from */
@@ -63,6 +70,8 @@ typedef struct TrainConfig {
   MlpConfig mlp;     /* TRAIN_FAMILY_MLP: trained on its synthetic task, no data files */
   VisionConfig vision;   /* TRAIN_FAMILY_VISION: an image classifier (nets/vision.h) */
   ImageSetConfig images; /* TRAIN_FAMILY_VISION: its "data" section (data/image_set.h) */
+  GanConfig gan;         /* TRAIN_FAMILY_GAN: a deblurring GAN (nets/gan.h) */
+  GanDataConfig gan_data; /* TRAIN_FAMILY_GAN: its "data" section (train/gan_data.h) */
 
   /* training */
   int micro_batch_size;  /* B */

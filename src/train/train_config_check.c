@@ -73,15 +73,21 @@ static int finish_out_dir(TrainConfig *cfg, const char *origin) {
 /* A network of nets/ trains data-parallel only (one chunk, whole tensors);
  * the MLP on its own synthetic data, a vision network on its image set. */
 static int check_network_layout(const TrainConfig *cfg, const char *origin, Error *err) {
-  const char *what = cfg->family == TRAIN_FAMILY_VISION ? "a vision network" : "an mlp";
+  const char *what = cfg->family == TRAIN_FAMILY_VISION ? "a vision network"
+                     : cfg->family == TRAIN_FAMILY_GAN  ? "a gan"
+                                                        : "an mlp";
   if (cfg->tp > 1 || cfg->pp > 1 || cfg->vpp > 1 || cfg->cp > 1 || cfg->ep > 1 || cfg->etp > 1)
     return error_set(err, ERR_CONFIG,
                      "%s: %s trains data-parallel only (expected tp, pp, vpp, cp, ep and etp of 1; the ranks "
                      "become data-parallel replicas)",
                      origin, what);
+  if (cfg->family == TRAIN_FAMILY_GAN && !cfg->gan_data.dir[0])
+    return error_set(err, ERR_CONFIG, "%s: data.dir: expected the image-set directory of a gan's sharp images "
+                     "(fivefold images --out DIR), got nothing (the field is required)", origin);
   if (cfg->num_train || cfg->num_val)
     return error_set(err, ERR_CONFIG, "%s: data: %s (expected no data.train / data.val)", origin,
                      cfg->family == TRAIN_FAMILY_VISION ? "a vision network reads its images from data.dir"
+                     : cfg->family == TRAIN_FAMILY_GAN  ? "a gan reads its sharp images from data.dir"
                                                         : "an mlp trains on its synthetic task");
   return 0;
 }
@@ -224,11 +230,14 @@ cJSON *train_config_to_json(const TrainConfig *cfg) {
   cJSON_AddStringToObject(root, "description", "resolved by fivefold train (every default filled in)");
   cJSON_AddItemToObject(root, "model", cfg->family == TRAIN_FAMILY_MLP      ? mlp_config_to_json(&cfg->mlp)
                                        : cfg->family == TRAIN_FAMILY_VISION ? vision_config_to_json(&cfg->vision)
+                                       : cfg->family == TRAIN_FAMILY_GAN    ? gan_config_to_json(&cfg->gan)
                                                                             : model_config_to_json(&cfg->model));
   json_shorten_floats(cJSON_GetObjectItemCaseSensitive(root, "model")); /* 1e-05, not 9.99999974737875e-06 */
   section_to_json(cfg, "training", cJSON_AddObjectToObject(root, "training"));
   if (cfg->family == TRAIN_FAMILY_VISION) {
     cJSON_AddItemToObject(root, "data", image_set_config_to_json(&cfg->images));
+  } else if (cfg->family == TRAIN_FAMILY_GAN) {
+    cJSON_AddItemToObject(root, "data", gan_data_config_to_json(&cfg->gan_data));
   } else {
     cJSON *d = cJSON_AddObjectToObject(root, "data");
     cJSON_AddItemToObject(d, "train", paths_json(cfg->train_paths, cfg->num_train));

@@ -362,10 +362,18 @@ static void print_eval(FILE *out, FILE *jsonl, int step, int total, const EvalRe
   else
     fprintf(out, "eval step %d/%d | val loss %.3f | %s %s | %.1f s\n", step, total, ev->loss,
             fmt_thousands(tok, sizeof tok, (double)ev->tokens), unit->many, ev->seconds);
+  if (ev->num_extra) { /* the network's own figures, a second line */
+    fprintf(out, "eval step %d/%d", step, total);
+    for (int i = 0; i < ev->num_extra; i++)
+      fprintf(out, " | %s %.*f", ev->extra[i].name, ev->extra[i].decimals, ev->extra[i].value);
+    fputc('\n', out);
+  }
   fflush(out);
   if (jsonl) {
-    char acc[48] = "";
+    char acc[512] = "";
     if (ev->has_accuracy) snprintf(acc, sizeof acc, ",\"val_accuracy\":%.9g", ev->accuracy);
+    for (int i = 0; i < ev->num_extra; i++)
+      snprintf(acc + strlen(acc), sizeof acc - strlen(acc), ",\"%s\":%.9g", ev->extra[i].name, ev->extra[i].value);
     fprintf(jsonl, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g%s,\"windows\":%ld,\"%s\":%ld,\"seconds\":%.6g}\n",
             step, ev->loss, acc, ev->windows, unit->many, ev->tokens, ev->seconds);
     fflush(jsonl);

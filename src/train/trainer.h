@@ -75,6 +75,7 @@ typedef struct Trainer {
   double net_metric_sums[NET_MAX_METRICS]; /* the running step's micro-batch metrics, summed */
   int phase; /* the parameter group whose phase runs (train/phases.h); -1 outside a phase */
   struct ImageSet *images; /* a vision network's data (data/image_set.h) */
+  struct GanData *pairs;   /* a gan's sharp images, blurred on the fly (train/gan_data.h) */
   Optimizer opt;
   DataLoader train;
   ValLoader val;
@@ -156,6 +157,8 @@ typedef struct EvalResult {
   long tokens; /* in the network's unit (tokens, samples) */
   int batches;  /* micro-batches over all replicas, padding included */
   long windows; /* validation windows: training.eval_windows (or all there are), whatever the layout */
+  int num_extra; /* more named figures of the eval line and record (a gan's "val_psnr", ...) */
+  NetMetric extra[8];
   double seconds;
 } EvalResult;
 

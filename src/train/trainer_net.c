@@ -10,9 +10,12 @@
 
 #include "base/timer.h"
 #include "data/image_set.h"
+#include "kern/image_metrics.h"
 #include "kern/vecops.h"
+#include "nets/gan.h"
 #include "nets/vision.h"
 #include "sched/builders.h"
+#include "train/gan_data.h"
 #include "train/nonfinite.h"
 #include "train/phases.h"
 
@@ -53,22 +56,31 @@ static int sum_over_replicas(const Trainer *tr, double *x, Error *err) {
 }
 
 static int is_vision(const Trainer *tr) { return tr->cfg->family == TRAIN_FAMILY_VISION; }
+static int is_gan(const Trainer *tr) { return tr->cfg->family == TRAIN_FAMILY_GAN; }
 
-/* Floats per sample of the network's input. */
+/* Floats per sample of the network's input (a gan's: the sharp image and
+ * the blurred one). */
 static size_t sample_floats(const Trainer *tr) {
   const TrainConfig *cfg = tr->cfg;
+  if (is_gan(tr)) return 2 * gan_data_image_floats(tr->pairs);
   return is_vision(tr) ? (size_t)cfg->vision.in_c * cfg->vision.in_h * cfg->vision.in_w : (size_t)cfg->mlp.inputs;
 }
 
-/* The batch of n samples at x, y as the family's forward takes it. */
+/* The batch of n samples at x, y as the family's forward takes it; a gan's
+ * n sharp images at x, then their n blurred ones. */
 typedef struct NetBatch {
   MlpBatch mlp;
   VisionBatch vision;
+  GanBatch gan;
 } NetBatch;
 
 static const void *as_batch(const Trainer *tr, NetBatch *b, int n, float *x, int *y) {
   b->mlp = (MlpBatch){.n = n, .x = x, .y = y};
   b->vision = (VisionBatch){.n = n, .x = x, .y = y};
+  if (is_gan(tr)) {
+    b->gan = (GanBatch){.n = n, .sharp = x, .blurred = x + (size_t)n * gan_data_image_floats(tr->pairs)};
+    return &b->gan;
+  }
   return is_vision(tr) ? (const void *)&b->vision : (const void *)&b->mlp;
 }
 
@@ -84,19 +96,23 @@ static const void *step_batch(const Trainer *tr, int mb, NetBatch *b) {
  * mb) x B samples into the step. The MLP's samples follow from the step
  * alone; a vision network's from the image order's state (tr->train.state,
  * which checkpoints record), moved on by the global batch after each step. */
-static void fill_step_batch(Trainer *tr, int mb) {
+static int fill_step_batch(Trainer *tr, int mb, Error *err) {
   const TrainConfig *cfg = tr->cfg;
   int B = cfg->micro_batch_size;
   uint64_t offset = ((uint64_t)tr->dp_rank * (uint64_t)cfg->grad_accum_steps + (uint64_t)mb) * (uint64_t)B;
   size_t at = (size_t)mb * (size_t)B;
   float *x = tr->net_x + at * sample_floats(tr);
   int *y = tr->net_y + at;
+  if (is_gan(tr))
+    return gan_data_train_batch(tr->pairs, &tr->train.state, offset, B, x,
+                                x + (size_t)B * gan_data_image_floats(tr->pairs), err);
   if (is_vision(tr)) {
     image_set_train_batch(tr->images, &tr->train.state, offset, B, x, y);
   } else {
     MlpBatch b = {.n = B, .x = x, .y = y};
     mlp_synthetic_batch(&cfg->mlp, cfg->seed, (uint64_t)tr->step * (uint64_t)cfg->global_batch_size + offset, B, &b);
   }
+  return 0;
 }
 
 /* AdamW of `group` (-1: all) after the reduction, with that gradient's global norm. */
@@ -123,10 +139,11 @@ static void add_metrics(const Trainer *tr, double weight, double *loss, double *
 
 static int net_forward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  fill_step_batch(tr, a->microbatch);
+  int rc = fill_step_batch(tr, a->microbatch, err);
+  if (rc) return rc;
   phases_enter(tr, a->group);
   NetBatch b;
-  int rc = tr->net.ops->forward(&tr->net, a->chunk, step_batch(tr, a->microbatch, &b), err);
+  rc = tr->net.ops->forward(&tr->net, a->chunk, step_batch(tr, a->microbatch, &b), err);
   NetMetric m[NET_MAX_METRICS];
   int n = rc ? 0 : tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS);
   for (int i = 0; i < n && i < NET_MAX_METRICS; i++) tr->net_metric_sums[i] += m[i].value;
@@ -169,8 +186,29 @@ static int create_program(Trainer *tr, Error *err) {
 
 /* The network of the run's family, initialised from the seed; a vision
  * network's image set opened and its order started at the seed. */
+static int create_gan(Trainer *tr, const TrainConfig *cfg, Error *err) {
+  tr->pairs = calloc(1, sizeof *tr->pairs);
+  if (!tr->pairs) return error_set(err, ERR_NOMEM, "out of memory for the image pairs");
+  int rc = gan_data_open(tr->pairs, &cfg->gan_data, err);
+  if (rc) {
+    free(tr->pairs);
+    tr->pairs = NULL;
+    return error_wrap(err, "%s: data.dir", cfg->config_path);
+  }
+  if (tr->pairs->channels != cfg->gan.channels)
+    return error_set(err, ERR_CONFIG, "%s: model.channels %d does not fit the images of %s (%d channels)",
+                     cfg->config_path, cfg->gan.channels, cfg->gan_data.dir, tr->pairs->channels);
+  int size = tr->pairs->size;
+  if ((rc = gan_create(&tr->net, &cfg->gan, size, size, cfg->micro_batch_size, err)))
+    return error_wrap(err, "%s: model: the images of %s", cfg->config_path, cfg->gan_data.dir);
+  gan_init_weights(&tr->net, cfg->seed);
+  tr->train.state = (DataLoaderState){.seed = cfg->seed, .epoch = 0, .position = 0};
+  return 0;
+}
+
 static int create_network(Trainer *tr, const TrainConfig *cfg, Error *err) {
   int B = cfg->micro_batch_size, rc;
+  if (is_gan(tr)) return create_gan(tr, cfg, err);
   if (!is_vision(tr)) {
     if ((rc = mlp_create(&tr->net, &cfg->mlp, B, err))) return error_wrap(err, "creating the mlp");
     mlp_init_weights(&tr->net, cfg->seed);
@@ -210,7 +248,7 @@ int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   tr->net_x = malloc(samples * sample_floats(tr) * sizeof(float));
   tr->net_y = malloc(samples * sizeof(int));
   if (!tr->net_x || !tr->net_y) return error_set(err, ERR_NOMEM, "out of memory for the network's batch");
-  tr->has_val = is_vision(tr) ? tr->images->num_val > 0 : cfg->eval_batches > 0;
+  tr->has_val = is_gan(tr) ? tr->pairs->num_val > 0 : is_vision(tr) ? tr->images->num_val > 0 : cfg->eval_batches > 0;
   OptimizerConfig oc = trainer_optimizer_config(cfg);
   if ((rc = create_data_parallel(tr, &oc, err))) return rc;
   return create_program(tr, err);
@@ -225,9 +263,14 @@ void trainer_net_free(Trainer *tr) {
   if (tr->images) image_set_close(tr->images);
   free(tr->images);
   tr->images = NULL;
+  if (tr->pairs) gan_data_close(tr->pairs);
+  free(tr->pairs);
+  tr->pairs = NULL;
 }
 
-uint64_t trainer_net_data_windows(const Trainer *tr) { return tr->images ? tr->images->num_train : 1; }
+uint64_t trainer_net_data_windows(const Trainer *tr) {
+  return tr->pairs ? tr->pairs->num_train : tr->images ? tr->images->num_train : 1;
+}
 
 int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   const TrainConfig *cfg = tr->cfg;
@@ -253,6 +296,7 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   if (rc) return rc;
   tr->step++;
   if (tr->images) image_set_advance(tr->images, &tr->train.state, (uint64_t)cfg->global_batch_size);
+  if (tr->pairs) gan_data_advance(tr->pairs, &tr->train.state, (uint64_t)cfg->global_batch_size);
   nonfinite_test_poison(tr, "weight");
   res->step = tr->step;
   res->skipped = tr->step_skipped;
@@ -293,6 +337,45 @@ static int evaluate_images(Trainer *tr, ImagePart part, EvalResult *res, Error *
   return 0;
 }
 
+/* A gan on its fixed validation pairs, shared out over the replicas: the
+ * mean absolute error of the generator's output against the sharp image as
+ * the loss, and the means over images of the PSNR and SSIM of the output
+ * and, as the baseline, of the blurred input (SSIM needs sides of 11 or
+ * more; NaN below). */
+static int evaluate_pairs(Trainer *tr, EvalResult *res, Error *err) {
+  const GanData *d = tr->pairs;
+  size_t img = gan_data_image_floats(d), total = d->num_val;
+  int B = tr->cfg->micro_batch_size, rc = 0, ssim_ok = d->size >= SSIM_WINDOW;
+  double sums[5] = {0}; /* abs error, psnr, ssim, blurred psnr, blurred ssim */
+  float *out = tr->net_x;
+  for (size_t first = (size_t)tr->dp_rank * B; first < total && !rc; first += (size_t)tr->dp * B) {
+    int n = (int)(total - first < (size_t)B ? total - first : (size_t)B);
+    rc = gan_generate(&tr->net, d->val_blur + first * img, n, out, err);
+    for (int k = 0; k < n && !rc; k++) {
+      const float *sharp = d->val_sharp + (first + k) * img, *blur = d->val_blur + (first + k) * img;
+      const float *made = out + (size_t)k * img;
+      double psnr = 0, ssim = NAN, bpsnr = 0, bssim = NAN, abs_err = 0;
+      for (size_t i = 0; i < img; i++) abs_err += fabs((double)made[i] - sharp[i]);
+      rc = image_psnr(made, sharp, img, 1.0, &psnr, err);
+      if (!rc) rc = image_psnr(blur, sharp, img, 1.0, &bpsnr, err);
+      if (!rc && ssim_ok) rc = image_ssim(made, sharp, d->channels, d->size, d->size, 1.0, &ssim, err);
+      if (!rc && ssim_ok) rc = image_ssim(blur, sharp, d->channels, d->size, d->size, 1.0, &bssim, err);
+      double v[5] = {abs_err / (double)img, psnr > 100 ? 100 : psnr, ssim, bpsnr > 100 ? 100 : bpsnr, bssim};
+      for (int s = 0; s < 5; s++) sums[s] += v[s];
+    }
+  }
+  for (int s = 0; s < 5 && !rc; s++) rc = sum_over_replicas(tr, &sums[s], err);
+  if (rc) return rc;
+  static const char *const NAMES[] = {"val_psnr", "val_ssim", "val_blurred_psnr", "val_blurred_ssim"};
+  static const int DECIMALS[] = {2, 4, 2, 4};
+  res->batches = (int)((total + B - 1) / B);
+  res->loss = total ? sums[0] / total : NAN;
+  res->tokens = (long)total;
+  res->num_extra = 4;
+  for (int s = 0; s < 4; s++) res->extra[s] = (NetMetric){NAMES[s], total ? sums[s + 1] / total : NAN, DECIMALS[s]};
+  return 0;
+}
+
 /* The MLP: the same eval_batches micro-batches of validation samples every
  * time, shared out over the replicas. A vision network: its validation part. */
 int trainer_net_evaluate(Trainer *tr, EvalResult *res, Error *err) {
@@ -300,7 +383,9 @@ int trainer_net_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   double t0 = timer_now();
   memset(res, 0, sizeof *res);
   int rc = 0;
-  if (is_vision(tr)) {
+  if (is_gan(tr)) {
+    rc = evaluate_pairs(tr, res, err);
+  } else if (is_vision(tr)) {
     rc = evaluate_images(tr, IMAGE_PART_VAL, res, err);
   } else {
     int B = cfg->micro_batch_size;
@@ -378,8 +463,34 @@ static void print_vision(const Trainer *tr, FILE *out) {
           cfg->micro_batch_size, cfg->grad_accum_steps, tr->dp, cfg->global_batch_size, epochs, cfg->steps);
 }
 
+static void print_gan(const Trainer *tr, FILE *out) {
+  const TrainConfig *cfg = tr->cfg;
+  const GanConfig *g = &cfg->gan;
+  const GanData *d = tr->pairs;
+  char layers[2048], a[32], b[32];
+  gan_describe(&tr->net, layers, sizeof layers);
+  size_t critic = 0;
+  for (int t = 0; t < tr->net.num_tensors; t++)
+    if (tr->net.params[t].param_group == GAN_GROUP_CRITIC) critic += tr->net.params[t].numel;
+  fprintf(out, "  model    gan (lsgan): %s\n", layers);
+  fprintf(out, "  params   %s generator and %s critic parameters, two groups stepped in turn (critic phase, then "
+               "generator phase); loss = %g g_adv + %g content (%g L1 + %g edge)\n",
+          fmt_thousands(a, sizeof a, (double)(tr->net.num_values - critic)), fmt_thousands(b, sizeof b, (double)critic),
+          g->adv_weight, g->content_weight, g->l1_weight, g->edge_weight);
+  fprintf(out, "  data     %s: %zu train, %zu validation images of %dx%dx%d, motion blur kernel %d (blur seed %llu, "
+               "noise %g)\n", cfg->gan_data.dir, d->num_train, d->num_val, d->channels, d->size, d->size,
+          cfg->gan_data.kernel_size, (unsigned long long)cfg->gan_data.blur_seed, cfg->gan_data.noise_sigma);
+  fprintf(out, "  batch    %d x %d accumulation x %d replica(s) = %d pairs per step (%.2f epochs over %d steps)\n",
+          cfg->micro_batch_size, cfg->grad_accum_steps, tr->dp, cfg->global_batch_size,
+          (double)cfg->global_batch_size * cfg->steps / (double)d->num_train, cfg->steps);
+}
+
 void trainer_net_print_model(const Trainer *tr, FILE *out) {
   const TrainConfig *cfg = tr->cfg;
+  if (is_gan(tr)) {
+    print_gan(tr, out);
+    return;
+  }
   if (is_vision(tr)) {
     print_vision(tr, out);
     return;

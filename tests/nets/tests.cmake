@@ -23,3 +23,10 @@ add_test(NAME nets.mlp_groups
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mlp_groups_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(nets.mlp_groups PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+# The deblurring GAN through `fivefold train` (label "mpi"): both phases,
+# val PSNR/SSIM, a bit-exact resume, DP2 and ZeRO-1 against one rank, --trace,
+# refusals naming file and field.
+add_test(NAME nets.gan_train
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gan_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(nets.gan_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")

@@ -55,7 +55,8 @@ static void test_errors_name_the_field(void **state) {
   (void)state;
   expect_error("{" MODEL ", \"data\": {\"max_train_images\": -3}}", "cfg.json: data.max_train_images: expected");
   expect_error("{" MODEL ", \"data\": {\"train\": \"shards/train.bin\"}}", "cfg.json: data.train: unknown field");
-  expect_error("{\"model\": {\"family\": \"visoin\"}}", "cfg.json: model.family: expected \"mlp\" or \"vision\"");
+  expect_error("{\"model\": {\"family\": \"visoin\"}}",
+               "cfg.json: model.family: expected \"mlp\", \"vision\" or \"gan\"");
   expect_error("{\"model\": {\"family\": \"vision\", \"input\": [1, 28, 28], \"classes\": 10, \"layers\": ["
                "{\"type\": \"conv2d\", \"out_channels\": 2, \"kernel\": 5}]}}",
                "cfg.json: model.layers[0]: the last layer yields 2 x 24 x 24 = 1152 values per image");

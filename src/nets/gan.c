@@ -1,0 +1,570 @@
+/* The deblurring GAN (nets/gan.h): the generator and the critic as chains
+ * of registry layers with residual skips, the LSGAN and content losses and
+ * the interface's operations with their two phases. */
+#include "nets/gan.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json_util.h"
+#include "kern/image_metrics.h"
+#include "nets/layer.h"
+#include "nets/layer_spec.h"
+#include "nets/layer_util.h"
+
+#define GAN_MAX_LAYERS 200
+#define GAN_PSNR_CAP 100.0
+#define NAME_MAX_LEN 48
+
+/* ---- a chain of layers with skips ---- */
+
+/* Layers run in order; a layer with skip_from[i] = j >= 0 has the output
+ * of layer j added to its own (the end of a residual block), kept apart
+ * from the layer's raw output, which its backward reads. */
+typedef struct Chain {
+  int num_layers, max_batch;
+  LayerShape in;
+  Layer layers[GAN_MAX_LAYERS];
+  int skip_from[GAN_MAX_LAYERS];
+  float *act[GAN_MAX_LAYERS];  /* raw outputs */
+  float *sum[GAN_MAX_LAYERS];  /* outputs plus the skip; NULL without one */
+  float *grad[GAN_MAX_LAYERS]; /* d loss / d output */
+  float *tmp;                  /* a layer's dx, before it is added */
+} Chain;
+
+static LayerShape chain_out_shape(const Chain *c) {
+  return c->num_layers ? c->layers[c->num_layers - 1].out : c->in;
+}
+
+static const float *chain_output_of(const Chain *c, int i, const float *x) {
+  if (i < 0) return x;
+  return c->sum[i] ? c->sum[i] : c->act[i];
+}
+
+/* Appends the layer of JSON text `spec` on the chain's current output. */
+static int chain_add(Chain *c, const char *spec, int skip_from, Error *err) {
+  if (c->num_layers >= GAN_MAX_LAYERS)
+    return error_set(err, ERR_CONFIG, "gan: more than %d layers in one network", GAN_MAX_LAYERS);
+  cJSON *obj = cJSON_Parse(spec);
+  if (!obj) return error_set(err, ERR_NOMEM, "gan: out of memory for a layer spec");
+  int i = c->num_layers;
+  int rc = layer_create(&c->layers[i], obj, chain_out_shape(c), c->max_batch, "gan", err);
+  cJSON_Delete(obj);
+  if (rc) return rc;
+  c->skip_from[i] = skip_from;
+  c->num_layers++;
+  return 0;
+}
+
+/* A conv that an instance norm follows has no bias: the norm subtracts it
+ * again, and its gradient, zero but for rounding, would be AdamW-scaled
+ * noise. */
+static int add_conv(Chain *c, int out_channels, int kernel, int stride, int padding, int bias, Error *err) {
+  char spec[192];
+  snprintf(spec, sizeof spec, "{\"type\":\"conv2d\",\"out_channels\":%d,\"kernel\":%d,\"stride\":%d,\"padding\":%d,"
+           "\"bias\":%s}", out_channels, kernel, stride, padding, bias ? "true" : "false");
+  return chain_add(c, spec, -1, err);
+}
+
+static int add_simple(Chain *c, const char *spec, Error *err) { return chain_add(c, spec, -1, err); }
+
+static int chain_alloc(Chain *c) {
+  size_t widest = layer_shape_numel(c->in);
+  for (int i = 0; i < c->num_layers; i++) {
+    size_t out = layer_shape_numel(c->layers[i].out), bytes = (size_t)c->max_batch * out * sizeof(float);
+    widest = out > widest ? out : widest;
+    if (!(c->act[i] = malloc(bytes)) || !(c->grad[i] = malloc(bytes))) return ERR_NOMEM;
+    if (c->skip_from[i] >= 0 && !(c->sum[i] = malloc(bytes))) return ERR_NOMEM;
+  }
+  return (c->tmp = malloc((size_t)c->max_batch * widest * sizeof(float))) ? 0 : ERR_NOMEM;
+}
+
+static void chain_free(Chain *c) {
+  for (int i = 0; i < c->num_layers; i++) {
+    layer_free(&c->layers[i]);
+    free(c->act[i]);
+    free(c->sum[i]);
+    free(c->grad[i]);
+  }
+  free(c->tmp);
+}
+
+static int chain_forward(Chain *c, const float *x, int n, int train, Error *err) {
+  for (int i = 0; i < c->num_layers; i++) {
+    Layer *l = &c->layers[i];
+    int rc = l->ops->forward(l, chain_output_of(c, i - 1, x), c->act[i], n, train, err);
+    if (rc) return error_wrap(err, "gan: layer %d (%s) forward", i, l->ops->kind);
+    if (c->sum[i]) {
+      size_t len = (size_t)n * layer_shape_numel(l->out);
+      const float *skip = chain_output_of(c, c->skip_from[i], x);
+      for (size_t k = 0; k < len; k++) c->sum[i][k] = c->act[i][k] + skip[k];
+    }
+  }
+  return 0;
+}
+
+/* dy: d loss / d chain output; dx (NULL: not needed) gets d loss / d x.
+ * Parameter gradients add into the layers' bound grad buffers. */
+static int chain_backward(Chain *c, const float *x, const float *dy, float *dx, int n, Error *err) {
+  int last = c->num_layers - 1;
+  for (int i = 0; i < last; i++) memset(c->grad[i], 0, (size_t)n * layer_shape_numel(c->layers[i].out) * sizeof(float));
+  memcpy(c->grad[last], dy, (size_t)n * layer_shape_numel(c->layers[last].out) * sizeof(float));
+  for (int i = last; i >= 0; i--) {
+    Layer *l = &c->layers[i];
+    size_t len = (size_t)n * layer_shape_numel(l->out);
+    if (c->skip_from[i] >= 0)
+      for (size_t k = 0; k < len; k++) c->grad[c->skip_from[i]][k] += c->grad[i][k];
+    float *into = i > 0 ? c->tmp : dx;
+    int rc = l->ops->backward(l, chain_output_of(c, i - 1, x), c->act[i], c->grad[i], into, n, err);
+    if (rc) return error_wrap(err, "gan: layer %d (%s) backward", i, l->ops->kind);
+    if (i > 0) {
+      size_t in_len = (size_t)n * layer_shape_numel(l->in);
+      for (size_t k = 0; k < in_len; k++) c->grad[i - 1][k] += c->tmp[k];
+    }
+  }
+  return 0;
+}
+
+static double chain_mults(const Chain *c) {
+  double sum = 0;
+  for (int i = 0; i < c->num_layers; i++) sum += c->layers[i].mults_per_sample;
+  return sum;
+}
+
+/* ---- the two networks ---- */
+
+static int build_generator(Chain *c, const GanConfig *cfg, Error *err) {
+  static const char *const NORM = "{\"type\":\"instance_norm\"}", *const RELU = "{\"type\":\"relu\"}";
+  int f = cfg->gen_filters, rc = add_conv(c, f, 7, 1, 3, 0, err);
+  if (!rc) rc = add_simple(c, NORM, err);
+  if (!rc) rc = add_simple(c, RELU, err);
+  for (int d = 0; d < cfg->gen_downsamples && !rc; d++) {
+    f *= 2;
+    rc = add_conv(c, f, 3, 2, 1, 0, err);
+    if (!rc) rc = add_simple(c, NORM, err);
+    if (!rc) rc = add_simple(c, RELU, err);
+  }
+  for (int b = 0; b < cfg->gen_blocks && !rc; b++) {
+    int block_input = c->num_layers - 1;
+    rc = add_conv(c, f, 3, 1, 1, 0, err);
+    if (!rc) rc = add_simple(c, NORM, err);
+    if (!rc) rc = add_simple(c, RELU, err);
+    if (!rc) rc = add_conv(c, f, 3, 1, 1, 0, err);
+    if (!rc) rc = chain_add(c, NORM, block_input, err);
+  }
+  for (int d = 0; d < cfg->gen_downsamples && !rc; d++) {
+    f /= 2;
+    char spec[160];
+    snprintf(spec, sizeof spec, "{\"type\":\"conv_transpose2d\",\"out_channels\":%d,\"kernel\":3,\"stride\":2,"
+             "\"padding\":1,\"output_padding\":1,\"bias\":false}", f);
+    rc = add_simple(c, spec, err);
+    if (!rc) rc = add_simple(c, NORM, err);
+    if (!rc) rc = add_simple(c, RELU, err);
+  }
+  if (!rc) rc = add_conv(c, cfg->channels, 7, 1, 3, 1, err);
+  if (!rc) rc = add_simple(c, "{\"type\":\"tanh\"}", err);
+  return rc;
+}
+
+static int build_critic(Chain *c, const GanConfig *cfg, Error *err) {
+  static const char *const NORM = "{\"type\":\"instance_norm\"}",
+                           *const LEAKY = "{\"type\":\"leaky_relu\",\"slope\":0.2}";
+  int f = cfg->critic_filters, mult = 1;
+  int rc = add_conv(c, f, 4, 2, 2, 1, err);
+  if (!rc) rc = add_simple(c, LEAKY, err);
+  for (int n = 1; n <= cfg->critic_layers && !rc; n++) {
+    mult = (1 << n) < 8 ? (1 << n) : 8;
+    rc = add_conv(c, f * mult, 4, n < cfg->critic_layers ? 2 : 1, 2, 0, err);
+    if (!rc) rc = add_simple(c, NORM, err);
+    if (!rc) rc = add_simple(c, LEAKY, err);
+  }
+  if (!rc) rc = add_conv(c, 1, 4, 1, 2, 1, err);
+  return rc;
+}
+
+/* ---- config ---- */
+
+int gan_stride(const GanConfig *cfg) { return 1 << cfg->gen_downsamples; }
+
+int gan_config_from_json(GanConfig *cfg, const cJSON *obj, const char *origin, Error *err) {
+  static const char *const FIELDS[] = {"family", "channels", "generator", "critic", "loss", "adv_weight",
+                                       "content_weight", "l1_weight", "edge_weight"};
+  static const char *const GEN_FIELDS[] = {"filters", "blocks", "downsamples", NULL};
+  static const char *const CRITIC_FIELDS[] = {"filters", "layers", NULL};
+  static const char *const LOSSES[] = {"lsgan", NULL};
+  memset(cfg, 0, sizeof *cfg);
+  for (const cJSON *f = obj->child; f; f = f->next) {
+    int known = 0;
+    for (size_t k = 0; k < sizeof FIELDS / sizeof FIELDS[0]; k++) known |= !strcmp(f->string, FIELDS[k]);
+    if (!known)
+      return error_set(err, ERR_CONFIG, "%s: model.%s: unknown field of a gan network (expected family, channels, "
+                       "generator, critic, loss, adv_weight, content_weight, l1_weight, edge_weight)", origin,
+                       f->string);
+  }
+  char where[512];
+  snprintf(where, sizeof where, "%s: model", origin);
+  int loss = 0;
+  const cJSON *loss_field = cJSON_GetObjectItemCaseSensitive(obj, "loss");
+  if (cJSON_IsString(loss_field) && !strcmp(loss_field->valuestring, "wgan-gp"))
+    return error_set(err, ERR_CONFIG, "%s.loss: \"wgan-gp\" is not implemented (its gradient penalty needs a double "
+                     "backward); expected \"lsgan\"", where);
+  int rc = layer_spec_choice(obj, "loss", 0, 0, LOSSES, &loss, where, err);
+  if (!rc) rc = layer_spec_int(obj, "channels", 0, 1, 1, 4, &cfg->channels, where, err);
+  if (!rc) rc = layer_spec_double(obj, "adv_weight", 1.0, 0.0, 1e6, &cfg->adv_weight, where, err);
+  if (!rc) rc = layer_spec_double(obj, "content_weight", 100.0, 0.0, 1e6, &cfg->content_weight, where, err);
+  if (!rc) rc = layer_spec_double(obj, "l1_weight", 1.0, 0.0, 1e6, &cfg->l1_weight, where, err);
+  if (!rc) rc = layer_spec_double(obj, "edge_weight", 1.0, 0.0, 1e6, &cfg->edge_weight, where, err);
+  if (rc) return rc;
+  static const cJSON EMPTY = {.type = cJSON_Object};
+  const cJSON *gen = cJSON_GetObjectItemCaseSensitive(obj, "generator");
+  const cJSON *critic = cJSON_GetObjectItemCaseSensitive(obj, "critic");
+  if ((gen && !cJSON_IsObject(gen)) || (critic && !cJSON_IsObject(critic)))
+    return error_set(err, ERR_CONFIG, "%s.%s: expected an object, got %s", where,
+                     gen && !cJSON_IsObject(gen) ? "generator" : "critic",
+                     json_type_name(gen && !cJSON_IsObject(gen) ? gen : critic));
+  char gen_where[560], critic_where[560];
+  snprintf(gen_where, sizeof gen_where, "%s.generator", where);
+  snprintf(critic_where, sizeof critic_where, "%s.critic", where);
+  if (!gen) gen = &EMPTY;
+  if (!critic) critic = &EMPTY;
+  rc = layer_spec_check_fields(gen, GEN_FIELDS, gen_where, err);
+  if (!rc) rc = layer_spec_int(gen, "filters", 0, 16, 1, 512, &cfg->gen_filters, gen_where, err);
+  if (!rc) rc = layer_spec_int(gen, "blocks", 0, 2, 0, 32, &cfg->gen_blocks, gen_where, err);
+  if (!rc) rc = layer_spec_int(gen, "downsamples", 0, 2, 0, 4, &cfg->gen_downsamples, gen_where, err);
+  if (!rc) rc = layer_spec_check_fields(critic, CRITIC_FIELDS, critic_where, err);
+  if (!rc) rc = layer_spec_int(critic, "filters", 0, 16, 1, 512, &cfg->critic_filters, critic_where, err);
+  if (!rc) rc = layer_spec_int(critic, "layers", 0, 3, 1, 6, &cfg->critic_layers, critic_where, err);
+  return rc;
+}
+
+cJSON *gan_config_to_json(const GanConfig *cfg) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "family", "gan");
+  cJSON_AddNumberToObject(o, "channels", cfg->channels);
+  cJSON *gen = cJSON_AddObjectToObject(o, "generator");
+  cJSON_AddNumberToObject(gen, "filters", cfg->gen_filters);
+  cJSON_AddNumberToObject(gen, "blocks", cfg->gen_blocks);
+  cJSON_AddNumberToObject(gen, "downsamples", cfg->gen_downsamples);
+  cJSON *critic = cJSON_AddObjectToObject(o, "critic");
+  cJSON_AddNumberToObject(critic, "filters", cfg->critic_filters);
+  cJSON_AddNumberToObject(critic, "layers", cfg->critic_layers);
+  cJSON_AddStringToObject(o, "loss", "lsgan");
+  cJSON_AddNumberToObject(o, "adv_weight", cfg->adv_weight);
+  cJSON_AddNumberToObject(o, "content_weight", cfg->content_weight);
+  cJSON_AddNumberToObject(o, "l1_weight", cfg->l1_weight);
+  cJSON_AddNumberToObject(o, "edge_weight", cfg->edge_weight);
+  return o;
+}
+
+/* ---- the network ---- */
+
+typedef struct Gan {
+  GanConfig cfg;
+  int height, width, max_batch, phase;
+  size_t image;  /* floats per image */
+  size_t patches; /* critic scores per image */
+  Chain gen, critic;
+  float *critic_in;  /* [2 max_batch] images: the sharp ones, then the generated */
+  float *dcritic_in; /* d loss / d critic_in */
+  float *dpatch;     /* d loss / d critic scores */
+  float *dout;       /* d loss / d generator output */
+  float *scratch;    /* the critic's dropped gradients in the generator phase */
+  size_t critic_values;
+  int last_n, last_train_phase;
+  double loss, d_loss, g_adv, content, psnr;
+  char names[2][GAN_MAX_LAYERS * LAYER_MAX_PARAMS][NAME_MAX_LEN];
+} Gan;
+
+static int check_batch(const Gan *g, int chunk, const GanBatch *b, Error *err) {
+  if (chunk != 0) return error_set(err, ERR_ARG, "gan: chunk %d requested, the network is one chunk", chunk);
+  if (b->n < 1 || b->n > g->max_batch)
+    return error_set(err, ERR_ARG, "gan: a micro-batch of %d pairs, expected 1..%d", b->n, g->max_batch);
+  return 0;
+}
+
+static float sign_of(float v) { return (float)((v > 0) - (v < 0)); }
+
+/* Content loss of out against sharp; with d != NULL its gradient times
+ * `scale` is added into d. */
+static double content_loss(const Gan *g, const float *out, const float *sharp, int n, float *d, float scale) {
+  int c = g->cfg.channels, h = g->height, w = g->width;
+  size_t total = (size_t)n * g->image;
+  double l1 = 0, ex = 0, ey = 0;
+  const double nx = (double)n * c * h * (w - 1), ny = (double)n * c * (h - 1) * w;
+  const float kl1 = (float)(g->cfg.l1_weight / (double)total) * scale;
+  const float kx = nx > 0 ? (float)(0.5 * g->cfg.edge_weight / nx) * scale : 0;
+  const float ky = ny > 0 ? (float)(0.5 * g->cfg.edge_weight / ny) * scale : 0;
+  for (size_t k = 0; k < total; k++) {
+    float e = out[k] - sharp[k];
+    l1 += fabsf(e);
+    if (d) d[k] += kl1 * sign_of(e);
+  }
+  for (int p = 0; p < n * c; p++) {
+    const float *o = out + (size_t)p * h * w, *s = sharp + (size_t)p * h * w;
+    float *dp = d ? d + (size_t)p * h * w : NULL;
+    for (int y = 0; y < h; y++)
+      for (int x = 0; x < w; x++) {
+        size_t at = (size_t)y * w + x;
+        if (x + 1 < w) {
+          float e = (o[at + 1] - o[at]) - (s[at + 1] - s[at]);
+          ex += fabsf(e);
+          if (dp) dp[at + 1] += kx * sign_of(e), dp[at] -= kx * sign_of(e);
+        }
+        if (y + 1 < h) {
+          float e = (o[at + w] - o[at]) - (s[at + w] - s[at]);
+          ey += fabsf(e);
+          if (dp) dp[at + w] += ky * sign_of(e), dp[at] -= ky * sign_of(e);
+        }
+      }
+  }
+  double edge = 0.5 * ((nx > 0 ? ex / nx : 0) + (ny > 0 ? ey / ny : 0));
+  return g->cfg.l1_weight * l1 / (double)total + g->cfg.edge_weight * edge;
+}
+
+static double mean_psnr(const Gan *g, const float *out, const float *sharp, int n) {
+  double sum = 0;
+  float *clamped = g->dout; /* free between a forward and its backward */
+  for (int s = 0; s < n; s++) {
+    for (size_t k = 0; k < g->image; k++) {
+      float v = out[(size_t)s * g->image + k];
+      clamped[k] = v < 0 ? 0 : v > 1 ? 1 : v;
+    }
+    double psnr;
+    Error err;
+    if (image_psnr(clamped, sharp + (size_t)s * g->image, g->image, 1.0, &psnr, &err) || psnr > GAN_PSNR_CAP)
+      psnr = GAN_PSNR_CAP;
+    sum += psnr;
+  }
+  return sum / n;
+}
+
+/* The generator's output on blurred into the fake half of critic_in. */
+static int generate(Gan *g, const float *blurred, int n, int train, Error *err) {
+  int rc = chain_forward(&g->gen, blurred, n, train, err);
+  if (rc) return rc;
+  const float *residual = g->gen.act[g->gen.num_layers - 1];
+  float *out = g->critic_in + (size_t)n * g->image;
+  for (size_t k = 0; k < (size_t)n * g->image; k++) out[k] = blurred[k] + residual[k];
+  return 0;
+}
+
+static int gan_forward(Network *net, int chunk, const void *batch, Error *err) {
+  Gan *g = net->impl;
+  const GanBatch *b = batch;
+  int rc = check_batch(g, chunk, b, err);
+  if (rc) return rc;
+  int n = b->n;
+  if ((rc = generate(g, b->blurred, n, g->phase == GAN_GROUP_GENERATOR, err))) return rc;
+  memcpy(g->critic_in, b->sharp, (size_t)n * g->image * sizeof(float));
+  if ((rc = chain_forward(&g->critic, g->critic_in, 2 * n, 1, err))) return rc;
+  const float *scores = g->critic.act[g->critic.num_layers - 1];
+  size_t m = (size_t)n * g->patches;
+  double real = 0, fake = 0, adv = 0;
+  for (size_t k = 0; k < m; k++) {
+    double r = scores[k], f = scores[m + k];
+    real += (r - 1) * (r - 1);
+    fake += f * f;
+    adv += (f - 1) * (f - 1);
+  }
+  const float *out = g->critic_in + (size_t)n * g->image;
+  g->d_loss = 0.5 * (real + fake) / (double)m;
+  g->g_adv = adv / (double)m;
+  g->content = content_loss(g, out, b->sharp, n, NULL, 0);
+  g->loss = g->cfg.adv_weight * g->g_adv + g->cfg.content_weight * g->content;
+  g->psnr = mean_psnr(g, out, b->sharp, n);
+  g->last_n = n;
+  g->last_train_phase = g->phase;
+  return 0;
+}
+
+/* Rebinds the critic's parameter gradients to `base` (the network's buffer
+ * or the scratch one, same layout). */
+static void bind_critic_grads(Network *net, Gan *g, float *base) {
+  for (int i = 0; i < g->critic.num_layers; i++) {
+    Layer *l = &g->critic.layers[i];
+    for (int t = 0; t < l->num_params; t++) l->grad[t] = base + (l->param[t] - net->values);
+  }
+}
+
+static int gan_backward(Network *net, int chunk, const void *batch, float loss_scale, Error *err) {
+  Gan *g = net->impl;
+  const GanBatch *b = batch;
+  int rc = check_batch(g, chunk, b, err);
+  if (rc) return rc;
+  if (g->last_n != b->n || g->last_train_phase != g->phase)
+    return error_set(err, ERR_ARG, "gan: backward without the forward of this micro-batch in this phase");
+  int n = b->n;
+  size_t m = (size_t)n * g->patches;
+  const float *scores = g->critic.act[g->critic.num_layers - 1];
+  if (g->phase == GAN_GROUP_CRITIC) {
+    float k = loss_scale / (float)m;
+    for (size_t i = 0; i < m; i++) g->dpatch[i] = (scores[i] - 1) * k, g->dpatch[m + i] = scores[m + i] * k;
+    return chain_backward(&g->critic, g->critic_in, g->dpatch, NULL, 2 * n, err);
+  }
+  float k = (float)(2.0 * g->cfg.adv_weight / (double)m) * loss_scale;
+  for (size_t i = 0; i < m; i++) g->dpatch[i] = 0, g->dpatch[m + i] = (scores[m + i] - 1) * k;
+  memset(g->scratch, 0, g->critic_values * sizeof(float));
+  bind_critic_grads(net, g, g->scratch);
+  rc = chain_backward(&g->critic, g->critic_in, g->dpatch, g->dcritic_in, 2 * n, err);
+  bind_critic_grads(net, g, net->grads);
+  if (rc) return rc;
+  size_t len = (size_t)n * g->image;
+  memcpy(g->dout, g->dcritic_in + len, len * sizeof(float));
+  content_loss(g, g->critic_in + len, b->sharp, n, g->dout, (float)g->cfg.content_weight * loss_scale);
+  /* out = blurred + residual: the residual's gradient is the output's */
+  return chain_backward(&g->gen, b->blurred, g->dout, NULL, n, err);
+}
+
+static int gan_metrics(const Network *net, NetMetric *metrics, int cap) {
+  const Gan *g = net->impl;
+  const NetMetric all[] = {{"loss", g->loss, 4},       {"d_loss", g->d_loss, 4}, {"g_adv", g->g_adv, 4},
+                           {"content", g->content, 4}, {"psnr", g->psnr, 2}};
+  int count = (int)(sizeof all / sizeof all[0]);
+  for (int i = 0; i < count && i < cap; i++) metrics[i] = all[i];
+  return count;
+}
+
+static void gan_begin_phase(Network *net, int param_group) { ((Gan *)net->impl)->phase = param_group; }
+
+static void gan_free(Network *net) {
+  Gan *g = net->impl;
+  if (!g) return;
+  chain_free(&g->gen);
+  chain_free(&g->critic);
+  free(g->critic_in);
+  free(g->dcritic_in);
+  free(g->dpatch);
+  free(g->dout);
+  free(g->scratch);
+  free(net->values);
+  free(net->grads);
+  free(g);
+}
+
+static const NetworkOps GAN_OPS = {.family = "gan",
+                                   .forward = gan_forward,
+                                   .backward = gan_backward,
+                                   .metrics = gan_metrics,
+                                   .unit = {"image", "images", "img/s"},
+                                   .begin_phase = gan_begin_phase,
+                                   .free = gan_free};
+
+/* The table: the critic's tensors (group 0), then the generator's (group 1). */
+static int lay_out_params(Network *net, Gan *g) {
+  int tensors = 0;
+  g->critic_values = layer_param_floats(g->critic.layers, g->critic.num_layers, &tensors);
+  size_t values = g->critic_values + layer_param_floats(g->gen.layers, g->gen.num_layers, &tensors);
+  net->num_tensors = tensors;
+  net->num_values = values;
+  net->params = calloc((size_t)tensors, sizeof *net->params);
+  net->values = calloc(values, sizeof(float));
+  net->grads = calloc(values, sizeof(float));
+  g->scratch = calloc(g->critic_values ? g->critic_values : 1, sizeof(float));
+  if (!net->params || !net->values || !net->grads || !g->scratch) return ERR_NOMEM;
+  size_t offset = 0;
+  int k = 0;
+  for (int which = 0; which < 2; which++) {
+    Chain *c = which == GAN_GROUP_CRITIC ? &g->critic : &g->gen;
+    for (int i = 0, own = 0; i < c->num_layers; i++) {
+      Layer *l = &c->layers[i];
+      for (int t = 0; t < l->num_params; t++, k++, own++) {
+        snprintf(g->names[which][own], NAME_MAX_LEN, "%s.layers.%d.%s",
+                 which == GAN_GROUP_CRITIC ? "critic" : "generator", i, l->params[t].suffix);
+        layer_bind_param(l, t, &net->params[k], g->names[which][own], net->values, net->grads, offset);
+        net->params[k].param_group = which;
+        offset += l->params[t].numel;
+      }
+    }
+  }
+  return 0;
+}
+
+int gan_create(Network *net, const GanConfig *cfg, int height, int width, int max_batch, Error *err) {
+  memset(net, 0, sizeof *net);
+  int stride = gan_stride(cfg);
+  if (max_batch < 1) return error_set(err, ERR_ARG, "gan: micro-batch size %d, expected >= 1", max_batch);
+  if (height < stride || width < stride || height % stride || width % stride)
+    return error_set(err, ERR_CONFIG, "gan: images of %d x %d, expected sides that are multiples of %d (2 to the "
+                     "generator's %d downsamples)", height, width, stride, cfg->gen_downsamples);
+  Gan *g = calloc(1, sizeof *g);
+  if (!g) return error_set(err, ERR_NOMEM, "out of memory for the gan network");
+  g->cfg = *cfg;
+  g->height = height, g->width = width, g->max_batch = max_batch;
+  g->phase = GAN_GROUP_CRITIC;
+  g->image = (size_t)cfg->channels * height * width;
+  g->gen.in = g->critic.in = (LayerShape){cfg->channels, height, width};
+  g->gen.max_batch = max_batch;
+  g->critic.max_batch = 2 * max_batch;
+  net->ops = &GAN_OPS;
+  net->impl = g;
+  net->num_param_groups = 2;
+  net->num_chunks = 1;
+  int rc = build_generator(&g->gen, cfg, err);
+  if (!rc) rc = build_critic(&g->critic, cfg, err);
+  if (rc) {
+    network_free(net);
+    return error_wrap(err, "gan: building the networks for %d x %d images", height, width);
+  }
+  g->patches = layer_shape_numel(chain_out_shape(&g->critic));
+  size_t pair_floats = 2 * (size_t)max_batch * g->image;
+  int ok = !lay_out_params(net, g) && !chain_alloc(&g->gen) && !chain_alloc(&g->critic) &&
+           (g->critic_in = malloc(pair_floats * sizeof(float))) &&
+           (g->dcritic_in = malloc(pair_floats * sizeof(float))) &&
+           (g->dpatch = malloc(2 * (size_t)max_batch * g->patches * sizeof(float))) &&
+           (g->dout = malloc((size_t)max_batch * g->image * sizeof(float)));
+  if (!ok) {
+    network_free(net);
+    return error_set(err, ERR_NOMEM, "out of memory for the gan network's buffers");
+  }
+  /* Counted per image and step: the critic phase runs the generator forward
+   * (2 Mg) and the critic forward and backward on two images (2 x 6 Md), the
+   * generator phase both forward and backward (6 Mg + 2 x 6 Md). */
+  net->flops_per_unit = 8.0 * chain_mults(&g->gen) + 24.0 * chain_mults(&g->critic);
+  return 0;
+}
+
+void gan_init_weights(Network *net, uint64_t seed) {
+  Gan *g = net->impl;
+  for (int i = 0; i < g->critic.num_layers; i++) g->critic.layers[i].ops->init(&g->critic.layers[i], seed, (uint64_t)i);
+  for (int i = 0; i < g->gen.num_layers; i++)
+    g->gen.layers[i].ops->init(&g->gen.layers[i], seed, (uint64_t)(GAN_MAX_LAYERS + i));
+  /* The last convolution (before the tanh) starts at zero: the generator
+   * starts as the identity, out = blurred, and learns the residual. */
+  Layer *last = &g->gen.layers[g->gen.num_layers - 2];
+  for (int t = 0; t < last->num_params; t++) memset(last->param[t], 0, last->params[t].numel * sizeof(float));
+}
+
+int gan_generate(Network *net, const float *blurred, int n, float *out, Error *err) {
+  Gan *g = net->impl;
+  if (n < 1 || n > g->max_batch)
+    return error_set(err, ERR_ARG, "gan: %d images to generate, expected 1..%d", n, g->max_batch);
+  int rc = generate(g, blurred, n, 0, err);
+  if (rc) return rc;
+  const float *made = g->critic_in + (size_t)n * g->image;
+  for (size_t k = 0; k < (size_t)n * g->image; k++) out[k] = made[k] < 0 ? 0 : made[k] > 1 ? 1 : made[k];
+  g->last_n = 0; /* the critic's saved state no longer matches */
+  return 0;
+}
+
+static size_t describe_chain(const Chain *c, const char *title, char *buf, size_t at, size_t cap) {
+  int wrote = snprintf(buf + at, cap - at, "%s%s", at ? " | " : "", title);
+  at += wrote > 0 ? (size_t)wrote : 0;
+  for (int i = 0; i < c->num_layers && at < cap; i++) {
+    const Layer *l = &c->layers[i];
+    if (strcmp(l->ops->kind, "conv2d") && strcmp(l->ops->kind, "conv_transpose2d")) continue;
+    wrote = snprintf(buf + at, cap - at, " %s %dx%dx%d", l->ops->kind, l->out.c, l->out.h, l->out.w);
+    at += wrote > 0 ? (size_t)wrote : 0;
+  }
+  return at < cap ? at : cap - 1;
+}
+
+void gan_describe(const Network *net, char *buf, size_t cap) {
+  const Gan *g = net->impl;
+  if (!cap) return;
+  buf[0] = '\0';
+  size_t at = describe_chain(&g->gen, "generator", buf, 0, cap);
+  describe_chain(&g->critic, "critic", buf, at, cap);
+}

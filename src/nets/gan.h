@@ -1,0 +1,109 @@
+/* A deblurring GAN (DeblurGAN's design, sized by config) defined only
+ * through the network interface (nets/network.h), with two parameter
+ * groups that step in phases of their own:
+ *
+ *   "model": {"family": "gan", "channels": 1,
+ *             "generator": {"filters": 16, "blocks": 2, "downsamples": 2},
+ *             "critic": {"filters": 16, "layers": 3},
+ *             "loss": "lsgan", "adv_weight": 1, "content_weight": 100,
+ *             "l1_weight": 1, "edge_weight": 1}
+ *
+ * Generator (group GAN_GROUP_GENERATOR = 1), fully convolutional, built
+ * from the layer registry (nets/layer.h): conv 7x7 (filters) + instance
+ * norm + ReLU; `downsamples` strided 3x3 convs doubling the width, each +
+ * IN + ReLU; `blocks` residual blocks x + IN(conv3(ReLU(IN(conv3(x)))));
+ * as many 3x3 stride-2 transposed convs halving the width, + IN + ReLU;
+ * conv 7x7 to the channels and tanh. The output is the blurred input plus
+ * that residual (the global skip): out = blurred + tanh(...); the last
+ * conv starts at zero (gan_init_weights), so the network starts as the
+ * identity. Heights and widths must be multiples
+ * of 2^downsamples (`fivefold deblur` pads an image to them).
+ *
+ * Critic (group GAN_GROUP_CRITIC = 0, first, so that a step runs the critic
+ * phase before the generator phase, as DeblurGAN does): DeblurGAN's
+ * PatchGAN with n = layers: conv 4x4 stride 2 padding 2 (filters) +
+ * LeakyReLU(0.2); n - 1 more of them, the width doubling up to 8 filters,
+ * each + IN + LeakyReLU; one at stride 1 (+ IN + LeakyReLU); a last 4x4
+ * stride-1 conv to one channel: a map of patch scores.
+ *
+ * Losses (LSGAN; WGAN-GP is not implemented: its gradient penalty needs
+ * the gradient of a gradient norm, a double backward the layers do not
+ * have). Means over the micro-batch and the critic's patches:
+ *   d_loss  = (mean (D(sharp) - 1)^2 + mean D(out)^2) / 2
+ *   g_adv   = mean (D(out) - 1)^2
+ *   content = l1_weight mean |out - sharp|
+ *             + edge_weight (mean |dx out - dx sharp| + mean |dy out - dy sharp|) / 2
+ *             (dx, dy: forward differences along a row and a column)
+ *   loss    = adv_weight g_adv + content_weight content (the generator's)
+ * No pretrained feature network (VGG) exists offline, so the edge term
+ * stands in for the perceptual loss.
+ *
+ * Phases (begin_phase). Critic phase: the generator runs forward without
+ * keeping anything, the critic forward and backward on the micro-batch's
+ * sharp and generated images together (one batch of 2n: instance norm is
+ * per sample), gradients of d_loss into the critic. Generator phase: the
+ * generator forward, the critic forward on both halves, the backward of the
+ * generator's loss through the critic into the generator; the critic's
+ * parameter gradients of that pass go to a scratch buffer and are dropped.
+ *
+ * Metrics of each forward: "loss", "d_loss", "g_adv", "content" and
+ * "psnr" (mean over the micro-batch of the PSNR of the output, clamped to
+ * 0..1, against the sharp image, capped at 100 dB). Both phases measure all
+ * of them, so the runtime's mean over a step's phases is the mean of the
+ * step's two measurements (g_adv and d_loss before and after the critic's
+ * update). Unit: image.
+ *
+ * Convolutions that an instance norm follows have no bias (the norm
+ * removes it); the others (the critic's first and last, the generator's
+ * last) have one.
+ *
+ * Parameters: "critic.layers.<i>.<suffix>" then
+ * "generator.layers.<i>.<suffix>", i the index in the network's own layer
+ * list (residual blocks are five consecutive layers). */
+#ifndef FIVEFOLD_NETS_GAN_H
+#define FIVEFOLD_NETS_GAN_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "nets/network.h"
+
+#define GAN_GROUP_CRITIC 0
+#define GAN_GROUP_GENERATOR 1
+
+struct cJSON;
+
+typedef struct GanConfig {
+  int channels;
+  int gen_filters, gen_blocks, gen_downsamples;
+  int critic_filters, critic_layers;
+  double adv_weight, content_weight, l1_weight, edge_weight;
+} GanConfig;
+
+/* One micro-batch: n pairs, blurred and sharp, each [n, channels, h, w]. */
+typedef struct GanBatch {
+  int n;
+  const float *blurred;
+  const float *sharp;
+} GanBatch;
+
+/* The "model" object of a run config with "family": "gan"; errors name
+ * origin and model.<field> (model.generator.filters, ...). */
+int gan_config_from_json(GanConfig *cfg, const struct cJSON *obj, const char *origin, Error *err);
+struct cJSON *gan_config_to_json(const GanConfig *cfg);
+/* The multiple of which the generator's image sides must be. */
+int gan_stride(const GanConfig *cfg);
+
+/* net gets both networks' table and zeroed buffers, for images of
+ * height x width and micro-batches of at most max_batch pairs. */
+int gan_create(Network *net, const GanConfig *cfg, int height, int width, int max_batch, Error *err);
+/* Every layer's own initialisation from the seed, then the generator's
+ * last convolution zeroed. */
+void gan_init_weights(Network *net, uint64_t seed);
+/* out[n, c, h, w] = the generator's output on blurred, clamped to 0..1
+ * (an evaluation forward: keeps nothing for backward). */
+int gan_generate(Network *net, const float *blurred, int n, float *out, Error *err);
+/* "generator conv 16x28x28 -> ... | critic ..." */
+void gan_describe(const Network *net, char *buf, size_t cap);
+
+#endif

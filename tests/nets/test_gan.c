@@ -1,0 +1,238 @@
+/* The deblurring GAN (nets/gan.h) on tiny sizes: its parameter table and
+ * groups, the critic phase's gradient of d_loss and the generator phase's
+ * gradient of the generator's loss (through the critic) against central
+ * finite differences, each phase leaving the other group's gradient
+ * untouched, the content loss terms (L1, edge) alone, the generator's
+ * global skip, and config errors that name the field. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "base/rng.h"
+#include "nets/gan.h"
+
+#define SIDE 8
+#define PAIRS 2
+#define IMAGE (SIDE * SIDE)
+
+static const char *TINY = "{\"family\":\"gan\",\"channels\":1,\"generator\":{\"filters\":2,\"blocks\":1,"
+                          "\"downsamples\":1},\"critic\":{\"filters\":2,\"layers\":2},\"content_weight\":1}";
+
+static int config(GanConfig *cfg, const char *json, Error *err) {
+  cJSON *o = cJSON_Parse(json);
+  assert_non_null(o);
+  memset(err, 0, sizeof *err);
+  int rc = gan_config_from_json(cfg, o, "cfg.json", err);
+  cJSON_Delete(o);
+  return rc;
+}
+
+static float blurred[PAIRS * IMAGE], sharp[PAIRS * IMAGE];
+
+static void make_pairs(void) {
+  for (int i = 0; i < PAIRS * IMAGE; i++) {
+    sharp[i] = (float)rng_uniform(11, 0, (uint64_t)i);
+    blurred[i] = sharp[i] + 0.2f * (float)rng_normal(11, 1, (uint64_t)i);
+  }
+}
+
+static double metric_of(Network *net, const GanBatch *b, const char *name) {
+  Error err = {0};
+  if (net->ops->forward(net, 0, b, &err)) fail_msg("%s", err.msg);
+  NetMetric m[8];
+  int n = net->ops->metrics(net, m, 8);
+  assert_int_equal(n, 5);
+  return network_metric(m, n, name);
+}
+
+/* The phase's backward (scale 0.5) against finite differences of `metric`
+ * over the group's parameters; the other group's gradient stays zero. */
+static void check_phase(Network *net, int group, const char *metric) {
+  GanBatch b = {.n = PAIRS, .blurred = blurred, .sharp = sharp};
+  Error err = {0};
+  net->ops->begin_phase(net, group);
+  memset(net->grads, 0, net->num_values * sizeof(float));
+  metric_of(net, &b, metric);
+  if (net->ops->backward(net, 0, &b, 0.5f, &err)) fail_msg("%s", err.msg);
+  /* The losses have kinks (ReLU, LeakyReLU, L1) that a finite difference
+   * of a tiny network crosses now and then, so single entries may miss:
+   * the check is on the whole gradient (relative error of the vector) and
+   * on the share of entries that miss. */
+  const double eps = 1e-4;
+  int checked = 0, nonzero = 0, missed = 0;
+  double diff2 = 0, norm2 = 0;
+  for (int t = 0; t < net->num_tensors; t++) {
+    const NetParam *p = &net->params[t];
+    /* the other group's whole gradient must be zero; of the phase's group
+     * up to 24 entries of every tensor, evenly spread, are checked (all
+     * would take a minute under the sanitizers) */
+    size_t stride = p->param_group == group && p->numel > 24 ? p->numel / 24 : 1;
+    for (size_t i = p->offset; i < p->offset + p->numel; i += stride) {
+      if (p->param_group != group) {
+        if (net->grads[i] != 0) fail_msg("%s[%zu]: a gradient of the other group", p->name, i - p->offset);
+        continue;
+      }
+      float keep = net->values[i];
+      net->values[i] = keep + (float)eps;
+      double up = metric_of(net, &b, metric);
+      net->values[i] = keep - (float)eps;
+      double down = metric_of(net, &b, metric);
+      net->values[i] = keep;
+      double fd = 0.5 * (up - down) / (2 * eps);
+      missed += fabs(net->grads[i] - fd) > 2e-3 + 3e-2 * fabs(fd);
+      diff2 += (net->grads[i] - fd) * (net->grads[i] - fd);
+      norm2 += fd * fd;
+      checked++;
+      nonzero += fabs(fd) > 1e-4;
+    }
+  }
+  double relative = sqrt(diff2 / norm2);
+  print_message("%s phase, %s: %d of %d entries miss, relative error %.4f\n",
+                group == GAN_GROUP_CRITIC ? "critic" : "generator", metric, missed, checked, relative);
+  assert_true(relative < 0.05);
+  assert_true(missed <= checked / 20);
+  assert_true(checked > 0);
+  assert_true(nonzero > checked / 4); /* the check is not vacuous */
+}
+
+static void build(Network *net, const char *json) {
+  GanConfig cfg;
+  Error err;
+  if (config(&cfg, json, &err)) fail_msg("%s", err.msg);
+  if (gan_create(net, &cfg, SIDE, SIDE, PAIRS, &err)) fail_msg("%s", err.msg);
+  gan_init_weights(net, 7);
+  /* the generator's last conv starts at zero (the identity), which would
+   * leave the layers before it without a gradient: give it values */
+  int last = net->num_tensors - 1;
+  assert_true(!strncmp(net->params[last].name, "generator.", 10));
+  for (int t = last - 1; t <= last; t++) {
+    for (size_t i = 0; i < net->params[t].numel; i++) assert_true(net->values[net->params[t].offset + i] == 0);
+    for (size_t i = 0; i < net->params[t].numel; i++)
+      net->values[net->params[t].offset + i] = 0.1f * (float)rng_normal(5, (uint64_t)t, i);
+  }
+}
+
+static void test_table_and_groups(void **state) {
+  (void)state;
+  Network net;
+  build(&net, TINY);
+  assert_int_equal(net.num_param_groups, 2);
+  assert_string_equal(net.params[0].name, "critic.layers.0.weight");
+  assert_int_equal(net.params[0].param_group, GAN_GROUP_CRITIC);
+  int seen_generator = 0;
+  for (int t = 0; t < net.num_tensors; t++) {
+    const NetParam *p = &net.params[t];
+    int gen = !strncmp(p->name, "generator.", 10);
+    assert_int_equal(p->param_group, gen ? GAN_GROUP_GENERATOR : GAN_GROUP_CRITIC);
+    if (seen_generator) assert_true(gen); /* one contiguous range per group */
+    seen_generator |= gen;
+  }
+  assert_true(seen_generator);
+  assert_non_null(network_find_param(&net, "generator.layers.0.weight"));
+  assert_true(net.flops_per_unit > 0);
+  assert_string_equal(net.ops->unit.one, "image");
+  network_free(&net);
+}
+
+static void test_critic_phase_gradient(void **state) {
+  (void)state;
+  Network net;
+  build(&net, TINY);
+  make_pairs();
+  check_phase(&net, GAN_GROUP_CRITIC, "d_loss");
+  network_free(&net);
+}
+
+static void test_generator_phase_gradient(void **state) {
+  (void)state;
+  Network net;
+  build(&net, TINY);
+  make_pairs();
+  check_phase(&net, GAN_GROUP_GENERATOR, "loss");
+  network_free(&net);
+}
+
+/* Each content term alone (no adversarial term), and the adversarial term alone. */
+static void test_loss_terms_alone(void **state) {
+  (void)state;
+  static const char *const TERMS[] = {
+      "\"adv_weight\":0,\"content_weight\":1,\"l1_weight\":1,\"edge_weight\":0",
+      "\"adv_weight\":0,\"content_weight\":1,\"l1_weight\":0,\"edge_weight\":1",
+      "\"adv_weight\":1,\"content_weight\":0",
+  };
+  make_pairs();
+  for (size_t k = 0; k < sizeof TERMS / sizeof TERMS[0]; k++) {
+    char json[512];
+    snprintf(json, sizeof json, "{\"family\":\"gan\",\"generator\":{\"filters\":2,\"blocks\":1,\"downsamples\":1},"
+             "\"critic\":{\"filters\":2,\"layers\":2},%s}", TERMS[k]);
+    Network net;
+    build(&net, json);
+    check_phase(&net, GAN_GROUP_GENERATOR, "loss");
+    network_free(&net);
+  }
+}
+
+/* With the generator's last convolution zero the output is the blurred input. */
+static void test_global_skip(void **state) {
+  (void)state;
+  Network net;
+  build(&net, TINY);
+  make_pairs();
+  for (int t = 0; t < net.num_tensors; t++)
+    if (!strncmp(net.params[t].name, "generator.", 10))
+      memset(net.values + net.params[t].offset, 0, net.params[t].numel * sizeof(float));
+  float out[PAIRS * IMAGE];
+  Error err;
+  if (gan_generate(&net, blurred, PAIRS, out, &err)) fail_msg("%s", err.msg);
+  for (int i = 0; i < PAIRS * IMAGE; i++) {
+    float want = blurred[i] < 0 ? 0 : blurred[i] > 1 ? 1 : blurred[i];
+    assert_true(out[i] == want);
+  }
+  network_free(&net);
+}
+
+static void refused(const char *json, const char *field) {
+  GanConfig cfg;
+  Error err;
+  assert_int_equal(config(&cfg, json, &err), ERR_CONFIG);
+  if (!strstr(err.msg, field) || !strstr(err.msg, "cfg.json"))
+    fail_msg("error \"%s\" does not name %s", err.msg, field);
+}
+
+static void test_config_errors(void **state) {
+  (void)state;
+  refused("{\"family\":\"gan\",\"generator\":{\"filters\":0}}", "model.generator.filters");
+  refused("{\"family\":\"gan\",\"generator\":{\"filtres\":4}}", "model.generator");
+  refused("{\"family\":\"gan\",\"critic\":{\"layers\":9}}", "model.critic.layers");
+  refused("{\"family\":\"gan\",\"loss\":\"wgan-gp\"}", "model.loss");
+  refused("{\"family\":\"gan\",\"loss\":\"hinge\"}", "model.loss");
+  refused("{\"family\":\"gan\",\"content_weight\":-1}", "model.content_weight");
+  refused("{\"family\":\"gan\",\"colour\":1}", "model.colour");
+  GanConfig cfg;
+  Error err;
+  if (config(&cfg, TINY, &err)) fail_msg("%s", err.msg);
+  Network net;
+  assert_int_equal(gan_create(&net, &cfg, 9, 8, 1, &err), ERR_CONFIG); /* 9 is no multiple of 2 */
+  /* the config round-trips */
+  cJSON *o = gan_config_to_json(&cfg);
+  GanConfig again;
+  assert_int_equal(gan_config_from_json(&again, o, "round", &err), 0);
+  cJSON_Delete(o);
+  assert_memory_equal(&cfg, &again, sizeof cfg);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_table_and_groups),      cmocka_unit_test(test_critic_phase_gradient),
+      cmocka_unit_test(test_generator_phase_gradient), cmocka_unit_test(test_loss_terms_alone),
+      cmocka_unit_test(test_global_skip),           cmocka_unit_test(test_config_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
