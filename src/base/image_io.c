@@ -84,6 +84,9 @@ static int decode_pgm(const char *name, const unsigned char *bytes, size_t size,
   if ((rc = read_uint(&c, name, "maxval", 65535, &maxval, err))) return rc;
   if (width < 1 || height < 1)
     return error_set(err, ERR_FORMAT, "%s: size %ld x %ld, expected both >= 1", name, width, height);
+  if (width * height > IMAGE_MAX_PIXELS)
+    return error_set(err, ERR_FORMAT, "%s: %ld x %ld pixels, more than the %ld accepted", name, width, height,
+                     IMAGE_MAX_PIXELS);
   if (maxval < 1) return error_set(err, ERR_FORMAT, "%s: maxval 0, expected 1..255", name);
   if (maxval > 255)
     return error_set(err, ERR_FORMAT, "%s: unsupported depth: maxval %ld (16-bit PGM), expected 1..255 (8-bit)", name,
@@ -175,6 +178,8 @@ static int decode_png(const char *name, const unsigned char *bytes, size_t size,
     png_set_read_fn(png, r, png_read_from_memory);
     png_set_user_limits(png, IMAGE_MAX_SIDE, IMAGE_MAX_SIDE);
     png_read_info(png, info);
+    if ((long)png_get_image_width(png, info) * (long)png_get_image_height(png, info) > IMAGE_MAX_PIXELS)
+      png_error(png, "more pixels than the 2^25 accepted");
     const int color = png_get_color_type(png, info);
     const int depth = png_get_bit_depth(png, info);
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
@@ -260,9 +265,10 @@ static int decode_jpeg(const char *name, const unsigned char *bytes, size_t size
       longjmp(e->jump, 1);
     }
     cinfo.out_color_space = cinfo.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
-    if (cinfo.image_width > IMAGE_MAX_SIDE || cinfo.image_height > IMAGE_MAX_SIDE) {
-      snprintf(e->message, sizeof e->message, "%u x %u pixels, larger than %d on a side", cinfo.image_width,
-               cinfo.image_height, IMAGE_MAX_SIDE);
+    if (cinfo.image_width > IMAGE_MAX_SIDE || cinfo.image_height > IMAGE_MAX_SIDE ||
+        (long)cinfo.image_width * (long)cinfo.image_height > IMAGE_MAX_PIXELS) {
+      snprintf(e->message, sizeof e->message, "%u x %u pixels, larger than %d on a side or %ld in all",
+               cinfo.image_width, cinfo.image_height, IMAGE_MAX_SIDE, IMAGE_MAX_PIXELS);
       longjmp(e->jump, 1);
     }
     jpeg_start_decompress(&cinfo);

@@ -30,9 +30,12 @@
 
 #include "base/error.h"
 
-/* Largest side accepted when reading: a bound on what a corrupt header can
- * make us allocate. */
+/* Largest side, and largest number of pixels, accepted when reading: a
+ * bound on what a corrupt header (or a compressed file that claims a huge
+ * size) can make us allocate: 2^25 pixels (8192 x 4096) of 3 floats are
+ * 400 MB. */
 #define IMAGE_MAX_SIDE 32768
+#define IMAGE_MAX_PIXELS ((long)1 << 25)
 
 typedef struct Image {
   int channels, height, width; /* channels is 1 (grey) or 3 (RGB) for files */
