@@ -56,7 +56,7 @@ static void fixture_init(Fixture *f, int pp) {
   full.recompute = PLAN_RECOMPUTE_FULL;
   PlanResult none_r = simulate(f, &f->cluster, &f->cfg), full_r = simulate(f, &f->cluster, &full);
   assert_true(full_r.peak_memory < none_r.peak_memory);
-  f->cluster.memory_capacity = full_r.peak_memory + 0.4 * (none_r.peak_memory - full_r.peak_memory);
+  f->cluster.memory_capacity = full_r.peak_memory + 0.15 * (none_r.peak_memory - full_r.peak_memory);
   plan_result_free(&none_r);
   plan_result_free(&full_r);
 }
