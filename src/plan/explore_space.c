@@ -276,7 +276,8 @@ int plan_explore_report(PlanExploreSpace *sp, const char *method, int explain, F
   fprintf(f, "\n");
   print_plan(sp, sp->best, f);
   if (!explain) return 0;
-  fprintf(f, "  what each choice bought (the best plan with that one choice put back to the layout's):\n");
+  fprintf(f, "  what each choice bought (step and peak of the best plan minus those with that one choice put back\n"
+             "  to the layout's; negative = saved):\n");
   int any = 0;
   for (int i = 0; i < sp->num_decisions; i++) {
     if (sp->best[i] == sp->uniform[i]) continue;
