@@ -5,7 +5,8 @@
  * DQN find the exact optimum within the stated budget of simulations for
  * fixed seeds; no explorer returns a plan that does not fit; the DQN gives
  * the same run from the same seed; per-layer recomputation is priced
- * between the uniform extremes. Budgets count simulations, never seconds. */
+ * between the uniform extremes; a mixed dense/MoE model explores one
+ * choice per layer kind. Budgets count simulations, never seconds. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -75,6 +76,12 @@ static void space_init(PlanExploreSpace *sp, const Fixture *f, int group_size, i
   assert_int_equal(rc, 0);
 }
 
+static void free_spaces(PlanExploreSpace *a, PlanExploreSpace *b, PlanExploreSpace *c) {
+  plan_explore_space_free(a);
+  plan_explore_space_free(b);
+  if (c) plan_explore_space_free(c);
+}
+
 /* The best plan really fits: simulated again from its configuration. */
 static void check_best_fits(const Fixture *f, const PlanExploreSpace *sp) {
   assert_true(sp->have_best);
@@ -130,8 +137,7 @@ static void test_explorers_find_exact_optimum(void **state) {
       assert_true(sa.evaluations <= cs->budget && dqn.evaluations <= cs->budget);
       assert_true(fabs(sa.best_eval.step_time - optimum) <= 1e-12 * optimum);
       assert_true(fabs(dqn.best_eval.step_time - optimum) <= 1e-12 * optimum);
-      plan_explore_space_free(&sa);
-      plan_explore_space_free(&dqn);
+      free_spaces(&sa, &dqn, NULL);
     }
     plan_explore_space_free(&exact);
     cluster_spec_free(&f.cluster);
@@ -155,8 +161,7 @@ static void test_dqn_reproducible_from_seed(void **state) {
   assert_int_equal(a.best_at, b.best_at);
   assert_memory_equal(a.best, b.best, (size_t)a.num_decisions);
   assert_true(a.best_eval.step_time == b.best_eval.step_time);
-  plan_explore_space_free(&a);
-  plan_explore_space_free(&b);
+  free_spaces(&a, &b, NULL);
   cluster_spec_free(&f.cluster);
 }
 
@@ -180,9 +185,7 @@ static void test_infeasible_never_returned(void **state) {
   assert_false(dqn.have_best);
   assert_false(exact.have_best);
   assert_true(sa.evaluations <= 100 && dqn.evaluations <= 100 && exact.evaluations == 100);
-  plan_explore_space_free(&sa);
-  plan_explore_space_free(&dqn);
-  plan_explore_space_free(&exact);
+  free_spaces(&sa, &dqn, &exact);
   cluster_spec_free(&f.cluster);
 }
 
@@ -214,12 +217,66 @@ static void test_per_layer_recompute_priced(void **state) {
   cluster_spec_free(&f.cluster);
 }
 
+/* A mixed dense/MoE model grouped by kind: two groups (dense layers, MoE
+ * layers), each with its own recomputation; exact enumeration of
+ * {none, selective, full}^2 x boundary +-1 finds a best that fits, gives
+ * all layers of a kind the same choice and the two kinds different ones,
+ * with memory set so that the uniform plan does not fit. */
+static void test_kind_groups_in_mixed_model(void **state) {
+  (void)state;
+  Fixture f;
+  fixture_init(&f, 2);
+  f.model.num_experts = 8;
+  f.model.top_k = 2;
+  f.model.moe_intermediate_size = 2048;
+  model_config_set_moe_layer_freq(&f.model, 2);
+  f.cluster.memory_capacity = 1e15;
+  PlanConfig full = f.cfg;
+  full.recompute = PLAN_RECOMPUTE_FULL;
+  PlanResult none_r = simulate(&f, &f.cluster, &f.cfg), full_r = simulate(&f, &f.cluster, &full);
+  f.cluster.memory_capacity = full_r.peak_memory + 0.2 * (none_r.peak_memory - full_r.peak_memory);
+  plan_result_free(&none_r);
+  plan_result_free(&full_r);
+  PlanExploreSpec spec;
+  plan_explore_spec_default(&spec);
+  spec.groups = PLAN_EXPLORE_GROUP_KIND;
+  spec.allow_recompute[PLAN_RECOMPUTE_SELECTIVE] = 1;
+  spec.max_shift = 1;
+  PlanExploreSpace sp;
+  Error err = {0, ""};
+  int rc = plan_explore_space_init(&sp, &f.model, &f.cluster, &f.opt, &f.cfg, &spec, &err);
+  if (rc) print_error("%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_int_equal(sp.num_groups, 2);
+  for (int l = 0; l < 8; l++) assert_int_equal(sp.group_of_layer[l], f.model.is_moe_layer[l] ? 1 : 0);
+  int complete;
+  assert_int_equal(plan_explore_exact(&sp, &complete, &err), 0);
+  assert_true(complete);
+  assert_int_equal(sp.evaluations, 3 * 3 * 3);
+  check_best_fits(&f, &sp);
+  PlanConfig c;
+  assert_int_equal(plan_explore_config(&sp, sp.best, &c), 0);
+  for (int l = 2; l < 8; l++) assert_int_equal(c.layer_recompute[l], c.layer_recompute[l % 2]);
+  /* Memory binds: the best is not the layout's own plan. */
+  print_message("kind groups: dense %s, MoE %s, stages %d %d, %.5f s\n", plan_recompute_name(c.layer_recompute[0]),
+                plan_recompute_name(c.layer_recompute[1]), c.layers_per_stage[0], c.layers_per_stage[1],
+                sp.best_eval.step_time);
+  assert_false(sp.uniform_eval.fits);
+  assert_true(memcmp(sp.best, sp.uniform, (size_t)sp.num_decisions) != 0);
+  /* The kinds are best recomputed differently (here the dense layers, whose
+   * recomputation is cheaper per byte freed). */
+  assert_true(c.layer_recompute[0] != c.layer_recompute[1]);
+  plan_explore_space_free(&sp);
+  cluster_spec_free(&f.cluster);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_per_layer_recompute_priced),
       cmocka_unit_test(test_explorers_find_exact_optimum),
       cmocka_unit_test(test_dqn_reproducible_from_seed),
       cmocka_unit_test(test_infeasible_never_returned),
+      cmocka_unit_test(test_kind_groups_in_mixed_model),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
