@@ -324,7 +324,13 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
     } else known = 0;
     if (!known && !simulate) {
       known = 1;
-      if (!strcmp(name, "--explore")) c->explore = value;
+      if (!strcmp(name, "--explore")) {
+        c->explore = value;
+        if (strcmp(value, "sa") && strcmp(value, "dqn") && strcmp(value, "exact")) {
+          fprintf(stderr, "fivefold %s: --explore must be sa, dqn or exact, got '%s'\n", c->cmd, value);
+          rc = -1;
+        }
+      }
       else if (!strcmp(name, "--explore-budget")) rc = parse_int(c, name, value, 1, &c->explore_budget);
       else if (!strcmp(name, "--explore-seed")) rc = parse_int(c, name, value, 0, &c->explore_seed);
       else if (!strcmp(name, "--explore-shift")) rc = parse_int(c, name, value, 0, &c->explore_shift);
