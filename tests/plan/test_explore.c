@@ -37,6 +37,19 @@ static PlanResult simulate(const Fixture *f, const ClusterSpec *cl, const PlanCo
   return r;
 }
 
+/* Device memory at `share` of the way from the uniform plan with full
+ * recomputation's peak to the peak without. */
+static void set_capacity_between(Fixture *f, double share) {
+  f->cluster.memory_capacity = 1e15;
+  PlanConfig full = f->cfg;
+  full.recompute = PLAN_RECOMPUTE_FULL;
+  PlanResult none_r = simulate(f, &f->cluster, &f->cfg), full_r = simulate(f, &f->cluster, &full);
+  assert_true(full_r.peak_memory < none_r.peak_memory);
+  f->cluster.memory_capacity = full_r.peak_memory + share * (none_r.peak_memory - full_r.peak_memory);
+  plan_result_free(&none_r);
+  plan_result_free(&full_r);
+}
+
 /* 8 layers of hidden 2048 on pp stages, 8 micro-batches of 4096 tokens;
  * the memory is set between the peaks of the uniform plans without and
  * with full recomputation, so the best plan recomputes some layers. */
@@ -53,13 +66,7 @@ static void fixture_init(Fixture *f, int pp) {
   f->cfg.par.pp = pp;
   Error err = {0, ""};
   assert_int_equal(plan_config_finish(&f->cfg, &f->model, &f->cluster, pp, &err), 0);
-  PlanConfig full = f->cfg;
-  full.recompute = PLAN_RECOMPUTE_FULL;
-  PlanResult none_r = simulate(f, &f->cluster, &f->cfg), full_r = simulate(f, &f->cluster, &full);
-  assert_true(full_r.peak_memory < none_r.peak_memory);
-  f->cluster.memory_capacity = full_r.peak_memory + 0.15 * (none_r.peak_memory - full_r.peak_memory);
-  plan_result_free(&none_r);
-  plan_result_free(&full_r);
+  set_capacity_between(f, 0.15);
 }
 
 static void space_init(PlanExploreSpace *sp, const Fixture *f, int group_size, int max_shift, long budget,
@@ -230,13 +237,7 @@ static void test_kind_groups_in_mixed_model(void **state) {
   f.model.top_k = 2;
   f.model.moe_intermediate_size = 2048;
   model_config_set_moe_layer_freq(&f.model, 2);
-  f.cluster.memory_capacity = 1e15;
-  PlanConfig full = f.cfg;
-  full.recompute = PLAN_RECOMPUTE_FULL;
-  PlanResult none_r = simulate(&f, &f.cluster, &f.cfg), full_r = simulate(&f, &f.cluster, &full);
-  f.cluster.memory_capacity = full_r.peak_memory + 0.2 * (none_r.peak_memory - full_r.peak_memory);
-  plan_result_free(&none_r);
-  plan_result_free(&full_r);
+  set_capacity_between(&f, 0.2);
   PlanExploreSpec spec;
   plan_explore_spec_default(&spec);
   spec.groups = PLAN_EXPLORE_GROUP_KIND;
