@@ -108,7 +108,7 @@ typedef struct Case {
 } Case;
 
 static const Case kCases[] = {
-    {"2 stages, per layer, boundary +-2", 2, 1, 2, 500},
+    {"2 stages, per layer, boundary +-2", 2, 1, 2, 250},
     {"4 stages, per 2 layers, boundaries +-1", 4, 2, 1, 300},
 };
 
