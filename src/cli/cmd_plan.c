@@ -18,6 +18,7 @@
 #include "plan/config_paths.h"
 #include "plan/mapping.h"
 #include "plan/plan_file.h"
+#include "plan/explore_space.h"
 #include "plan/refine.h"
 #include "plan/replicate.h"
 #include "plan/search.h"
@@ -49,6 +50,9 @@ typedef struct PlanCli {
   int no_refine_partition, replicate_stages, no_bucket_search, search_buckets;
   PlanBucketChoice buckets;
   int have_buckets;
+  /* --explore: per-layer plans around the best layout (explore_space.h) */
+  const char *explore, *explore_groups, *explore_recompute;
+  int explore_budget, explore_seed, explore_shift;
 } PlanCli;
 
 static void common_help(FILE *f) {
@@ -136,6 +140,14 @@ static void plan_usage(FILE *f) {
           "                           gradient bucket size by simulation; train --plan applies it)\n"
           "  --replicate-stages       also plan pipeline x per-stage data parallelism (DAPPLE stage\n"
           "                           replication); planned and simulated only: train --plan refuses it\n"
+          "  --explore M              then explore per-layer plans around the best layout (vpp 1):\n"
+          "                           recomputation per layer group and uneven stages; M is sa (simulated\n"
+          "                           annealing), dqn (deep Q-network) or exact (enumeration)\n"
+          "  --explore-budget N       simulations the explorer may spend (default 1000)\n"
+          "  --explore-seed S         seed of sa and dqn (default 1)\n"
+          "  --explore-shift K        layers a stage boundary may move (default 2)\n"
+          "  --explore-groups G       layer (default), kind (dense vs MoE layers) or N consecutive layers\n"
+          "  --explore-recompute L    recomputation choices per group (default none,full)\n"
           "  --no-distributed-optimizer  never shard optimizer state\n"
           "  --distributed-optimizer  always shard optimizer state\n"
           "  --runtime R              fivefold (default): only what `fivefold train` runs (no recomputation);\n"
@@ -208,7 +220,9 @@ static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--re
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
                                            "--map-devices", "--no-map-devices", "--no-refine-partition",
-                                           "--replicate-stages", "--no-bucket-search"};
+                                           "--replicate-stages", "--no-bucket-search", "--explore",
+                                           "--explore-budget", "--explore-seed", "--explore-shift",
+                                           "--explore-groups", "--explore-recompute"};
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
@@ -308,6 +322,22 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
         c->opt.algo = (PlanCollAlgo)found;
       }
     } else known = 0;
+    if (!known && !simulate) {
+      known = 1;
+      if (!strcmp(name, "--explore")) {
+        c->explore = value;
+        if (strcmp(value, "sa") && strcmp(value, "dqn") && strcmp(value, "exact")) {
+          fprintf(stderr, "fivefold %s: --explore must be sa, dqn or exact, got '%s'\n", c->cmd, value);
+          rc = -1;
+        }
+      }
+      else if (!strcmp(name, "--explore-budget")) rc = parse_int(c, name, value, 1, &c->explore_budget);
+      else if (!strcmp(name, "--explore-seed")) rc = parse_int(c, name, value, 0, &c->explore_seed);
+      else if (!strcmp(name, "--explore-shift")) rc = parse_int(c, name, value, 0, &c->explore_shift);
+      else if (!strcmp(name, "--explore-groups")) c->explore_groups = value;
+      else if (!strcmp(name, "--explore-recompute")) c->explore_recompute = value;
+      else known = 0;
+    }
     if (!known && simulate) {
       known = 1;
       if (!strcmp(name, "--tp")) rc = parse_int(c, name, value, 1, &p->tp);
@@ -459,6 +489,7 @@ static void init_cli(PlanCli *c, const char *cmd) {
   plan_config_init(&c->cfg, 0, 0, 1);
   c->cfg.par.dp = 0;
   c->top = 10;
+  c->explore_shift = -1;
 }
 
 static void print_summary(const PlanResult *r, FILE *f) {
@@ -621,6 +652,43 @@ static int parse_search_lists(PlanCli *c) {
   return 0;
 }
 
+/* --explore: per-layer plans around the best layout with vpp 1. */
+static int explore_cli(const PlanCli *c, const PlanSearchResult *res, const ModelConfig *model,
+                       const ClusterSpec *cluster, Error *err) {
+  PlanExploreSpec spec;
+  plan_explore_spec_default(&spec);
+  if (c->explore_budget) spec.budget = c->explore_budget;
+  spec.seed = (uint64_t)(c->explore_seed ? c->explore_seed : 1);
+  if (c->explore_shift >= 0) spec.max_shift = c->explore_shift;
+  if (c->explore_groups && !strcmp(c->explore_groups, "kind")) spec.groups = PLAN_EXPLORE_GROUP_KIND;
+  else if (c->explore_groups && strcmp(c->explore_groups, "layer")) {
+    char *end;
+    long n = strtol(c->explore_groups, &end, 10);
+    if (*end || n < 1)
+      return error_set(err, ERR_ARG, "--explore-groups: \"%s\": expected layer, kind or a layer count", c->explore_groups);
+    spec.group_size = (int)n;
+  }
+  if (c->explore_recompute) {
+    for (int r = 0; r < PLAN_NUM_RECOMPUTE; r++) spec.allow_recompute[r] = 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", c->explore_recompute);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+      PlanRecompute r;
+      if (plan_recompute_from_name(tok, &r))
+        return error_set(err, ERR_ARG, "--explore-recompute: \"%s\": expected none, selective or full", tok);
+      spec.allow_recompute[r] = 1;
+    }
+  }
+  const PlanResult *layout = NULL;
+  for (int k = 0; k < res->num_top && !layout; k++)
+    if (res->top[k].cfg.par.vpp == 1 && res->top[k].cfg.num_stage_widths == 0) layout = &res->top[k];
+  if (!layout) return error_set(err, ERR_CONFIG, "--explore: no listed layout has vpp 1 (try --max-vpp 1)");
+  char desc[256];
+  printf("\nexploring per-layer plans around %s\n", plan_config_describe(&layout->cfg, desc, sizeof desc));
+  ClusterSpec view = plan_result_cluster_view(cluster, layout);
+  return plan_explore_run(model, &view, &c->opt, &layout->cfg, c->explore, &spec, c->explain, stdout, err);
+}
+
 int cmd_plan(int argc, char **argv) {
   PlanCli *c = calloc(1, sizeof *c);
   if (!c) return 1;
@@ -690,6 +758,10 @@ int cmd_plan(int argc, char **argv) {
     goto out;
   }
   if (c->replicate_stages && plan_replicate_stages_cli(&res.top[0], &model, &cluster, &c->opt, c->gpus, stdout, &err)) {
+    fprintf(stderr, "fivefold plan: %s\n", err.msg);
+    goto out;
+  }
+  if (c->explore && explore_cli(c, &res, &model, &cluster, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
   }

@@ -112,6 +112,9 @@ typedef struct PlanCostModel {
   double expert_rank_load; /* busiest EP rank's routed tokens / the mean */
   double expert_load;      /* load the expert GEMMs and all-to-all are priced at (capacity applied) */
   PlanPassCost dense_layer, moe_layer; /* one block, one micro-batch, one rank */
+  /* The same under each recomputation, for per-layer choices
+   * (cfg->num_layer_recompute > 0): [0] dense, [1] MoE. */
+  PlanPassCost layer_by_recompute[2][PLAN_NUM_RECOMPUTE];
   PlanPassCost embedding, head;        /* extra work of the first and the last stage */
   double p2p_bytes;                    /* one pipeline message (sequence-parallel activation) */
 } PlanCostModel;
@@ -121,7 +124,7 @@ typedef struct PlanCostModel {
 int plan_cost_model_init(PlanCostModel *cm, const ModelConfig *model, const ClusterSpec *cluster,
                          const PlanOptions *opt, const PlanConfig *cfg, PlanTopoCache *cache, Error *err);
 
-/* The block cost of layer i (dense or MoE). */
+/* The block cost of layer i (dense or MoE, under its recomputation). */
 const PlanPassCost *plan_layer_cost(const PlanCostModel *cm, int layer);
 
 /* Busiest EP rank's share of routed tokens relative to the mean, from a

@@ -234,10 +234,10 @@ static void finish_pass(PlanPassCost *pc) {
 }
 
 /* Recomputation charges forward work again inside the backward pass. */
-static void add_recompute(const PlanCostModel *cm, PlanPassCost *pc) {
-  if (cm->cfg->recompute == PLAN_RECOMPUTE_FULL)
+static void add_recompute(PlanRecompute recompute, PlanPassCost *pc) {
+  if (recompute == PLAN_RECOMPUTE_FULL)
     pc->bwd.t[PLAN_COMP_RECOMPUTE] += plan_breakdown_total(&pc->fwd);
-  else if (cm->cfg->recompute == PLAN_RECOMPUTE_SELECTIVE)
+  else if (recompute == PLAN_RECOMPUTE_SELECTIVE)
     pc->bwd.t[PLAN_COMP_RECOMPUTE] += pc->fwd.t[PLAN_COMP_ATTN_CORE];
 }
 
@@ -252,8 +252,16 @@ static void price_layers(PlanCostModel *cm) {
   mlp_norm_residual(cm, &D, &cm->moe_layer);
   if (m->intermediate_size > 0) mlp_block(cm, &D, m->intermediate_size, &cm->dense_layer);
   if (m->num_experts > 0) moe_block(cm, &D, &cm->moe_layer);
-  add_recompute(cm, &cm->dense_layer);
-  add_recompute(cm, &cm->moe_layer);
+  for (int r = 0; r < PLAN_NUM_RECOMPUTE; r++) {
+    cm->layer_by_recompute[0][r] = cm->dense_layer;
+    cm->layer_by_recompute[1][r] = cm->moe_layer;
+    for (int kind = 0; kind < 2; kind++) {
+      add_recompute((PlanRecompute)r, &cm->layer_by_recompute[kind][r]);
+      finish_pass(&cm->layer_by_recompute[kind][r]);
+    }
+  }
+  add_recompute(cm->cfg->recompute, &cm->dense_layer);
+  add_recompute(cm->cfg->recompute, &cm->moe_layer);
   finish_pass(&cm->dense_layer);
   finish_pass(&cm->moe_layer);
 
@@ -313,8 +321,10 @@ double plan_expert_rank_load(const ModelConfig *m, const PlanOptions *o, int ep)
 
 const PlanPassCost *plan_layer_cost(const PlanCostModel *cm, int layer) {
   const ModelConfig *m = cm->model;
-  if (m->num_experts > 0 && layer >= 0 && layer < m->num_layers && m->is_moe_layer[layer]) return &cm->moe_layer;
-  return &cm->dense_layer;
+  int moe = m->num_experts > 0 && layer >= 0 && layer < m->num_layers && m->is_moe_layer[layer];
+  if (cm->cfg->num_layer_recompute > 0)
+    return &cm->layer_by_recompute[moe][plan_config_layer_recompute(cm->cfg, layer)];
+  return moe ? &cm->moe_layer : &cm->dense_layer;
 }
 
 double plan_pp_transfer_time(const PlanCostModel *cm, int from, int to, double bytes) {

@@ -125,7 +125,7 @@ double plan_layer_full_activation_bytes(const ModelConfig *m, const PlanConfig *
 
 double plan_layer_activation_bytes(const ModelConfig *m, const PlanConfig *cfg, int layer, double load) {
   BlockActs a = block_acts(m, cfg, layer, load);
-  switch (cfg->recompute) {
+  switch (plan_config_layer_recompute(cfg, layer)) {
     case PLAN_RECOMPUTE_FULL: return a.input;
     case PLAN_RECOMPUTE_SELECTIVE: return a.input + a.attention + a.mlp;
     default: return a.input + a.attention + a.attn_core + a.mlp;
@@ -153,7 +153,7 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
   for (int st = 0; st < S; st++) {
     for (int l = part->first_layer[st]; l < part->first_layer[st] + part->layers[st]; l++) {
       stage_act[st] += plan_layer_activation_bytes(m, cfg, l, load);
-      if (cfg->recompute == PLAN_RECOMPUTE_FULL) {
+      if (plan_config_layer_recompute(cfg, l) == PLAN_RECOMPUTE_FULL) {
         double w = plan_layer_full_activation_bytes(m, cfg, l, load);
         if (w > stage_work[st]) stage_work[st] = w;
       }

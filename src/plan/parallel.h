@@ -55,7 +55,20 @@ typedef struct PlanConfig {
    * sum(stage_width), stage s on the next stage_width[s] of them. */
   int num_stage_widths;
   int stage_width[PLAN_MAX_STAGES];
+  /* Per-layer recomputation (plan/explore_space.h): when num_layer_recompute
+   * is the model's layer count, layer l is priced and stored under
+   * layer_recompute[l] (a PlanRecompute) and `recompute` is ignored for the
+   * blocks; 0: every block under `recompute`. */
+  int num_layer_recompute;
+  unsigned char layer_recompute[PLAN_MAX_STAGES];
 } PlanConfig;
+
+/* The recomputation block `layer` runs under. */
+static inline PlanRecompute plan_config_layer_recompute(const PlanConfig *cfg, int layer) {
+  if (cfg->num_layer_recompute > 0 && layer >= 0 && layer < cfg->num_layer_recompute)
+    return (PlanRecompute)cfg->layer_recompute[layer];
+  return cfg->recompute;
+}
 
 typedef enum PlanCollAlgo {
   PLAN_ALGO_AUTO = 0, /* the fastest of the three, as a tuned library would pick */
