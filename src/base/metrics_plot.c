@@ -85,19 +85,14 @@ static int read_record(const cJSON *rec, const char *path, long line, Series *s,
     if ((rc = points_add(&s->train_loss, step, v, err)) || (rc = points_add(&s->lr, step, lr, err))) return rc;
     return points_add(&s->throughput, step, rate, err);
   }
-  if (!strcmp(kind, "eval")) {
+  /* Records of one point each: eval and test losses. */
+  const int is_eval = !strcmp(kind, "eval");
+  if (is_eval || !strcmp(kind, "test")) {
     if ((rc = need_number(rec, "step", kind, path, line, &step, err)) ||
-        (rc = need_number(rec, "val_loss", kind, path, line, &v, err)))
+        (rc = need_number(rec, is_eval ? "val_loss" : "test_loss", kind, path, line, &v, err)))
       return rc;
-    info->eval++;
-    return points_add(&s->val_loss, step, v, err);
-  }
-  if (!strcmp(kind, "test")) {
-    if ((rc = need_number(rec, "step", kind, path, line, &step, err)) ||
-        (rc = need_number(rec, "test_loss", kind, path, line, &v, err)))
-      return rc;
-    info->test++;
-    return points_add(&s->test_loss, step, v, err);
+    (*(is_eval ? &info->eval : &info->test))++;
+    return points_add(is_eval ? &s->val_loss : &s->test_loss, step, v, err);
   }
   if (!strcmp(kind, "checkpoint")) {
     if ((rc = need_number(rec, "step", kind, path, line, &step, err))) return rc;
