@@ -5,7 +5,8 @@
 # thread count (fp32, and bf16 under torch.autocast), with the ratio; then
 # the convolution kernels against PyTorch's conv2d at DeblurGAN- and
 # LeNet-like shapes (fp32, bf16), and the tropical kernels against PyTorch's
-# broadcast + amax layers. Everything is run twice: with the environment
+# broadcast + amax layers; GPT-2 124M against llm.c's CPU trainer where
+# LLMC_DIR names a copy of it (bench/llmc/compare.sh). Everything is run twice: with the environment
 # as it is, and with OPENBLAS_CORETYPE unset for both programs (OpenBLAS then
 # picks its kernels for the real CPU; PyTorch gets OMP_WAIT_POLICY=PASSIVE).
 # Then the parallel runtime under mpirun: DP2 against one rank (scaling and
@@ -103,6 +104,12 @@ if [ -x "$BUILD/bench/tropical_speed" ]; then
   echo
   echo "=== tropical kernels against PyTorch (bench/tropical/speed.sh) ==="
   bash bench/tropical/speed.sh "$BUILD"
+fi
+
+if [ "${BENCH_LLMC:-1}" = 1 ] && [ -x "$BUILD/bench/bench_train" ]; then
+  echo
+  echo "=== GPT-2 124M against llm.c's CPU trainer and PyTorch (bench/llmc/compare.sh; LLMC_DIR, BENCH_LLMC=0 skips) ==="
+  BUILD=$BUILD bash bench/llmc/compare.sh "${LLMC_DIR:-}" || echo "GPT-2 comparison failed"
 fi
 
 if command -v "${MPIEXEC:-mpiexec}" >/dev/null; then

@@ -4,7 +4,8 @@
 # configs/demo-moe.json for about two minutes on two cores with validation
 # along the way, saves a checkpoint, prints text the model generates from it
 # (`fivefold sample`), and ends with a short summary read from the run's
-# metrics.jsonl. Each demo starts a fresh run: a previous demo run in the
+# metrics.jsonl, with the run's curves drawn to RUN/loss.png (`fivefold
+# plot`). Each demo starts a fresh run: a previous demo run in the
 # output directory is set aside and removed once the new run has trained
 # (restored when training fails); arguments are checked before that.
 # It trains on 4 MPI ranks with MoE parallel folding (see below).
@@ -108,6 +109,13 @@ if ! "$BUILD/fivefold" sample --checkpoint "$CKPT" --prompt "$PROMPT" --max-toke
 fi
 sample_stats=$(tail -n 1 "$OUT/sample.log" | sed 's/^sample: //; s/ |.*//')
 
+# The run's curves as a picture (fivefold plot; no plotting program needed).
+PLOT=$OUT/loss.png
+if ! "$BUILD/fivefold" plot "$OUT" --out "$PLOT" >"$OUT/plot.log" 2>&1; then
+  cat "$OUT/plot.log" >&2
+  exit 1
+fi
+
 # Bytes of text per token over the whole corpus, to state the validation
 # loss per byte as well (comparable with byte-level models).
 data_dir=$(dirname "$(sed -n 's/.*"train": *"\([^"]*\)".*/\1/p' "$CONFIG" | head -n 1)")
@@ -123,7 +131,7 @@ awk -v steps="$(field steps)" -v first_val="$(field first_val_loss)" -v val="$(f
     -v peak="$(field peak_gflops)" -v ts="$(field train_seconds)" -v es="$(field eval_seconds)" \
     -v threads="$(field threads)" -v layout="$LAYOUT" -v out="$OUT" -v ckpt="$CKPT" -v vocab="${vocab:-4096}" \
     -v bpt="$(awk -v b="$text_bytes" -v t="$tokens" 'BEGIN { printf "%.4f", b / t }')" \
-    -v sample="$sample_stats" 'BEGIN {
+    -v sample="$sample_stats" -v plot="$PLOT" 'BEGIN {
   printf "\n== demo summary ==\n"
   printf "  trained      %d steps in %.0f s (+ %.0f s of evaluation), %d thread%s per rank\n", steps, ts, es, threads, threads == 1 ? "" : "s"
   printf "  layout       %s\n", layout
@@ -134,5 +142,6 @@ awk -v steps="$(field steps)" -v first_val="$(field first_val_loss)" -v val="$(f
   printf "  checkpoint   %s\n", ckpt
   printf "  output       %s/config.json (resolved config), %s/metrics.jsonl (every log line)\n", out, out
   printf "  sample       %s\n", sample
+  printf "  plot         %s (losses, learning rate and throughput against steps: fivefold plot %s)\n", plot, out
   printf "  next         fivefold sample --checkpoint %s --prompt \"...\"; fivefold export --format hf --checkpoint %s --out DIR\n", out, out
 }'

@@ -11,6 +11,7 @@
 #include "cli/cmd_images.h"
 #include "cli/cmd_import.h"
 #include "cli/cmd_plan.h"
+#include "cli/cmd_plot.h"
 #include "cli/cmd_sample.h"
 #include "cli/cmd_schedule.h"
 #include "cli/cmd_trace.h"
@@ -36,6 +37,7 @@ static const Command COMMANDS[] = {
     {"trace", "record a run with eBPF, analyze a trace as a timing DAG (critical path, stragglers)", cmd_trace},
     {"upcycle", "turn a trained dense checkpoint into an MoE checkpoint that training continues", cmd_upcycle},
     {"images", "build an image set (LFW faces, Fashion-MNIST) as PNG files with a split and a manifest", cmd_images},
+    {"plot", "draw a run's losses, learning rate and throughput from metrics.jsonl as a PNG", cmd_plot},
     {"blur", "motion-blur an image by a seeded camera-shake kernel, and save the kernel beside it", cmd_blur},
     {"deblur", "deblur an image of any size with a trained deblurring GAN's generator", cmd_deblur},
 };

@@ -28,7 +28,11 @@
  *    weight gradients); flash attention's backward does 2.5x the forward's
  *    matmul work.
  *  - recomputation: selective adds the attention core's forward to the
- *    backward, full adds the block's whole forward (communication included). */
+ *    backward, full adds the block's whole forward (communication included).
+ *  - the GPT-2 family (ModelConfig.gpt2): a GeLU MLP of two matrices with
+ *    biases instead of SwiGLU's three, no RoPE, LayerNorm (priced as the
+ *    RMSNorm's memory traffic: one read, one write), bias gradients, and
+ *    the learned position embedding added at the embedding. */
 #include <math.h>
 #include <string.h>
 
@@ -112,10 +116,16 @@ static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost
   }
   f->t[PLAN_COMP_ATTN_CORE] += core_f;
   b->t[PLAN_COMP_ATTN_CORE] += core_b;
-  /* norm (read + write), residual add (2 reads + write), RoPE on q and k */
-  double rope = D->e * 2 * D->n * (D->a_t + D->g_t) * D->d;
+  /* norm (read + write), residual add (2 reads + write), RoPE on q and k
+   * (GPT-2 has learned positions instead, added once at the embedding) */
+  const ModelConfig *m = cm->model;
+  double rope = m->gpt2 ? 0.0 : D->e * 2 * D->n * (D->a_t + D->g_t) * D->d;
   f->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 2 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, rope);
   b->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, rope);
+  /* Biases add in the GEMM epilogue; their gradients read the output
+   * gradient once more (q/k/v on the gathered tokens, o after the sum). */
+  if (m->qkv_bias || m->gpt2) b->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * D->n * (D->a_t + 2 * D->g_t) * D->d);
+  if (m->o_bias || m->gpt2) b->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * D->t_sp * D->h);
   double tp = tp_pair(cm, D);
   f->t[PLAN_COMP_TP_COMM] += tp;
   b->t[PLAN_COMP_TP_COMM] += tp;
@@ -128,15 +138,25 @@ static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost
   }
 }
 
-/* SwiGLU MLP with FFN width ffn split over TP, on n tokens (dense layers and
- * the shared expert). */
-static void mlp_block(const PlanCostModel *cm, const Dims *D, double ffn, PlanPassCost *pc) {
+/* The MLP with FFN width ffn split over TP, on n tokens (dense layers and
+ * the shared expert): SwiGLU's three matrices (gate and up fused, down),
+ * or GPT-2's two (fc, proj) with a GeLU between and biases on both. */
+static void mlp_block(const PlanCostModel *cm, const Dims *D, double ffn, int gelu, PlanPassCost *pc) {
   double f_t = ffn / D->tp;
-  double g = gemm(cm, D->n, 2 * f_t, D->h) + gemm(cm, D->n, D->h, f_t);
+  double g = gemm(cm, D->n, (gelu ? 1 : 2) * f_t, D->h) + gemm(cm, D->n, D->h, f_t);
   pc->fwd.t[PLAN_COMP_MLP_GEMM] += g;
   pc->bwd.t[PLAN_COMP_MLP_GEMM] += 2 * g;
-  pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->n * f_t);
-  pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 5 * D->n * f_t);
+  if (gelu) {
+    /* GeLU reads fc's output and writes its own; backward reads the output
+     * gradient and the input and writes the input gradient, and the two
+     * bias gradients read fc's and proj's output gradients. */
+    pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 2 * D->n * f_t);
+    pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 4 * D->n * f_t) + mem(cm, D->e * D->t_sp * D->h);
+  } else {
+    /* SwiGLU reads gate and up and writes one; backward reads three, writes two. */
+    pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->n * f_t);
+    pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 5 * D->n * f_t);
+  }
   double tp = tp_pair(cm, D);
   pc->fwd.t[PLAN_COMP_TP_COMM] += tp;
   pc->bwd.t[PLAN_COMP_TP_COMM] += tp;
@@ -225,7 +245,7 @@ static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) 
   b->t[PLAN_COMP_EXPERT_GEMM] += 2 * g;
   f->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * rows * f_e);
   b->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 5 * rows * f_e);
-  if (m->shared_expert_intermediate_size > 0) mlp_block(cm, D, m->shared_expert_intermediate_size, pc);
+  if (m->shared_expert_intermediate_size > 0) mlp_block(cm, D, m->shared_expert_intermediate_size, 0, pc);
 }
 
 static void finish_pass(PlanPassCost *pc) {
@@ -250,7 +270,7 @@ static void price_layers(PlanCostModel *cm) {
   cm->moe_layer = cm->dense_layer;
   mlp_norm_residual(cm, &D, &cm->dense_layer);
   mlp_norm_residual(cm, &D, &cm->moe_layer);
-  if (m->intermediate_size > 0) mlp_block(cm, &D, m->intermediate_size, &cm->dense_layer);
+  if (m->intermediate_size > 0) mlp_block(cm, &D, m->intermediate_size, m->gpt2, &cm->dense_layer);
   if (m->num_experts > 0) moe_block(cm, &D, &cm->moe_layer);
   for (int r = 0; r < PLAN_NUM_RECOMPUTE; r++) {
     cm->layer_by_recompute[0][r] = cm->dense_layer;
@@ -272,6 +292,12 @@ static void price_layers(PlanCostModel *cm) {
   memset(em, 0, sizeof *em);
   em->fwd.t[PLAN_COMP_EMBEDDING] += mem(cm, D.e * 2 * D.n * D.h);
   em->bwd.t[PLAN_COMP_EMBEDDING] += mem(cm, (D.e + 8.0) * D.n * D.h);
+  /* GPT-2's learned positions: one more row read and added per token, and
+   * its gradient accumulated into the fp32 position table. */
+  if (m->gpt2) {
+    em->fwd.t[PLAN_COMP_EMBEDDING] += mem(cm, D.e * D.n * D.h);
+    em->bwd.t[PLAN_COMP_EMBEDDING] += mem(cm, (D.e + 8.0) * D.n * D.h);
+  }
   if (D.tp > 1) {
     double bytes = D.n * D.h * D.e;
     em->fwd.t[PLAN_COMP_TP_COMM] += coll(cm, PLAN_GROUP_TP, PLAN_COLL_REDUCE_SCATTER, bytes) * (1 - cm->opt->tp_overlap);

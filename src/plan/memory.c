@@ -24,8 +24,14 @@ PlanParams plan_layer_params(const ModelConfig *m, const PlanConfig *cfg, int la
   double h = m->hidden_size, d = model_config_head_dim(m);
   double a_t = (double)m->num_heads / p->tp, g_t = kv_heads_per_rank(m, p->tp);
   PlanParams out = {0, 0};
-  out.dense = h * (a_t + 2 * g_t) * d + a_t * d * h + 2 * h; /* QKV, output, two norms */
-  if (is_moe(m, layer)) {
+  /* QKV, output, two norms (LayerNorm, GPT-2's, has a bias too) */
+  out.dense = h * (a_t + 2 * g_t) * d + a_t * d * h + (m->gpt2 ? 4 : 2) * h;
+  if (m->qkv_bias || m->gpt2) out.dense += (a_t + 2 * g_t) * d;
+  if (m->o_bias || m->gpt2) out.dense += h; /* replicated over TP, added after the sum */
+  if (m->gpt2) {
+    /* fc (sharded with its bias) and proj (its bias replicated) */
+    out.dense += 2.0 * h * m->intermediate_size / p->tp + (double)m->intermediate_size / p->tp + h;
+  } else if (is_moe(m, layer)) {
     out.dense += h * m->num_experts; /* router, replicated */
     out.dense += 3.0 * h * m->shared_expert_intermediate_size / p->tp;
     out.expert = (double)m->num_experts / p->ep * 3.0 * h * m->moe_intermediate_size / p->etp;
@@ -37,13 +43,16 @@ PlanParams plan_layer_params(const ModelConfig *m, const PlanConfig *cfg, int la
 
 PlanParams plan_embedding_params(const ModelConfig *m, const PlanConfig *cfg) {
   PlanParams out = {(double)m->vocab_size * m->hidden_size / cfg->par.tp, 0};
+  /* GPT-2's learned position table, replicated over TP. */
+  if (m->gpt2) out.dense += (double)m->max_position_embeddings * m->hidden_size;
   return out;
 }
 
 PlanParams plan_head_params(const ModelConfig *m, const PlanConfig *cfg) {
   /* A tied head shares the embedding's weights when both sit on one rank. */
   int shared = m->tie_word_embeddings && cfg->par.pp == 1 && cfg->par.vpp == 1;
-  PlanParams out = {m->hidden_size + (shared ? 0.0 : (double)m->vocab_size * m->hidden_size / cfg->par.tp), 0};
+  double norm = (m->gpt2 ? 2.0 : 1.0) * m->hidden_size; /* the final norm (LayerNorm: and its bias) */
+  PlanParams out = {norm + (shared ? 0.0 : (double)m->vocab_size * m->hidden_size / cfg->par.tp), 0};
   return out;
 }
 
@@ -113,7 +122,8 @@ static BlockActs block_acts(const ModelConfig *m, const PlanConfig *cfg, int lay
     double fs = (double)m->shared_expert_intermediate_size / p->tp;
     if (fs > 0) a.mlp += e * n * 3 * fs;
   } else {
-    a.mlp += e * n * 3.0 * m->intermediate_size / p->tp;
+    /* SwiGLU keeps gate, up and its output; GPT-2's GeLU MLP fc's output and GeLU's */
+    a.mlp += e * n * (m->gpt2 ? 2.0 : 3.0) * m->intermediate_size / p->tp;
   }
   return a;
 }

@@ -7,12 +7,13 @@ usage: compare_runs.py losses RUN_A RUN_B RTOL [ATOL]
          loss, lm, aux, z and grad_norm each within |a - b| <= RTOL * |b| +
          ATOL (ATOL, default 1e-7, is only a floor for values that are zero
          up to rounding: a z loss of 1e-3 is held to RTOL relative like any
-         other); lr equal
+         other); lr equal; a value that is not finite is a mismatch
        compare_runs.py tensors FILE_A FILE_B RTOL ATOL
          two safetensors files: the same tensor names and shapes, and every
-         element within ATOL + RTOL * |b|
+         element within ATOL + RTOL * |b| (and finite)
 Prints the largest differences found; exits 1 on a mismatch."""
 import json
+import math
 import struct
 import sys
 
@@ -62,6 +63,10 @@ def compare_losses(a, b, rtol, atol=LOSS_ATOL):
         keys = [k for k in ("loss", "lm", "aux", "z", "accuracy", "grad_norm", "lr") if k in ra[step]]
         for key in keys:
             x, y = float(ra[step][key]), float(rb[step][key])
+            if not (math.isfinite(x) and math.isfinite(y)):  # NaN compares false: it would pass every bound
+                print(f"MISMATCH step {step} {key}: {x!r} vs {y!r} (not finite)")
+                bad += 1
+                continue
             if key == "lr":  # the same schedule on every layout: no rounding to allow for
                 if x != y:
                     print(f"MISMATCH step {step} lr: {x!r} vs {y!r} (must be equal)")
@@ -92,6 +97,11 @@ def compare_tensors(fa, fb, rtol, atol):
         x, y = ta[name].astype(np.float64), tb[name].astype(np.float64)
         if x.shape != y.shape:
             print(f"MISMATCH {name}: shape {x.shape} vs {y.shape}")
+            bad += 1
+            continue
+        if not (np.isfinite(x).all() and np.isfinite(y).all()):  # NaN compares false: it would pass
+            print(f"MISMATCH {name}: {int((~np.isfinite(x)).sum())} and {int((~np.isfinite(y)).sum())} "
+                  "elements are not finite")
             bad += 1
             continue
         excess = np.abs(x - y) - (atol + rtol * np.abs(y))

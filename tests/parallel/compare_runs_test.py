@@ -36,6 +36,8 @@ CASES = [  # (what, changes in RUN_A at step 2, RTOL, must match)
     ("aux loss 2e-5 relative off under 1e-5", {"aux": 0.0105 * (1 + 2e-5)}, 1e-5, False),
     ("zero z loss against 5e-8 (the floor)", {"z": 5e-8}, 1e-4, True),
     ("lr differs", {"lr": 0.0010000001}, 1e-4, False),
+    ("loss NaN (compares false, so no bound catches it)", {"loss": float("nan")}, 1e-4, False),
+    ("grad norm infinite", {"grad_norm": float("inf")}, 1e-4, False),
 ]
 
 

@@ -21,6 +21,18 @@
 #                    fraction of a step of lr (3e-3) either way (measured up
 #                    to 3.4e-4, TP2). A wrong gradient or a missing reduction
 #                    is off by O(1) in the losses.
+#                    GPT-2 too: the bf16 rank against an fp32 rank (per-step
+#                    losses and grad norm within 5e-3 relative, measured
+#                    6e-4; final weights finite and within 1e-2 relative +
+#                    1.5e-2 absolute, measured 4.4e-3), and TP2 in bf16
+#                    against the bf16 rank (losses within 2e-3 as above,
+#                    measured 5e-5; weights within 2e-3 relative + 1.5e-2
+#                    absolute, measured 4.7e-3). Why 1.5e-2 = 5 steps x lr
+#                    for the weights: GPT-2's key bias has no gradient in
+#                    exact arithmetic (q . b_k is the same for every key of
+#                    a query, and softmax ignores it), so its gradient is
+#                    rounding noise, and Adam turns noise into steps of up
+#                    to lr either way; the losses hold the rest tightly.
 #   resume-bf16      a bf16 run stopped at step 3 and resumed ends bit for
 #                    bit where the straight bf16 run ends (losses, model,
 #                    optimizer); a bf16 checkpoint continues in fp32 and that
@@ -42,7 +54,8 @@ work_dir precision-test
 make_corpus
 dense_json dense.json 4 tied
 moe_json moe.json 4 4
-for model in dense moe; do run_json "run-$model.json" "$model.json"; done
+gpt2_json gpt2.json 4
+for model in dense moe gpt2; do run_json "run-$model.json" "$model.json"; done
 
 bf16_or_skip() {
   if ! "$FIVEFOLD" train --config run-moe.json --out probe --no-progress --precision bf16 --steps 1 >probe.log 2>&1; then
@@ -55,6 +68,10 @@ bf16_or_skip() {
     finish precision_test
   fi
 }
+
+BF16_FP32_LOSS_RTOL=5e-3
+BF16_FP32_WEIGHT_RTOL=1e-2
+ADAM_DRIFT=1.5e-2 # 5 steps x lr 3e-3: the most Adam moves a weight whose gradient is noise
 
 case "$MODE" in
   golden-openblas)
@@ -87,6 +104,21 @@ case "$MODE" in
     train 2 tp2 dense --grad-accum 4 --tp 2 --precision bf16 && same tp2 one-dense 5
     train 2 pp2 dense --grad-accum 4 --pp 2 --precision bf16 && same pp2 one-dense 5
     train 2 ep2 moe --grad-accum 2 --ep 2 --precision bf16 && same ep2 one-moe 5
+    # GPT-2 (LayerNorm, GeLU, biases, learned positions) in bf16: one rank
+    # against its fp32 run, and TP2 against one bf16 rank.
+    train 0 one-gpt2 gpt2 --grad-accum 4 --precision bf16 || exit 1
+    train 0 fp32-gpt2 gpt2 --grad-accum 4 || exit 1
+    if $PY "$COMPARE" tensors "$(ckpt one-gpt2 5)/model.safetensors" "$(ckpt fp32-gpt2 5)/model.safetensors" 0 0 \
+      >/dev/null; then
+      fail "the bf16 GPT-2 run's weights equal the fp32 run's: bf16 did not run"
+    fi
+    $PY "$COMPARE" losses one-gpt2 fp32-gpt2 "$BF16_FP32_LOSS_RTOL" ||
+      fail "the bf16 GPT-2 run's losses are not within $BF16_FP32_LOSS_RTOL of the fp32 run's"
+    $PY "$COMPARE" tensors "$(ckpt one-gpt2 5)/model.safetensors" "$(ckpt fp32-gpt2 5)/model.safetensors" \
+      "$BF16_FP32_WEIGHT_RTOL" "$ADAM_DRIFT" ||
+      fail "the bf16 GPT-2 run's weights are not finite or not near the fp32 run's"
+    SAME_ATOL=$ADAM_DRIFT
+    train 2 tp2-gpt2 gpt2 --grad-accum 4 --tp 2 --precision bf16 && same tp2-gpt2 one-gpt2 5
     ;;
   resume-bf16)
     bf16_or_skip

@@ -65,7 +65,7 @@ set_tests_properties(parallel.eval_fixed_windows PROPERTIES LABELS mpi TIMEOUT 3
                      ENVIRONMENT "${PARALLEL_MPI_ENV}")
 # GEMM backends and bf16 (tests/parallel/precision_test.sh): every layout
 # kind on the OpenBLAS backend against one rank; bf16 DP2, TP2, PP2, EP2
-# against a bf16 rank; bf16 stop-and-resume bit for bit, and bf16 <-> fp32
+# against a bf16 rank, GPT-2 in bf16 against fp32 and TP2 against one rank; bf16 stop-and-resume bit for bit, and bf16 <-> fp32
 # through one checkpoint; --precision bf16 refused with oneDNN capped to
 # AVX2. Exit 77: skipped on a CPU without avx512_bf16.
 foreach(mode golden-openblas golden-bf16 resume-bf16 refuse-bf16)
