@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/cmd_blur.h"
 #include "cli/cmd_calibrate.h"
+#include "cli/cmd_classify.h"
 #include "cli/cmd_export.h"
 #include "cli/cmd_images.h"
 #include "cli/cmd_import.h"
@@ -35,6 +36,7 @@ static const Command COMMANDS[] = {
     {"trace", "record a run with eBPF, analyze a trace as a timing DAG (critical path, stragglers)", cmd_trace},
     {"upcycle", "turn a trained dense checkpoint into an MoE checkpoint that training continues", cmd_upcycle},
     {"images", "build an image set (LFW faces, Fashion-MNIST) as PNG files with a split and a manifest", cmd_images},
+    {"classify", "print a trained vision network's most probable classes for image files (PNG, PGM)", cmd_classify},
     {"blur", "motion-blur an image by a seeded camera-shake kernel, and save the kernel beside it", cmd_blur},
 };
 #define NUM_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))

@@ -72,12 +72,13 @@ both_forms trace record --ebpf --from-raw "$NOFILE.txt" --out "$WORK/t.json"
 both_forms upcycle --checkpoint "$NOFILE" --out "$WORK/up" --experts 4 --topk 2
 both_forms images --out "$WORK/set" --lfw "$NOFILE.npy" --size 16 --seed 2
 both_forms blur --input "$NOFILE.png" --out "$WORK/b.png" --seed 2 --kernel-size 9 --noise 0.01
+both_forms classify --checkpoint "$NOFILE" --input "$NOFILE.png" --top 2
 
 both_forms import --format hf --model "$NOFILE" --out "$WORK/imported"
 
 # --- one wording for unknown options and missing values, everywhere
 for cmd in train tokenize sample export plan simulate calibrate schedule "trace analyze" "trace compare" \
-           "trace compare-ready" "trace record" upcycle blur images import; do
+           "trace compare-ready" "trace record" upcycle blur images import classify; do
   # shellcheck disable=SC2086
   refused 2 "unknown option '--no-such-option'" $cmd --no-such-option
   # shellcheck disable=SC2086
@@ -90,7 +91,7 @@ refused 2 "did you mean '--microbatches'?" schedule --microbatch 4
 refused 2 "did you mean '--iteration'?" trace analyze x.json --iteraton 1
 for pair in "train --steps" "tokenize --out" "sample --prompt" "export --out" "plan --model" "simulate --tp" \
             "calibrate --out" "schedule --pp" "trace analyze --dot" "upcycle --experts" \
-            "blur --seed" "images --size" "import --model"; do
+            "blur --seed" "images --size" "import --model" "classify --top"; do
   # shellcheck disable=SC2086
   refused 2 "${pair##* } needs a value (see 'fivefold ${pair% *} --help')" $pair
 done

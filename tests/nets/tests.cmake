@@ -23,3 +23,8 @@ add_test(NAME nets.mlp_groups
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mlp_groups_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(nets.mlp_groups PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+# `fivefold classify` on a trained checkpoint: the printed probabilities
+# against softmax(W x + b) from the checkpoint in PyTorch, resizing, refusals.
+add_test(NAME nets.classify
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/classify_test.sh $<TARGET_FILE:fivefold>)
+set_tests_properties(nets.classify PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
