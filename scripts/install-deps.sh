@@ -18,6 +18,7 @@ PKGS=(
   libcmocka-dev                 # unit-test framework (run under ctest)
   openmpi-bin libopenmpi-dev    # the multi-rank runtime and its launcher
   python3 python3-numpy python3-torch   # PyTorch reference tests and benchmarks
+  python3-matplotlib            # the PNG plots of bench/tropical/experiments.sh
   bible-kjv                     # default real-text corpus (public domain)
   clang libclang-rt-dev         # libFuzzer harnesses of the file readers (tests/fuzz)
   systemtap-sdt-dev             # <sys/sdt.h>: USDT probes of the tracer (src/trace/probes.h)

@@ -7,6 +7,7 @@
 #include "cli/cmd_blur.h"
 #include "cli/cmd_deblur.h"
 #include "cli/cmd_calibrate.h"
+#include "cli/cmd_classify.h"
 #include "cli/cmd_export.h"
 #include "cli/cmd_images.h"
 #include "cli/cmd_import.h"
@@ -38,6 +39,7 @@ static const Command COMMANDS[] = {
     {"upcycle", "turn a trained dense checkpoint into an MoE checkpoint that training continues", cmd_upcycle},
     {"images", "build an image set (LFW faces, Fashion-MNIST) as PNG files with a split and a manifest", cmd_images},
     {"plot", "draw a run's losses, learning rate and throughput from metrics.jsonl as a PNG", cmd_plot},
+    {"classify", "print a trained vision network's most probable classes for image files (PNG, PGM)", cmd_classify},
     {"blur", "motion-blur an image by a seeded camera-shake kernel, and save the kernel beside it", cmd_blur},
     {"deblur", "deblur an image of any size with a trained deblurring GAN's generator", cmd_deblur},
 };

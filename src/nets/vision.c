@@ -299,6 +299,8 @@ void vision_init_weights(Network *net, uint64_t seed) {
 
 void vision_set_eval(Network *net, int eval) { ((Vision *)net->impl)->eval = eval; }
 
+const float *vision_probabilities(const Network *net) { return ((const Vision *)net->impl)->probs; }
+
 double vision_mults_per_sample(const Network *net) {
   const Vision *v = net->impl;
   double sum = 0;

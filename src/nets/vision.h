@@ -57,6 +57,9 @@ void vision_init_weights(Network *net, uint64_t seed);
 /* 1: the forwards that follow are evaluation (layers keep nothing for
  * backward and use their eval form); 0 (the default): training. */
 void vision_set_eval(Network *net, int eval);
+/* The softmax of the last forward's logits, [n, classes] for its n images
+ * (valid until the next forward). */
+const float *vision_probabilities(const Network *net);
 /* Per image, summed over the layers. */
 double vision_mults_per_sample(const Network *net);
 double vision_adds_per_sample(const Network *net);

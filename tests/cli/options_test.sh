@@ -72,13 +72,14 @@ both_forms trace record --ebpf --from-raw "$NOFILE.txt" --out "$WORK/t.json"
 both_forms upcycle --checkpoint "$NOFILE" --out "$WORK/up" --experts 4 --topk 2
 both_forms images --out "$WORK/set" --lfw "$NOFILE.npy" --size 16 --seed 2
 both_forms blur --input "$NOFILE.png" --out "$WORK/b.png" --seed 2 --kernel-size 9 --noise 0.01
+both_forms classify --checkpoint "$NOFILE" --input "$NOFILE.png" --top 2
 
 both_forms import --format hf --model "$NOFILE" --out "$WORK/imported"
 both_forms plot "$NOFILE" --out "$WORK/loss.png" --width 400 --height 400
 
 # --- one wording for unknown options and missing values, everywhere
 for cmd in train tokenize sample export plan simulate calibrate schedule "trace analyze" "trace compare" \
-           "trace compare-ready" "trace record" upcycle blur images import plot; do
+           "trace compare-ready" "trace record" upcycle blur images import plot classify; do
   # shellcheck disable=SC2086
   refused 2 "unknown option '--no-such-option'" $cmd --no-such-option
   # shellcheck disable=SC2086
@@ -91,7 +92,7 @@ refused 2 "did you mean '--microbatches'?" schedule --microbatch 4
 refused 2 "did you mean '--iteration'?" trace analyze x.json --iteraton 1
 for pair in "train --steps" "tokenize --out" "sample --prompt" "export --out" "plan --model" "simulate --tp" \
             "calibrate --out" "schedule --pp" "trace analyze --dot" "upcycle --experts" \
-            "blur --seed" "images --size" "import --model" "plot --out"; do
+            "blur --seed" "images --size" "import --model" "plot --out" "classify --top"; do
   # shellcheck disable=SC2086
   refused 2 "${pair##* } needs a value (see 'fivefold ${pair% *} --help')" $pair
 done

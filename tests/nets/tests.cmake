@@ -30,3 +30,17 @@ add_test(NAME nets.gan_train
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gan_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(nets.gan_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+
+# `fivefold classify` on a trained checkpoint: the printed probabilities
+# against softmax(W x + b) from the checkpoint in PyTorch, resizing, refusals.
+add_test(NAME nets.classify
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/classify_test.sh $<TARGET_FILE:fivefold>)
+set_tests_properties(nets.classify PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+# Tropical networks through `fivefold train` (label "mpi"): a TCNN resumed
+# bit for bit and DP2 / DP4 / ZeRO-1 against one rank; re-centring of
+# mmp-norm.json visible in its checkpoint.
+add_test(NAME nets.tropical_train
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/tropical_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE}
+                 ${CMAKE_SOURCE_DIR}/configs/vision)
+set_tests_properties(nets.tropical_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
