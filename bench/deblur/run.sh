@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The deblurring experiment of docs/deblur.md: builds the LFW face set
+# (`fivefold images --lfw`, fixed split), trains the generator with the
+# content loss only (adv_weight 0) and the GAN from configs/gan/deblur-lfw.json
+# for STEPS steps, blurs every held-out test face with `fivefold blur` (its
+# kernel saved beside it), deblurs them with both generators (`fivefold
+# deblur`) and scores them against Wiener and Richardson-Lucy with the true
+# kernel (bench/deblur/evaluate.py). Prints figures, never pass/fail.
+#
+# Environment: FIVEFOLD [build/fivefold], STEPS [600], THREADS [2],
+# SIZE [32], KERNEL [9] (blur side, training and test), NOISE [0.01] (sigma of
+# the Gaussian noise added after the blur, training and test: without any, the
+# true-kernel deconvolutions invert an almost exact blur), WORK [runs/deblur-bench],
+# DOCS [docs/deblur] (where the PNGs go), PY [/usr/bin/python3].
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+FIVEFOLD=${FIVEFOLD:-build/fivefold}
+STEPS=${STEPS:-600}
+THREADS=${THREADS:-2}
+SIZE=${SIZE:-32}
+KERNEL=${KERNEL:-9}
+NOISE=${NOISE:-0.01}
+WORK=${WORK:-runs/deblur-bench}
+DOCS=${DOCS:-docs/deblur}
+PY=${PY:-/usr/bin/python3}
+# Test pair i is blurred with seed TEST_SEED_BASE + i: disjoint from training,
+# whose kernels come from hash(blur_seed, epoch, image) inside the loader.
+TEST_SEED_BASE=9000
+
+rm -rf "$WORK"
+mkdir -p "$WORK/pairs"
+WORK=$(cd "$WORK" && pwd)  # a config's "out" is relative to the config file's directory
+echo "== fivefold images --lfw --size $SIZE --seed 1 ($(date -u +%FT%TZ))"
+"$FIVEFOLD" images --out "$WORK/faces" --lfw --size "$SIZE" --seed 1 | tail -n 2
+
+# Two configs from configs/gan/deblur-lfw.json: the same networks, data and
+# optimiser; only adv_weight (0: content loss only; the critic phase still
+# runs, its output unused by the generator) and the run length differ.
+make_config() { # NAME ADV_WEIGHT
+  "$PY" - "$WORK" "$1" "$2" "$STEPS" "$THREADS" "$KERNEL" "$NOISE" <<'PY'
+import json, sys
+work, name, adv, steps, threads, kernel, noise = sys.argv[1:]
+c = json.load(open("configs/gan/deblur-lfw.json"))
+c["model"]["adv_weight"] = float(adv)
+c["data"].update({"dir": f"{work}/faces", "kernel_size": int(kernel), "noise_sigma": float(noise)})
+t = c["training"]
+t.update({"steps": int(steps), "threads": int(threads), "log_interval": max(1, int(steps) // 10),
+          "eval_interval": max(1, int(steps) // 10)})
+c["checkpoint"] = {"interval": int(steps), "keep_last": 1}
+c["out"] = f"{work}/{name}"
+c["description"] = f"bench/deblur: {name}, adv_weight {adv}, {steps} steps"
+json.dump(c, open(f"{work}/{name}.json", "w"), indent=1)
+PY
+}
+make_config content 0
+make_config gan 1
+for run in content gan; do
+  echo "== fivefold train $run ($STEPS steps, $THREADS threads, $(date -u +%FT%TZ))"
+  start=$(date +%s)
+  "$FIVEFOLD" train --config "$WORK/$run.json" --no-progress >"$WORK/$run.log" 2>&1 ||
+    { tail -n 20 "$WORK/$run.log"; exit 1; }
+  grep -E "^(model|step $STEPS/|eval step $STEPS/)" "$WORK/$run.log" || true
+  echo "   $run: $(( $(date +%s) - start )) s of training wall time"
+done
+
+echo "== blur and deblur the held-out test faces (kernel $KERNEL, noise $NOISE, seeds from $TEST_SEED_BASE)"
+i=0
+for sharp in "$WORK"/faces/test/*.png; do
+  name=$(basename "$sharp" .png)
+  pair="$WORK/pairs/$name"
+  cp "$sharp" "$pair.sharp.png"
+  "$FIVEFOLD" blur --input "$sharp" --out "$pair.blurred.png" --seed $((TEST_SEED_BASE + i)) \
+    --kernel-size "$KERNEL" --noise "$NOISE" >/dev/null
+  for run in content gan; do
+    "$FIVEFOLD" deblur --checkpoint "$WORK/$run" --input "$pair.blurred.png" --out "$pair.$run.png" >/dev/null
+  done
+  i=$((i + 1))
+done
+
+echo "== scores ($(date -u +%FT%TZ))"
+"$PY" bench/deblur/evaluate.py "$WORK" "$DOCS" content="$WORK/content" gan="$WORK/gan"
+echo "results: $WORK/results.json, $WORK/results.md; pictures: $DOCS/grid.png, $DOCS/curves.png"
