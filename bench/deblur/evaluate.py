@@ -236,6 +236,12 @@ def main():
     for t in table:
         lines.append(f"| {t['method']} | {fmt(t['psnr'], '%.2f')} | {fmt(t['ssim'], '%.4f')} | "
                      f"{fmt(None if t['detection'] is None else t['detection'] * 100, '%.0f%%')} |")
+    lines += ["", "| face | seed | length | anxiety | exposure | blurred PSNR | "
+              + " | ".join(f"{m} PSNR" for m, _ in methods) + " |", "|---" * (6 + len(methods)) + "|"]
+    for name in names:
+        p = per_image[name]
+        lines.append(f"| {name} | {p['seed']} | {p['length']:g} | {p['anxiety']:.5f} | {p['exposure']:g} | "
+                     f"{p['blurred']['psnr']:.2f} | " + " | ".join(f"{p[m]['psnr']:.2f}" for m, _ in methods) + " |")
     lines += ["", "| baseline setting | PSNR (dB) | SSIM | faces detected |", "|---|---|---|---|"]
     for k, v in sweep_means.items():
         lines.append(f"| {k} | {v['psnr']:.2f} | {v['ssim']:.4f} | "

@@ -11,7 +11,8 @@
 # SIZE [32], KERNEL [9] (blur side, training and test), NOISE [0.01] (sigma of
 # the Gaussian noise added after the blur, training and test: without any, the
 # true-kernel deconvolutions invert an almost exact blur), WORK [runs/deblur-bench],
-# DOCS [docs/deblur] (where the PNGs go), PY [/usr/bin/python3].
+# DOCS [docs/deblur] (where the PNGs go), PY [/usr/bin/python3], SPEED [1] (then
+# fivefold's GAN step is timed against bench/deblur/torch_gan_step.py's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FIVEFOLD=${FIVEFOLD:-build/fivefold}
@@ -60,7 +61,8 @@ for run in content gan; do
   "$FIVEFOLD" train --config "$WORK/$run.json" --no-progress >"$WORK/$run.log" 2>&1 ||
     { tail -n 20 "$WORK/$run.log"; exit 1; }
   grep -E "^(model|step $STEPS/|eval step $STEPS/)" "$WORK/$run.log" || true
-  echo "   $run: $(( $(date +%s) - start )) s of training wall time"
+  secs=$(( $(date +%s) - start ))
+  echo "   $run: $secs s of training wall time, $(( 16 * STEPS / (secs > 0 ? secs : 1) )) images/s (16 pairs a step)"
 done
 
 echo "== blur and deblur the held-out test faces (kernel $KERNEL, noise $NOISE, seeds from $TEST_SEED_BASE)"
@@ -79,4 +81,24 @@ done
 
 echo "== scores ($(date -u +%FT%TZ))"
 "$PY" bench/deblur/evaluate.py "$WORK" "$DOCS" content="$WORK/content" gan="$WORK/gan"
+# Speed: the gan config for 60 steps (no evaluation) and the same step in
+# PyTorch, alternated twice so that both see the same load; fivefold's figure
+# is the img/s of its log lines (each the mean over the 20 steps before it).
+if [ "${SPEED:-1}" = 1 ]; then
+  echo "== speed: fivefold's GAN step against PyTorch's, $THREADS threads, load $(cut -d' ' -f1-3 /proc/loadavg) (SPEED=0 skips it)"
+  "$PY" - "$WORK" <<'PY'
+import json, sys
+work = sys.argv[1]
+c = json.load(open(f"{work}/gan.json"))
+c["training"].update({"steps": 60, "log_interval": 20, "eval_interval": 1000})
+c["checkpoint"] = {"interval": 1000, "keep_last": 1}
+c["out"] = f"{work}/speed"
+json.dump(c, open(f"{work}/speed.json", "w"), indent=1)
+PY
+  for round in 1 2; do
+    rm -rf "$WORK/speed"
+    "$FIVEFOLD" train --config "$WORK/speed.json" --no-progress 2>&1 | grep -E "^step (20|40|60)/" | sed 's/^/fivefold: /'
+    "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size "$SIZE" --steps 30 | sed 's/^/torch: /'
+  done
+fi
 echo "results: $WORK/results.json, $WORK/results.md; pictures: $DOCS/grid.png, $DOCS/curves.png"
