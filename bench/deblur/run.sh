@@ -7,7 +7,7 @@
 # deblur`) and scores them against Wiener and Richardson-Lucy with the true
 # kernel (bench/deblur/evaluate.py). Prints figures, never pass/fail.
 #
-# Environment: FIVEFOLD [build/fivefold], STEPS [600], THREADS [2],
+# Environment: FIVEFOLD [build/fivefold], STEPS [500], THREADS [2],
 # SIZE [32], KERNEL [9] (blur side, training and test), NOISE [0.01] (sigma of
 # the Gaussian noise added after the blur, training and test: without any, the
 # true-kernel deconvolutions invert an almost exact blur), WORK [runs/deblur-bench],
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FIVEFOLD=${FIVEFOLD:-build/fivefold}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-500}
 THREADS=${THREADS:-2}
 SIZE=${SIZE:-32}
 KERNEL=${KERNEL:-9}
