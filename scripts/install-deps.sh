@@ -25,6 +25,7 @@ PKGS=(
   bpftrace                      # fivefold trace record --ebpf
   graphviz                      # dot: renders the DAGs of fivefold trace analyze --dot
   gnuplot-nox                   # plots of bench/upcycling/run.sh (PNG, no X)
+  python3-opencv opencv-data    # bench/deblur only: the Haar face detector and its cascade files
 )
 
 missing=()

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The deblurring GAN of nets/gan.h in PyTorch (same layers, shapes, losses
+and optimiser), to set fivefold's speed beside PyTorch's on the same threads:
+prints images/s of the generator's forward+backward alone and of a whole
+training step (critic phase then generator phase, as fivefold runs it).
+
+Usage: torch_gan_step.py [--threads 2] [--size 32] [--batch 16] [--micro 8]
+       [--filters 16] [--blocks 4] [--downsamples 2] [--critic-filters 16]
+       [--critic-layers 3] [--steps 20]
+"""
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+
+
+def generator(ch, f, blocks, downs):
+    layers = [nn.Conv2d(ch, f, 7, 1, 3, bias=False), nn.InstanceNorm2d(f), nn.ReLU()]
+    for _ in range(downs):
+        layers += [nn.Conv2d(f, 2 * f, 3, 2, 1, bias=False), nn.InstanceNorm2d(2 * f), nn.ReLU()]
+        f *= 2
+
+    class Block(nn.Module):
+        def __init__(self, f):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(f, f, 3, 1, 1, bias=False), nn.InstanceNorm2d(f), nn.ReLU(),
+                                      nn.Conv2d(f, f, 3, 1, 1, bias=False), nn.InstanceNorm2d(f))
+
+        def forward(self, x):
+            return x + self.body(x)
+    layers += [Block(f) for _ in range(blocks)]
+    for _ in range(downs):
+        layers += [nn.ConvTranspose2d(f, f // 2, 3, 2, 1, output_padding=1, bias=False), nn.InstanceNorm2d(f // 2),
+                   nn.ReLU()]
+        f //= 2
+    layers += [nn.Conv2d(f, ch, 7, 1, 3), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+def critic(ch, f, n):
+    layers = [nn.Conv2d(ch, f, 4, 2, 2), nn.LeakyReLU(0.2)]
+    prev = f
+    for i in range(1, n + 1):
+        w = f * min(1 << i, 8)
+        layers += [nn.Conv2d(prev, w, 4, 2 if i < n else 1, 2, bias=False), nn.InstanceNorm2d(w), nn.LeakyReLU(0.2)]
+        prev = w
+    layers += [nn.Conv2d(prev, 1, 4, 1, 2)]
+    return nn.Sequential(*layers)
+
+
+def content(out, sharp):
+    l1 = (out - sharp).abs().mean()
+    dx = ((out[..., 1:] - out[..., :-1]) - (sharp[..., 1:] - sharp[..., :-1])).abs().mean()
+    dy = ((out[..., 1:, :] - out[..., :-1, :]) - (sharp[..., 1:, :] - sharp[..., :-1, :])).abs().mean()
+    return l1 + (dx + dy) / 2
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for name, default in [("threads", 2), ("size", 32), ("batch", 16), ("micro", 8), ("filters", 16), ("blocks", 4),
+                          ("downsamples", 2), ("critic-filters", 16), ("critic-layers", 3), ("steps", 20)]:
+        ap.add_argument("--" + name, type=int, default=default)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    G = generator(1, a.filters, a.blocks, a.downsamples)
+    D = critic(1, a.critic_filters, a.critic_layers)
+    opt_g = torch.optim.AdamW(G.parameters(), lr=2e-4, weight_decay=0)
+    opt_d = torch.optim.AdamW(D.parameters(), lr=2e-4, weight_decay=0)
+    blurred = torch.rand(a.micro, 1, a.size, a.size)
+    sharp = torch.rand(a.micro, 1, a.size, a.size)
+    accum = a.batch // a.micro
+
+    def gen_fwd_bwd():
+        out = blurred + G(blurred)
+        content(out, sharp).backward()
+
+    def gan_step():
+        opt_d.zero_grad()
+        for _ in range(accum):
+            with torch.no_grad():
+                fake = blurred + G(blurred)
+            s = D(torch.cat([sharp, fake]))
+            d_loss = ((s[:a.micro] - 1) ** 2).mean() / 2 + (s[a.micro:] ** 2).mean() / 2
+            d_loss.backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        for _ in range(accum):
+            out = blurred + G(blurred)
+            g_adv = ((D(out) - 1) ** 2).mean()
+            (g_adv + 100 * content(out, sharp)).backward()
+        opt_g.step()
+
+    def rate(fn, images):
+        for _ in range(2):
+            fn()
+        t = time.perf_counter()
+        for _ in range(a.steps):
+            fn()
+        return images * a.steps / (time.perf_counter() - t)
+    print(f"torch {torch.__version__}, {a.threads} threads, {a.size}x{a.size} grey, micro-batch {a.micro}")
+    print(f"generator forward+backward: {rate(gen_fwd_bwd, a.micro):.1f} images/s")
+    print(f"whole GAN step (batch {a.batch}, critic phase + generator phase, AdamW): "
+          f"{rate(gan_step, a.batch):.1f} images/s")
+
+
+if __name__ == "__main__":
+    main()
