@@ -61,30 +61,27 @@ train_one --out straight >straight.out 2>&1 || { cat straight.out; echo "FAIL: s
 [ -d "$(ckpt straight $STEPS)" ] || fail "the straight run saved no final checkpoint"
 
 # --- 1. killed with SIGKILL after a checkpoint, then resumed. The run saves
-# every step (each save fsyncs, so steps are slow enough to catch); if it
-# finishes before the kill lands, try again.
-killed_mid_run=0
-for attempt in 1 2 3; do
-  rm -rf killed
-  # Started directly (not through a function) so that $! is fivefold itself.
-  "$FIVEFOLD" train --config run.json --no-progress --out killed --save-interval 1 >killed.out 2>&1 &
-  BG_PID=$!
-  for _ in $(seq 1 3000); do
-    [ -d "$(ckpt killed 3)" ] && break
-    kill -0 "$BG_PID" 2>/dev/null || break
-    sleep 0.01
-  done
-  kill -9 "$BG_PID" 2>/dev/null
-  wait "$BG_PID" 2>/dev/null
-  code=$?
-  BG_PID=
-  if [ "$code" -eq 137 ] && [ ! -d "$(ckpt killed $STEPS)" ]; then
-    killed_mid_run=1
-    break
-  fi
-  echo "attempt $attempt: the run was not killed mid-way (exit $code); retrying"
+# every step and holds after step 4, before saving it (the test hold of
+# train/stop_request.h), so the kill lands mid-run after step 3's
+# checkpoint whatever the machine's speed.
+mkdir -p hold
+# Started directly (not through a function) so that $! is fivefold itself.
+FIVEFOLD_TEST_HOLD_AFTER_STEP="4:$WORK/hold" "$FIVEFOLD" train --config run.json --no-progress --out killed \
+  --save-interval 1 >killed.out 2>&1 &
+BG_PID=$!
+for _ in $(seq 1 3000); do
+  [ -f hold/rank-0 ] && break
+  kill -0 "$BG_PID" 2>/dev/null || break
+  sleep 0.1
 done
-[ "$killed_mid_run" -eq 1 ] || { fail "could not kill a run mid-way"; cat killed.out | tail -5; }
+[ -f hold/rank-0 ] || { tail -5 killed.out; fail "the run did not reach its hold after step 4"; }
+kill -9 "$BG_PID" 2>/dev/null
+wait "$BG_PID" 2>/dev/null
+code=$?
+BG_PID=
+[ "$code" -eq 137 ] || fail "the held run did not end by SIGKILL (exit $code)"
+[ -d "$(ckpt killed 3)" ] || fail "the killed run saved no step-3 checkpoint"
+[ -d "$(ckpt killed 4)" ] && fail "the killed run saved step 4, after which it was held"
 newest=$(ls killed/checkpoints | grep '^step-' | sort | tail -n 1)
 echo "killed after $newest"
 out=$(train_one --out killed --save-interval 1 --resume 2>&1) || { echo "$out" | tail -5; fail "resume after SIGKILL failed"; }
