@@ -552,7 +552,7 @@ int cmd_simulate(int argc, char **argv) {
   ModelConfig model;
   ClusterSpec cluster;
   memset(&cluster, 0, sizeof cluster);
-  int exit_code = 1;
+  int exit_code = 1, *mapping = NULL, mapped = 0;
   Error err = {0, ""};
   if (load_inputs(c, &model, &cluster)) goto out;
   apply_runtime_facts(c, &cluster, c->quiet ? NULL : stdout);
@@ -575,6 +575,28 @@ int cmd_simulate(int argc, char **argv) {
     fprintf(stderr, "fivefold simulate: %s\n", err.msg);
     exit_code = 2;
     goto out;
+  }
+  /* A plan's device mapping: every group and transfer priced on the
+   * devices its ranks run on, as `train --plan` places them. */
+  if (c->plan_path) {
+    if (plan_file_read_mapping(c->plan_path, &mapping, &mapped, &err)) {
+      fprintf(stderr, "fivefold simulate: --plan: %s\n", err.msg);
+      goto out;
+    }
+    if (mapping && !plan_mapping_is_identity(mapping, mapped)) {
+      if (mapped > cluster_spec_total_devices(&cluster)) {
+        fprintf(stderr, "fivefold simulate: --plan %s: its mapping places %d ranks, the cluster has %d devices\n",
+                c->plan_path, mapped, cluster_spec_total_devices(&cluster));
+        goto out;
+      }
+      cluster.device_of_rank = mapping;
+      cluster.num_mapped = mapped;
+      if (!c->quiet) {
+        printf("device mapping of %s: device of rank 0..%d:", c->plan_path, mapped - 1);
+        for (int i = 0; i < mapped && i < 64; i++) printf(" %d", mapping[i]);
+        printf("\n");
+      }
+    }
   }
   PlanSimOptions sim = {1, c->trace_path};
   PlanResult r;
@@ -603,6 +625,8 @@ int cmd_simulate(int argc, char **argv) {
   }
   exit_code = 0;
 out:
+  cluster.device_of_rank = NULL;
+  free(mapping);
   cluster_spec_free(&cluster);
   free(c);
   return exit_code;

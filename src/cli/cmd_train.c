@@ -196,6 +196,51 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   return 0;
 }
 
+/* The plan's device mapping, applied: the process launched as rank d (on
+ * device d, numbering processes node by node as launchers do) becomes the
+ * rank r with mapping.device_of_rank[r] = d before any grid is built, so
+ * every group of rank r sits on the devices the plan priced. Rank 0 prints
+ * where each rank runs. A launcher that did not number node by node is
+ * said, since then launch rank d is not device d. */
+static int place_ranks(const char *path, Error *err) {
+  int *map = NULL, n = 0;
+  if (plan_file_read_mapping(path, &map, &n, err)) return error_wrap(err, "--plan");
+  if (!map || !comm_initialized() || comm_world_size() == 1) {
+    free(map);
+    return 0;
+  }
+  int node_major = 1, per_node = 1, rc = comm_launch_is_node_major(&node_major, &per_node, err);
+  int identity = 1;
+  for (int r = 0; r < n; r++) identity &= map[r] == r;
+  if (!rc && !identity) rc = comm_world_place(map, n, err);
+  free(map);
+  if (rc) return error_wrap(err, "--plan %s: placing the ranks by its mapping", path);
+  /* Who runs where: launch rank and host of every rank, printed by rank 0. */
+  int size = comm_world_size(), me = comm_world_rank();
+  struct {
+    int launch;
+    char host[48];
+  } mine, *all = me == 0 ? calloc((size_t)size, sizeof *all) : NULL;
+  memset(&mine, 0, sizeof mine);
+  mine.launch = comm_launch_rank();
+  if (gethostname(mine.host, sizeof mine.host - 1)) snprintf(mine.host, sizeof mine.host, "?");
+  comm_set_operation("place_ranks (MPI_Gather)");
+  MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, comm_world()->comm);
+  if (me == 0 && all) {
+    printf("placement (--plan %s): %s; rank -> device (host):", path,
+           identity ? "the mapping is rank order" : "ranks renumbered by the plan's mapping");
+    for (int r = 0; r < size; r++) printf(" %d->%d (%s)", r, all[r].launch, all[r].host);
+    printf("\n");
+    if (!node_major)
+      printf("placement: note: the launcher did not number the processes node by node with the same count per "
+             "node, so launch rank d is not device d of the plan's cluster (slot d %% devices per node of node d / "
+             "devices per node); launch with a by-slot mapping (mpirun --map-by slot)\n");
+    fflush(stdout);
+  }
+  free(all);
+  return 0;
+}
+
 /* A config-field flag and its value, in command-line order. */
 typedef struct Override {
   const char *value;
@@ -329,6 +374,7 @@ int cmd_train(int argc, char **argv) {
   TrainConfig cfg;
   train_config_defaults(&cfg);
   int code = build_config(&args, &cfg, &err);
+  if (!code && args.plan && place_ranks(args.plan, &err)) code = 2;
   Trainer tr;
   int have_trainer = 0, nothing_to_do = 0;
   if (!code && trainer_create(&tr, &cfg, &err)) code = 1;
