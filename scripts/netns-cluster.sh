@@ -72,8 +72,13 @@ pick_subnet() {
   return 1
 }
 
-tbf() { # NS DEV RATE: the uplink end's egress at RATE (queue, rather than drop, up to ~4 MB)
-  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst 64kb limit 4mb
+# NS DEV RATE: the uplink end's egress at RATE. A small bucket (32 KB), so
+# that a message is not sent at memory speed until the bucket is empty (the
+# link then looks like its rate at every size); a queue of at most 25 ms at
+# that rate, so that a small message behind a large transfer waits about
+# as long as on a switch port, not for seconds of queued bytes.
+tbf() {
+  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst 32kb latency 25ms
 }
 
 up() {
@@ -102,6 +107,10 @@ up() {
     ns=$name-h$i
     ip netns add "$ns" || die "cannot make namespace $ns"
     ip netns exec "$ns" ip link set lo up
+    # As on a cluster's data network: a connection that was idle for a while
+    # (between two pipeline messages) keeps its congestion window instead of
+    # starting slowly again, so a transfer costs latency + bytes / rate.
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 2>/dev/null
     ip link add "${name}m$i" type veth peer name "${name}n$i" || die "cannot make veth ${name}m$i"
     ip link set "${name}n$i" netns "$ns"
     ip link set "${name}m$i" master "$br"

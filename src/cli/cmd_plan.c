@@ -131,6 +131,7 @@ static void plan_usage(FILE *f) {
           "  --recompute-list LIST    recomputation options to try (default none,selective,full)\n"
           "  --max-tp N, --max-cp N, --max-pp N, --max-vpp N, --max-ep N, --max-etp N\n"
           "                           upper limits (defaults: TP and ETP within a node, VPP 8)\n"
+          "  --min-pp N               only pipelines of at least N stages (default 1)\n"
           "  --no-folding             keep the MoE grid coupled to attention (ETP = TP, EP inside DP)\n"
           "  --map-devices, --no-map-devices  search which device each rank of the best configuration runs\n"
           "                           on (default: on clusters with tiers or a link matrix)\n"
@@ -218,7 +219,7 @@ static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp",
                                                "--trace", "--quiet", "--search-buckets"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
-                                           "--no-distributed-optimizer", "--no-folding", "--runtime",
+                                           "--min-pp", "--no-distributed-optimizer", "--no-folding", "--runtime",
                                            "--map-devices", "--no-map-devices", "--no-refine-partition",
                                            "--replicate-stages", "--no-bucket-search", "--explore",
                                            "--explore-budget", "--explore-seed", "--explore-shift",
@@ -388,6 +389,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--max-tp")) rc = parse_int(c, name, value, 1, &sp->max_tp);
       else if (!strcmp(name, "--max-cp")) rc = parse_int(c, name, value, 1, &sp->max_cp);
       else if (!strcmp(name, "--max-pp")) rc = parse_int(c, name, value, 1, &sp->max_pp);
+      else if (!strcmp(name, "--min-pp")) rc = parse_int(c, name, value, 1, &sp->min_pp);
       else if (!strcmp(name, "--max-vpp")) rc = parse_int(c, name, value, 1, &sp->max_vpp);
       else if (!strcmp(name, "--max-ep")) rc = parse_int(c, name, value, 1, &sp->max_ep);
       else if (!strcmp(name, "--max-etp")) rc = parse_int(c, name, value, 1, &sp->max_etp);
@@ -734,6 +736,7 @@ int cmd_plan(int argc, char **argv) {
   c->space.max_tp = given.max_tp;
   c->space.max_cp = given.max_cp;
   c->space.max_pp = given.max_pp;
+  c->space.min_pp = given.min_pp;
   if (given.max_vpp > 0) c->space.max_vpp = given.max_vpp;
   c->space.max_ep = given.max_ep;
   c->space.max_etp = given.max_etp;
