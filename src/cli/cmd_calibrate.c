@@ -37,6 +37,7 @@
 #include "base/timer.h"
 #include "cli/cmd_calibrate.h"
 #include "comm/collectives.h"
+#include "comm/host.h"
 #include "comm/world.h"
 #include "kern/attention.h"
 #include "kern/bf16.h"
@@ -418,21 +419,14 @@ static int measure_level(const CommGroup *g, int level, int quick, ClusterSpec *
  * prices (one NIC per device). The node split is MPI's shared-memory one. */
 static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, FILE *log, Error *err) {
   if (mc->nodes <= 1) return measure_level(comm_world(), PLAN_LEVEL_INTRA, quick, spec, log, err);
-  CommGroup node = {.comm = MPI_COMM_NULL, .name = "node"}, cross = {.comm = MPI_COMM_NULL, .name = "cross-node"};
-  comm_set_operation("calibrate (node groups)");
-  int rc = MPI_Comm_split_type(comm_world()->comm, MPI_COMM_TYPE_SHARED, mc->rank, MPI_INFO_NULL, &node.comm);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_split(comm_world()->comm, mc->node_rank, mc->rank, &cross.comm);
-  if (rc != MPI_SUCCESS) return comm_check(rc, "calibrate: splitting the world by node", comm_world(), err);
-  MPI_Comm_size(node.comm, &node.size);
-  MPI_Comm_rank(node.comm, &node.rank);
-  MPI_Comm_size(cross.comm, &cross.size);
-  MPI_Comm_rank(cross.comm, &cross.rank);
+  CommGroup node, cross;
+  int rc = comm_host_groups(&node, &cross, err);
+  if (rc) return rc;
   int ret = 0;
   if (mc->ranks_on_node > 1) ret = measure_level(&node, PLAN_LEVEL_INTRA, quick, spec, log, err);
   else if (log) fprintf(log, "  intra-node      not measured (one rank per node)\n");
   if (!ret) ret = measure_level(&cross, PLAN_LEVEL_INTER, quick, spec, log, err);
-  MPI_Comm_free(&node.comm);
-  MPI_Comm_free(&cross.comm);
+  comm_host_groups_free(&node, &cross);
   return ret;
 }
 

@@ -21,6 +21,7 @@
 
 #include "base/options.h"
 #include "cli/cli.h"
+#include "comm/host.h"
 #include "comm/world.h"
 #include "plan/plan_file.h"
 #include "ckpt/checkpoint.h"
@@ -217,19 +218,19 @@ static int place_ranks(const char *path, Error *err) {
   if (rc) return error_wrap(err, "--plan %s: placing the ranks by its mapping", path);
   /* Who runs where: launch rank and host of every rank, printed by rank 0. */
   int size = comm_world_size(), me = comm_world_rank();
-  struct {
-    int launch;
-    char host[48];
-  } mine, *all = me == 0 ? calloc((size_t)size, sizeof *all) : NULL;
-  memset(&mine, 0, sizeof mine);
-  mine.launch = comm_launch_rank();
-  if (gethostname(mine.host, sizeof mine.host - 1)) snprintf(mine.host, sizeof mine.host, "?");
-  comm_set_operation("place_ranks (MPI_Gather)");
-  MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, comm_world()->comm);
-  if (me == 0 && all) {
+  int *launch = me == 0 ? calloc((size_t)size, sizeof *launch) : NULL;
+  char(*host)[COMM_HOST_NAME_CHARS] = me == 0 ? calloc((size_t)size, sizeof *host) : NULL;
+  if (me == 0 && (!launch || !host)) rc = error_set(err, ERR_NOMEM, "out of memory");
+  if (!rc) rc = comm_gather_placement(launch, host, err);
+  if (rc) {
+    free(launch);
+    free(host);
+    return error_wrap(err, "--plan %s: gathering where the ranks run", path);
+  }
+  if (me == 0) {
     printf("placement (--plan %s): %s; rank -> device (host):", path,
            identity ? "the mapping is rank order" : "ranks renumbered by the plan's mapping");
-    for (int r = 0; r < size; r++) printf(" %d->%d (%s)", r, all[r].launch, all[r].host);
+    for (int r = 0; r < size; r++) printf(" %d->%d (%s)", r, launch[r], host[r]);
     printf("\n");
     if (!node_major)
       printf("placement: note: the launcher did not number the processes node by node with the same count per "
@@ -237,7 +238,8 @@ static int place_ranks(const char *path, Error *err) {
              "devices per node); launch with a by-slot mapping (mpirun --map-by slot)\n");
     fflush(stdout);
   }
-  free(all);
+  free(launch);
+  free(host);
   return 0;
 }
 
