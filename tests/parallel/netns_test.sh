@@ -14,6 +14,12 @@
 #   placement  a plan with a non-identity mapping (device of rank 0..3:
 #              0 2 1 3) puts dp replica 0's two stages on host 0, and trains
 #              the same losses as the rank-order plan and as one rank
+#   calibrate  `fivefold calibrate --quick` on the cluster's 4 ranks writes a
+#              tiered spec of 2 nodes x 2 devices: a topology section, the
+#              intra- and inter-node links and collectives, the uplink's
+#              send/recv bandwidth per device no more than the tbf rate
+#              (100 Mbit/s: 12.5 MB/s, which no measurement can exceed)
+#              and below the shared-memory link's
 #   placement-local  the same on plain mpirun on this machine (no cluster,
 #              no root): the ranks are renumbered (launch rank 2 becomes
 #              rank 1) and train the same losses
@@ -134,6 +140,30 @@ PY
       fail "the rank-order run's ranks are not in launch order"
     $PY "$COMPARE" losses mapped order 0 || fail "the mapped run's losses differ from the rank-order run's"
     same mapped one 5
+    ;;
+  calibrate)
+    "$NETNS" rate "$CLUSTER" 100mbit || fail "setting the uplink's rate"
+    "$MPIEXEC" -np 4 "$FIVEFOLD" calibrate --quick --out spec.json >calibrate.log 2>&1 ||
+      { cat calibrate.log; fail "calibrate on the cluster"; finish "netns"; }
+    grep -q "on 2 node(s)" calibrate.log || { cat calibrate.log; fail "calibrate did not see 2 nodes"; }
+    $PY - <<'PY' || { cat calibrate.log; fail "the calibrated spec does not describe the cluster"; }
+import json
+s = json.load(open("spec.json"))
+assert s["nodes"] == 2 and s["devices_per_node"] == 2, (s["nodes"], s["devices_per_node"])
+assert "topology" in s, "no topology section"
+intra, inter = s["intra_node"]["bandwidth_GBps"], s["inter_node"]["bandwidth_GBps"]
+p2p = s["collectives"]["p2p"]
+assert "intra_node" in p2p and "inter_node" in p2p, p2p
+for kind in ("all_reduce", "all_gather"):
+    assert "inter_node" in s["collectives"][kind] and "intra_node" in s["collectives"][kind], kind
+print(f"intra_node {intra:.3f} GB/s, inter_node {inter * 1e3:.2f} MB/s per device (uplink 12.5 MB/s per direction)")
+assert inter <= 0.0125 * 1.25, f"inter_node {inter} GB/s is above the uplink's 12.5 MB/s: not measured over it"
+assert intra > 2 * inter, f"intra_node {intra} GB/s is not above inter_node {inter} GB/s"
+PY
+    # The planner reads it and searches the mapping on it by default.
+    "$FIVEFOLD" plan --model dense.json --cluster spec.json --gpus 4 --seq 16 --global-batch 8 --dtype fp32 \
+      --min-pp 2 --max-pp 2 >plan.log 2>&1 || { cat plan.log; fail "plan on the calibrated spec"; }
+    grep -q "device mapping: rank order" plan.log || { cat plan.log; fail "plan did not search the mapping on the spec"; }
     ;;
   placement-local)
     train 0 one dense || finish "netns"

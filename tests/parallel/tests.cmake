@@ -95,7 +95,7 @@ set_tests_properties(parallel.log_file PROPERTIES LABELS mpi TIMEOUT 300 PROCESS
 # the ranks on the mapped hosts with the rank-order run's losses. Exit 77
 # without root or network namespaces. placement-local: the mapping applied
 # under plain mpirun (no cluster).
-foreach(mode golden linkdown placement placement-local)
+foreach(mode golden linkdown placement calibrate placement-local)
   string(REPLACE "-" "_" name ${mode})
   add_test(NAME parallel.netns_${name}
            COMMAND bash ${PARALLEL_TEST_DIR}/netns_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
