@@ -1,4 +1,5 @@
-/* MPI start-up and shut-down and the failure policy of world.h: the error
+/* MPI start-up and shut-down, the renumbering of the world by a device
+ * mapping (comm_world_place), and the failure policy of world.h: the error
  * handler on MPI_COMM_WORLD, comm_abort, and the exit hook that turns a rank
  * leaving early into a job-wide abort with a message naming the rank. */
 #include "comm/world.h"
