@@ -86,11 +86,14 @@ up() {
   valid_name "$name"
   check >/dev/null || die "$(check)"
   local st=$STATE_ROOT/$name
-  [ -e "$st" ] && die "cluster $name exists already ($st); use another name or 'down $name'"
   mkdir -p "$STATE_ROOT"
   exec 9>"$STATE_ROOT/.lock"
   flock 9
+  [ -e "$st" ] && die "cluster $name exists already ($st); use another name or 'down $name'"
+  ip netns list 2>/dev/null | grep -q "^$name-h[01]\b" && die "namespaces $name-h* exist already; use another name"
   mkdir -p "$st"
+  # From here on a failure removes what was made.
+  die() { echo "netns-cluster: $*" >&2; down "$name" >/dev/null 2>&1; exit 1; }
   local mgmt uplink
   mgmt=$(pick_subnet) || die "no free 10.x.y.0/24 for the management network"
   echo "$mgmt" >"$st/subnets"

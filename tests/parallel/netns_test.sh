@@ -54,6 +54,7 @@ else
     CLUSTER=t$(printf '%05d' $((($$ * 7 + RANDOM) % 100000)))
     [ -e "/run/fivefold-netns/$CLUSTER" ] || break
   done
+  # (up removes what it made when it fails)
   "$NETNS" up "$CLUSTER" 200mbit || { fail "making cluster $CLUSTER"; CLUSTER=; finish "netns"; }
   # lib.sh's train() runs "$MPIEXEC" -np N --oversubscribe ...: on the cluster.
   MPIEXEC=$WORK/cluster-mpirun
