@@ -20,7 +20,9 @@
  * streaming bandwidth (triad) and the share of it a real bandwidth-bound
  * kernel (RMSNorm) reaches, the shortest GEMM (kernel floor), and under MPI
  * all-reduce, reduce-scatter, all-gather, all-to-all and send/recv over
- * message sizes, fitted to the cost model's alpha-beta (calibrate_fit.h).
+ * message sizes, fitted to the cost model's alpha-beta (calibrate_fit.h);
+ * with ranks on several nodes, among each node's ranks (intra_node) and
+ * across nodes (inter_node) apart, and the spec is then tiered.
  * One rank without MPI keeps the links of BASE or of the stated default. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <cjson/cJSON.h>
