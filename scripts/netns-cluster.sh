@@ -38,8 +38,14 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 die() { echo "netns-cluster: $*" >&2; exit 1; }
 
 check() {
-  [ "$(id -u)" = 0 ] || { echo "netns-cluster: needs root (ip netns)"; return 77; }
-  command -v ip >/dev/null && command -v tc >/dev/null || { echo "netns-cluster: needs iproute2 (ip, tc)"; return 77; }
+  # A missing program is a missing dependency (scripts/install-deps.sh);
+  # no root or no namespaces is a property of the machine.
+  command -v ip >/dev/null && command -v tc >/dev/null ||
+    { echo "netns-cluster: missing dependency: iproute2 (ip, tc)"; return 77; }
+  command -v unshare >/dev/null && command -v taskset >/dev/null ||
+    { echo "netns-cluster: missing dependency: util-linux (unshare, taskset)"; return 77; }
+  command -v sysctl >/dev/null || { echo "netns-cluster: missing dependency: procps (sysctl)"; return 77; }
+  [ "$(id -u)" = 0 ] || { echo "netns-cluster: needs root (ip netns): not run on this machine"; return 77; }
   local probe=ffprobe$$
   ip netns add "$probe" 2>/dev/null || { echo "netns-cluster: ip netns add is not permitted here"; return 77; }
   local ok=0
