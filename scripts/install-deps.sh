@@ -26,6 +26,7 @@ PKGS=(
   graphviz                      # dot: renders the DAGs of fivefold trace analyze --dot
   gnuplot-nox                   # plots of bench/upcycling/run.sh (PNG, no X)
   python3-opencv opencv-data    # bench/deblur only: the Haar face detector and its cascade files
+  iproute2 util-linux procps    # ip netns, tc, unshare, taskset, sysctl: the emulated cluster of scripts/netns-cluster.sh
 )
 
 missing=()

@@ -20,7 +20,9 @@
  * streaming bandwidth (triad) and the share of it a real bandwidth-bound
  * kernel (RMSNorm) reaches, the shortest GEMM (kernel floor), and under MPI
  * all-reduce, reduce-scatter, all-gather, all-to-all and send/recv over
- * message sizes, fitted to the cost model's alpha-beta (calibrate_fit.h).
+ * message sizes, fitted to the cost model's alpha-beta (calibrate_fit.h);
+ * with ranks on several nodes, among each node's ranks (intra_node) and
+ * across nodes (inter_node) apart, and the spec is then tiered.
  * One rank without MPI keeps the links of BASE or of the stated default. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <cjson/cJSON.h>
@@ -37,6 +39,7 @@
 #include "base/timer.h"
 #include "cli/cmd_calibrate.h"
 #include "comm/collectives.h"
+#include "comm/host.h"
 #include "comm/world.h"
 #include "kern/attention.h"
 #include "kern/bf16.h"
@@ -315,8 +318,8 @@ static int measure_memory(int quick, double *bandwidth, double *efficiency) {
 
 /* One collective of `bytes` (cost.h's meaning per kind) on all ranks. A
  * failure aborts the job (comm/world.h), so there is nothing to return. */
-static void run_collective(PlanCollective kind, float *send, float *recv, size_t bytes, int n, int rank) {
-  const CommGroup *world = comm_world();
+static void run_collective(PlanCollective kind, const CommGroup *world, float *send, float *recv, size_t bytes) {
+  int n = world->size, rank = world->rank;
   size_t count = bytes / sizeof(float);
   size_t part = count / (size_t)n > 0 ? count / (size_t)n : 1;
   Error err = {0};
@@ -343,14 +346,17 @@ static void run_collective(PlanCollective kind, float *send, float *recv, size_t
   if (rc) comm_abort(rc, "calibrate: %s", err.msg);
 }
 
-/* Times every kind over message sizes (the slowest rank's time of each
- * repetition, the fastest repetition) and fits alpha-beta. A kind whose
- * timings do not fit (noise) keeps the link model and is reported. */
-static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, FILE *log, Error *err) {
+/* Times every kind on group g over message sizes (the slowest rank's time
+ * of each repetition over the whole world, the fastest repetition) and
+ * fits alpha-beta for g's size at `level`. Every rank of the world runs its
+ * own group's collective at the same time, so a node's groups share its
+ * network as they do in a run. A kind whose timings do not fit (noise)
+ * keeps the link model and is reported. */
+static int measure_level(const CommGroup *g, int level, int quick, ClusterSpec *spec, FILE *log, Error *err) {
   static const double sizes_full[] = {4096, 32768, 262144, 1048576, 4194304, 16777216};
   static const double sizes_quick[] = {4096, 65536, 1048576};
   const double *sizes = quick ? sizes_quick : sizes_full;
-  int ns = quick ? 3 : 6, reps = quick ? 3 : 9, n = mc->world;
+  int ns = quick ? 3 : 6, reps = quick ? 3 : 9, n = g->size;
   size_t max_bytes = (size_t)sizes[ns - 1];
   float *send = malloc(max_bytes), *recv = malloc(max_bytes);
   if (!send || !recv) {
@@ -360,26 +366,28 @@ static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, 
   }
   fill(send, max_bytes / sizeof(float), 1.0f);
   fill(recv, max_bytes / sizeof(float), 1.0f); /* the all-reduce runs in place on it */
-  int level = mc->nodes > 1 ? PLAN_LEVEL_INTER : PLAN_LEVEL_INTRA;
   int rc = 0;
+  if (log) fprintf(log, "  %s (groups of %d rank(s)):\n", level == PLAN_LEVEL_INTER ? "inter-node" : "intra-node", n);
   for (int kind = 0; kind < PLAN_NUM_COLLECTIVES && !rc; kind++) {
     double bytes[8], secs[8];
     for (int s = 0; s < ns; s++) {
       double t[16];
-      run_collective((PlanCollective)kind, send, recv, (size_t)sizes[s], n, mc->rank);
+      run_collective((PlanCollective)kind, g, send, recv, (size_t)sizes[s]);
       for (int r = 0; r < reps; r++) {
         if ((rc = comm_barrier(comm_world(), NULL, err))) break;
         double t0 = now_s();
-        run_collective((PlanCollective)kind, send, recv, (size_t)sizes[s], n, mc->rank);
+        run_collective((PlanCollective)kind, g, send, recv, (size_t)sizes[s]);
         double dt = now_s() - t0;
         if (kind == PLAN_COLL_P2P) dt *= 0.5;
         if ((rc = comm_allreduce_f64(comm_world(), &dt, 1, COMM_MAX, NULL, err))) break;
         t[r] = dt;
       }
+      if (rc) break;
       bytes[s] = sizes[s];
       secs[s] = t[0];
       for (int r = 1; r < reps; r++) secs[s] = fmin(secs[s], t[r]);
     }
+    if (rc) break;
     PlanLink l;
     Error ferr = {0, ""};
     if (calib_fit_collective((PlanCollective)kind, n, bytes, secs, ns, &l, &ferr)) {
@@ -390,7 +398,7 @@ static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, 
     spec->collective[kind][level] = l;
     spec->has_collective[kind][level] = 1;
     if (log)
-      fprintf(log, "  %-15s %8.2f us latency, %8.2f GB/s   (%s..%s: %.1f..%.1f us)\n",
+      fprintf(log, "  %-15s %8.2f us latency, %8.4f GB/s   (%s..%s: %.1f..%.1f us)\n",
               plan_collective_name((PlanCollective)kind), l.latency * 1e6, l.bandwidth / 1e9, "4 KB",
               quick ? "1 MB" : "16 MB", secs[0] * 1e6, secs[ns - 1] * 1e6);
   }
@@ -402,6 +410,26 @@ static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, 
   free(send);
   free(recv);
   return rc;
+}
+
+/* The links of the machine: on one node, the world's collectives (intra
+ * node). On several, two levels: the ranks of each node among themselves
+ * (intra_node) and, across nodes, the groups of the ranks that have the
+ * same place on their nodes (one per node; inter_node), all groups at
+ * once: the inter-node figures are then each device's share of its node's
+ * network when every device uses it, the per-device link the cost model
+ * prices (one NIC per device). The node split is MPI's shared-memory one. */
+static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, FILE *log, Error *err) {
+  if (mc->nodes <= 1) return measure_level(comm_world(), PLAN_LEVEL_INTRA, quick, spec, log, err);
+  CommGroup node, cross;
+  int rc = comm_host_groups(&node, &cross, err);
+  if (rc) return rc;
+  int ret = 0;
+  if (mc->ranks_on_node > 1) ret = measure_level(&node, PLAN_LEVEL_INTRA, quick, spec, log, err);
+  else if (log) fprintf(log, "  intra-node      not measured (one rank per node)\n");
+  if (!ret) ret = measure_level(&cross, PLAN_LEVEL_INTER, quick, spec, log, err);
+  comm_host_groups_free(&node, &cross);
+  return ret;
 }
 
 /* ------------------------------------------------------------ the command */
@@ -601,16 +629,23 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
             "%.1f us kept from %s\n", spec.link[0].bandwidth / 1e9, spec.link[0].latency * 1e6,
             spec.link[1].bandwidth / 1e9, spec.link[1].latency * 1e6, c->spec ? c->spec : "the default");
   }
+  /* Several nodes: a tiered spec (with no tiers beyond the two measured
+   * levels), so that the planner places groups device by device and
+   * searches the device mapping on it by default. */
+  if (mc.nodes > 1) spec.tiers.given = 1;
   rc = cluster_spec_validate(&spec, err);
   if (rc || mc.rank != 0) return rc;
-  char desc[512];
+  char desc[1024];
   snprintf(desc, sizeof desc,
            "Calibrated by fivefold calibrate%s: %d rank(s) x %d thread(s) on %d node(s) of %d core(s); one device "
            "= one rank with core share %.2f (peak and bandwidth scaled by it). fp32 FMA peak %.1f GFLOP/s per core, "
            "SGEMM %.1f GFLOP/s (%s), bf16 peak %.1f GFLOP/s (0: not measured).%s",
            c->quick ? " --quick" : "", mc.world, mc.threads, mc.nodes, mc.cores, mc.share, peak / 1e9, sgemm / 1e9,
            kern_gemm_backend_name(kern_gemm_backend()), peak_bf16 / 1e9,
-           mpi && mc.world > 1 ? "" : " Links not measured (one rank).");
+           mpi && mc.world > 1 ? (mc.nodes > 1 ? " Links: intra_node among each node's ranks, inter_node between "
+                                  "ranks of different nodes with every device of a node using the network at once "
+                                  "(a device's share of it)." : "")
+                               : " Links not measured (one rank).");
   /* The machine measured runs fivefold's CPU runtime: the spec says what it
    * does, so the planner prices that by default. */
   char host[64] = "";

@@ -131,6 +131,7 @@ static void plan_usage(FILE *f) {
           "  --recompute-list LIST    recomputation options to try (default none,selective,full)\n"
           "  --max-tp N, --max-cp N, --max-pp N, --max-vpp N, --max-ep N, --max-etp N\n"
           "                           upper limits (defaults: TP and ETP within a node, VPP 8)\n"
+          "  --min-pp N               only pipelines of at least N stages (default 1)\n"
           "  --no-folding             keep the MoE grid coupled to attention (ETP = TP, EP inside DP)\n"
           "  --map-devices, --no-map-devices  search which device each rank of the best configuration runs\n"
           "                           on (default: on clusters with tiers or a link matrix)\n"
@@ -218,7 +219,7 @@ static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp",
                                                "--trace", "--quiet", "--search-buckets"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
-                                           "--no-distributed-optimizer", "--no-folding", "--runtime",
+                                           "--min-pp", "--no-distributed-optimizer", "--no-folding", "--runtime",
                                            "--map-devices", "--no-map-devices", "--no-refine-partition",
                                            "--replicate-stages", "--no-bucket-search", "--explore",
                                            "--explore-budget", "--explore-seed", "--explore-shift",
@@ -388,6 +389,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--max-tp")) rc = parse_int(c, name, value, 1, &sp->max_tp);
       else if (!strcmp(name, "--max-cp")) rc = parse_int(c, name, value, 1, &sp->max_cp);
       else if (!strcmp(name, "--max-pp")) rc = parse_int(c, name, value, 1, &sp->max_pp);
+      else if (!strcmp(name, "--min-pp")) rc = parse_int(c, name, value, 1, &sp->min_pp);
       else if (!strcmp(name, "--max-vpp")) rc = parse_int(c, name, value, 1, &sp->max_vpp);
       else if (!strcmp(name, "--max-ep")) rc = parse_int(c, name, value, 1, &sp->max_ep);
       else if (!strcmp(name, "--max-etp")) rc = parse_int(c, name, value, 1, &sp->max_etp);
@@ -552,7 +554,7 @@ int cmd_simulate(int argc, char **argv) {
   ModelConfig model;
   ClusterSpec cluster;
   memset(&cluster, 0, sizeof cluster);
-  int exit_code = 1;
+  int exit_code = 1, *mapping = NULL, mapped = 0;
   Error err = {0, ""};
   if (load_inputs(c, &model, &cluster)) goto out;
   apply_runtime_facts(c, &cluster, c->quiet ? NULL : stdout);
@@ -575,6 +577,28 @@ int cmd_simulate(int argc, char **argv) {
     fprintf(stderr, "fivefold simulate: %s\n", err.msg);
     exit_code = 2;
     goto out;
+  }
+  /* A plan's device mapping: every group and transfer priced on the
+   * devices its ranks run on, as `train --plan` places them. */
+  if (c->plan_path) {
+    if (plan_file_read_mapping(c->plan_path, &mapping, &mapped, &err)) {
+      fprintf(stderr, "fivefold simulate: --plan: %s\n", err.msg);
+      goto out;
+    }
+    if (mapping && !plan_mapping_is_identity(mapping, mapped)) {
+      if (mapped > cluster_spec_total_devices(&cluster)) {
+        fprintf(stderr, "fivefold simulate: --plan %s: its mapping places %d ranks, the cluster has %d devices\n",
+                c->plan_path, mapped, cluster_spec_total_devices(&cluster));
+        goto out;
+      }
+      cluster.device_of_rank = mapping;
+      cluster.num_mapped = mapped;
+      if (!c->quiet) {
+        printf("device mapping of %s: device of rank 0..%d:", c->plan_path, mapped - 1);
+        for (int i = 0; i < mapped && i < 64; i++) printf(" %d", mapping[i]);
+        printf("\n");
+      }
+    }
   }
   PlanSimOptions sim = {1, c->trace_path};
   PlanResult r;
@@ -603,6 +627,8 @@ int cmd_simulate(int argc, char **argv) {
   }
   exit_code = 0;
 out:
+  cluster.device_of_rank = NULL;
+  free(mapping);
   cluster_spec_free(&cluster);
   free(c);
   return exit_code;
@@ -710,6 +736,7 @@ int cmd_plan(int argc, char **argv) {
   c->space.max_tp = given.max_tp;
   c->space.max_cp = given.max_cp;
   c->space.max_pp = given.max_pp;
+  c->space.min_pp = given.min_pp;
   if (given.max_vpp > 0) c->space.max_vpp = given.max_vpp;
   c->space.max_ep = given.max_ep;
   c->space.max_etp = given.max_etp;

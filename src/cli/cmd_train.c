@@ -21,6 +21,7 @@
 
 #include "base/options.h"
 #include "cli/cli.h"
+#include "comm/host.h"
 #include "comm/world.h"
 #include "plan/plan_file.h"
 #include "ckpt/checkpoint.h"
@@ -76,7 +77,8 @@ static void train_help(FILE *f) {
           "                         and training goes on with the same lr schedule and data order\n"
           "  --plan FILE            take the layout from a plan of `fivefold plan --out`: tp, pp, vpp,\n"
           "                         dp, micro-batch and global batch size, schedule, distributed\n"
-          "                         optimizer, layers per stage (flags given here override it)\n"
+          "                         optimizer, layers per stage (flags given here override it); its device\n"
+          "                         mapping renumbers the ranks (rank r runs on launch rank device_of_rank[r])\n"
           "  --no-progress          the same as --progress never\n"
           "  --distributed-optimizer  alone means --distributed-optimizer 1 (ZeRO-1 over the dp ranks)\n"
           "  -h, --help             show this help\n\n"
@@ -193,6 +195,52 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   if (pc.seq_len > 0 && pc.seq_len != cfg->seq_len && comm_world_rank() == 0)
     fprintf(stderr, "fivefold train: note: --plan %s was made for sequence length %d, the run uses %d\n", path,
             pc.seq_len, cfg->seq_len);
+  return 0;
+}
+
+/* The plan's device mapping, applied: the process launched as rank d (on
+ * device d, numbering processes node by node as launchers do) becomes the
+ * rank r with mapping.device_of_rank[r] = d before any grid is built, so
+ * every group of rank r sits on the devices the plan priced. Rank 0 prints
+ * where each rank runs. A launcher that did not number node by node is
+ * said, since then launch rank d is not device d. */
+static int place_ranks(const char *path, Error *err) {
+  int *map = NULL, n = 0;
+  if (plan_file_read_mapping(path, &map, &n, err)) return error_wrap(err, "--plan");
+  if (!map || !comm_initialized() || comm_world_size() == 1) {
+    free(map);
+    return 0;
+  }
+  int node_major = 1, per_node = 1, rc = comm_launch_is_node_major(&node_major, &per_node, err);
+  int identity = 1;
+  for (int r = 0; r < n; r++) identity &= map[r] == r;
+  if (!rc && !identity) rc = comm_world_place(map, n, err);
+  free(map);
+  if (rc) return error_wrap(err, "--plan %s: placing the ranks by its mapping", path);
+  /* Who runs where: launch rank and host of every rank, printed by rank 0. */
+  int size = comm_world_size(), me = comm_world_rank();
+  int *launch = me == 0 ? calloc((size_t)size, sizeof *launch) : NULL;
+  char(*host)[COMM_HOST_NAME_CHARS] = me == 0 ? calloc((size_t)size, sizeof *host) : NULL;
+  if (me == 0 && (!launch || !host)) rc = error_set(err, ERR_NOMEM, "out of memory");
+  if (!rc) rc = comm_gather_placement(launch, host, err);
+  if (rc) {
+    free(launch);
+    free(host);
+    return error_wrap(err, "--plan %s: gathering where the ranks run", path);
+  }
+  if (me == 0) {
+    printf("placement (--plan %s): %s; rank -> device (host):", path,
+           identity ? "the mapping is rank order" : "ranks renumbered by the plan's mapping");
+    for (int r = 0; r < size; r++) printf(" %d->%d (%s)", r, launch[r], host[r]);
+    printf("\n");
+    if (!node_major)
+      printf("placement: note: the launcher did not number the processes node by node with the same count per "
+             "node, so launch rank d is not device d of the plan's cluster (slot d %% devices per node of node d / "
+             "devices per node); launch with a by-slot mapping (mpirun --map-by slot)\n");
+    fflush(stdout);
+  }
+  free(launch);
+  free(host);
   return 0;
 }
 
@@ -329,6 +377,7 @@ int cmd_train(int argc, char **argv) {
   TrainConfig cfg;
   train_config_defaults(&cfg);
   int code = build_config(&args, &cfg, &err);
+  if (!code && args.plan && place_ranks(args.plan, &err)) code = 2;
   Trainer tr;
   int have_trainer = 0, nothing_to_do = 0;
   if (!code && trainer_create(&tr, &cfg, &err)) code = 1;

@@ -28,7 +28,7 @@ int comm_grid_create(const GridSizes *sizes, CommGrid *grid, Error *err) {
     int color = grid_group_first_rank(&s, (GridGroupKind)k, rank);
     int key = grid_group_index(&s, (GridGroupKind)k, rank);
     comm_set_operation("comm_grid_create (MPI_Comm_split)");
-    rc = comm_check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->comm), "MPI_Comm_split",
+    rc = comm_check(MPI_Comm_split(comm_world()->comm, color, key, &g->comm), "MPI_Comm_split",
                     comm_world(), err);
     if (rc) {
       comm_grid_destroy(grid);

@@ -1,8 +1,12 @@
 /* The host layout of a group (comm/host.h): MPI_Comm_split_type with
  * MPI_COMM_TYPE_SHARED over the group and over the world, then reductions
- * so that every rank sees the same answer. */
+ * so that every rank sees the same answer; the world split by host, and
+ * where every rank runs. */
 #include "comm/host.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "comm/collectives.h"
@@ -70,4 +74,52 @@ int comm_host_layout(const CommGroup *group, int threads_per_rank, CommHostLayou
   out->host_ranks = facts[0], out->host_threads = facts[1], out->host_cores = facts[2];
   out->spare_cores = tight.spare;
   return 0;
+}
+
+int comm_host_groups(CommGroup *node, CommGroup *cross, Error *err) {
+  CommGroup empty = {.comm = MPI_COMM_NULL, .size = 1, .rank = 0};
+  *node = *cross = empty;
+  snprintf(node->name, sizeof node->name, "node");
+  snprintf(cross->name, sizeof cross->name, "cross-node");
+  const CommGroup *world = comm_world();
+  comm_set_operation("comm_host_groups (MPI_Comm_split)");
+  int rc = MPI_Comm_split_type(world->comm, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL, &node->comm);
+  if (rc != MPI_SUCCESS) return comm_check(rc, "comm_host_groups (split by host)", world, err);
+  MPI_Comm_size(node->comm, &node->size);
+  MPI_Comm_rank(node->comm, &node->rank);
+  rc = MPI_Comm_split(world->comm, node->rank, world->rank, &cross->comm);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&node->comm);
+    return comm_check(rc, "comm_host_groups (split across hosts)", world, err);
+  }
+  MPI_Comm_size(cross->comm, &cross->size);
+  MPI_Comm_rank(cross->comm, &cross->rank);
+  return ERR_OK;
+}
+
+void comm_host_groups_free(CommGroup *node, CommGroup *cross) {
+  if (node->comm != MPI_COMM_NULL) MPI_Comm_free(&node->comm);
+  if (cross->comm != MPI_COMM_NULL) MPI_Comm_free(&cross->comm);
+}
+
+int comm_gather_placement(int *launch_rank, char (*host)[COMM_HOST_NAME_CHARS], Error *err) {
+  const CommGroup *world = comm_world();
+  struct {
+    int launch;
+    char host[COMM_HOST_NAME_CHARS];
+  } mine, *all = NULL;
+  memset(&mine, 0, sizeof mine);
+  mine.launch = comm_launch_rank();
+  if (gethostname(mine.host, sizeof mine.host - 1)) snprintf(mine.host, sizeof mine.host, "?");
+  if (world->rank == 0 && !(all = calloc((size_t)world->size, sizeof *all)))
+    return error_set(err, ERR_NOMEM, "comm_gather_placement: out of memory");
+  comm_set_operation("comm_gather_placement (MPI_Gather)");
+  int rc = MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, world->comm);
+  if (rc == MPI_SUCCESS && all)
+    for (int r = 0; r < world->size; r++) {
+      if (launch_rank) launch_rank[r] = all[r].launch;
+      if (host) memcpy(host[r], all[r].host, COMM_HOST_NAME_CHARS);
+    }
+  free(all);
+  return rc == MPI_SUCCESS ? ERR_OK : comm_check(rc, "comm_gather_placement", world, err);
 }

@@ -24,4 +24,17 @@ typedef struct CommHostLayout {
  * host. */
 int comm_host_layout(const CommGroup *group, int threads_per_rank, CommHostLayout *out, Error *err);
 
+/* The world split by host: *node holds the ranks of this host (MPI's
+ * shared-memory split), *cross the ranks that have the same place on their
+ * hosts as this one (one per host). Collective over the world; free both
+ * with comm_host_groups_free. */
+int comm_host_groups(CommGroup *node, CommGroup *cross, Error *err);
+void comm_host_groups_free(CommGroup *node, CommGroup *cross);
+
+#define COMM_HOST_NAME_CHARS 48
+/* Where every rank runs: on world rank 0, launch_rank[r] (comm_launch_rank)
+ * and host[r] (its host name) for every world rank r; the other ranks pass
+ * NULL for both. Collective over the world. */
+int comm_gather_placement(int *launch_rank, char (*host)[COMM_HOST_NAME_CHARS], Error *err);
+
 #endif

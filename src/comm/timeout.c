@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/timer.h"
 
@@ -28,6 +29,10 @@ typedef struct WaitAnswer {
 static double g_timeout_s;
 static MPI_Comm g_watch = MPI_COMM_NULL; /* pings and answers, apart from every other message */
 static int32_t g_pings;                  /* pings this rank has sent */
+/* Every rank's host name, gathered when the timeout is first armed, so that
+ * the report can say on which side of the network each silent rank is. */
+#define HOST_CHARS 48
+static char (*g_hosts)[HOST_CHARS];
 
 int comm_set_collective_timeout(double seconds, Error *err) {
   if (!(seconds >= 0))
@@ -35,9 +40,15 @@ int comm_set_collective_timeout(double seconds, Error *err) {
   if (!comm_initialized() || comm_world_size() <= 1) return ERR_OK;
   if (seconds > 0 && g_watch == MPI_COMM_NULL) {
     comm_set_operation("comm_set_collective_timeout");
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &g_watch);
+    int rc = MPI_Comm_dup(comm_world()->comm, &g_watch);
     if (rc != MPI_SUCCESS) return comm_check(rc, "comm_set_collective_timeout", comm_world(), err);
     MPI_Comm_set_name(g_watch, "timeout");
+    char mine[HOST_CHARS] = "";
+    if (gethostname(mine, sizeof mine - 1)) snprintf(mine, sizeof mine, "?");
+    g_hosts = calloc((size_t)comm_world_size(), sizeof *g_hosts);
+    if (!g_hosts) return error_set(err, ERR_NOMEM, "comm_set_collective_timeout: out of memory for the host names");
+    rc = MPI_Allgather(mine, HOST_CHARS, MPI_CHAR, g_hosts, HOST_CHARS, MPI_CHAR, g_watch);
+    if (rc != MPI_SUCCESS) return comm_check(rc, "comm_set_collective_timeout (host names)", comm_world(), err);
   }
   g_timeout_s = seconds;
   return ERR_OK;
@@ -50,6 +61,8 @@ int comm_timeout_armed(void) { return g_timeout_s > 0 && g_watch != MPI_COMM_NUL
 void comm_timeout_release(void) {
   if (g_watch != MPI_COMM_NULL) MPI_Comm_free(&g_watch);
   g_watch = MPI_COMM_NULL;
+  free(g_hosts);
+  g_hosts = NULL;
   g_timeout_s = 0;
 }
 
@@ -81,7 +94,7 @@ static int peers_of(const CommGroup *g, int *peers) {
   }
   MPI_Group mine, all;
   MPI_Comm_group(g->comm, &mine);
-  MPI_Comm_group(MPI_COMM_WORLD, &all);
+  MPI_Comm_group(comm_world()->comm, &all);
   int *local = malloc((size_t)g->size * sizeof *local), *global = malloc((size_t)g->size * sizeof *global);
   if (local && global) {
     for (int i = 0; i < g->size; i++) local[i] = i;
@@ -96,14 +109,27 @@ static int peers_of(const CommGroup *g, int *peers) {
   return n;
 }
 
-/* The message of comm_abort: who did not answer, and what the others wait in. */
+static const char *host_of(int world_rank) {
+  return g_hosts && world_rank >= 0 && world_rank < comm_world_size() ? g_hosts[world_rank] : "?";
+}
+
+/* The message of comm_abort: who did not answer (and on which host), and
+ * what the others wait in. When every silent rank is on another host and
+ * the ranks of this host answer, the network between the hosts is the
+ * likely cause, and the message says so, naming both sides. */
 static void report(const CommGroup *g, const char *operation, double waited_s, const int *peers, int n,
                    const WaitAnswer *answers, const int *answered) {
-  char msg[900];
+  char msg[1200];
+  const char *here = host_of(comm_world_rank());
   size_t len = (size_t)snprintf(msg, sizeof msg, "%s on group %s waited %.0f s (the collective timeout is %g s): ",
                                 operation, group_name(g), waited_s, g_timeout_s);
-  int missing = 0;
-  for (int i = 0; i < n; i++) missing += !answered[i];
+  int missing = 0, missing_here = 0, answered_here = 0;
+  for (int i = 0; i < n; i++) {
+    int same_host = !strcmp(host_of(peers[i]), here);
+    missing += !answered[i];
+    missing_here += !answered[i] && same_host;
+    answered_here += answered[i] && same_host;
+  }
   for (int i = 0, k = 0; i < n && len < sizeof msg; i++) {
     if (answered[i]) continue;
     len += (size_t)snprintf(msg + len, sizeof msg - len, "%srank %d", k ? ", " : "", peers[i]);
@@ -115,6 +141,20 @@ static void report(const CommGroup *g, const char *operation, double waited_s, c
                             missing == 1 ? "it does" : "they do");
   else if (len < sizeof msg)
     len += (size_t)snprintf(msg + len, sizeof msg - len, "every rank answers, but they wait in different operations");
+  if (missing && !missing_here && g_hosts && len < sizeof msg) {
+    len += (size_t)snprintf(msg + len, sizeof msg - len, "; every rank that does not answer is on another host (");
+    for (int i = 0, k = 0; i < n && len < sizeof msg; i++) {
+      if (answered[i]) continue;
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "%srank %d on %s", k++ ? ", " : "", peers[i],
+                              host_of(peers[i]));
+    }
+    if (len < sizeof msg)
+      len += (size_t)snprintf(msg + len, sizeof msg - len,
+                              ") than rank %d (on %s)%s: rank %d and those ranks have lost each other, the network "
+                              "between their hosts may be down",
+                              comm_world_rank(), here, answered_here ? ", while the ranks on its own host answer" : "",
+                              comm_world_rank());
+  }
   for (int i = 0; i < n && len < sizeof msg; i++)
     if (answered[i])
       len += (size_t)snprintf(msg + len, sizeof msg - len, "; rank %d waits in %s on group %s (%.0f s)", peers[i],

@@ -14,6 +14,11 @@
  *   fivefold: rank R failed: OP on group G waited T s (the collective
  *   timeout is X s): rank Q did not arrive (it does not answer: stopped,
  *   hung, or still computing)
+ * When every rank that does not answer is on another host than the waiting
+ * rank (host names are gathered when the timeout is first armed), the
+ * message adds "every rank that does not answer is on another host (rank Q
+ * on H2) than rank R (on H1)...: rank R and those ranks have lost each
+ * other, the network between their hosts may be down", naming both sides.
  * If the operation completes meanwhile, the wait simply returns. So the job
  * ends at most about twice the timeout after the last rank stopped moving.
  * A watchdog thread could notice the stall but, under MPI_THREAD_FUNNELED,

@@ -1,4 +1,5 @@
-/* MPI start-up and shut-down and the failure policy of world.h: the error
+/* MPI start-up and shut-down, the renumbering of the world by a device
+ * mapping (comm_world_place), and the failure policy of world.h: the error
  * handler on MPI_COMM_WORLD, comm_abort, and the exit hook that turns a rank
  * leaving early into a job-wide abort with a message naming the rank. */
 #include "comm/world.h"
@@ -17,6 +18,8 @@ static int g_started_mpi; /* comm_init called MPI_Init_thread (so it finalizes) 
 static int g_exit_hook_set;
 static volatile int g_aborting; /* abort in progress: the exit hook stays quiet */
 static int g_rank = 0, g_size = 1;
+static int g_launch_rank = 0;
+static MPI_Comm g_placed = MPI_COMM_NULL; /* the renumbered world of comm_world_place */
 static int g_tag_max = 32767;
 static const char *g_operation;
 static MPI_Errhandler g_errhandler = MPI_ERRHANDLER_NULL;
@@ -88,6 +91,7 @@ int comm_init(int *argc, char ***argv, Error *err) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  g_launch_rank = g_rank;
   MPI_Comm_get_errhandler(MPI_COMM_WORLD, &g_previous_world);
   MPI_Comm_get_errhandler(MPI_COMM_SELF, &g_previous_self);
   MPI_Comm_create_errhandler(on_mpi_error, &g_errhandler);
@@ -118,6 +122,8 @@ int comm_finalize(Error *err) {
   g_initialized = 0;
   g_world.comm = MPI_COMM_NULL;
   comm_timeout_release();
+  if (g_placed != MPI_COMM_NULL) MPI_Comm_free(&g_placed);
+  g_placed = MPI_COMM_NULL;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, g_previous_world);
   MPI_Comm_set_errhandler(MPI_COMM_SELF, g_previous_self);
   MPI_Errhandler_free(&g_previous_world);
@@ -146,15 +152,76 @@ int comm_node_info(int *ranks_on_node, int *node_rank, int *nodes, void *mask, s
   if (bytes > (size_t)INT_MAX) return error_set(err, ERR_ARG, "comm_node_info: a %zu-byte mask is too large", bytes);
   comm_set_operation("comm_node_info");
   MPI_Comm node;
-  int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
+  int rc = MPI_Comm_split_type(g_world.comm, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
   if (rc != MPI_SUCCESS) return comm_check(rc, "comm_node_info (split by node)", &g_world, err);
   MPI_Comm_size(node, ranks_on_node);
   MPI_Comm_rank(node, node_rank);
   if (mask && bytes) rc = MPI_Allreduce(MPI_IN_PLACE, mask, (int)bytes, MPI_BYTE, MPI_BOR, node);
   int leader = *node_rank == 0;
-  if (rc == MPI_SUCCESS) rc = MPI_Allreduce(&leader, nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rc == MPI_SUCCESS) rc = MPI_Allreduce(&leader, nodes, 1, MPI_INT, MPI_SUM, g_world.comm);
   MPI_Comm_free(&node);
   return rc == MPI_SUCCESS ? ERR_OK : comm_check(rc, "comm_node_info", &g_world, err);
+}
+
+int comm_world_place(const int *device_of_rank, int n, Error *err) {
+  if (!g_initialized) return error_set(err, ERR_ARG, "comm_world_place: call comm_init first");
+  if (n != g_size)
+    return error_set(err, ERR_ARG, "the device mapping has %d entries, but the world has %d ranks", n, g_size);
+  if (g_placed != MPI_COMM_NULL || comm_timeout_armed())
+    return error_set(err, ERR_ARG, "comm_world_place: the world is numbered already (place the ranks once, first)");
+  int rank_here = -1;
+  for (int r = 0; r < n; r++) {
+    if (device_of_rank[r] < 0 || device_of_rank[r] >= n)
+      return error_set(err, ERR_ARG, "the device mapping gives rank %d device %d, outside [0, %d)", r,
+                       device_of_rank[r], n);
+    if (device_of_rank[r] == g_launch_rank) {
+      if (rank_here >= 0)
+        return error_set(err, ERR_ARG, "the device mapping gives device %d to ranks %d and %d (not a permutation)",
+                         g_launch_rank, rank_here, r);
+      rank_here = r;
+    }
+  }
+  if (rank_here < 0)
+    return error_set(err, ERR_ARG, "the device mapping gives device %d to no rank (not a permutation)", g_launch_rank);
+  comm_set_operation("comm_world_place (MPI_Comm_split)");
+  MPI_Comm placed;
+  int rc = MPI_Comm_split(MPI_COMM_WORLD, 0, rank_here, &placed);
+  if (rc != MPI_SUCCESS) return comm_check(rc, "comm_world_place", &g_world, err);
+  MPI_Comm_set_errhandler(placed, g_errhandler);
+  MPI_Comm_set_name(placed, "world");
+  g_placed = placed;
+  g_world.comm = placed;
+  MPI_Comm_rank(placed, &g_rank);
+  g_world.rank = g_rank;
+  if (g_size > 1) log_set_rank(g_rank);
+  return ERR_OK;
+}
+
+int comm_launch_rank(void) { return g_launch_rank; }
+
+int comm_launch_is_node_major(int *is_node_major, int *per_node, Error *err) {
+  *is_node_major = 1;
+  if (per_node) *per_node = 1;
+  if (!g_initialized || g_size == 1) return ERR_OK;
+  comm_set_operation("comm_launch_is_node_major");
+  MPI_Comm node;
+  int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_launch_rank, MPI_INFO_NULL, &node);
+  if (rc != MPI_SUCCESS) return comm_check(rc, "comm_launch_is_node_major", &g_world, err);
+  int size = 1, node_rank = 0, first = g_launch_rank;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_rank(node, &node_rank);
+  rc = MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, node);
+  /* Node-major: this process is slot node_rank of a block that starts at a
+   * multiple of the node size, and every node is as large as this one. */
+  int ok = first + node_rank == g_launch_rank && first % size == 0;
+  int sizes[2] = {size, -size};
+  if (rc == MPI_SUCCESS) rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (rc == MPI_SUCCESS) rc = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Comm_free(&node);
+  if (rc != MPI_SUCCESS) return comm_check(rc, "comm_launch_is_node_major", &g_world, err);
+  *is_node_major = ok && sizes[0] == -sizes[1];
+  if (per_node) *per_node = size;
+  return ERR_OK;
 }
 int comm_world_rank(void) { return g_rank; }
 int comm_world_size(void) { return g_size; }

@@ -63,6 +63,25 @@ const CommGroup *comm_world(void);
 void comm_abort(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), noreturn));
 
+/* Places the ranks by a device mapping: the process the launcher started
+ * as rank d (its "device": launchers number processes node by node, slot
+ * by slot) becomes world rank r where device_of_rank[r] = d, so that the
+ * grids, built from world ranks afterwards, put rank r's coordinates on
+ * device device_of_rank[r]. device_of_rank must be a permutation of the
+ * world (n = world size). Collective over the world; call it before any
+ * group, grid or collective timeout is made (they would keep the old
+ * numbering). Every world rank, message and log tag is the new one from
+ * here on; comm_launch_rank keeps the launcher's. */
+int comm_world_place(const int *device_of_rank, int n, Error *err);
+/* The rank the launcher gave this process (the world rank unless
+ * comm_world_place renumbered the world). */
+int comm_launch_rank(void);
+/* 1 when the launcher numbered processes node by node: the processes of
+ * each node are consecutive launch ranks and every node has as many, so
+ * that launch rank d is slot d % per_node of node d / per_node. per_node
+ * gets the processes per node (may be NULL). Collective over the world. */
+int comm_launch_is_node_major(int *is_node_major, int *per_node, Error *err);
+
 /* Where this rank runs: how many ranks share its node (shared memory),
  * its rank among them, and how many nodes the world spans. mask (bytes
  * long, may be NULL) is OR-ed over the node's ranks in place: a CPU

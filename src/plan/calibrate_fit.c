@@ -253,6 +253,27 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
         if (s->has_collective[k][l]) cJSON_AddItemToObject(ko, LEVEL_KEYS[l], link_json(s->collective[k][l], 1, 0));
     }
   }
+  /* Tiers: what was given (calibrate marks a measured multi-node machine
+   * tiered with none of them, so that the planner places groups device by
+   * device and searches the mapping there by default). */
+  const PlanTiers *t = &s->tiers;
+  cJSON *topo = t->given ? cJSON_AddObjectToObject(root, "topology") : NULL;
+  if (topo) {
+    if (t->nodes_per_switch > 0) {
+      cJSON_AddNumberToObject(topo, "nodes_per_switch", t->nodes_per_switch);
+      cJSON_AddItemToObject(topo, "inter_switch", link_json(t->inter_switch, 1, 0));
+    }
+    if (t->devices_per_island > 0) {
+      cJSON_AddNumberToObject(topo, "devices_per_island", t->devices_per_island);
+      cJSON_AddItemToObject(topo, "cross_island", link_json(t->cross_island, 1, 0));
+    }
+    cJSON *slow = t->num_slow_nodes > 0 ? cJSON_AddArrayToObject(topo, "slow_nodes") : NULL;
+    for (int i = 0; slow && i < t->num_slow_nodes; i++) {
+      cJSON *e = link_json(t->slow_link[i], 1, 0);
+      if (e) cJSON_AddNumberToObject(e, "node", t->slow_node[i]);
+      cJSON_AddItemToArray(slow, e);
+    }
+  }
   const PlanRuntimeFacts *rt = &s->runtime;
   cJSON *run = rt->given ? cJSON_AddObjectToObject(root, "runtime") : NULL;
   if (run) {

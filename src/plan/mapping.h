@@ -15,9 +15,9 @@
  *    best of those refined by pairwise swaps of ranks while a swap improves
  *    the simulated step (first improvement, at most max_evaluations
  *    simulations in all).
- * Applying a mapping (docs/planner.md): launch rank r on device
- * device_of_rank[r], for example with an Open MPI rankfile line
- * "rank r=<host of node d / devices_per_node> slot=<d % devices_per_node>". */
+ * Applying a mapping (docs/planner.md): `fivefold train --plan` renumbers
+ * the world (comm_world_place) so that rank r is the process the launcher
+ * started as rank device_of_rank[r], i.e. on device device_of_rank[r]. */
 #ifndef FIVEFOLD_PLAN_MAPPING_H
 #define FIVEFOLD_PLAN_MAPPING_H
 

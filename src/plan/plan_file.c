@@ -256,6 +256,45 @@ int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Er
   return check_consistent(c, p);
 }
 
+/* The plan file parsed (NULL and err set when unreadable or not JSON). */
+static cJSON *parse_plan_file(const char *path, Error *err) {
+  char *text = NULL;
+  size_t len = 0;
+  if (file_read_text(path, "plan file", (size_t)16 << 20, &text, &len, err)) return NULL;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (!root) {
+    int line = 1;
+    for (const char *q = text; end && q < end && *q; q++) line += *q == '\n';
+    error_set(err, ERR_FORMAT, "%s: invalid JSON near line %d", path, line);
+  }
+  free(text);
+  return root;
+}
+
+int plan_file_read_mapping(const char *path, int **device_of_rank, int *n, Error *err) {
+  *device_of_rank = NULL;
+  *n = 0;
+  cJSON *root = parse_plan_file(path, err);
+  if (!root) return err->code ? err->code : ERR_FORMAT;
+  PlanChoice pc;
+  memset(&pc, 0, sizeof pc);
+  int rc = plan_file_from_json(root, path, &pc, err);
+  if (!rc && pc.has_mapping) {
+    const cJSON *perm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "mapping"),
+                                                         "device_of_rank");
+    int count = cJSON_GetArraySize(perm), i = 0;
+    int *map = malloc((size_t)count * sizeof *map);
+    if (!map) rc = error_set(err, ERR_NOMEM, "%s: out of memory reading the mapping", path);
+    const cJSON *e;
+    if (map) cJSON_ArrayForEach(e, perm) map[i++] = (int)e->valuedouble; /* read_mapping checked each entry */
+    *device_of_rank = map;
+    *n = map ? count : 0;
+  }
+  cJSON_Delete(root);
+  return rc;
+}
+
 int plan_file_read(const char *path, PlanChoice *out, Error *err) {
   memset(out, 0, sizeof *out);
   char *text = NULL;

@@ -56,8 +56,9 @@ typedef struct PlanChoice {
   char model_fingerprint[PLAN_FINGERPRINT_MAX];
   char model_summary[160];
   /* "mapping" (optional): rank r runs on device device_of_rank[r]. The
-   * reader checks it is a permutation of the gpus; the trainer does not
-   * place ranks itself (the launcher does, e.g. from a rankfile). */
+   * reader checks it is a permutation of the gpus; plan_file_read_mapping
+   * returns it, and `fivefold train --plan` places its ranks by it
+   * (comm_world_place). */
   int has_mapping;
   int mapping_is_identity;
 } PlanChoice;
@@ -69,6 +70,9 @@ void plan_model_fingerprint(const ModelConfig *model, char out[PLAN_FINGERPRINT_
 void plan_model_summary(const ModelConfig *model, char *out, size_t n);
 
 int plan_file_read(const char *path, PlanChoice *out, Error *err);
+/* The plan's "mapping.device_of_rank" (malloc'ed, *n entries; NULL and 0
+ * when the plan has no mapping), after the checks of plan_file_read. */
+int plan_file_read_mapping(const char *path, int **device_of_rank, int *n, Error *err);
 /* The same from parsed JSON; origin names the file in messages. */
 int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *out, Error *err);
 

@@ -189,7 +189,7 @@ static int enumerate(Search *S, Error *err) {
   int mbs_list[8], n_mbs = micro_batch_sizes(sp, mbs_list);
   int moe = m->num_experts > 0;
   for (int pp = 1; pp <= G && pp <= m->num_layers; pp++) {
-    if (G % pp || (sp->max_pp > 0 && pp > sp->max_pp)) continue;
+    if (G % pp || (sp->max_pp > 0 && pp > sp->max_pp) || pp < sp->min_pp) continue;
     for (int tp = 1; tp <= G / pp && tp <= D; tp++) {
       if ((G / pp) % tp || (sp->max_tp > 0 && tp > sp->max_tp)) continue;
       for (int cp = 1; cp <= G / (pp * tp); cp++) {

@@ -35,6 +35,7 @@ typedef struct PlanSearchSpace {
   int gpus, seq_len, global_batch_size;
   PlanDtype dtype;
   int max_tp, max_cp, max_pp, max_vpp, max_ep, max_etp; /* 0: no limit beyond the rules */
+  int min_pp;                /* 0: no lower limit (a layout study: pipelines of at least this many stages) */
   int micro_batch_sizes[8];
   int num_micro_batch_sizes; /* 0: 1, 2, 4, 8 */
   int allow_folding;         /* 0: ETP = TP and EP a sub-group of DP (the coupled layout) */

@@ -167,7 +167,7 @@ static int setup_local(TraceSession *ts, const TraceSessionOptions *opt, const S
 static int agree(int local_rc, const char *what, Error *err) {
   if (!comm_initialized()) return local_rc; /* one rank without MPI: nobody to agree with */
   int failed = local_rc ? comm_world_rank() : INT_MAX, first_failed;
-  MPI_Allreduce(&failed, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&failed, &first_failed, 1, MPI_INT, MPI_MIN, comm_world()->comm);
   if (first_failed == INT_MAX) return ERR_OK;
   if (local_rc) return local_rc;
   return error_set(err, ERR_CONFIG, "trace session: rank %d could not %s (its message says why)", first_failed, what);
@@ -399,7 +399,7 @@ static int64_t now_ns(void) { return trace_clock_monotonic_ns(); }
  * shortest of several rounds has the least room for asymmetry. */
 static void measure_offsets(TraceSession *ts) {
   int rounds = ts->opt.ping_pong_rounds > 0 ? ts->opt.ping_pong_rounds : 16;
-  MPI_Comm world = MPI_COMM_WORLD;
+  MPI_Comm world = comm_world()->comm;
   for (int r = 1; r < ts->world_size; r++) {
     if (ts->world_rank == 0) {
       int64_t best_rtt = INT64_MAX, best_off = 0;
@@ -528,12 +528,12 @@ int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *mod
   }
   /* Rank 0 says whether it can take part before anyone talks to it. */
   int go = local_rc == ERR_OK;
-  MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&go, 1, MPI_INT, 0, comm_world()->comm);
   if (go) {
     measure_offsets(ts);
-    MPI_Gather(&my_bytes, 1, MPI_INT, bytes, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Gather(&my_dropped, 1, MPI_UINT64_T, dropped, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    MPI_Gather(&my_info, (int)sizeof my_info, MPI_BYTE, infos, (int)sizeof my_info, MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Gather(&my_bytes, 1, MPI_INT, bytes, 1, MPI_INT, 0, comm_world()->comm);
+    MPI_Gather(&my_dropped, 1, MPI_UINT64_T, dropped, 1, MPI_UINT64_T, 0, comm_world()->comm);
+    MPI_Gather(&my_info, (int)sizeof my_info, MPI_BYTE, infos, (int)sizeof my_info, MPI_BYTE, 0, comm_world()->comm);
     if (root) {
       for (int r = 0; r < W; r++) {
         displs[r] = (int)(total < INT_MAX ? total : 0);
@@ -548,10 +548,10 @@ int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *mod
         local_rc = error_set(err, ERR_NOMEM, "trace session: out of memory for %lld bytes of events", total);
     }
     go = local_rc == ERR_OK;
-    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&go, 1, MPI_INT, 0, comm_world()->comm);
   }
   if (go) {
-    MPI_Gatherv(events, my_bytes, MPI_BYTE, pool, bytes, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    MPI_Gatherv(events, my_bytes, MPI_BYTE, pool, bytes, displs, MPI_BYTE, 0, comm_world()->comm);
     if (root) local_rc = write_trace(ts, infos, bytes, pool, dropped, config, model, err);
   }
   /* Every rank returns rank 0's verdict, with its message. */
@@ -563,7 +563,7 @@ int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *mod
     verdict.code = local_rc;
     if (local_rc && err) snprintf(verdict.msg, sizeof verdict.msg, "%s", err->msg);
   }
-  MPI_Bcast(&verdict, (int)sizeof verdict, MPI_BYTE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&verdict, (int)sizeof verdict, MPI_BYTE, 0, comm_world()->comm);
   free(bytes);
   free(displs);
   free(dropped);

@@ -87,3 +87,18 @@ add_test(NAME parallel.log_file
          COMMAND bash ${PARALLEL_TEST_DIR}/log_file_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(parallel.log_file PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "${PARALLEL_MPI_ENV}")
+# Across a real network (tests/parallel/netns_test.sh): the emulated
+# two-host cluster of scripts/netns-cluster.sh (network namespaces, a
+# tbf-limited uplink, Open MPI's TCP between hosts, shared memory inside
+# one): PP2 x DP2 matches one rank; the uplink going down mid-run ends the
+# job naming the ranks that lost each other; a plan's device mapping places
+# the ranks on the mapped hosts with the rank-order run's losses. Exit 77
+# without root or network namespaces. placement-local: the mapping applied
+# under plain mpirun (no cluster).
+foreach(mode golden linkdown placement calibrate placement-local)
+  string(REPLACE "-" "_" name ${mode})
+  add_test(NAME parallel.netns_${name}
+           COMMAND bash ${PARALLEL_TEST_DIR}/netns_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
+  set_tests_properties(parallel.netns_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${PARALLEL_MPI_ENV}")
+endforeach()
