@@ -19,10 +19,12 @@
 #include "plan/mapping.h"
 #include "plan/plan_file.h"
 #include "plan/explore_space.h"
+#include "plan/flops_convention.h"
 #include "plan/refine.h"
 #include "plan/replicate.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
+#include "plan/stages.h"
 #include "sched/partition.h"
 
 #define MAX_EXPERT_LOAD 4096
@@ -37,7 +39,8 @@ typedef struct PlanCli {
   double expert_load[MAX_EXPERT_LOAD];
   /* simulate */
   PlanConfig cfg;
-  const char *trace_path, *layers_list, *plan_path;
+  const char *trace_path, *layers_list, *plan_path, *pipeline_split;
+  PlanFlopsConvention flops; /* --flops: simulate also reports MFU under it */
   PlanChoice plan; /* --plan FILE: its model and cluster names live here */
   int explain, quiet;
   /* plan */
@@ -83,6 +86,8 @@ static void common_help(FILE *f) {
           "                           TP without an MoE grid runs the MoE on the gathered sequence on every\n"
           "                           TP rank (fivefold's runtime), or each rank routes its own rows\n"
           "                           (Megatron-Core); default: the spec's runtime facts, else the latter\n"
+          "  --attention-unfused      attention as two GEMMs over the full score matrix with softmax and\n"
+          "                           dropout between (Megatron-LM before flash attention)\n"
           "  -h, --help               show this help\n");
 }
 
@@ -108,6 +113,9 @@ static void simulate_usage(FILE *f) {
           "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
+          "  --pipeline-split SPEC    Megatron's uneven layouts: first=N,last=M (blocks of the first/last\n"
+          "                           pipeline rank) or embedding,loss (each counted as a block)\n"
+          "  --flops C                also report MFU under megatron, causal, recompute or 6n FLOPs\n"
           "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
           "  --search-buckets         also search this configuration's uniform gradient bucket size by\n"
@@ -205,17 +213,19 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
                                      "--no-folding", "--quiet", "--moe-tp-replicated", "--no-moe-tp-replicated",
                                      "--search-buckets", "--map-devices", "--no-map-devices",
-                                     "--no-refine-partition", "--replicate-stages", "--no-bucket-search"};
+                                     "--no-refine-partition", "--replicate-stages", "--no-bucket-search",
+                                     "--attention-unfused"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static const char *const kCommonOptions[] = {
     "--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype", "--moe-imbalance", "--expert-load",
     "--tp-overlap", "--cp-overlap", "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--bucket-params",
     "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--moe-tp-replicated",
-    "--no-moe-tp-replicated", "--help"};
+    "--no-moe-tp-replicated", "--attention-unfused", "--help"};
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
-                                               "--trace", "--quiet", "--search-buckets"};
+                                               "--trace", "--quiet", "--search-buckets", "--pipeline-split",
+                                               "--flops"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
@@ -260,6 +270,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--replicate-stages") && !simulate) c->replicate_stages = 1;
       else if (!strcmp(name, "--no-bucket-search") && !simulate) c->no_bucket_search = 1;
       else if (!strcmp(name, "--search-buckets") && simulate) c->search_buckets = 1;
+      else if (!strcmp(name, "--attention-unfused")) c->opt.attention_unfused = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -369,6 +380,11 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
           rc = -1;
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
+      else if (!strcmp(name, "--pipeline-split")) c->pipeline_split = value;
+      else if (!strcmp(name, "--flops")) {
+        if (plan_flops_convention_from_name(value, &c->flops))
+          rc = -1, fprintf(stderr, "fivefold %s: --flops must be megatron, causal, recompute or 6n\n", c->cmd);
+      }
       else if (!strcmp(name, "--trace")) c->trace_path = value;
       else if (!strcmp(name, "--plan")) c->plan_path = value; /* applied before the other options */
       else known = 0;
@@ -559,6 +575,11 @@ int cmd_simulate(int argc, char **argv) {
   c->cfg.seq_len = c->seq;
   c->cfg.global_batch_size = c->global_batch;
   c->cfg.dtype = c->dtype;
+  if (c->pipeline_split && plan_pipeline_split_layers(c->pipeline_split, model.num_layers, &c->cfg, &err)) {
+    fprintf(stderr, "fivefold simulate: --pipeline-split %s: %s\n", c->pipeline_split, err.msg);
+    exit_code = 2;
+    goto out;
+  }
   if (c->layers_list) {
     int *vals = NULL, n = 0;
     if (sched_partition_parse_list(c->layers_list, &vals, &n, &err)) {
@@ -591,6 +612,9 @@ int cmd_simulate(int argc, char **argv) {
     printf("\n");
     print_summary(&r, stdout);
   }
+  if (c->flops != PLAN_FLOPS_MEGATRON)
+    printf("MFU with %s FLOPs: %.1f%%\n", plan_flops_convention_name(c->flops),
+           100.0 * plan_result_mfu(&r, &model, &cluster, c->gpus, c->flops));
   if (c->trace_path) printf("trace written to %s\n", c->trace_path);
   plan_result_free(&r);
   if (c->search_buckets) {

@@ -10,7 +10,11 @@
  *  - CP: each rank attends its s/CP queries (two load-balanced chunks) to
  *    all keys, 1/CP of the causal work; the K/V ring takes CP - 1 steps, each
  *    overlapping one step of attention compute (cp_overlap); backward sends
- *    K/V and their gradients.
+ *    K/V and their gradients. Every step after the first merges its partial
+ *    output (forward) or accumulates the gradients (backward) in a kernel of
+ *    its own.
+ *  - attention_unfused: the core as two batched GEMMs over the full score
+ *    matrix with softmax and dropout between them (Megatron-LM of 2021).
  *  - MoE under TP without an MoE grid, when the runtime replicates it
  *    (PlanOptions.moe_tp_replicated): every TP rank routes the gathered
  *    sequence through all experts and keeps its rows.
@@ -64,6 +68,7 @@ static Dims dims_of(const PlanCostModel *cm) {
   D.g_t = g >= D.tp ? (double)g / D.tp : 1.0;
   D.t_sp = D.b * D.s / ((double)D.cp * D.tp);
   D.n = D.b * D.s / D.cp;
+  if (cm->opt->no_sequence_parallel) D.t_sp = D.n;
   return D;
 }
 
@@ -97,6 +102,37 @@ static double ring_exposed(double steps, double transfer, double step_compute, d
   return steps * (exposed > 0 ? exposed : 0.0);
 }
 
+/* The attention core before flash attention (PlanOptions.attention_unfused):
+ * per rank b a_t heads of s/CP queries against s keys, QK^T and PV as
+ * batched GEMMs over the full score matrix (the causal mask is applied, not
+ * skipped), a fused scale-mask-softmax (reads and writes the scores) and the
+ * attention dropout (reads them, writes them and a one-byte mask) between
+ * them. Backward: two GEMMs per product, dropout's (gradient and mask in,
+ * gradient out) and softmax's (output and gradient in, gradient out). */
+static void unfused_attention(const PlanCostModel *cm, const Dims *D, double *core_f, double *core_b) {
+  double heads = D->b * D->a_t, q = D->s / D->cp;
+  double scores = heads * q * D->s;
+  double qk = gemm(cm, heads * q, D->s, D->d), pv = gemm(cm, heads * q, D->d, D->s);
+  double softmax_f = mem(cm, scores * 2 * D->e), dropout_f = mem(cm, scores * (2 * D->e + 1));
+  double softmax_b = mem(cm, scores * 3 * D->e), dropout_b = mem(cm, scores * (2 * D->e + 1));
+  *core_f = qk + pv + softmax_f + dropout_f;
+  *core_b = 2 * (qk + pv) + softmax_b + dropout_b;
+}
+
+/* Per ring step beyond the first, context parallelism merges the step's
+ * partial attention output into the running one with the online-softmax
+ * statistics (read both outputs and statistics, write one) in forward; in
+ * backward it accumulates the query gradient and the travelling key/value
+ * gradients in fp32. Each merge is its own kernel, so short chunks pay the
+ * kernel floor per step. */
+static void ring_merge(const PlanCostModel *cm, const Dims *D, double *fwd, double *bwd) {
+  double out = D->n * D->a_t * D->d, kv = 2 * D->n * D->g_t * D->d;
+  double stats = 4.0 * D->n * D->a_t;
+  double steps = D->cp - 1;
+  *fwd = steps * mem(cm, 3 * out * D->e + 3 * stats);
+  *bwd = steps * mem(cm, 3 * 4.0 * (out + kv));
+}
+
 static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
   PlanBreakdown *f = &pc->fwd, *b = &pc->bwd;
   double qkv = gemm(cm, D->n, (D->a_t + 2 * D->g_t) * D->d, D->h);
@@ -114,6 +150,7 @@ static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost
     core_f = plan_ring_attention_time(cm->cluster, cm->cfg->dtype, flops, bytes, q, 0, core_f);
     core_b = plan_ring_attention_time(cm->cluster, cm->cfg->dtype, 2.5 * flops, 2 * bytes, q, 1, core_b);
   }
+  if (cm->opt->attention_unfused) unfused_attention(cm, D, &core_f, &core_b);
   f->t[PLAN_COMP_ATTN_CORE] += core_f;
   b->t[PLAN_COMP_ATTN_CORE] += core_b;
   /* norm (read + write), residual add (2 reads + write), RoPE on q and k
@@ -135,6 +172,10 @@ static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost
     double step2 = coll(cm, PLAN_GROUP_CP, PLAN_COLL_P2P, 2 * kv);
     f->t[PLAN_COMP_CP_COMM] += ring_exposed(D->cp - 1, step, core_f / D->cp, cm->opt->cp_overlap);
     b->t[PLAN_COMP_CP_COMM] += ring_exposed(D->cp - 1, step2, core_b / D->cp, cm->opt->cp_overlap);
+    double merge_f, merge_b;
+    ring_merge(cm, D, &merge_f, &merge_b);
+    f->t[PLAN_COMP_ATTN_CORE] += merge_f;
+    b->t[PLAN_COMP_ATTN_CORE] += merge_b;
   }
 }
 
@@ -388,7 +429,7 @@ int plan_cost_model_init(PlanCostModel *cm, const ModelConfig *m, const ClusterS
     cm->expert_load = m->pad_to_capacity ? cap : fmin(cm->expert_rank_load, cap);
   }
   Dims D = dims_of(cm);
-  cm->p2p_bytes = D.t_sp * D.h * D.e;
+  cm->p2p_bytes = D.n / D.tp * D.h * D.e;
   price_layers(cm);
   return ERR_OK;
 }

@@ -165,9 +165,11 @@ int plan_config_finish(PlanConfig *c, const ModelConfig *m, const ClusterSpec *c
     if (c->seq_len % (2 * p->cp))
       return error_set(err, ERR_CONFIG, "cp %d needs the sequence length (%d) to split into 2 x cp = %d chunks",
                        p->cp, c->seq_len, 2 * p->cp);
-    if ((long)p->pp * p->vpp > m->num_layers)
-      return error_set(err, ERR_CONFIG, "pp %d x vpp %d = %d stages but the model has only %d layers", p->pp, p->vpp,
-                       p->pp * p->vpp, m->num_layers);
+    /* Megatron lets the embedding and the loss fill a stage each. */
+    if ((long)p->pp * p->vpp > m->num_layers + 2L)
+      return error_set(err, ERR_CONFIG, "pp %d x vpp %d = %d stages but the model has only %d layers (at most two "
+                       "stages, the embedding's and the loss's, may hold no layer)", p->pp, p->vpp, p->pp * p->vpp,
+                       m->num_layers);
     if (m->num_experts > 0) {
       if (!divides(p->ep, m->num_experts))
         return error_set(err, ERR_CONFIG, "ep %d must divide the %d experts", p->ep, m->num_experts);
@@ -203,9 +205,8 @@ int plan_config_finish(PlanConfig *c, const ModelConfig *m, const ClusterSpec *c
                        p->pp, p->vpp, p->pp * p->vpp);
     long sum = 0;
     for (int s = 0; s < c->num_given_layers; s++) {
-      if (c->layers_per_stage[s] < 1)
-        return error_set(err, ERR_CONFIG, "stage %d has %d layers; every stage needs at least one", s,
-                         c->layers_per_stage[s]);
+      if (c->layers_per_stage[s] < 0)
+        return error_set(err, ERR_CONFIG, "stage %d has %d layers; counts must be >= 0", s, c->layers_per_stage[s]);
       sum += c->layers_per_stage[s];
     }
     if (m && sum != m->num_layers)

@@ -109,6 +109,18 @@ typedef struct PlanOptions {
    *   instead of the all-to-all. */
   int moe_tp_replicated;
   int moe_allgather;
+  /* attention_unfused: the attention core as Megatron-LM ran it before
+   * flash attention (arXiv 2104.04473): two batched GEMMs over the full
+   * s x s scores (no causal skipping) with a fused scale-mask-softmax and
+   * the attention dropout between them, each reading and writing the
+   * scores; 0: a flash kernel that skips the masked half. */
+  int attention_unfused;
+  /* no_sequence_parallel: TP without sequence parallelism (Megatron-LM
+   * before arXiv 2205.05198): the same all-reduce volume as the gather /
+   * scatter pair, but norms, residuals and dropouts between the blocks run
+   * on the whole sequence on every TP rank; pipeline messages stay split
+   * over TP (the scatter/gather optimisation of 2104.04473). */
+  int no_sequence_parallel;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);
