@@ -109,6 +109,8 @@ static void simulate_usage(FILE *f) {
           "  --ep E, --etp X          expert parallel and expert tensor parallel sizes (default 1; edp derived)\n"
           "  --mbs K                  micro-batch size in sequences (default 1)\n"
           "  --recompute R            none (default), selective (attention core) or full\n"
+          "  --recompute-modules L    what selective recomputes: core_attn, layernorm, mlp, moe_act, moe,\n"
+          "                           shared_experts (Megatron's --recompute-modules)\n"
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
           "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
@@ -225,7 +227,7 @@ static const char *const kCommonOptions[] = {
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
                                                "--trace", "--quiet", "--search-buckets", "--pipeline-split",
-                                               "--flops"};
+                                               "--flops", "--recompute-modules"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
@@ -381,6 +383,10 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
       else if (!strcmp(name, "--pipeline-split")) c->pipeline_split = value;
+      else if (!strcmp(name, "--recompute-modules")) {
+        if (plan_recompute_modules_parse(value, &c->cfg.recompute_modules, &perr))
+          rc = -1, fprintf(stderr, "fivefold %s: --recompute-modules: %s\n", c->cmd, perr.msg);
+      }
       else if (!strcmp(name, "--flops")) {
         if (plan_flops_convention_from_name(value, &c->flops))
           rc = -1, fprintf(stderr, "fivefold %s: --flops must be megatron, causal, recompute or 6n\n", c->cmd);

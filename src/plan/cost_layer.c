@@ -31,8 +31,11 @@
  *  - backward GEMMs are two GEMMs of the forward's size each (data and
  *    weight gradients); flash attention's backward does 2.5x the forward's
  *    matmul work.
- *  - recomputation: selective adds the attention core's forward to the
- *    backward, full adds the block's whole forward (communication included).
+ *  - recomputation: selective adds the forward of the modules chosen
+ *    (Megatron's --recompute-modules: by default the attention core; also
+ *    the norms, a dense MLP, the experts' activation, the whole MoE part or
+ *    the shared expert) to the backward, full adds the block's whole
+ *    forward (communication included).
  *  - the GPT-2 family (ModelConfig.gpt2): a GeLU MLP of two matrices with
  *    biases instead of SwiGLU's three, no RoPE, LayerNorm (priced as the
  *    RMSNorm's memory traffic: one read, one write), bias gradients, and
@@ -227,6 +230,15 @@ static double allgather_dispatch(const PlanCostModel *cm, const Dims *D, double 
   return t;
 }
 
+/* Rows this rank's experts process (the busiest rank's load) and their FFN slice. */
+static void moe_rows(const PlanCostModel *cm, const Dims *D, double *rows, double *f_e) {
+  const PlanParallel *p = &cm->cfg->par;
+  int replicated = cm->opt->moe_tp_replicated && D->tp > 1 && p->ep == 1 && p->etp == 1 && D->cp == 1;
+  double tokens = replicated ? D->n : D->t_sp;
+  *rows = tokens * cm->model->top_k * p->etp * cm->expert_load;
+  *f_e = (double)cm->model->moe_intermediate_size / p->etp;
+}
+
 static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
   const ModelConfig *m = cm->model;
   const PlanParallel *p = &cm->cfg->par;
@@ -294,12 +306,58 @@ static void finish_pass(PlanPassCost *pc) {
   pc->bwd_total = plan_breakdown_total(&pc->bwd);
 }
 
-/* Recomputation charges forward work again inside the backward pass. */
-static void add_recompute(PlanRecompute recompute, PlanPassCost *pc) {
-  if (recompute == PLAN_RECOMPUTE_FULL)
+/* The forward time of each module selective recomputation can repeat. */
+typedef struct ModuleCosts {
+  double core, norms, mlp, moe, moe_act, shared;
+} ModuleCosts;
+
+static double forward_of(PlanPassCost *pc) {
+  double t = plan_breakdown_total(&pc->fwd);
+  memset(pc, 0, sizeof *pc);
+  return t;
+}
+
+static ModuleCosts module_costs(const PlanCostModel *cm, const Dims *D, const PlanPassCost *attention) {
+  const ModelConfig *m = cm->model;
+  ModuleCosts mc;
+  PlanPassCost tmp;
+  memset(&tmp, 0, sizeof tmp);
+  mc.core = attention->fwd.t[PLAN_COMP_ATTN_CORE];
+  mc.norms = 2 * mem(cm, D->e * 2 * D->t_sp * D->h);
+  if (m->intermediate_size > 0) mlp_block(cm, D, m->intermediate_size, m->gpt2, &tmp);
+  mc.mlp = forward_of(&tmp);
+  if (m->shared_expert_intermediate_size > 0) mlp_block(cm, D, m->shared_expert_intermediate_size, 0, &tmp);
+  mc.shared = forward_of(&tmp);
+  mc.moe = mc.moe_act = 0;
+  if (m->num_experts > 0) {
+    moe_block(cm, D, &tmp);
+    mc.moe = forward_of(&tmp);
+    double rows, f_e;
+    moe_rows(cm, D, &rows, &f_e);
+    mc.moe_act = mem(cm, D->e * 3 * rows * f_e);
+  }
+  return mc;
+}
+
+/* Recomputation charges forward work again inside the backward pass: full
+ * the block's whole forward, selective the modules chosen
+ * (PlanConfig.recompute_modules; moe covers its experts' activation and the
+ * shared expert). */
+static void add_recompute(PlanRecompute recompute, const ModuleCosts *mc, unsigned modules, int moe,
+                          PlanPassCost *pc) {
+  if (recompute == PLAN_RECOMPUTE_FULL) {
     pc->bwd.t[PLAN_COMP_RECOMPUTE] += plan_breakdown_total(&pc->fwd);
-  else if (recompute == PLAN_RECOMPUTE_SELECTIVE)
-    pc->bwd.t[PLAN_COMP_RECOMPUTE] += pc->fwd.t[PLAN_COMP_ATTN_CORE];
+    return;
+  }
+  if (recompute != PLAN_RECOMPUTE_SELECTIVE) return;
+  double t = 0;
+  if (modules & PLAN_RECOMPUTE_CORE_ATTN) t += mc->core;
+  if (modules & PLAN_RECOMPUTE_LAYERNORM) t += mc->norms;
+  if ((modules & PLAN_RECOMPUTE_MLP) && !moe) t += mc->mlp;
+  if (moe && (modules & PLAN_RECOMPUTE_MOE)) t += mc->moe;
+  if (moe && !(modules & PLAN_RECOMPUTE_MOE) && (modules & PLAN_RECOMPUTE_MOE_ACT)) t += mc->moe_act;
+  if (moe && !(modules & PLAN_RECOMPUTE_MOE) && (modules & PLAN_RECOMPUTE_SHARED_EXPERTS)) t += mc->shared;
+  pc->bwd.t[PLAN_COMP_RECOMPUTE] += t;
 }
 
 static void price_layers(PlanCostModel *cm) {
@@ -313,16 +371,18 @@ static void price_layers(PlanCostModel *cm) {
   mlp_norm_residual(cm, &D, &cm->moe_layer);
   if (m->intermediate_size > 0) mlp_block(cm, &D, m->intermediate_size, m->gpt2, &cm->dense_layer);
   if (m->num_experts > 0) moe_block(cm, &D, &cm->moe_layer);
+  ModuleCosts mc = module_costs(cm, &D, &cm->dense_layer);
+  unsigned modules = plan_config_recompute_modules(cm->cfg);
   for (int r = 0; r < PLAN_NUM_RECOMPUTE; r++) {
     cm->layer_by_recompute[0][r] = cm->dense_layer;
     cm->layer_by_recompute[1][r] = cm->moe_layer;
     for (int kind = 0; kind < 2; kind++) {
-      add_recompute((PlanRecompute)r, &cm->layer_by_recompute[kind][r]);
+      add_recompute((PlanRecompute)r, &mc, modules, kind, &cm->layer_by_recompute[kind][r]);
       finish_pass(&cm->layer_by_recompute[kind][r]);
     }
   }
-  add_recompute(cm->cfg->recompute, &cm->dense_layer);
-  add_recompute(cm->cfg->recompute, &cm->moe_layer);
+  add_recompute(cm->cfg->recompute, &mc, modules, 0, &cm->dense_layer);
+  add_recompute(cm->cfg->recompute, &mc, modules, 1, &cm->moe_layer);
   finish_pass(&cm->dense_layer);
   finish_pass(&cm->moe_layer);
 
