@@ -118,7 +118,8 @@ static void simulate_usage(FILE *f) {
           "  --pipeline-split SPEC    Megatron's uneven layouts: first=N,last=M (blocks of the first/last\n"
           "                           pipeline rank) or embedding,loss (each counted as a block)\n"
           "  --flops C                also report MFU under megatron, causal, recompute or 6n FLOPs\n"
-          "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
+          "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default), deepep (one\n"
+          "                           network copy per remote node, NVLink inside) or allgather\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
           "  --search-buckets         also search this configuration's uniform gradient bucket size by\n"
           "                           simulation and print the choice (what plan does for its best)\n"
@@ -375,10 +376,11 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
           c->cfg.schedule_given = 1;
         }
       } else if (!strcmp(name, "--dispatcher")) {
+        c->opt.moe_node_dedup = !strcmp(value, "deepep");
         if (!strcmp(value, "allgather")) c->opt.moe_allgather = 1;
-        else if (!strcmp(value, "alltoall")) c->opt.moe_allgather = 0;
+        else if (!strcmp(value, "alltoall") || !strcmp(value, "deepep")) c->opt.moe_allgather = 0;
         else {
-          fprintf(stderr, "fivefold %s: --dispatcher must be alltoall or allgather, got '%s'\n", c->cmd, value);
+          fprintf(stderr, "fivefold %s: --dispatcher must be alltoall, deepep or allgather, got '%s'\n", c->cmd, value);
           rc = -1;
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;

@@ -239,6 +239,24 @@ static void moe_rows(const PlanCostModel *cm, const Dims *D, double *rows, doubl
   *f_e = (double)cm->model->moe_intermediate_size / p->etp;
 }
 
+/* One dispatch (or combine) of the DeepEP-style all-to-all across nodes
+ * (PlanOptions.moe_node_dedup). With the top-k experts drawn evenly over
+ * the EP group's N nodes, a token reaches (N - 1)(1 - (1 - 1/N)^k) remote
+ * nodes on average, each over the sender's own NIC once; NVLink carries the
+ * (token, expert) pairs for the node's other GPUs and forwards what arrives
+ * from other nodes to its GPU. The two links run in parallel. */
+static double node_dedup_all_to_all(const PlanCostModel *cm, const Dims *D, double tokens, double load) {
+  PlanGroupTopo g = cm->group[PLAN_GROUP_EP];
+  double N = g.nodes, n = g.size, per = g.per_node, k = cm->model->top_k;
+  double row = D->h * D->e * load;
+  double off = tokens * (N - 1) * (1 - pow(1 - 1 / N, k)) * row;
+  double on = tokens * k * row * (per - 1) / n + off * (per - 1) / per;
+  double t_off = coll(cm, PLAN_GROUP_EP, PLAN_COLL_P2P, off);
+  g.nodes = 1;
+  double t_on = plan_collective_time(cm->cluster, &g, PLAN_COLL_P2P, on, cm->opt->algo, NULL);
+  return fmax(t_off, t_on);
+}
+
 static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
   const ModelConfig *m = cm->model;
   const PlanParallel *p = &cm->cfg->par;
@@ -284,6 +302,8 @@ static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) 
   } else {
     double a2a = 0.0;
     if (p->ep > 1) a2a = 2 * coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_TO_ALL, local_rows * D->h * D->e * load);
+    if (p->ep > 1 && o->moe_node_dedup && cm->group[PLAN_GROUP_EP].nodes > 1)
+      a2a = 2 * node_dedup_all_to_all(cm, D, tokens, load);
     f->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
     b->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
     if (p->etp > 1) {

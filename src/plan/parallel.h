@@ -145,6 +145,11 @@ typedef struct PlanOptions {
    * on the whole sequence on every TP rank; pipeline messages stay split
    * over TP (the scatter/gather optimisation of 2104.04473). */
   int no_sequence_parallel;
+  /* moe_node_dedup: the all-to-all as DeepEP-style dispatchers run it when
+   * EP spans nodes: a token crosses the network once per remote node that
+   * holds one of its experts (RDMA) and is forwarded to their GPUs over
+   * NVLink there; inside the node it goes over NVLink directly. */
+  int moe_node_dedup;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);
