@@ -111,6 +111,8 @@ static void simulate_usage(FILE *f) {
           "  --recompute R            none (default), selective (attention core) or full\n"
           "  --recompute-modules L    what selective recomputes: core_attn, layernorm, mlp, moe_act, moe,\n"
           "                           shared_experts (Megatron's --recompute-modules)\n"
+          "  --recompute-method M, --recompute-num-layers N  full recomputation of groups of N blocks\n"
+          "                           (uniform) or of the first N blocks of every stage only (block)\n"
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
           "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
@@ -228,7 +230,8 @@ static const char *const kCommonOptions[] = {
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
                                                "--trace", "--quiet", "--search-buckets", "--pipeline-split",
-                                               "--flops", "--recompute-modules"};
+                                               "--flops", "--recompute-modules", "--recompute-method",
+                                               "--recompute-num-layers"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
@@ -385,7 +388,12 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
       else if (!strcmp(name, "--pipeline-split")) c->pipeline_split = value;
-      else if (!strcmp(name, "--recompute-modules")) {
+      else if (!strcmp(name, "--recompute-num-layers")) rc = parse_int(c, name, value, 0, &c->cfg.recompute_num_layers);
+      else if (!strcmp(name, "--recompute-method")) {
+        c->cfg.recompute_method = !strcmp(value, "block");
+        if (strcmp(value, "block") && strcmp(value, "uniform"))
+          rc = -1, fprintf(stderr, "fivefold %s: --recompute-method must be uniform or block\n", c->cmd);
+      } else if (!strcmp(name, "--recompute-modules")) {
         if (plan_recompute_modules_parse(value, &c->cfg.recompute_modules, &perr))
           rc = -1, fprintf(stderr, "fivefold %s: --recompute-modules: %s\n", c->cmd, perr.msg);
       }
@@ -603,6 +611,11 @@ int cmd_simulate(int argc, char **argv) {
   if (plan_config_finish(&c->cfg, &model, &cluster, c->gpus, &err)) {
     fprintf(stderr, "fivefold simulate: %s\n", err.msg);
     exit_code = 2;
+    goto out;
+  }
+  if (c->cfg.recompute == PLAN_RECOMPUTE_FULL && c->cfg.recompute_method == 1 &&
+      plan_recompute_block_apply(&model, &cluster, &c->opt, &c->cfg, c->cfg.recompute_num_layers, &err)) {
+    fprintf(stderr, "fivefold simulate: --recompute-method block: %s\n", err.msg);
     goto out;
   }
   PlanSimOptions sim = {1, c->trace_path};

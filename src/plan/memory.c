@@ -181,12 +181,20 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
     free(stage_work);
     return error_set(err, ERR_NOMEM, "memory: out of memory");
   }
+  /* Uniform full recomputation over groups of g blocks keeps one input per
+   * group and rebuilds a whole group at a time. */
+  int g = cfg->recompute == PLAN_RECOMPUTE_FULL && !cfg->num_layer_recompute && cfg->recompute_method == 0 &&
+                  cfg->recompute_num_layers > 1
+              ? cfg->recompute_num_layers
+              : 1;
   for (int st = 0; st < S; st++) {
-    for (int l = part->first_layer[st]; l < part->first_layer[st] + part->layers[st]; l++) {
-      stage_act[st] += plan_layer_activation_bytes(m, cfg, l, load);
+    double group = 0;
+    for (int l = part->first_layer[st], i = 0; l < part->first_layer[st] + part->layers[st]; l++, i++) {
+      if (g == 1 || i % g == 0) stage_act[st] += plan_layer_activation_bytes(m, cfg, l, load);
       if (plan_config_layer_recompute(cfg, l) == PLAN_RECOMPUTE_FULL) {
         double w = plan_layer_full_activation_bytes(m, cfg, l, load);
-        if (w > stage_work[st]) stage_work[st] = w;
+        group = (i % g == 0 ? 0 : group) + w;
+        if (group > stage_work[st]) stage_work[st] = group;
       }
     }
     if (st == S - 1) {

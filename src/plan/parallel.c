@@ -143,6 +143,9 @@ const char *plan_config_describe(const PlanConfig *c, char *buf, size_t size) {
   if (c->recompute == PLAN_RECOMPUTE_SELECTIVE && c->recompute_modules) {
     char list[80];
     snprintf(modules, sizeof modules, " (%s)", plan_recompute_modules_describe(c->recompute_modules, list, sizeof list));
+  } else if (c->recompute == PLAN_RECOMPUTE_FULL && (c->recompute_method == 1 || c->recompute_num_layers > 1)) {
+    snprintf(modules, sizeof modules, " (%s, %d layers)", c->recompute_method == 1 ? "block" : "uniform",
+             c->recompute_num_layers);
   }
   snprintf(buf, size, "tp%d cp%d dp%d pp%d vpp%d | ep%d etp%d edp%d | mbs%d m%d %s, recompute %s%s%s", p->tp, p->cp,
            p->dp, p->pp, p->vpp, p->ep, p->etp, p->edp, c->micro_batch_size, c->microbatches,

@@ -81,6 +81,14 @@ typedef struct PlanConfig {
   int num_layer_recompute;
   unsigned char layer_recompute[PLAN_MAX_STAGES];
   unsigned recompute_modules; /* PLAN_RECOMPUTE_* bits for selective; 0 = the attention core */
+  /* Full recomputation's method (Megatron's --recompute-method and
+   * --recompute-num-layers): uniform (0) checkpoints the input of every
+   * group of recompute_num_layers blocks (0 or 1: every block) and rebuilds
+   * a group at a time; block (1) recomputes only the first
+   * recompute_num_layers blocks of every virtual stage, expressed as
+   * per-layer choices by plan_recompute_block_apply (stages.h). */
+  int recompute_method;
+  int recompute_num_layers;
 } PlanConfig;
 
 static inline unsigned plan_config_recompute_modules(const PlanConfig *cfg) {

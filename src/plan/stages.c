@@ -165,3 +165,31 @@ int plan_pipeline_split_layers(const char *spec, int num_layers, PlanConfig *cfg
   if (!rc) cfg->num_given_layers = S;
   return rc;
 }
+
+int plan_recompute_block_apply(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *o, PlanConfig *cfg, int n,
+                               Error *err) {
+  if (n < 0) return error_set(err, ERR_CONFIG, "recompute_num_layers must be >= 0 (got %d)", n);
+  if (m->num_layers > PLAN_MAX_STAGES)
+    return error_set(err, ERR_CONFIG, "per-layer recomputation handles at most %d layers", PLAN_MAX_STAGES);
+  PlanConfig plain = *cfg;
+  plain.recompute = PLAN_RECOMPUTE_NONE;
+  plain.num_layer_recompute = 0;
+  PlanCostModel cm;
+  int rc = plan_cost_model_init(&cm, m, cl, o, &plain, NULL, err);
+  SchedPartition part;
+  if (!rc) rc = plan_stages_choose(&cm, &part, err);
+  if (rc) return rc;
+  int S = part.num_stages;
+  for (int s = 0; s < S; s++) {
+    cfg->layers_per_stage[s] = part.layers[s];
+    for (int i = 0; i < part.layers[s]; i++)
+      cfg->layer_recompute[part.first_layer[s] + i] = i < n ? PLAN_RECOMPUTE_FULL : PLAN_RECOMPUTE_NONE;
+  }
+  cfg->num_given_layers = S;
+  cfg->num_layer_recompute = m->num_layers;
+  cfg->recompute = PLAN_RECOMPUTE_FULL;
+  cfg->recompute_method = 1;
+  cfg->recompute_num_layers = n;
+  sched_partition_free(&part);
+  return ERR_OK;
+}

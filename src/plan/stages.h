@@ -46,4 +46,12 @@ int plan_megatron_layout(int num_layers, int pp, int vpp, int first_layers, int 
  * layers_per_stage and num_given_layers. */
 int plan_pipeline_split_layers(const char *spec, int num_layers, PlanConfig *cfg, Error *err);
 
+/* Full recomputation by Megatron's block method: the first n blocks of
+ * every virtual stage are recomputed, the others not. Fixes cfg's partition
+ * (the given one, else the one the planner chooses for cfg as priced
+ * without recomputation) and writes the choice per layer
+ * (PlanConfig.layer_recompute). cfg must have passed plan_config_finish. */
+int plan_recompute_block_apply(const ModelConfig *model, const ClusterSpec *cluster, const PlanOptions *opt,
+                               PlanConfig *cfg, int n, Error *err);
+
 #endif

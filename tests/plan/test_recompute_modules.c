@@ -12,6 +12,8 @@
 
 #include "plan/cost.h"
 #include "plan/memory.h"
+#include "plan/simulate.h"
+#include "plan/stages.h"
 #include "plan_test_util.h"
 
 static ClusterSpec h100;
@@ -105,11 +107,53 @@ static void test_parse(void **state) {
   assert_int_not_equal(plan_recompute_modules_parse("", &bits, &err), 0);
 }
 
+static PlanResult simulate_full(const ModelConfig *m, int method, int n) {
+  PlanOptions o;
+  plan_options_default(&o);
+  PlanConfig c;
+  plan_config_init(&c, 4096, 64, 1);
+  c.par.tp = 8, c.par.pp = 4, c.par.dp = 0;
+  c.recompute = PLAN_RECOMPUTE_FULL, c.recompute_method = method, c.recompute_num_layers = n;
+  Error err = {0, ""};
+  assert_int_equal(plan_config_finish(&c, m, &h100, 64, &err), 0);
+  if (method == 1) assert_int_equal(plan_recompute_block_apply(m, &h100, &o, &c, n, &err), 0);
+  PlanResult r;
+  int rc = plan_simulate(m, &h100, &o, &c, NULL, NULL, &r, &err);
+  if (rc) print_error("%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  return r;
+}
+
+/* Full recomputation's methods: block recomputes the first n blocks of each
+ * stage (3 / 8 of uniform's recomputation on the critical 8-block stage) and stores the
+ * rest; uniform over groups of 4 stores a quarter of the inputs and
+ * rebuilds four blocks at a time. */
+static void test_full_methods(void **state) {
+  (void)state;
+  ModelConfig m;
+  assert_int_equal(plan_test_load_model(&m, "llama-3-8b"), 0); /* 32 layers on 4 stages */
+  PlanResult every = simulate_full(&m, 0, 1), group = simulate_full(&m, 0, 4), block = simulate_full(&m, 1, 3);
+  assert_true(fabs(block.breakdown.t[PLAN_COMP_RECOMPUTE] - 3.0 / 8 * every.breakdown.t[PLAN_COMP_RECOMPUTE]) <=
+              1e-9 * every.breakdown.t[PLAN_COMP_RECOMPUTE]);
+  assert_true(block.step_time < every.step_time);
+  assert_true(block.memory[0].activations > every.memory[0].activations);
+  assert_true(group.breakdown.t[PLAN_COMP_RECOMPUTE] == every.breakdown.t[PLAN_COMP_RECOMPUTE]);
+  assert_true(fabs(group.memory[0].activations - every.memory[0].activations / 4) <= 1e-6 * every.memory[0].activations);
+  assert_true(group.memory[0].transient > every.memory[0].transient);
+  for (int s = 0, first = 0; s < 4; first += block.cfg.layers_per_stage[s++])
+    for (int i = 0; i < block.cfg.layers_per_stage[s]; i++)
+      assert_int_equal(block.cfg.layer_recompute[first + i], i < 3 ? PLAN_RECOMPUTE_FULL : PLAN_RECOMPUTE_NONE);
+  plan_result_free(&every);
+  plan_result_free(&group);
+  plan_result_free(&block);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_moe_modules),
       cmocka_unit_test(test_dense_modules),
       cmocka_unit_test(test_parse),
+      cmocka_unit_test(test_full_methods),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
