@@ -19,12 +19,11 @@
 #include "plan/mapping.h"
 #include "plan/plan_file.h"
 #include "plan/explore_space.h"
-#include "plan/flops_convention.h"
+#include "cli/cmd_plan_accuracy.h"
 #include "plan/refine.h"
 #include "plan/replicate.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
-#include "plan/stages.h"
 #include "sched/partition.h"
 
 #define MAX_EXPERT_LOAD 4096
@@ -39,8 +38,8 @@ typedef struct PlanCli {
   double expert_load[MAX_EXPERT_LOAD];
   /* simulate */
   PlanConfig cfg;
-  const char *trace_path, *layers_list, *plan_path, *pipeline_split;
-  PlanFlopsConvention flops; /* --flops: simulate also reports MFU under it */
+  const char *trace_path, *layers_list, *plan_path;
+  PlanAccuracyOptions accuracy; /* simulate's layout, recomputation and FLOPs options */
   PlanChoice plan; /* --plan FILE: its model and cluster names live here */
   int explain, quiet;
   /* plan */
@@ -109,23 +108,19 @@ static void simulate_usage(FILE *f) {
           "  --ep E, --etp X          expert parallel and expert tensor parallel sizes (default 1; edp derived)\n"
           "  --mbs K                  micro-batch size in sequences (default 1)\n"
           "  --recompute R            none (default), selective (attention core) or full\n"
-          "  --recompute-modules L    what selective recomputes: core_attn, layernorm, mlp, moe_act, moe,\n"
-          "                           shared_experts (Megatron's --recompute-modules)\n"
-          "  --recompute-method M, --recompute-num-layers N  full recomputation of groups of N blocks\n"
-          "                           (uniform) or of the first N blocks of every stage only (block)\n"
+
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
           "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
-          "  --pipeline-split SPEC    Megatron's uneven layouts: first=N,last=M (blocks of the first/last\n"
-          "                           pipeline rank) or embedding,loss (each counted as a block)\n"
-          "  --flops C                also report MFU under megatron, causal, recompute or 6n FLOPs\n"
+
           "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default), deepep (one\n"
           "                           network copy per remote node, NVLink inside) or allgather\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
           "  --search-buckets         also search this configuration's uniform gradient bucket size by\n"
           "                           simulation and print the choice (what plan does for its best)\n"
           "  --quiet                  print only the one-line summary\n");
+  plan_accuracy_help(f);
 }
 
 static void plan_usage(FILE *f) {
@@ -229,9 +224,7 @@ static const char *const kCommonOptions[] = {
     "--no-moe-tp-replicated", "--attention-unfused", "--help"};
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
-                                               "--trace", "--quiet", "--search-buckets", "--pipeline-split",
-                                               "--flops", "--recompute-modules", "--recompute-method",
-                                               "--recompute-num-layers"};
+                                               "--trace", "--quiet", "--search-buckets"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--no-distributed-optimizer", "--no-folding", "--runtime",
@@ -243,9 +236,10 @@ static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--re
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
-  const char *known_names[COUNT_OF(kCommonOptions) + COUNT_OF(kSimulateOptions) + COUNT_OF(kPlanOptions)];
+  const char *known_names[COUNT_OF(kCommonOptions) + COUNT_OF(kSimulateOptions) + COUNT_OF(kPlanOptions) + 8];
   int n_known = 0;
   for (int k = 0; k < COUNT_OF(kCommonOptions); k++) known_names[n_known++] = kCommonOptions[k];
+  for (int k = 0; simulate && k < kNumPlanAccuracyOptions && k < 8; k++) known_names[n_known++] = kPlanAccuracyOptions[k];
   for (int k = 0; k < (simulate ? COUNT_OF(kSimulateOptions) : COUNT_OF(kPlanOptions)); k++)
     known_names[n_known++] = simulate ? kSimulateOptions[k] : kPlanOptions[k];
   OptionParser op;
@@ -387,19 +381,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
           rc = -1;
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
-      else if (!strcmp(name, "--pipeline-split")) c->pipeline_split = value;
-      else if (!strcmp(name, "--recompute-num-layers")) rc = parse_int(c, name, value, 0, &c->cfg.recompute_num_layers);
-      else if (!strcmp(name, "--recompute-method")) {
-        c->cfg.recompute_method = !strcmp(value, "block");
-        if (strcmp(value, "block") && strcmp(value, "uniform"))
-          rc = -1, fprintf(stderr, "fivefold %s: --recompute-method must be uniform or block\n", c->cmd);
-      } else if (!strcmp(name, "--recompute-modules")) {
-        if (plan_recompute_modules_parse(value, &c->cfg.recompute_modules, &perr))
-          rc = -1, fprintf(stderr, "fivefold %s: --recompute-modules: %s\n", c->cmd, perr.msg);
-      }
-      else if (!strcmp(name, "--flops")) {
-        if (plan_flops_convention_from_name(value, &c->flops))
-          rc = -1, fprintf(stderr, "fivefold %s: --flops must be megatron, causal, recompute or 6n\n", c->cmd);
+      else if (plan_accuracy_option(&c->accuracy, &c->cfg, c->cmd, name, value, &rc)) {
       }
       else if (!strcmp(name, "--trace")) c->trace_path = value;
       else if (!strcmp(name, "--plan")) c->plan_path = value; /* applied before the other options */
@@ -591,8 +573,7 @@ int cmd_simulate(int argc, char **argv) {
   c->cfg.seq_len = c->seq;
   c->cfg.global_batch_size = c->global_batch;
   c->cfg.dtype = c->dtype;
-  if (c->pipeline_split && plan_pipeline_split_layers(c->pipeline_split, model.num_layers, &c->cfg, &err)) {
-    fprintf(stderr, "fivefold simulate: --pipeline-split %s: %s\n", c->pipeline_split, err.msg);
+  if (plan_accuracy_apply_split(&c->accuracy, &model, &c->cfg)) {
     exit_code = 2;
     goto out;
   }
@@ -613,11 +594,7 @@ int cmd_simulate(int argc, char **argv) {
     exit_code = 2;
     goto out;
   }
-  if (c->cfg.recompute == PLAN_RECOMPUTE_FULL && c->cfg.recompute_method == 1 &&
-      plan_recompute_block_apply(&model, &cluster, &c->opt, &c->cfg, c->cfg.recompute_num_layers, &err)) {
-    fprintf(stderr, "fivefold simulate: --recompute-method block: %s\n", err.msg);
-    goto out;
-  }
+  if (plan_accuracy_apply_block(&model, &cluster, &c->opt, &c->cfg)) goto out;
   PlanSimOptions sim = {1, c->trace_path};
   PlanResult r;
   if (plan_simulate(&model, &cluster, &c->opt, &c->cfg, &sim, NULL, &r, &err)) {
@@ -633,9 +610,7 @@ int cmd_simulate(int argc, char **argv) {
     printf("\n");
     print_summary(&r, stdout);
   }
-  if (c->flops != PLAN_FLOPS_MEGATRON)
-    printf("MFU with %s FLOPs: %.1f%%\n", plan_flops_convention_name(c->flops),
-           100.0 * plan_result_mfu(&r, &model, &cluster, c->gpus, c->flops));
+  plan_accuracy_print_mfu(&c->accuracy, &r, &model, &cluster, c->gpus);
   if (c->trace_path) printf("trace written to %s\n", c->trace_path);
   plan_result_free(&r);
   if (c->search_buckets) {

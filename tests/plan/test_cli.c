@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/cmd_plan.c"
+#include "cli/cmd_plan_accuracy.c"
 #include "plan/calibrate_fit.h"
 #include "plan/plan_file.h"
 #include "plan_test_util.h"
