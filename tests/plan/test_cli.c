@@ -507,7 +507,6 @@ static void test_simulate_accuracy_options(void **state) {
   assert_has(text, "layers per stage: 4,12,12,4");
   assert_has(text, "recompute full (block, 2 layers)");
   assert_has(text, "MFU with causal FLOPs: ");
-
   remove(log);
   assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8",
                        "--seq", "2048", "--global-batch", "16", "--pp", "4", "--pipeline-split", "first=5,last=4"),
