@@ -19,6 +19,7 @@
 #include "plan/mapping.h"
 #include "plan/plan_file.h"
 #include "plan/explore_space.h"
+#include "cli/cmd_plan_accuracy.h"
 #include "plan/refine.h"
 #include "plan/replicate.h"
 #include "plan/search.h"
@@ -38,6 +39,7 @@ typedef struct PlanCli {
   /* simulate */
   PlanConfig cfg;
   const char *trace_path, *layers_list, *plan_path;
+  PlanAccuracyOptions accuracy; /* simulate's layout, recomputation and FLOPs options */
   PlanChoice plan; /* --plan FILE: its model and cluster names live here */
   int explain, quiet;
   /* plan */
@@ -83,6 +85,8 @@ static void common_help(FILE *f) {
           "                           TP without an MoE grid runs the MoE on the gathered sequence on every\n"
           "                           TP rank (fivefold's runtime), or each rank routes its own rows\n"
           "                           (Megatron-Core); default: the spec's runtime facts, else the latter\n"
+          "  --attention-unfused      attention as two GEMMs over the full score matrix with softmax and\n"
+          "                           dropout between (Megatron-LM before flash attention)\n"
           "  -h, --help               show this help\n");
 }
 
@@ -104,15 +108,19 @@ static void simulate_usage(FILE *f) {
           "  --ep E, --etp X          expert parallel and expert tensor parallel sizes (default 1; edp derived)\n"
           "  --mbs K                  micro-batch size in sequences (default 1)\n"
           "  --recompute R            none (default), selective (attention core) or full\n"
+
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
           "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
-          "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default) or allgather\n"
+
+          "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default), deepep (one\n"
+          "                           network copy per remote node, NVLink inside) or allgather\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
           "  --search-buckets         also search this configuration's uniform gradient bucket size by\n"
           "                           simulation and print the choice (what plan does for its best)\n"
           "  --quiet                  print only the one-line summary\n");
+  plan_accuracy_help(f);
 }
 
 static void plan_usage(FILE *f) {
@@ -206,14 +214,15 @@ static int parse_number_list(const PlanCli *c, const char *opt, const char *s, d
 static const char *const kFlags[] = {"--distributed-optimizer", "--no-distributed-optimizer", "--explain",
                                      "--no-folding", "--quiet", "--moe-tp-replicated", "--no-moe-tp-replicated",
                                      "--search-buckets", "--map-devices", "--no-map-devices",
-                                     "--no-refine-partition", "--replicate-stages", "--no-bucket-search"};
+                                     "--no-refine-partition", "--replicate-stages", "--no-bucket-search",
+                                     "--attention-unfused"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static const char *const kCommonOptions[] = {
     "--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype", "--moe-imbalance", "--expert-load",
     "--tp-overlap", "--cp-overlap", "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--bucket-params",
     "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--moe-tp-replicated",
-    "--no-moe-tp-replicated", "--help"};
+    "--no-moe-tp-replicated", "--attention-unfused", "--help"};
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
                                                "--trace", "--quiet", "--search-buckets"};
@@ -228,9 +237,10 @@ static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--re
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
-  const char *known_names[COUNT_OF(kCommonOptions) + COUNT_OF(kSimulateOptions) + COUNT_OF(kPlanOptions)];
+  const char *known_names[COUNT_OF(kCommonOptions) + COUNT_OF(kSimulateOptions) + COUNT_OF(kPlanOptions) + 8];
   int n_known = 0;
   for (int k = 0; k < COUNT_OF(kCommonOptions); k++) known_names[n_known++] = kCommonOptions[k];
+  for (int k = 0; simulate && k < kNumPlanAccuracyOptions && k < 8; k++) known_names[n_known++] = kPlanAccuracyOptions[k];
   for (int k = 0; k < (simulate ? COUNT_OF(kSimulateOptions) : COUNT_OF(kPlanOptions)); k++)
     known_names[n_known++] = simulate ? kSimulateOptions[k] : kPlanOptions[k];
   OptionParser op;
@@ -261,6 +271,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--replicate-stages") && !simulate) c->replicate_stages = 1;
       else if (!strcmp(name, "--no-bucket-search") && !simulate) c->no_bucket_search = 1;
       else if (!strcmp(name, "--search-buckets") && simulate) c->search_buckets = 1;
+      else if (!strcmp(name, "--attention-unfused")) c->opt.attention_unfused = 1;
       else {
         fprintf(stderr, "fivefold %s: option %s does not apply here (see --help)\n", c->cmd, name);
         return -1;
@@ -363,13 +374,16 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
           c->cfg.schedule_given = 1;
         }
       } else if (!strcmp(name, "--dispatcher")) {
+        c->opt.moe_node_dedup = !strcmp(value, "deepep");
         if (!strcmp(value, "allgather")) c->opt.moe_allgather = 1;
-        else if (!strcmp(value, "alltoall")) c->opt.moe_allgather = 0;
+        else if (!strcmp(value, "alltoall") || !strcmp(value, "deepep")) c->opt.moe_allgather = 0;
         else {
-          fprintf(stderr, "fivefold %s: --dispatcher must be alltoall or allgather, got '%s'\n", c->cmd, value);
+          fprintf(stderr, "fivefold %s: --dispatcher must be alltoall, deepep or allgather, got '%s'\n", c->cmd, value);
           rc = -1;
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
+      else if (plan_accuracy_option(&c->accuracy, &c->cfg, c->cmd, name, value, &rc)) {
+      }
       else if (!strcmp(name, "--trace")) c->trace_path = value;
       else if (!strcmp(name, "--plan")) c->plan_path = value; /* applied before the other options */
       else known = 0;
@@ -561,6 +575,10 @@ int cmd_simulate(int argc, char **argv) {
   c->cfg.seq_len = c->seq;
   c->cfg.global_batch_size = c->global_batch;
   c->cfg.dtype = c->dtype;
+  if (plan_accuracy_apply_split(&c->accuracy, &model, &c->cfg)) {
+    exit_code = 2;
+    goto out;
+  }
   if (c->layers_list) {
     int *vals = NULL, n = 0;
     if (sched_partition_parse_list(c->layers_list, &vals, &n, &err)) {
@@ -600,6 +618,7 @@ int cmd_simulate(int argc, char **argv) {
       }
     }
   }
+  if (plan_accuracy_apply_block(&model, &cluster, &c->opt, &c->cfg)) goto out;
   PlanSimOptions sim = {1, c->trace_path};
   PlanResult r;
   if (plan_simulate(&model, &cluster, &c->opt, &c->cfg, &sim, NULL, &r, &err)) {
@@ -615,6 +634,7 @@ int cmd_simulate(int argc, char **argv) {
     printf("\n");
     print_summary(&r, stdout);
   }
+  plan_accuracy_print_mfu(&c->accuracy, &r, &model, &cluster, c->gpus);
   if (c->trace_path) printf("trace written to %s\n", c->trace_path);
   plan_result_free(&r);
   if (c->search_buckets) {

@@ -10,7 +10,11 @@
  *  - CP: each rank attends its s/CP queries (two load-balanced chunks) to
  *    all keys, 1/CP of the causal work; the K/V ring takes CP - 1 steps, each
  *    overlapping one step of attention compute (cp_overlap); backward sends
- *    K/V and their gradients.
+ *    K/V and their gradients. Every step after the first merges its partial
+ *    output (forward) or accumulates the gradients (backward) in a kernel of
+ *    its own.
+ *  - attention_unfused: the core as two batched GEMMs over the full score
+ *    matrix with softmax and dropout between them (Megatron-LM of 2021).
  *  - MoE under TP without an MoE grid, when the runtime replicates it
  *    (PlanOptions.moe_tp_replicated): every TP rank routes the gathered
  *    sequence through all experts and keeps its rows.
@@ -27,8 +31,11 @@
  *  - backward GEMMs are two GEMMs of the forward's size each (data and
  *    weight gradients); flash attention's backward does 2.5x the forward's
  *    matmul work.
- *  - recomputation: selective adds the attention core's forward to the
- *    backward, full adds the block's whole forward (communication included).
+ *  - recomputation: selective adds the forward of the modules chosen
+ *    (Megatron's --recompute-modules: by default the attention core; also
+ *    the norms, a dense MLP, the experts' activation, the whole MoE part or
+ *    the shared expert) to the backward, full adds the block's whole
+ *    forward (communication included).
  *  - the GPT-2 family (ModelConfig.gpt2): a GeLU MLP of two matrices with
  *    biases instead of SwiGLU's three, no RoPE, LayerNorm (priced as the
  *    RMSNorm's memory traffic: one read, one write), bias gradients, and
@@ -64,6 +71,7 @@ static Dims dims_of(const PlanCostModel *cm) {
   D.g_t = g >= D.tp ? (double)g / D.tp : 1.0;
   D.t_sp = D.b * D.s / ((double)D.cp * D.tp);
   D.n = D.b * D.s / D.cp;
+  if (cm->opt->no_sequence_parallel) D.t_sp = D.n;
   return D;
 }
 
@@ -97,6 +105,37 @@ static double ring_exposed(double steps, double transfer, double step_compute, d
   return steps * (exposed > 0 ? exposed : 0.0);
 }
 
+/* The attention core before flash attention (PlanOptions.attention_unfused):
+ * per rank b a_t heads of s/CP queries against s keys, QK^T and PV as
+ * batched GEMMs over the full score matrix (the causal mask is applied, not
+ * skipped), a fused scale-mask-softmax (reads and writes the scores) and the
+ * attention dropout (reads them, writes them and a one-byte mask) between
+ * them. Backward: two GEMMs per product, dropout's (gradient and mask in,
+ * gradient out) and softmax's (output and gradient in, gradient out). */
+static void unfused_attention(const PlanCostModel *cm, const Dims *D, double *core_f, double *core_b) {
+  double heads = D->b * D->a_t, q = D->s / D->cp;
+  double scores = heads * q * D->s;
+  double qk = gemm(cm, heads * q, D->s, D->d), pv = gemm(cm, heads * q, D->d, D->s);
+  double softmax_f = mem(cm, scores * 2 * D->e), dropout_f = mem(cm, scores * (2 * D->e + 1));
+  double softmax_b = mem(cm, scores * 3 * D->e), dropout_b = mem(cm, scores * (2 * D->e + 1));
+  *core_f = qk + pv + softmax_f + dropout_f;
+  *core_b = 2 * (qk + pv) + softmax_b + dropout_b;
+}
+
+/* Per ring step beyond the first, context parallelism merges the step's
+ * partial attention output into the running one with the online-softmax
+ * statistics (read both outputs and statistics, write one) in forward; in
+ * backward it accumulates the query gradient and the travelling key/value
+ * gradients in fp32. Each merge is its own kernel, so short chunks pay the
+ * kernel floor per step. */
+static void ring_merge(const PlanCostModel *cm, const Dims *D, double *fwd, double *bwd) {
+  double out = D->n * D->a_t * D->d, kv = 2 * D->n * D->g_t * D->d;
+  double stats = 4.0 * D->n * D->a_t;
+  double steps = D->cp - 1;
+  *fwd = steps * mem(cm, 3 * out * D->e + 3 * stats);
+  *bwd = steps * mem(cm, 3 * 4.0 * (out + kv));
+}
+
 static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
   PlanBreakdown *f = &pc->fwd, *b = &pc->bwd;
   double qkv = gemm(cm, D->n, (D->a_t + 2 * D->g_t) * D->d, D->h);
@@ -114,6 +153,7 @@ static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost
     core_f = plan_ring_attention_time(cm->cluster, cm->cfg->dtype, flops, bytes, q, 0, core_f);
     core_b = plan_ring_attention_time(cm->cluster, cm->cfg->dtype, 2.5 * flops, 2 * bytes, q, 1, core_b);
   }
+  if (cm->opt->attention_unfused) unfused_attention(cm, D, &core_f, &core_b);
   f->t[PLAN_COMP_ATTN_CORE] += core_f;
   b->t[PLAN_COMP_ATTN_CORE] += core_b;
   /* norm (read + write), residual add (2 reads + write), RoPE on q and k
@@ -135,6 +175,10 @@ static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost
     double step2 = coll(cm, PLAN_GROUP_CP, PLAN_COLL_P2P, 2 * kv);
     f->t[PLAN_COMP_CP_COMM] += ring_exposed(D->cp - 1, step, core_f / D->cp, cm->opt->cp_overlap);
     b->t[PLAN_COMP_CP_COMM] += ring_exposed(D->cp - 1, step2, core_b / D->cp, cm->opt->cp_overlap);
+    double merge_f, merge_b;
+    ring_merge(cm, D, &merge_f, &merge_b);
+    f->t[PLAN_COMP_ATTN_CORE] += merge_f;
+    b->t[PLAN_COMP_ATTN_CORE] += merge_b;
   }
 }
 
@@ -186,6 +230,33 @@ static double allgather_dispatch(const PlanCostModel *cm, const Dims *D, double 
   return t;
 }
 
+/* Rows this rank's experts process (the busiest rank's load) and their FFN slice. */
+static void moe_rows(const PlanCostModel *cm, const Dims *D, double *rows, double *f_e) {
+  const PlanParallel *p = &cm->cfg->par;
+  int replicated = cm->opt->moe_tp_replicated && D->tp > 1 && p->ep == 1 && p->etp == 1 && D->cp == 1;
+  double tokens = replicated ? D->n : D->t_sp;
+  *rows = tokens * cm->model->top_k * p->etp * cm->expert_load;
+  *f_e = (double)cm->model->moe_intermediate_size / p->etp;
+}
+
+/* One dispatch (or combine) of the DeepEP-style all-to-all across nodes
+ * (PlanOptions.moe_node_dedup). With the top-k experts drawn evenly over
+ * the EP group's N nodes, a token reaches (N - 1)(1 - (1 - 1/N)^k) remote
+ * nodes on average, each over the sender's own NIC once; NVLink carries the
+ * (token, expert) pairs for the node's other GPUs and forwards what arrives
+ * from other nodes to its GPU. The two links run in parallel. */
+static double node_dedup_all_to_all(const PlanCostModel *cm, const Dims *D, double tokens, double load) {
+  PlanGroupTopo g = cm->group[PLAN_GROUP_EP];
+  double N = g.nodes, n = g.size, per = g.per_node, k = cm->model->top_k;
+  double row = D->h * D->e * load;
+  double off = tokens * (N - 1) * (1 - pow(1 - 1 / N, k)) * row;
+  double on = tokens * k * row * (per - 1) / n + off * (per - 1) / per;
+  double t_off = coll(cm, PLAN_GROUP_EP, PLAN_COLL_P2P, off);
+  g.nodes = 1;
+  double t_on = plan_collective_time(cm->cluster, &g, PLAN_COLL_P2P, on, cm->opt->algo, NULL);
+  return fmax(t_off, t_on);
+}
+
 static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
   const ModelConfig *m = cm->model;
   const PlanParallel *p = &cm->cfg->par;
@@ -231,6 +302,8 @@ static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) 
   } else {
     double a2a = 0.0;
     if (p->ep > 1) a2a = 2 * coll(cm, PLAN_GROUP_EP, PLAN_COLL_ALL_TO_ALL, local_rows * D->h * D->e * load);
+    if (p->ep > 1 && o->moe_node_dedup && cm->group[PLAN_GROUP_EP].nodes > 1)
+      a2a = 2 * node_dedup_all_to_all(cm, D, tokens, load);
     f->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
     b->t[PLAN_COMP_EP_COMM] += a2a * (1.0 - o->ep_overlap);
     if (p->etp > 1) {
@@ -253,12 +326,58 @@ static void finish_pass(PlanPassCost *pc) {
   pc->bwd_total = plan_breakdown_total(&pc->bwd);
 }
 
-/* Recomputation charges forward work again inside the backward pass. */
-static void add_recompute(PlanRecompute recompute, PlanPassCost *pc) {
-  if (recompute == PLAN_RECOMPUTE_FULL)
+/* The forward time of each module selective recomputation can repeat. */
+typedef struct ModuleCosts {
+  double core, norms, mlp, moe, moe_act, shared;
+} ModuleCosts;
+
+static double forward_of(PlanPassCost *pc) {
+  double t = plan_breakdown_total(&pc->fwd);
+  memset(pc, 0, sizeof *pc);
+  return t;
+}
+
+static ModuleCosts module_costs(const PlanCostModel *cm, const Dims *D, const PlanPassCost *attention) {
+  const ModelConfig *m = cm->model;
+  ModuleCosts mc;
+  PlanPassCost tmp;
+  memset(&tmp, 0, sizeof tmp);
+  mc.core = attention->fwd.t[PLAN_COMP_ATTN_CORE];
+  mc.norms = 2 * mem(cm, D->e * 2 * D->t_sp * D->h);
+  if (m->intermediate_size > 0) mlp_block(cm, D, m->intermediate_size, m->gpt2, &tmp);
+  mc.mlp = forward_of(&tmp);
+  if (m->shared_expert_intermediate_size > 0) mlp_block(cm, D, m->shared_expert_intermediate_size, 0, &tmp);
+  mc.shared = forward_of(&tmp);
+  mc.moe = mc.moe_act = 0;
+  if (m->num_experts > 0) {
+    moe_block(cm, D, &tmp);
+    mc.moe = forward_of(&tmp);
+    double rows, f_e;
+    moe_rows(cm, D, &rows, &f_e);
+    mc.moe_act = mem(cm, D->e * 3 * rows * f_e);
+  }
+  return mc;
+}
+
+/* Recomputation charges forward work again inside the backward pass: full
+ * the block's whole forward, selective the modules chosen
+ * (PlanConfig.recompute_modules; moe covers its experts' activation and the
+ * shared expert). */
+static void add_recompute(PlanRecompute recompute, const ModuleCosts *mc, unsigned modules, int moe,
+                          PlanPassCost *pc) {
+  if (recompute == PLAN_RECOMPUTE_FULL) {
     pc->bwd.t[PLAN_COMP_RECOMPUTE] += plan_breakdown_total(&pc->fwd);
-  else if (recompute == PLAN_RECOMPUTE_SELECTIVE)
-    pc->bwd.t[PLAN_COMP_RECOMPUTE] += pc->fwd.t[PLAN_COMP_ATTN_CORE];
+    return;
+  }
+  if (recompute != PLAN_RECOMPUTE_SELECTIVE) return;
+  double t = 0;
+  if (modules & PLAN_RECOMPUTE_CORE_ATTN) t += mc->core;
+  if (modules & PLAN_RECOMPUTE_LAYERNORM) t += mc->norms;
+  if ((modules & PLAN_RECOMPUTE_MLP) && !moe) t += mc->mlp;
+  if (moe && (modules & PLAN_RECOMPUTE_MOE)) t += mc->moe;
+  if (moe && !(modules & PLAN_RECOMPUTE_MOE) && (modules & PLAN_RECOMPUTE_MOE_ACT)) t += mc->moe_act;
+  if (moe && !(modules & PLAN_RECOMPUTE_MOE) && (modules & PLAN_RECOMPUTE_SHARED_EXPERTS)) t += mc->shared;
+  pc->bwd.t[PLAN_COMP_RECOMPUTE] += t;
 }
 
 static void price_layers(PlanCostModel *cm) {
@@ -272,16 +391,18 @@ static void price_layers(PlanCostModel *cm) {
   mlp_norm_residual(cm, &D, &cm->moe_layer);
   if (m->intermediate_size > 0) mlp_block(cm, &D, m->intermediate_size, m->gpt2, &cm->dense_layer);
   if (m->num_experts > 0) moe_block(cm, &D, &cm->moe_layer);
+  ModuleCosts mc = module_costs(cm, &D, &cm->dense_layer);
+  unsigned modules = plan_config_recompute_modules(cm->cfg);
   for (int r = 0; r < PLAN_NUM_RECOMPUTE; r++) {
     cm->layer_by_recompute[0][r] = cm->dense_layer;
     cm->layer_by_recompute[1][r] = cm->moe_layer;
     for (int kind = 0; kind < 2; kind++) {
-      add_recompute((PlanRecompute)r, &cm->layer_by_recompute[kind][r]);
+      add_recompute((PlanRecompute)r, &mc, modules, kind, &cm->layer_by_recompute[kind][r]);
       finish_pass(&cm->layer_by_recompute[kind][r]);
     }
   }
-  add_recompute(cm->cfg->recompute, &cm->dense_layer);
-  add_recompute(cm->cfg->recompute, &cm->moe_layer);
+  add_recompute(cm->cfg->recompute, &mc, modules, 0, &cm->dense_layer);
+  add_recompute(cm->cfg->recompute, &mc, modules, 1, &cm->moe_layer);
   finish_pass(&cm->dense_layer);
   finish_pass(&cm->moe_layer);
 
@@ -388,7 +509,7 @@ int plan_cost_model_init(PlanCostModel *cm, const ModelConfig *m, const ClusterS
     cm->expert_load = m->pad_to_capacity ? cap : fmin(cm->expert_rank_load, cap);
   }
   Dims D = dims_of(cm);
-  cm->p2p_bytes = D.t_sp * D.h * D.e;
+  cm->p2p_bytes = D.n / D.tp * D.h * D.e;
   price_layers(cm);
   return ERR_OK;
 }

@@ -95,6 +95,12 @@ typedef struct BlockActs {
   double attention; /* norm, q/k/v, attention output */
   double attn_core; /* softmax statistics: what selective recomputation drops */
   double mlp;       /* norm, FFN or MoE tensors */
+  /* Parts of the above that selective recomputation's modules drop: */
+  double norm_out;  /* the two norms' outputs */
+  double mlp_inner; /* a dense MLP's fc1 and activation outputs */
+  double moe_inner; /* everything the MoE part stores past its input */
+  double moe_act;   /* the experts' SwiGLU output */
+  double shared;    /* the shared expert's fc1 and activation outputs */
 } BlockActs;
 
 static BlockActs block_acts(const ModelConfig *m, const PlanConfig *cfg, int layer, double load) {
@@ -112,6 +118,8 @@ static BlockActs block_acts(const ModelConfig *m, const PlanConfig *cfg, int lay
   a.attn_core = 4.0 * n * a_t; /* log-sum-exp per query and head */
   /* MLP: residual stream entering the norm, norm output */
   a.mlp = e * 2 * t_sp * h;
+  a.norm_out = e * 2 * t_sp * h;
+  a.mlp_inner = a.moe_inner = a.moe_act = a.shared = 0;
   if (is_moe(m, layer)) {
     double k = m->top_k, E = m->num_experts;
     double rows = t_sp * k * p->etp * load; /* routed rows this rank's experts see */
@@ -121,9 +129,13 @@ static BlockActs block_acts(const ModelConfig *m, const PlanConfig *cfg, int lay
     a.mlp += e * t_sp * k * h;                /* expert outputs kept for the weighted combine */
     double fs = (double)m->shared_expert_intermediate_size / p->tp;
     if (fs > 0) a.mlp += e * n * 3 * fs;
+    a.moe_inner = a.mlp - e * 2 * t_sp * h;
+    a.moe_act = e * rows * f;
+    a.shared = fs > 0 ? e * n * 3 * fs : 0;
   } else {
     /* SwiGLU keeps gate, up and its output; GPT-2's GeLU MLP fc's output and GeLU's */
-    a.mlp += e * n * (m->gpt2 ? 2.0 : 3.0) * m->intermediate_size / p->tp;
+    a.mlp_inner = e * n * (m->gpt2 ? 2.0 : 3.0) * m->intermediate_size / p->tp;
+    a.mlp += a.mlp_inner;
   }
   return a;
 }
@@ -137,7 +149,16 @@ double plan_layer_activation_bytes(const ModelConfig *m, const PlanConfig *cfg, 
   BlockActs a = block_acts(m, cfg, layer, load);
   switch (plan_config_layer_recompute(cfg, layer)) {
     case PLAN_RECOMPUTE_FULL: return a.input;
-    case PLAN_RECOMPUTE_SELECTIVE: return a.input + a.attention + a.mlp;
+    case PLAN_RECOMPUTE_SELECTIVE: {
+      unsigned mod = plan_config_recompute_modules(cfg);
+      double kept = a.input + a.attention + a.attn_core + a.mlp;
+      if (mod & PLAN_RECOMPUTE_CORE_ATTN) kept -= a.attn_core;
+      if (mod & PLAN_RECOMPUTE_LAYERNORM) kept -= a.norm_out;
+      if (mod & PLAN_RECOMPUTE_MLP) kept -= a.mlp_inner;
+      if (mod & PLAN_RECOMPUTE_MOE) kept -= a.moe_inner;
+      else kept -= ((mod & PLAN_RECOMPUTE_MOE_ACT) ? a.moe_act : 0) + ((mod & PLAN_RECOMPUTE_SHARED_EXPERTS) ? a.shared : 0);
+      return kept;
+    }
     default: return a.input + a.attention + a.attn_core + a.mlp;
   }
 }
@@ -160,12 +181,20 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
     free(stage_work);
     return error_set(err, ERR_NOMEM, "memory: out of memory");
   }
+  /* Uniform full recomputation over groups of g blocks keeps one input per
+   * group and rebuilds a whole group at a time. */
+  int g = cfg->recompute == PLAN_RECOMPUTE_FULL && !cfg->num_layer_recompute && cfg->recompute_method == 0 &&
+                  cfg->recompute_num_layers > 1
+              ? cfg->recompute_num_layers
+              : 1;
   for (int st = 0; st < S; st++) {
-    for (int l = part->first_layer[st]; l < part->first_layer[st] + part->layers[st]; l++) {
-      stage_act[st] += plan_layer_activation_bytes(m, cfg, l, load);
+    double group = 0;
+    for (int l = part->first_layer[st], i = 0; l < part->first_layer[st] + part->layers[st]; l++, i++) {
+      if (g == 1 || i % g == 0) stage_act[st] += plan_layer_activation_bytes(m, cfg, l, load);
       if (plan_config_layer_recompute(cfg, l) == PLAN_RECOMPUTE_FULL) {
         double w = plan_layer_full_activation_bytes(m, cfg, l, load);
-        if (w > stage_work[st]) stage_work[st] = w;
+        group = (i % g == 0 ? 0 : group) + w;
+        if (group > stage_work[st]) stage_work[st] = group;
       }
     }
     if (st == S - 1) {

@@ -16,7 +16,10 @@
  * FFN columns) and CP. MoE activations scale with the routed rows a rank
  * receives: top-k x ETP x the expert load (the busiest rank's imbalance when
  * dropless, the capacity factor when dropping with padding). Recomputation
- * stores less: selective drops the attention core's internals, full keeps
+ * stores less: selective drops what its modules rebuild (PlanConfig.
+ * recompute_modules: the attention core's statistics by default; the norms'
+ * outputs, a dense MLP's or the MoE part's internals, the experts'
+ * activation output, the shared expert's), full keeps
  * only each block's input and rebuilds one block at a time in backward.
  *
  * How many micro-batches are in flight on a rank comes from the schedule

@@ -27,6 +27,35 @@ int plan_recompute_from_name(const char *name, PlanRecompute *r) {
   return -1;
 }
 
+static const char *const MODULE_NAMES[] = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"};
+#define NUM_MODULES ((int)(sizeof MODULE_NAMES / sizeof MODULE_NAMES[0]))
+
+int plan_recompute_modules_parse(const char *list, unsigned *modules, Error *err) {
+  *modules = 0;
+  const char *p = list;
+  while (*p) {
+    size_t len = strcspn(p, ",");
+    int found = -1;
+    for (int i = 0; i < NUM_MODULES; i++)
+      if (strlen(MODULE_NAMES[i]) == len && !strncmp(p, MODULE_NAMES[i], len)) found = i;
+    if (found < 0)
+      return error_set(err, ERR_ARG, "recompute module \"%.*s\": expected core_attn, layernorm, mlp, moe_act, moe or "
+                       "shared_experts (mla_up_proj needs multi-latent attention)", (int)len, p);
+    *modules |= 1u << found;
+    p += len + (p[len] == ',');
+  }
+  return *modules ? ERR_OK : error_set(err, ERR_ARG, "no recompute module given");
+}
+
+const char *plan_recompute_modules_describe(unsigned modules, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < NUM_MODULES; i++)
+    if ((modules & (1u << i)) && used < size)
+      used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? "," : "", MODULE_NAMES[i]);
+  return buf;
+}
+
 const char *plan_algo_name(PlanCollAlgo algo) {
   return (unsigned)algo < PLAN_NUM_ALGOS ? ALGO_NAMES[algo] : "?";
 }
@@ -110,9 +139,17 @@ int plan_config_is_folded(const PlanConfig *c) {
 
 const char *plan_config_describe(const PlanConfig *c, char *buf, size_t size) {
   const PlanParallel *p = &c->par;
-  snprintf(buf, size, "tp%d cp%d dp%d pp%d vpp%d | ep%d etp%d edp%d | mbs%d m%d %s, recompute %s%s", p->tp, p->cp,
+  char modules[96] = "";
+  if (c->recompute == PLAN_RECOMPUTE_SELECTIVE && c->recompute_modules) {
+    char list[80];
+    snprintf(modules, sizeof modules, " (%s)", plan_recompute_modules_describe(c->recompute_modules, list, sizeof list));
+  } else if (c->recompute == PLAN_RECOMPUTE_FULL && (c->recompute_method == 1 || c->recompute_num_layers > 1)) {
+    snprintf(modules, sizeof modules, " (%s, %d layers)", c->recompute_method == 1 ? "block" : "uniform",
+             c->recompute_num_layers);
+  }
+  snprintf(buf, size, "tp%d cp%d dp%d pp%d vpp%d | ep%d etp%d edp%d | mbs%d m%d %s, recompute %s%s%s", p->tp, p->cp,
            p->dp, p->pp, p->vpp, p->ep, p->etp, p->edp, c->micro_batch_size, c->microbatches,
-           sched_schedule_name(c->schedule), plan_recompute_name(c->recompute),
+           sched_schedule_name(c->schedule), plan_recompute_name(c->recompute), modules,
            c->distributed_optimizer ? ", distopt" : "");
   return buf;
 }
@@ -165,9 +202,11 @@ int plan_config_finish(PlanConfig *c, const ModelConfig *m, const ClusterSpec *c
     if (c->seq_len % (2 * p->cp))
       return error_set(err, ERR_CONFIG, "cp %d needs the sequence length (%d) to split into 2 x cp = %d chunks",
                        p->cp, c->seq_len, 2 * p->cp);
-    if ((long)p->pp * p->vpp > m->num_layers)
-      return error_set(err, ERR_CONFIG, "pp %d x vpp %d = %d stages but the model has only %d layers", p->pp, p->vpp,
-                       p->pp * p->vpp, m->num_layers);
+    /* Megatron lets the embedding and the loss fill a stage each. */
+    if ((long)p->pp * p->vpp > m->num_layers + 2L)
+      return error_set(err, ERR_CONFIG, "pp %d x vpp %d = %d stages but the model has only %d layers (at most two "
+                       "stages, the embedding's and the loss's, may hold no layer)", p->pp, p->vpp, p->pp * p->vpp,
+                       m->num_layers);
     if (m->num_experts > 0) {
       if (!divides(p->ep, m->num_experts))
         return error_set(err, ERR_CONFIG, "ep %d must divide the %d experts", p->ep, m->num_experts);
@@ -203,9 +242,8 @@ int plan_config_finish(PlanConfig *c, const ModelConfig *m, const ClusterSpec *c
                        p->pp, p->vpp, p->pp * p->vpp);
     long sum = 0;
     for (int s = 0; s < c->num_given_layers; s++) {
-      if (c->layers_per_stage[s] < 1)
-        return error_set(err, ERR_CONFIG, "stage %d has %d layers; every stage needs at least one", s,
-                         c->layers_per_stage[s]);
+      if (c->layers_per_stage[s] < 0)
+        return error_set(err, ERR_CONFIG, "stage %d has %d layers; counts must be >= 0", s, c->layers_per_stage[s]);
       sum += c->layers_per_stage[s];
     }
     if (m && sum != m->num_layers)

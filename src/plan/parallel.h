@@ -28,6 +28,25 @@ typedef enum PlanRecompute {
 const char *plan_recompute_name(PlanRecompute r); /* "none", "selective", "full" */
 int plan_recompute_from_name(const char *name, PlanRecompute *r);
 
+/* Megatron's --recompute-modules for selective recomputation (a bit set;
+ * 0 means Megatron's default, the attention core alone): what each block
+ * rebuilds in backward instead of storing. mla_up_proj is not listed: no
+ * model fivefold reads has multi-latent attention. */
+enum {
+  PLAN_RECOMPUTE_CORE_ATTN = 1 << 0, /* softmax(QK^T)V */
+  PLAN_RECOMPUTE_LAYERNORM = 1 << 1, /* the two pre-norms: their outputs are not stored */
+  PLAN_RECOMPUTE_MLP = 1 << 2,       /* a dense block's MLP (fc1 and activation outputs) */
+  PLAN_RECOMPUTE_MOE_ACT = 1 << 3,   /* the experts' SwiGLU: its output is not stored */
+  PLAN_RECOMPUTE_MOE = 1 << 4,       /* the whole MoE part: router, dispatch, experts, combine */
+  PLAN_RECOMPUTE_SHARED_EXPERTS = 1 << 5
+};
+
+/* "core_attn,moe_act" -> bits; -1 with a message naming the bad entry. */
+int plan_recompute_modules_parse(const char *list, unsigned *modules, Error *err);
+/* "core_attn,layernorm" into buf. */
+const char *plan_recompute_modules_describe(unsigned modules, char *buf, size_t size);
+
+
 typedef struct PlanParallel {
   int tp, cp, dp, pp, vpp; /* attention grid (+ virtual stages per pipeline rank) */
   int ep, etp, edp;        /* MoE grid; edp = world / (etp ep pp) */
@@ -61,7 +80,20 @@ typedef struct PlanConfig {
    * blocks; 0: every block under `recompute`. */
   int num_layer_recompute;
   unsigned char layer_recompute[PLAN_MAX_STAGES];
+  unsigned recompute_modules; /* PLAN_RECOMPUTE_* bits for selective; 0 = the attention core */
+  /* Full recomputation's method (Megatron's --recompute-method and
+   * --recompute-num-layers): uniform (0) checkpoints the input of every
+   * group of recompute_num_layers blocks (0 or 1: every block) and rebuilds
+   * a group at a time; block (1) recomputes only the first
+   * recompute_num_layers blocks of every virtual stage, expressed as
+   * per-layer choices by plan_recompute_block_apply (stages.h). */
+  int recompute_method;
+  int recompute_num_layers;
 } PlanConfig;
+
+static inline unsigned plan_config_recompute_modules(const PlanConfig *cfg) {
+  return cfg->recompute_modules ? cfg->recompute_modules : (unsigned)PLAN_RECOMPUTE_CORE_ATTN;
+}
 
 /* The recomputation block `layer` runs under. */
 static inline PlanRecompute plan_config_layer_recompute(const PlanConfig *cfg, int layer) {
@@ -109,6 +141,23 @@ typedef struct PlanOptions {
    *   instead of the all-to-all. */
   int moe_tp_replicated;
   int moe_allgather;
+  /* attention_unfused: the attention core as Megatron-LM ran it before
+   * flash attention (arXiv 2104.04473): two batched GEMMs over the full
+   * s x s scores (no causal skipping) with a fused scale-mask-softmax and
+   * the attention dropout between them, each reading and writing the
+   * scores; 0: a flash kernel that skips the masked half. */
+  int attention_unfused;
+  /* no_sequence_parallel: TP without sequence parallelism (Megatron-LM
+   * before arXiv 2205.05198): the same all-reduce volume as the gather /
+   * scatter pair, but norms, residuals and dropouts between the blocks run
+   * on the whole sequence on every TP rank; pipeline messages stay split
+   * over TP (the scatter/gather optimisation of 2104.04473). */
+  int no_sequence_parallel;
+  /* moe_node_dedup: the all-to-all as DeepEP-style dispatchers run it when
+   * EP spans nodes: a token crosses the network once per remote node that
+   * holds one of its experts (RDMA) and is forwarded to their GPUs over
+   * NVLink there; inside the node it goes over NVLink directly. */
+  int moe_node_dedup;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);

@@ -162,6 +162,11 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     cJSON_AddNumberToObject(par, "microbatches", c->microbatches);
     cJSON_AddStringToObject(par, "schedule", sched_schedule_name(c->schedule));
     cJSON_AddStringToObject(par, "recompute", plan_recompute_name(c->recompute));
+    if (c->recompute == PLAN_RECOMPUTE_SELECTIVE) {
+      char modules[80];
+      cJSON_AddStringToObject(par, "recompute_modules",
+                              plan_recompute_modules_describe(plan_config_recompute_modules(c), modules, sizeof modules));
+    }
     cJSON_AddBoolToObject(par, "distributed_optimizer", c->distributed_optimizer != 0);
     arr = cJSON_AddArrayToObject(par, "layers_per_stage");
     for (int s = 0; arr && s < c->num_given_layers; s++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(c->layers_per_stage[s]));

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/cmd_plan.c"
+#include "cli/cmd_plan_accuracy.c"
 #include "plan/calibrate_fit.h"
 #include "plan/plan_file.h"
 #include "plan_test_util.h"
@@ -99,7 +100,9 @@ static void test_help_lists_every_option(void **state) {
                                        "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--algo", "--help"};
   static const char *const sim[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs", "--recompute",
                                     "--distributed-optimizer", "--schedule", "--layers-per-stage", "--trace", "--quiet",
-                                    "--dispatcher", "--moe-tp-replicated"};
+                                    "--dispatcher", "--moe-tp-replicated", "--pipeline-split", "--flops",
+                                    "--recompute-modules", "--recompute-method", "--recompute-num-layers",
+                                    "--attention-unfused"};
   static const char *const plan[] = {"--top", "--out", "--explain", "--mbs-list", "--recompute-list", "--max-tp",
                                      "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp", "--no-folding",
                                      "--no-distributed-optimizer", "--distributed-optimizer", "--runtime",
@@ -487,8 +490,38 @@ static void test_calibrated_spec_defaults(void **state) {
   rmdir(dir);
 }
 
+/* simulate's options for matching a published run reach the simulation:
+ * Megatron's first/last-stage layout, block recomputation, a second FLOPs
+ * convention; bad values are usage errors. */
+static void test_simulate_accuracy_options(void **state) {
+  (void)state;
+  char log[] = "/tmp/fivefold_accuracy_XXXXXX";
+  int fd = mkstemp(log);
+  assert_true(fd >= 0);
+  close(fd);
+  char *argv[] = {"simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq", "2048",
+                  "--global-batch", "16", "--pp", "4", "--pipeline-split", "first=4,last=4", "--recompute", "full",
+                  "--recompute-method", "block", "--recompute-num-layers", "2", "--flops", "causal"};
+  assert_int_equal(run_to_file(cmd_simulate, log, (int)(sizeof argv / sizeof *argv), argv), 0);
+  char *text = read_all(log);
+  assert_has(text, "layers per stage: 4,12,12,4");
+  assert_has(text, "recompute full (block, 2 layers)");
+  assert_has(text, "MFU with causal FLOPs: ");
+  remove(log);
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                       "--seq", "2048", "--global-batch", "16", "--pp", "4", "--pipeline-split", "first=5,last=4"),
+                   2);
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                       "--seq", "2048", "--global-batch", "16", "--flops", "hardware"),
+                   2);
+  assert_int_equal(RUN(cmd_simulate, "simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                       "--seq", "2048", "--global-batch", "16", "--recompute-modules", "mla_up_proj"),
+                   2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_simulate_accuracy_options),
       cmocka_unit_test(test_help_lists_every_option),
       cmocka_unit_test(test_bad_usage),
       cmocka_unit_test(test_simulate_with_trace),

@@ -3,14 +3,17 @@
  *  - Mixtral-8x22B on 128 GPUs, global batch 256 (the MoE Parallel Folding
  *    paper): 49.3% MFU folded (TP2, EP8, ETP1, PP8) and 46.3% coupled (TP2,
  *    EP4, experts at TP2, PP8). The simulator must rank folded first and
- *    land within 5 points of each.
+ *    land within 3 points of each (each row here within 3 points).
  *  - Mixtral-8x7B on 64 GPUs, global batch 256 (Megatron-Core's MoE README:
  *    468 TFLOP/s per GPU = 47.3% MFU, reference mapping TP1, EP8, PP4, VP8).
  * Both Mixtral runs assume interleaving with one layer per virtual stage for
  * the 8x22B (VP7, Megatron's reference mapping for that model), micro-batch
  * 1, the distributed optimizer and no recomputation. The defaults of the
  * cost model are used unchanged: these tests hold the calibration to
- * account. */
+ * account. The paper's Qwen2-57B-A14B rows and its context-scaling rows
+ * (4K to 128K with CP) are not here: their configurations could not be read
+ * offline (docs/planner.md, "Published comparisons"). Megatron-LM's GPT
+ * table is in test_published_gpt.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -63,8 +66,8 @@ static void test_mixtral_8x22b_folding(void **state) {
   assert_false(plan_config_is_folded(&coupled.cfg));
   assert_true(folded.fits && coupled.fits);
   assert_true(folded.mfu > coupled.mfu);
-  assert_true(fabs(folded.mfu - 0.493) <= 0.05);
-  assert_true(fabs(coupled.mfu - 0.463) <= 0.05);
+  assert_true(fabs(folded.mfu - 0.493) <= 0.03);
+  assert_true(fabs(coupled.mfu - 0.463) <= 0.03);
   /* Folding wins on communication: the coupled layout adds the expert-TP
    * gather and scatter. */
   assert_true(coupled.breakdown.t[PLAN_COMP_ETP_COMM] > 0);
@@ -77,7 +80,7 @@ static void test_mixtral_8x7b_reference(void **state) {
   (void)state;
   PlanResult r = predict("mixtral-8x7b", 64, 1, 4, 8, 8, 1);
   assert_true(r.fits);
-  assert_true(fabs(r.mfu - 468.0 / 989.5) <= 0.05);
+  assert_true(fabs(r.mfu - 468.0 / 989.5) <= 0.03);
   plan_result_free(&r);
 }
 
