@@ -48,6 +48,19 @@ void plan_memory_replicate(const PlanConfig *cfg, PlanRankMemory *memory);
 /* Checks a configuration with stage widths: what replication supports. */
 int plan_replication_validate(const PlanConfig *cfg, const ModelConfig *model, const ClusterSpec *cluster, Error *err);
 
+/* The program the runtime runs for a replicated configuration
+ * (sched/replicated.h): stage_sched (pp = the stages) on every replica,
+ * the transfers in pieces by sequences. */
+int plan_replicated_program(const PlanConfig *cfg, const SchedConfig *stage_sched, SchedProgram **out, Error *err);
+/* The transfer time of one piece: its share (seq_count / sequences) of
+ * one micro-batch's p2p bytes between the two ranks' devices. */
+typedef struct PlanReplicaTransfer {
+  const ClusterSpec *cluster;
+  double p2p_bytes; /* one micro-batch's activation */
+  int sequences;    /* of one micro-batch */
+} PlanReplicaTransfer;
+double plan_replicated_transfer(const SchedAction *send, const SchedAction *recv, void *ctx);
+
 /* The pivot-stage formula on explicit per-stage costs. */
 double plan_pivot_latency(const double *fwd, const double *bwd, const double *reduce, int stages, int microbatches,
                           int *pivot);

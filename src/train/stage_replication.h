@@ -10,8 +10,8 @@
  * gradient norm are summed over the world.
  *
  * What it runs: tp, cp, ep, etp 1, vpp 1, dp 1 (the widths are the data
- * parallelism), untied embeddings, the whole optimizer
- * on every replica; anything else is refused by the config check with the
+ * parallelism), untied embeddings; AdamW whole or ZeRO-1 over each
+ * stage's replicas. Anything else is refused by the config check with the
  * field and the reason. */
 #ifndef FIVEFOLD_TRAIN_STAGE_REPLICATION_H
 #define FIVEFOLD_TRAIN_STAGE_REPLICATION_H

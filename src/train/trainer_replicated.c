@@ -56,11 +56,6 @@ int train_config_set_world_replicated(TrainConfig *cfg, int world_ranks, Error *
                      "%s: %s [%s]: tied embeddings (model.tie_word_embeddings) over replicated stages are not run "
                      "yet; untie them or leave the field out",
                      origin, field, list);
-  if (cfg->distributed_optimizer)
-    return error_set(err, ERR_CONFIG,
-                     "%s: %s [%s]: the distributed optimizer (parallel.distributed_optimizer) under stage "
-                     "replication is not run yet; set it to 0",
-                     origin, field, list);
   cfg->pp = n;
   cfg->dp = 1;
   cfg->world_size = 1; /* one batch of one rank, split inside the stages */
@@ -131,6 +126,9 @@ int trainer_replication_sum_losses(Trainer *tr, double *sums, int n, int64_t *co
 }
 
 int trainer_replication_sumsq(Trainer *tr, double *sumsq, Error *err) {
-  *sumsq = tr->repl.replica == 0 ? optimizer_local_sumsq(&tr->net, 0) : 0.0;
+  /* With the distributed optimizer (a stage of width > 1) each replica
+   * holds its shard of the stage's gradient; a stage of width 1 the whole. */
+  if (tr->zero) *sumsq = dist_optimizer_local_sumsq(&tr->dist_opt, &tr->net, 0);
+  else *sumsq = tr->repl.replica == 0 ? optimizer_local_sumsq(&tr->net, 0) : 0.0;
   return trainer_sum_over_group(comm_world(), sumsq, err);
 }

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Stage replication (parallel.stage_widths, docs/planner.md "Stage
+# replication") through `fivefold train` under mpirun, against one rank:
+# the stages' replicas split every micro-batch's sequences, activations and
+# gradients cross between them in pieces, each stage sums its gradients over
+# its own replicas. Tiny dense model (4 blocks, hidden 32, untied), 2
+# sequences of 16 tokens per micro-batch, 4 micro-batches, 5 steps.
+#
+# usage: stagerep_test.sh FIVEFOLD MPIEXEC MODE
+#   golden  widths 2,1 and 1,2 on 3 ranks and 2,2 on 4 ranks (1F1B), 2,1
+#           under GPipe, 2,2 with the distributed optimizer (ZeRO-1 over each
+#           stage's replicas, several buckets): losses (gradient clipping is
+#           on, so the norm counts), final model and optimizer within 1e-4 of
+#           one rank, validation included
+#   resume  a 2,1 checkpoint at step 3 resumed by one rank, and a one-rank
+#           checkpoint resumed under 1,2, end where one rank ends; a plan
+#           file with stage_widths trains under `train --plan` like one rank
+#   config  widths that do not fit the job, the micro-batch, tp, dp or tied
+#           embeddings are refused with the field and the reason
+set -u
+FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+MPIEXEC=$2
+MODE=$3
+# shellcheck source=tests/parallel/lib.sh
+. "$(dirname "$0")/lib.sh"
+work_dir stagerep-test
+
+make_corpus
+dense_json dense.json 4
+dense_json tied.json 4 tied
+run_json run-dense.json dense.json eval_interval=5
+run_json run-tied.json tied.json
+
+case "$MODE" in
+  golden)
+    train 0 one dense --grad-accum 4 || exit 1
+    train 3 w21 dense --grad-accum 4 --stage-widths 2,1 && same w21 one 5
+    train 3 w12 dense --grad-accum 4 --stage-widths 1,2 && same w12 one 5
+    train 4 w22 dense --grad-accum 4 --stage-widths 2,2 && same w22 one 5
+    train 3 w21-gpipe dense --grad-accum 4 --stage-widths 2,1 --schedule gpipe && same w21-gpipe one 5
+    train 4 w22-zero dense --grad-accum 4 --stage-widths 2,2 --distributed-optimizer --bucket-mb 0.004 &&
+      same w22-zero one 5
+    grep -q "val loss" w21.log || fail "w21 did not evaluate"
+    [ "$(grep -o 'val loss [0-9.]*' w21.log | tail -1)" = "$(grep -o 'val loss [0-9.]*' one.log | tail -1)" ] ||
+      fail "w21's validation loss differs from one rank's"
+    one_printer w22
+    ;;
+  resume)
+    train 0 one dense --grad-accum 4 || exit 1
+    train 3 w21 dense --grad-accum 4 --stage-widths 2,1 || exit 1
+    mkdir -p from-w21/checkpoints && cp -r "$(ckpt w21 3)" from-w21/checkpoints/
+    train 0 from-w21 dense --grad-accum 4 --resume && same from-w21 one 5
+    mkdir -p from-one/checkpoints && cp -r "$(ckpt one 3)" from-one/checkpoints/
+    train 3 from-one dense --grad-accum 4 --stage-widths 1,2 --resume && same from-one one 5
+    # A plan with per-stage widths (the planner's own file, re-laid out as 2,1).
+    "$FIVEFOLD" plan --model dense.json --cluster dgx-h100 --gpus 2 --seq 16 --global-batch 8 --mbs-list 2 --top 1 \
+      --max-tp 1 --max-pp 2 --out plan.json >plan.log 2>&1 || { cat plan.log; fail "plan"; }
+    $PY - plan.json <<'PYEOF' || fail "rewriting the plan"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+par = plan["parallel"]
+par.update(tp=1, cp=1, dp=1, pp=2, vpp=1, ep=1, etp=1, edp=1, micro_batch_size=2, global_batch_size=8,
+           microbatches=4, schedule="1f1b", layers_per_stage=[2, 2], stage_widths=[2, 1])
+par.pop("recompute_layers", None)
+plan["gpus"] = 3
+plan.pop("mapping", None)
+plan.pop("buckets", None)
+json.dump(plan, open(sys.argv[1], "w"))
+PYEOF
+    train 3 planned dense --plan plan.json && same planned one 5
+    grep -Eq '"stage_widths":[[:space:]]*\[2, 1\]' planned/config.json || fail "the plan's widths are not in the run's config.json"
+    ;;
+  config)
+    refused 2 dense "needs 3 ranks but the job has 2" --stage-widths 2,1
+    refused 3 dense "does not divide training.micro_batch_size 3" --stage-widths 2,1 --micro-batch-size 3
+    refused 3 dense "parallel.tp, cp, ep, etp and vpp must be 1" --stage-widths 2,1 --tp 2
+    refused 3 dense "parallel.dp 2 with parallel.stage_widths" --stage-widths 2,1 --dp 2
+    refused 3 dense "parallel.pp is 3 but parallel.stage_widths" --stage-widths 2,1 --pp 3
+    refused 3 tied "tied embeddings" --stage-widths 2,1
+    refused 3 dense "replica count >= 1" --stage-widths 3,0
+    ;;
+  *) echo "unknown mode $MODE"; exit 2 ;;
+esac
+finish stagerep_test
