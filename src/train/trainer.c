@@ -307,6 +307,9 @@ static int start_trace(Trainer *tr, FILE *out, Error *err) {
   GridSizes sizes = {.world = tr->world, .tp = tr->tp, .cp = tr->cp > 0 ? tr->cp : 1, .dp = tr->dp, .pp = tr->pp,
                      .etp = tr->etp > 0 ? tr->etp : 1, .ep = tr->ep > 0 ? tr->ep : 1, .edp = 0};
   if (tr->grid) sizes = tr->grid->sizes;
+  /* Stage replication: the program has a list per rank (sched/replicated.h). */
+  if (tr->repl.on) sizes = (GridSizes){.world = tr->world, .tp = 1, .cp = 1, .dp = 1, .pp = tr->world, .etp = 1,
+                                       .ep = 1, .edp = 0};
   if (!cfg->trace_path[0]) {
     tr->trace = trace_session_create_probes(tr->prog, &sizes);
     tr->exec.trace = tr->trace;

@@ -7,7 +7,7 @@
 # sequences of 16 tokens per micro-batch, 4 micro-batches, 5 steps.
 #
 # usage: stagerep_test.sh FIVEFOLD MPIEXEC MODE
-#   golden  widths 2,1 and 1,2 on 3 ranks and 2,2 on 4 ranks (1F1B), 2,1
+#   golden  widths 2,1 (traced: the trace has the replicated program) and 1,2 on 3 ranks and 2,2 on 4 ranks (1F1B), 2,1
 #           under GPipe, 2,2 with the distributed optimizer (ZeRO-1 over each
 #           stage's replicas, several buckets): losses (gradient clipping is
 #           on, so the norm counts), final model and optimizer within 1e-4 of
@@ -34,7 +34,18 @@ run_json run-tied.json tied.json
 case "$MODE" in
   golden)
     train 0 one dense --grad-accum 4 || exit 1
-    train 3 w21 dense --grad-accum 4 --stage-widths 2,1 && same w21 one 5
+    train 3 w21 dense --grad-accum 4 --stage-widths 2,1 --trace w21.trace.json && same w21 one 5
+    # The trace shows the replicated program: a process per rank, both
+    # first-stage replicas sending their pieces of every micro-batch to rank 2.
+    $PY - w21.trace.json <<'PYEOF' || fail "the 2,1 trace does not show the replicated program"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+assert {e.get("pid") for e in ev if e.get("ph") == "X"} >= {0, 1, 2}
+for r in (0, 1):
+    sends = [e for e in ev if e.get("cat") == "SEND_ACT" and e.get("pid") == r and e["args"].get("iter") == 0]
+    assert len(sends) == 4 and all(e["args"]["peer"] == 2 for e in sends), (r, sends)
+PYEOF
     train 3 w12 dense --grad-accum 4 --stage-widths 1,2 && same w12 one 5
     train 4 w22 dense --grad-accum 4 --stage-widths 2,2 && same w22 one 5
     train 3 w21-gpipe dense --grad-accum 4 --stage-widths 2,1 --schedule gpipe && same w21-gpipe one 5
