@@ -13,8 +13,10 @@
 #           on, so the norm counts), final model and optimizer within 1e-4 of
 #           one rank, validation included
 #   resume  a 2,1 checkpoint at step 3 resumed by one rank, and a one-rank
-#           checkpoint resumed under 1,2, end where one rank ends; a plan
-#           file with stage_widths trains under `train --plan` like one rank
+#           checkpoint resumed under 1,2, end where one rank ends; the
+#           planner's replicated plan (--replicate-stages on 3 devices: widths
+#           2,1, ZeRO-1) trains under `train --plan` like one rank, its
+#           --explain says what replication bought
 #   config  widths that do not fit the job, the micro-batch, tp, dp or tied
 #           embeddings are refused with the field and the reason
 set -u
@@ -63,21 +65,16 @@ PYEOF
     train 0 from-w21 dense --grad-accum 4 --resume && same from-w21 one 5
     mkdir -p from-one/checkpoints && cp -r "$(ckpt one 3)" from-one/checkpoints/
     train 3 from-one dense --grad-accum 4 --stage-widths 1,2 --resume && same from-one one 5
-    # A plan with per-stage widths (the planner's own file, re-laid out as 2,1).
-    "$FIVEFOLD" plan --model dense.json --cluster dgx-h100 --gpus 2 --seq 16 --global-batch 8 --mbs-list 2 --top 1 \
-      --max-tp 1 --max-pp 2 --out plan.json >plan.log 2>&1 || { cat plan.log; fail "plan"; }
-    $PY - plan.json <<'PYEOF' || fail "rewriting the plan"
-import json, sys
-plan = json.load(open(sys.argv[1]))
-par = plan["parallel"]
-par.update(tp=1, cp=1, dp=1, pp=2, vpp=1, ep=1, etp=1, edp=1, micro_batch_size=2, global_batch_size=8,
-           microbatches=4, schedule="1f1b", layers_per_stage=[2, 2], stage_widths=[2, 1])
-par.pop("recompute_layers", None)
-plan["gpus"] = 3
-plan.pop("mapping", None)
-plan.pop("buckets", None)
-json.dump(plan, open(sys.argv[1], "w"))
-PYEOF
+    # The planner's own replicated plan: on 3 devices (DP3 cannot split the
+    # batch) it picks widths 2,1, says in --explain what they bought, and
+    # the simulate line it prints for them runs.
+    "$FIVEFOLD" plan --model dense.json --cluster dgx-h100 --gpus 3 --seq 16 --global-batch 8 --mbs-list 2 --top 1 \
+      --replicate-stages --explain --out plan.json >plan.log 2>&1 || { cat plan.log; fail "plan"; }
+    grep -Eq '"stage_widths":[[:space:]]*\[2, 1\]' plan.json || { cat plan.log; fail "the plan is not replicated 2,1"; }
+    grep -q "stage replication bought [0-9.]*% .* with widths 2,1" plan.log || fail "plan --explain does not say what replication bought"
+    simline=$(sed -n 's/^simulate the best: fivefold //p' plan.log)
+    # shellcheck disable=SC2086
+    "$FIVEFOLD" $simline --quiet >sim.log 2>&1 && grep -q "predicted: step" sim.log || { cat sim.log; fail "the printed simulate line"; }
     train 3 planned dense --plan plan.json && same planned one 5
     grep -Eq '"stage_widths":[[:space:]]*\[2, 1\]' planned/config.json || fail "the plan's widths are not in the run's config.json"
     ;;
