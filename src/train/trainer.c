@@ -169,6 +169,12 @@ static void print_parallel(const Trainer *tr, FILE *out) {
     }
   }
   fprintf(out, "; %d activation slot(s) per chunk\n", tr->model.shard.num_slots);
+  if (tr->repl.on) {
+    fprintf(out, "  stages   replicated: widths");
+    for (int s = 0; s < tr->repl.r.stages; s++) fprintf(out, "%s%d", s ? "," : " ", tr->repl.r.width[s]);
+    fprintf(out, " on consecutive ranks; each micro-batch's %d sequences split over a stage's replicas\n",
+            tr->repl.r.sequences);
+  }
   if (tr->folded)
     fprintf(out, "  folding  attention tp %d x cp %d x dp %d x pp %d; MoE etp %d x ep %d x edp %d x pp %d; dispatcher %s\n",
             tr->tp, tr->cp, tr->dp, tr->pp, tr->etp, tr->ep, tr->edp, tr->pp,

@@ -57,6 +57,7 @@ PYEOF
     [ "$(grep -o 'val loss [0-9.]*' w21.log | tail -1)" = "$(grep -o 'val loss [0-9.]*' one.log | tail -1)" ] ||
       fail "w21's validation loss differs from one rank's"
     one_printer w22
+    grep -q "stages   replicated: widths 2,2" w22.log || fail "the banner does not show the stage widths"
     ;;
   resume)
     train 0 one dense --grad-accum 4 || exit 1
