@@ -3,10 +3,11 @@
  *
  * A replicated stage splits each micro-batch across its w replicas, so its
  * forward and backward per micro-batch take 1/w of one device's time (the
- * smaller GEMMs' lower efficiency is not modelled); a micro-batch's
- * activation moves from the w_s replicas of stage s to the w_{s+1} of the
- * next in parallel pieces, p2p bytes / min(w_s, w_{s+1}) over the slowest
- * pair of links; each stage's gradients are all-reduced (reduce-scattered
+ * smaller GEMMs' lower efficiency is not modelled); the simulator runs
+ * the program the runtime runs (sched/replicated.h: a list per device, each
+ * transfer split into pieces by sequences, each piece priced as its share
+ * of one micro-batch's p2p bytes between its two devices; the pivot formula
+ * below takes p2p bytes / min(w_s, w_{s+1}) over the slowest pair); each stage's gradients are all-reduced (reduce-scattered
  * with the distributed optimizer) over its own replicas, placed on
  * consecutive devices; its activations and transient buffers per replica
  * shrink by w, its optimizer state by w when sharded.
