@@ -38,7 +38,7 @@ typedef struct PlanCli {
   double expert_load[MAX_EXPERT_LOAD];
   /* simulate */
   PlanConfig cfg;
-  const char *trace_path, *layers_list, *plan_path;
+  const char *trace_path, *layers_list, *plan_path, *widths_list;
   PlanAccuracyOptions accuracy; /* simulate's layout, recomputation and FLOPs options */
   PlanChoice plan; /* --plan FILE: its model and cluster names live here */
   int explain, quiet;
@@ -113,7 +113,8 @@ static void simulate_usage(FILE *f) {
           "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
-
+          "  --stage-widths LIST      stage replication: data-parallel replicas per pipeline stage, e.g. 2,1 (their\n"
+          "                           sum is --gpus; tp, cp, ep 1, vpp 1)\n"
           "  --dispatcher D           MoE token dispatcher under EP/ETP: alltoall (default), deepep (one\n"
           "                           network copy per remote node, NVLink inside) or allgather\n"
           "  --trace FILE             write the predicted timeline as a Chrome trace (open in Perfetto)\n"
@@ -225,7 +226,7 @@ static const char *const kCommonOptions[] = {
     "--no-moe-tp-replicated", "--attention-unfused", "--help"};
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
-                                               "--trace", "--quiet", "--search-buckets"};
+                                               "--trace", "--quiet", "--search-buckets", "--stage-widths"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--min-pp", "--no-distributed-optimizer", "--no-folding", "--runtime",
@@ -382,6 +383,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
           rc = -1;
         }
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
+      else if (!strcmp(name, "--stage-widths")) c->widths_list = value;
       else if (plan_accuracy_option(&c->accuracy, &c->cfg, c->cmd, name, value, &rc)) {
       }
       else if (!strcmp(name, "--trace")) c->trace_path = value;
@@ -493,6 +495,8 @@ static void print_simulate_line(const PlanCli *c, const PlanConfig *best) {
   /* The partition the plan chose (refined by simulation), not a rebalanced one. */
   for (int s = 0; s < best->num_given_layers && best->num_given_layers > 1; s++)
     printf("%s%d", s ? "," : " --layers-per-stage ", best->layers_per_stage[s]);
+  for (int s = 0; s < best->num_stage_widths; s++)
+    printf("%s%d", s ? "," : " --stage-widths ", best->stage_width[s]);
   if (c->have_buckets) printf(" --bucket-params %.0f", c->buckets.bucket_params);
   printf("\n");
 }
@@ -548,6 +552,8 @@ static int apply_plan_option(int argc, char **argv, PlanCli *c) {
   c->cfg.schedule_given = 1;
   c->cfg.num_given_layers = pc->num_stages < PLAN_MAX_STAGES ? pc->num_stages : PLAN_MAX_STAGES;
   memcpy(c->cfg.layers_per_stage, pc->layers_per_stage, (size_t)c->cfg.num_given_layers * sizeof(int));
+  c->cfg.num_stage_widths = pc->num_stage_widths;
+  memcpy(c->cfg.stage_width, pc->stage_width, (size_t)pc->num_stage_widths * sizeof(int));
   return 0;
 }
 
@@ -591,7 +597,33 @@ int cmd_simulate(int argc, char **argv) {
     c->cfg.num_given_layers = n;
     free(vals);
   }
-  if (plan_config_finish(&c->cfg, &model, &cluster, c->gpus, &err)) {
+  if (c->widths_list) {
+    int *vals = NULL, n = 0;
+    if (sched_partition_parse_list(c->widths_list, &vals, &n, &err) || n > PLAN_MAX_STAGES) {
+      fprintf(stderr, "fivefold simulate: --stage-widths: %s\n", n > PLAN_MAX_STAGES ? "too many stages" : err.msg);
+      free(vals);
+      exit_code = 2;
+      goto out;
+    }
+    memcpy(c->cfg.stage_width, vals, (size_t)n * sizeof *vals);
+    c->cfg.num_stage_widths = n;
+    free(vals);
+  }
+  /* Stage replication: the grids are planned for the stages, the devices
+   * are the widths' sum (plan/replicate.h). */
+  int grid_gpus = c->gpus;
+  if (c->cfg.num_stage_widths) {
+    int sum = 0;
+    for (int s = 0; s < c->cfg.num_stage_widths; s++) sum += c->cfg.stage_width[s];
+    if (sum != c->gpus) {
+      fprintf(stderr, "fivefold simulate: --stage-widths sum to %d devices but --gpus is %d\n", sum, c->gpus);
+      exit_code = 2;
+      goto out;
+    }
+    if (c->cfg.par.pp <= 1) c->cfg.par.pp = c->cfg.num_stage_widths;
+    grid_gpus = (c->cfg.par.tp > 0 ? c->cfg.par.tp : 1) * (c->cfg.par.cp > 0 ? c->cfg.par.cp : 1) * c->cfg.par.pp;
+  }
+  if (plan_config_finish(&c->cfg, &model, &cluster, grid_gpus, &err)) {
     fprintf(stderr, "fivefold simulate: %s\n", err.msg);
     exit_code = 2;
     goto out;
@@ -804,6 +836,7 @@ int cmd_plan(int argc, char **argv) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
   }
+  double unreplicated = res.num_top > 0 ? res.top[0].step_time : 0;
   if (c->replicate_stages && plan_replicate_stages_cli(&res.top[0], &model, &cluster, &c->opt, c->gpus, stdout, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
@@ -825,6 +858,17 @@ int cmd_plan(int argc, char **argv) {
     }
     printf("\nbest configuration, explained:\n");
     plan_result_explain(&r, &model, stdout);
+    if (c->replicate_stages) {
+      const PlanConfig *b = &res.top[0].cfg;
+      if (b->num_stage_widths > 0) {
+        printf("  stage replication bought %.1f%% (%.4f -> %.4f s/step) with widths", 100 * (unreplicated / r.step_time - 1),
+               unreplicated, r.step_time);
+        for (int s = 0; s < b->num_stage_widths; s++) printf("%s%d", s ? "," : " ", b->stage_width[s]);
+        printf(" over the best layout with one data-parallel width\n");
+      } else {
+        printf("  stage replication bought nothing: no plan with uneven stage widths beat the best layout\n");
+      }
+    }
     if (c->have_buckets) plan_bucket_explain(&c->buckets, stdout);
     plan_result_free(&r);
   }

@@ -192,6 +192,13 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
       at += (size_t)snprintf(v + at, sizeof v - at, "%s%d", i ? "," : "", pc.layers_per_stage[i]);
     if (train_config_override(cfg, "--layers-per-stage", v, err)) return error_wrap(err, "--plan %s", path);
   }
+  /* Stage replication: the widths (train_config_set_world checks them). */
+  if (pc.num_stage_widths > 0) {
+    size_t at = 0;
+    for (int i = 0; i < pc.num_stage_widths && at < sizeof v; i++)
+      at += (size_t)snprintf(v + at, sizeof v - at, "%s%d", i ? "," : "", pc.stage_width[i]);
+    if (train_config_override(cfg, "--stage-widths", v, err)) return error_wrap(err, "--plan %s", path);
+  }
   if (pc.seq_len > 0 && pc.seq_len != cfg->seq_len && comm_world_rank() == 0)
     fprintf(stderr, "fivefold train: note: --plan %s was made for sequence length %d, the run uses %d\n", path,
             pc.seq_len, cfg->seq_len);

@@ -64,3 +64,23 @@ void comm_grid_print_summary(const CommGrid *grid, FILE *out, int max_ranks) {
     fflush(out);
   }
 }
+
+int comm_group_split(const CommGroup *parent, int color, int key, const char *name, CommGroup *out, Error *err) {
+  memset(out, 0, sizeof *out);
+  out->comm = MPI_COMM_NULL;
+  if (!comm_initialized() || !parent) return error_set(err, ERR_ARG, "comm_group_split: call comm_init first");
+  comm_set_operation("comm_group_split (MPI_Comm_split)");
+  int rc = comm_check(MPI_Comm_split(parent->comm, color, key, &out->comm), "MPI_Comm_split", parent, err);
+  if (rc) return error_wrap(err, "creating the %s group", name);
+  snprintf(out->name, sizeof out->name, "%s", name);
+  MPI_Comm_set_name(out->comm, out->name);
+  MPI_Comm_size(out->comm, &out->size);
+  MPI_Comm_rank(out->comm, &out->rank);
+  return ERR_OK;
+}
+
+void comm_group_free(CommGroup *group) {
+  if (group->size > 0 && group->comm != MPI_COMM_NULL && comm_initialized()) MPI_Comm_free(&group->comm);
+  group->comm = MPI_COMM_NULL;
+  group->size = 0;
+}

@@ -26,6 +26,13 @@ static inline const CommGroup *comm_grid_group(const CommGrid *grid, GridGroupKi
   return &grid->groups[kind];
 }
 
+/* A group of the ranks of `parent` that pass the same color, ordered by
+ * key (MPI_Comm_split): the groups that are not one of the grid's, such
+ * as the replicas of one pipeline stage under stage replication.
+ * Collective over parent. comm_group_free releases it. */
+int comm_group_split(const CommGroup *parent, int color, int key, const char *name, CommGroup *out, Error *err);
+void comm_group_free(CommGroup *group);
+
 /* grid_print_summary on world rank 0 only. */
 void comm_grid_print_summary(const CommGrid *grid, FILE *out, int max_ranks);
 

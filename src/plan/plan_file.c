@@ -103,30 +103,44 @@ static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
     p->layers_per_stage[i++] = (int)e->valuedouble;
   }
   p->num_stages = n;
-  /* Stage replication (plan/replicate.h) is planned and simulated, but the
-   * trainer runs one data-parallel width for all stages. */
+  /* Stage replication (plan/replicate.h): one width per stage, pp x
+   * per-stage data parallelism only (the trainer checks the rest). */
   const cJSON *widths = cJSON_GetObjectItemCaseSensitive(par, "stage_widths");
-  if (widths) {
-    char list[96] = "";
-    size_t used = 0;
-    int k = 0;
-    cJSON_ArrayForEach(e, widths) {
-      if (used < sizeof list)
-        used += (size_t)snprintf(list + used, sizeof list - used, "%s%g", k++ ? " " : "",
-                                 cJSON_IsNumber(e) ? e->valuedouble : -1);
-    }
-    return error_set(c->err, ERR_UNSUPPORTED,
-                     "%s: field \"parallel.stage_widths\": per-stage data-parallel widths [%s] (stage replication) "
-                     "are planned and simulated, but fivefold's runtime does not execute them yet; plan without "
-                     "--replicate-stages", c->origin, list);
+  p->num_stage_widths = 0;
+  if (!widths) return 0;
+  if (!cJSON_IsArray(widths) || cJSON_GetArraySize(widths) != p->pp)
+    return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.stage_widths\": expected %d widths (one per stage, pp %d)",
+                     c->origin, p->pp, p->pp);
+  i = 0;
+  cJSON_ArrayForEach(e, widths) {
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 1 || e->valuedouble > 1e6)
+      return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.stage_widths\": entry %d must be an integer >= 1",
+                       c->origin, i);
+    p->stage_width[i++] = (int)e->valuedouble;
   }
+  p->num_stage_widths = i;
+  if (p->tp != 1 || p->cp != 1 || p->dp != 1 || p->vpp != 1)
+    return error_set(c->err, ERR_FORMAT,
+                     "%s: field \"parallel.stage_widths\": stage replication needs tp, cp, dp and vpp 1 (got tp %d "
+                     "cp %d dp %d vpp %d)",
+                     c->origin, p->tp, p->cp, p->dp, p->vpp);
   return 0;
 }
 
 /* What must hold between the fields for a trainer to lay out its ranks. */
 static int check_consistent(const Ctx *c, PlanChoice *p) {
   long world = (long)p->tp * p->cp * p->dp * p->pp;
-  if (p->gpus && world != p->gpus)
+  if (p->num_stage_widths) { /* the stages' replicas fill the world */
+    long sum = 0;
+    for (int s = 0; s < p->num_stage_widths; s++) sum += p->stage_width[s];
+    if (p->gpus && sum != p->gpus)
+      return error_set(c->err, ERR_FORMAT, "%s: parallel.stage_widths sum to %ld but \"gpus\" is %d", c->origin, sum,
+                       p->gpus);
+    if (!p->gpus) p->gpus = (int)sum;
+    p->edp = 1;
+    world = (long)p->etp * p->ep * p->pp; /* the per-stage grids, before replication */
+  }
+  if (p->gpus && world != p->gpus && !p->num_stage_widths)
     return error_set(c->err, ERR_FORMAT, "%s: parallel.tp x cp x dp x pp = %ld but \"gpus\" is %d", c->origin, world,
                      p->gpus);
   if (!p->gpus) p->gpus = (int)world;

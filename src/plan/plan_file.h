@@ -7,7 +7,7 @@
  *    "model_identity": {"name", "fingerprint", "summary"},
  *    "parallel": {tp, cp, dp, pp, vpp, ep, etp, edp, micro_batch_size,
  *                 global_batch_size, microbatches, schedule, recompute,
- *                 distributed_optimizer, layers_per_stage}, "prediction": {...},
+ *                 distributed_optimizer, layers_per_stage, stage_widths}, "prediction": {...},
  *    "mapping": {device_of_rank: [...], method, rank_order_step_time_s,
  *                step_time_s, simulations} (optional),
  *    "buckets": {bucket_mb, ...} (optional: the bucket search's size)}
@@ -61,6 +61,10 @@ typedef struct PlanChoice {
    * (comm_world_place). */
   int has_mapping;
   int mapping_is_identity;
+  /* "parallel.stage_widths" (stage replication, plan/replicate.h): stage s
+   * on stage_width[s] consecutive ranks; num 0: one width, dp */
+  int num_stage_widths;
+  int stage_width[PLAN_MAX_STAGES];
 } PlanChoice;
 
 /* "crc32:xxxxxxxx" of the model config's canonical JSON (every field,

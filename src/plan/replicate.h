@@ -3,10 +3,11 @@
  *
  * A replicated stage splits each micro-batch across its w replicas, so its
  * forward and backward per micro-batch take 1/w of one device's time (the
- * smaller GEMMs' lower efficiency is not modelled); a micro-batch's
- * activation moves from the w_s replicas of stage s to the w_{s+1} of the
- * next in parallel pieces, p2p bytes / min(w_s, w_{s+1}) over the slowest
- * pair of links; each stage's gradients are all-reduced (reduce-scattered
+ * smaller GEMMs' lower efficiency is not modelled); the simulator runs
+ * the program the runtime runs (sched/replicated.h: a list per device, each
+ * transfer split into pieces by sequences, each piece priced as its share
+ * of one micro-batch's p2p bytes between its two devices; the pivot formula
+ * below takes p2p bytes / min(w_s, w_{s+1}) over the slowest pair); each stage's gradients are all-reduced (reduce-scattered
  * with the distributed optimizer) over its own replicas, placed on
  * consecutive devices; its activations and transient buffers per replica
  * shrink by w, its optimizer state by w when sharded.
@@ -47,6 +48,19 @@ int plan_stage_costs_replicate(const PlanCostModel *cm, PlanStageCosts *sc, Erro
 void plan_memory_replicate(const PlanConfig *cfg, PlanRankMemory *memory);
 /* Checks a configuration with stage widths: what replication supports. */
 int plan_replication_validate(const PlanConfig *cfg, const ModelConfig *model, const ClusterSpec *cluster, Error *err);
+
+/* The program the runtime runs for a replicated configuration
+ * (sched/replicated.h): stage_sched (pp = the stages) on every replica,
+ * the transfers in pieces by sequences. */
+int plan_replicated_program(const PlanConfig *cfg, const SchedConfig *stage_sched, SchedProgram **out, Error *err);
+/* The transfer time of one piece: its share (seq_count / sequences) of
+ * one micro-batch's p2p bytes between the two ranks' devices. */
+typedef struct PlanReplicaTransfer {
+  const ClusterSpec *cluster;
+  double p2p_bytes; /* one micro-batch's activation */
+  int sequences;    /* of one micro-batch */
+} PlanReplicaTransfer;
+double plan_replicated_transfer(const SchedAction *send, const SchedAction *recv, void *ctx);
 
 /* The pivot-stage formula on explicit per-stage costs. */
 double plan_pivot_latency(const double *fwd, const double *bwd, const double *reduce, int stages, int microbatches,

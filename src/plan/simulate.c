@@ -193,7 +193,10 @@ static double action_cost(const SchedAction *a, void *ctx) {
     case SCHED_SEND_ACT:
     case SCHED_SEND_GRAD: return sc->send_overhead;
     case SCHED_GRAD_REDUCE: return s >= 0 && s < sc->num_stages ? sc->grad_reduce[s] : 0.0;
-    case SCHED_OPTIM: return sc->optim_compute[a->rank] + sc->optim_comm[a->rank];
+    case SCHED_OPTIM: { /* a replicated stage's OPTIM names its stage (sched/replicated.h) */
+      int r = a->stage >= 0 ? a->stage : a->rank;
+      return sc->optim_compute[r] + sc->optim_comm[r];
+    }
     default: return 0.0;
   }
 }
@@ -266,8 +269,8 @@ static void critical_breakdown(const SchedProgram *prog, const SchedEval *ev, co
       case SCHED_SEND_ACT:
       case SCHED_SEND_GRAD: out->t[PLAN_COMP_PP_COMM] += sc->send_overhead; break;
       case SCHED_OPTIM:
-        out->t[PLAN_COMP_OPTIMIZER] += sc->optim_compute[rank];
-        out->t[PLAN_COMP_DP_COMM] += sc->optim_comm[rank];
+        out->t[PLAN_COMP_OPTIMIZER] += sc->optim_compute[a->stage >= 0 ? a->stage : rank];
+        out->t[PLAN_COMP_DP_COMM] += sc->optim_comm[a->stage >= 0 ? a->stage : rank];
         /* OPTIM waits for the reductions: a gap after the last compute is
          * reduction time that did not hide behind the backward. */
         if (prev_compute >= 0) {
@@ -332,7 +335,10 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
     sched.order_bwd_cost = bsum / fsum;
   }
   SchedProgram *prog = NULL;
-  rc = sched_build(&sched, &prog, err);
+  /* Stage replication: the program of every replica, its transfers in
+   * pieces priced by their sequences (replicate.h). */
+  PlanReplicaTransfer pieces = {.cluster = cl, .p2p_bytes = cm.p2p_bytes, .sequences = cfg->micro_batch_size};
+  rc = cfg->num_stage_widths ? plan_replicated_program(cfg, &sched, &prog, err) : sched_build(&sched, &prog, err);
   if (rc) {
     plan_stage_costs_free(&sc);
     return rc;
@@ -341,8 +347,8 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   memset(&eo, 0, sizeof eo);
   eo.cost = action_cost;
   eo.cost_ctx = &sc;
-  eo.transfer = transfer_cost;
-  eo.transfer_ctx = &sc;
+  eo.transfer = cfg->num_stage_widths ? plan_replicated_transfer : transfer_cost;
+  eo.transfer_ctx = cfg->num_stage_widths ? (void *)&pieces : (void *)&sc;
   eo.send_mode = SCHED_SEND_EAGER;
   SchedEval ev;
   rc = sched_evaluate(prog, &eo, &ev, err);
@@ -362,10 +368,12 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   out->bubble_fraction = ev.bubble_fraction;
   out->pp = P;
   out->num_stages = S;
-  out->critical_rank = 0;
-  for (int r = 1; r < P; r++)
-    if (ev.rank_finish[r] > ev.rank_finish[out->critical_rank]) out->critical_rank = r;
-  critical_breakdown(prog, &ev, &sc, out->critical_rank, exposed_p2p, &out->breakdown);
+  int critical = 0;
+  for (int r = 1; r < prog->num_ranks; r++)
+    if (ev.rank_finish[r] > ev.rank_finish[critical]) critical = r;
+  critical_breakdown(prog, &ev, &sc, critical, exposed_p2p, &out->breakdown);
+  /* Reported as a pipeline rank: a replicated stage's replicas share one. */
+  out->critical_rank = cfg->num_stage_widths ? prog->actions[prog->rank_begin[critical]].stage : critical;
   int gpus = plan_config_devices(cfg);
   out->model_flops = model_flops_per_sequence(m, cfg->seq_len) * cfg->global_batch_size;
   out->mfu = out->step_time > 0 ? out->model_flops / (out->step_time * gpus * plan_peak_flops(cl, cfg->dtype)) : 0;

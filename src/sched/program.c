@@ -90,6 +90,7 @@ SchedAction sched_action_make(SchedActionKind kind) {
   a.microbatch = a.chunk = a.stage = -1;
   a.peer = a.peer_chunk = a.peer_stage = a.match = -1;
   a.bucket = a.layer = a.group = -1;
+  a.seq_begin = a.seq_count = -1;
   return a;
 }
 

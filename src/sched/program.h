@@ -112,6 +112,10 @@ typedef struct SchedAction {
   int bucket;     /* GRAD_REDUCE: gradient bucket id on this rank; else -1 */
   int layer;      /* per-layer kinds (A2A, CP): layer index; else -1 */
   int group;      /* the parameter group of the action's phase (config.param_groups > 1); else -1 */
+  /* SEND/RECV of a replicated stage (sched/replicated.h): the piece of the
+   * micro-batch it carries, sequences [seq_begin, seq_begin + seq_count)
+   * of the micro-batch; -1 when it carries the whole tensor. */
+  int seq_begin, seq_count;
   int num_deps;
   const int *deps; /* ids this action waits for (a RECV lists its SEND) */
 } SchedAction;
@@ -219,7 +223,7 @@ void sched_program_print_table(const SchedProgram *prog, FILE *f);
  *  "num_actions": N,
  *  "ranks": [{"rank": r, "actions": [{"id", "index", "kind", "stream", "mb", "chunk",
  *             "stage", "peer", "peer_chunk", "peer_stage", "match", "bucket", "layer",
- *             "group", "deps": [ids]}, ...]}, ...]}
+ *             "group", "seq_begin", "seq_count", "deps": [ids]}, ...]}, ...]}
  * Fields that are -1 are omitted; a reader treats an absent field as -1.
  * config.param_groups is written only when above 1. */
 cJSON *sched_program_to_json(const SchedProgram *prog); /* NULL when out of memory */

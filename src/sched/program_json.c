@@ -30,7 +30,8 @@ static cJSON *action_to_json(const SchedAction *a) {
         add_int_if_set(o, "stage", a->stage) || add_int_if_set(o, "peer", a->peer) ||
         add_int_if_set(o, "peer_chunk", a->peer_chunk) || add_int_if_set(o, "peer_stage", a->peer_stage) ||
         add_int_if_set(o, "match", a->match) || add_int_if_set(o, "bucket", a->bucket) ||
-        add_int_if_set(o, "layer", a->layer) || add_int_if_set(o, "group", a->group);
+        add_int_if_set(o, "layer", a->layer) || add_int_if_set(o, "group", a->group) ||
+        add_int_if_set(o, "seq_begin", a->seq_begin) || add_int_if_set(o, "seq_count", a->seq_count);
   cJSON *deps = bad ? NULL : cJSON_AddArrayToObject(o, "deps");
   for (int d = 0; deps && d < a->num_deps; d++) {
     cJSON *n = cJSON_CreateNumber(a->deps[d]);
@@ -211,6 +212,8 @@ int sched_program_from_json(const cJSON *json, SchedProgram **out, Error *err) {
       if (!rc) rc = get_int(ao, "bucket", &a.bucket, 0, where, err);
       if (!rc) rc = get_int(ao, "layer", &a.layer, 0, where, err);
       if (!rc) rc = get_int(ao, "group", &a.group, 0, where, err);
+      if (!rc) rc = get_int(ao, "seq_begin", &a.seq_begin, 0, where, err);
+      if (!rc) rc = get_int(ao, "seq_count", &a.seq_count, 0, where, err);
       if (rc) goto done;
       if (id != begin[r] + i) {
         rc = error_set(err, ERR_FORMAT, "%s: id %d, expected %d (ids are positions, rank by rank)", where, id, begin[r] + i);

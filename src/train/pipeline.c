@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "train/pipeline_replicated.h"
 #include "train/trace_session.h"
 
 static int stage_of(const Pipeline *p, int chunk) { return chunk * p->pp + p->rank; }
@@ -39,18 +40,23 @@ static void count_live(const SchedProgram *prog, int rank, int *slots, int *acts
       case SCHED_FWD:
         if (++live_s[c] > slots[c]) slots[c] = live_s[c];
         break;
+      /* A transfer in pieces (stage replication) counts once, at its first. */
       case SCHED_RECV_ACT:
-        if (++live_a[c] > acts[c]) acts[c] = live_a[c];
+        if (sched_program_find(prog, rank, a->kind, a->microbatch, c) == a->id && ++live_a[c] > acts[c])
+          acts[c] = live_a[c];
         break;
       case SCHED_RECV_GRAD:
-        if (++live_g[c] > grads[c]) grads[c] = live_g[c];
+        if (sched_program_find(prog, rank, a->kind, a->microbatch, c) == a->id && ++live_g[c] > grads[c])
+          grads[c] = live_g[c];
         break;
       case SCHED_BWD:
         if (sched_program_find(prog, rank, SCHED_RECV_ACT, a->microbatch, c) >= 0) live_a[c]--;
         if (sched_program_find(prog, rank, SCHED_RECV_GRAD, a->microbatch, c) >= 0) live_g[c]--;
         if (!has_send_grad(prog, rank, a->microbatch, c)) live_s[c]--;
         break;
-      case SCHED_SEND_GRAD: live_s[c]--; break;
+      case SCHED_SEND_GRAD:
+        if (sched_program_find(prog, rank, a->kind, a->microbatch, c) == a->id) live_s[c]--;
+        break;
       default: break;
     }
   }
@@ -111,8 +117,8 @@ int pipeline_create(Pipeline *p, Model *model, const SchedProgram *prog, int ran
   if (p->vpp > MODEL_MAX_CHUNKS || p->vpp != model->shard.num_chunks)
     return error_set(err, ERR_CONFIG, "pipeline: the program has %d chunks per rank, the model shard %d", p->vpp,
                      model->shard.num_chunks);
-  if (p->pp > 1 && (!group || group->size != p->pp))
-    return error_set(err, ERR_ARG, "pipeline: needs the pipeline group of %d ranks", p->pp);
+  if (p->pp > 1 && (!group || group->size != prog->num_ranks))
+    return error_set(err, ERR_ARG, "pipeline: needs the pipeline group of %d ranks", prog->num_ranks);
   if (p->pp > 1 && (long)eval_tag(p, p->num_stages) > (long)comm_tag_max())
     return error_set(err, ERR_CONFIG,
                      "pipeline: %d stages x %d micro-batches need message tags up to %d but MPI allows %d (fewer "
@@ -169,6 +175,7 @@ void pipeline_free(Pipeline *p) {
     pool_free(&p->grad_in[c]);
   }
   free(p->expert_counts);
+  pipeline_replicated_free(p);
   memset(p, 0, sizeof *p);
 }
 
@@ -282,6 +289,7 @@ int pipeline_backward(Pipeline *p, const SchedAction *a, Error *err) {
 }
 
 int pipeline_send(Pipeline *p, const SchedAction *a, Error *err) {
+  if (a->seq_count > 0) return pipeline_replicated_send(p, a, err);
   int rc = check_action(p, a, err);
   if (rc) return rc;
   int c = a->chunk, mb = a->microbatch, stage = stage_of(p, c);
@@ -302,6 +310,7 @@ int pipeline_send(Pipeline *p, const SchedAction *a, Error *err) {
 }
 
 int pipeline_recv(Pipeline *p, const SchedAction *a, Error *err) {
+  if (a->seq_count > 0) return pipeline_replicated_recv(p, a, err);
   int rc = check_action(p, a, err);
   if (rc) return rc;
   int c = a->chunk, mb = a->microbatch, stage = stage_of(p, c);
@@ -319,6 +328,7 @@ int pipeline_recv(Pipeline *p, const SchedAction *a, Error *err) {
 }
 
 int pipeline_prepare(Pipeline *p, const SchedAction *a, Error *err) {
+  if (p->repl) return pipeline_replicated_prepare(p, a, err);
   if (check_action(p, a, err)) return err ? err->code : ERR_INTERNAL;
   int c = a->chunk, mb = a->microbatch;
   const ModelShard *sh = &p->model->shard;
@@ -334,7 +344,7 @@ int pipeline_prepare(Pipeline *p, const SchedAction *a, Error *err) {
 }
 
 int pipeline_end_step(Pipeline *p, Error *err) {
-  int rc = 0;
+  int rc = p->repl ? pipeline_replicated_end_step(p, err) : 0;
   for (int c = 0; c < p->vpp && !rc; c++) {
     for (int s = 0; s < p->num_slots && !rc; s++) {
       rc = comm_wait(&p->send_act[c][s], err);
@@ -348,6 +358,7 @@ int pipeline_end_step(Pipeline *p, Error *err) {
 }
 
 int pipeline_eval_forward(Pipeline *p, const int *tokens, const int *targets, ModelLoss *loss, Error *err) {
+  if (p->repl) return pipeline_replicated_eval_forward(p, tokens, targets, loss, err);
   memset(loss, 0, sizeof *loss);
   const ModelShard *sh = &p->model->shard;
   for (int s = 0; s < p->num_stages; s++) {

@@ -68,6 +68,7 @@ typedef struct Pipeline {
   long tokens_counted;
   long *expert_counts; /* [num_layers * num_experts] or NULL for dense models */
   size_t num_counts;
+  struct PipeReplicated *repl; /* stage replication's piece-wise transfers (pipeline_replicated.h); NULL: off */
 } Pipeline;
 
 /* Activation slots the rank's list needs per chunk (the maximum over its

@@ -107,6 +107,9 @@ static const FieldSpec FIELDS[] = {
      "pipeline schedule: none | gpipe | 1f1b | interleaved (default: 1f1b when pp > 1, interleaved when vpp > 1)"},
     {"parallel", "layers_per_stage", "--layers-per-stage", "N,N,..", FIELD_STAGES, OFF(layers_per_stage), 0, 0, 0,
      0, "transformer blocks per virtual stage, in stage order (default: an even split)"},
+    {"parallel", "stage_widths", "--stage-widths", "N,N,..", FIELD_STAGES, OFF(stage_widths), 0, 0, 0, 0,
+     "stage replication: data-parallel replicas of each pipeline stage, on consecutive ranks (their sum is the "
+     "world; tp, cp, ep 1, vpp 1; each divides the micro-batch)"},
     {"parallel", "bucket_mb", "--bucket-mb", "X", FIELD_DOUBLE, OFF(bucket_mb), 0, BIG, 1, 0,
      "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
     {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
@@ -334,14 +337,19 @@ static int store_progress(TrainConfig *cfg, const FieldSpec *f, const char *text
   return 0;
 }
 
-static int store_stages(TrainConfig *cfg, const int *values, int n, const char *where, Error *err) {
+/* A per-stage list: layers_per_stage (block counts >= 0) or stage_widths
+ * (replica counts >= 1). */
+static int store_stages(TrainConfig *cfg, const FieldSpec *f, const int *values, int n, const char *where,
+                        Error *err) {
+  int widths = f->offset == OFF(stage_widths);
   if (n < 1 || n > TRAIN_MAX_STAGES)
     return error_set(err, ERR_CONFIG, "%s must list between 1 and %d stages, got %d", where, TRAIN_MAX_STAGES, n);
   for (int i = 0; i < n; i++)
-    if (values[i] < 0 || values[i] > (1 << 20))
-      return error_set(err, ERR_CONFIG, "%s[%d] must be a block count >= 0, got %d", where, i, values[i]);
-  memcpy(cfg->layers_per_stage, values, (size_t)n * sizeof(int));
-  cfg->num_layers_per_stage = n;
+    if (values[i] < widths || values[i] > (1 << 20))
+      return error_set(err, ERR_CONFIG, "%s[%d] must be a %s, got %d", where, i,
+                       widths ? "replica count >= 1" : "block count >= 0", values[i]);
+  memcpy(widths ? cfg->stage_widths : cfg->layers_per_stage, values, (size_t)n * sizeof(int));
+  *(widths ? &cfg->num_stage_widths : &cfg->num_layers_per_stage) = n;
   return 0;
 }
 
@@ -436,7 +444,7 @@ static int parse_field(TrainConfig *cfg, const FieldSpec *f, const cJSON *v, con
           return error_set(err, ERR_CONFIG, "%s[%d] must be an integer, got %s", where, i, json_type_name(e));
         values[i] = e->valuedouble < 0 ? -1 : e->valuedouble > (1 << 20) ? (1 << 21) : (int)e->valuedouble;
       }
-      return store_stages(cfg, values, n, where, err);
+      return store_stages(cfg, f, values, n, where, err);
     }
     case FIELD_PATHS: {
       free_paths(paths_member(cfg, f), paths_count(cfg, f));
@@ -654,7 +662,7 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
         return error_set(err, ERR_ARG, "%s must be a comma-separated list of block counts, got %s (%s)", flag, shown,
                          perr.msg);
       }
-      rc = store_stages(cfg, values, n, flag, err);
+      rc = store_stages(cfg, f, values, n, flag, err);
       free(values);
       break;
     }

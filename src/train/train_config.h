@@ -124,6 +124,10 @@ typedef struct TrainConfig {
   int schedule;              /* SchedScheduleKind; -1: 1f1b when pp > 1 (interleaved when vpp > 1), else none */
   int layers_per_stage[TRAIN_MAX_STAGES]; /* explicit partition by virtual stage; num 0: even split */
   int num_layers_per_stage;
+  /* Stage replication (sched/replicated.h): stage s runs on stage_widths[s]
+   * consecutive ranks that split every micro-batch; num 0: off. */
+  int stage_widths[TRAIN_MAX_STAGES];
+  int num_stage_widths;
   double bucket_mb;          /* gradient bucket size; 0: default (trainer) */
   int overlap_grad_reduce;   /* 1: non-blocking buckets started during backward; 0: blocking at GRAD_REDUCE;
                                 TRAIN_AUTO: chosen at startup (dp_grads_choose_overlap) */

@@ -216,10 +216,12 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
       case FIELD_TEXT:
         if (base[0]) cJSON_AddStringToObject(t, f->name, base);
         break;
-      case FIELD_STAGES:
-        if (cfg->num_layers_per_stage > 0)
-          cJSON_AddItemToObject(t, f->name, cJSON_CreateIntArray(cfg->layers_per_stage, cfg->num_layers_per_stage));
+      case FIELD_STAGES: {
+        int widths = !strcmp(f->name, "stage_widths");
+        int n = widths ? cfg->num_stage_widths : cfg->num_layers_per_stage;
+        if (n > 0) cJSON_AddItemToObject(t, f->name, cJSON_CreateIntArray(widths ? cfg->stage_widths : cfg->layers_per_stage, n));
         break;
+      }
       default: break;
     }
   }

@@ -6,12 +6,14 @@
 
 #include "sched/builders.h"
 #include "sched/partition.h"
+#include "train/stage_replication.h"
 #include "train/trace_session.h"
 #include "train/train_config.h"
 
 int train_config_set_world(TrainConfig *cfg, int world_ranks, Error *err) {
   const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
   if (world_ranks < 1) return error_set(err, ERR_ARG, "train_config_set_world: %d ranks", world_ranks);
+  if (cfg->num_stage_widths > 0) return train_config_set_world_replicated(cfg, world_ranks, err);
   if (cfg->cp > 1 || cfg->ep > 1 || cfg->etp > 1) return train_config_set_world_fold(cfg, world_ranks, err);
   long long model_ranks = (long long)cfg->tp * cfg->pp;
   if (cfg->dp > 0) {

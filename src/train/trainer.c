@@ -169,6 +169,12 @@ static void print_parallel(const Trainer *tr, FILE *out) {
     }
   }
   fprintf(out, "; %d activation slot(s) per chunk\n", tr->model.shard.num_slots);
+  if (tr->repl.on) {
+    fprintf(out, "  stages   replicated: widths");
+    for (int s = 0; s < tr->repl.r.stages; s++) fprintf(out, "%s%d", s ? "," : " ", tr->repl.r.width[s]);
+    fprintf(out, " on consecutive ranks; each micro-batch's %d sequences split over a stage's replicas\n",
+            tr->repl.r.sequences);
+  }
   if (tr->folded)
     fprintf(out, "  folding  attention tp %d x cp %d x dp %d x pp %d; MoE etp %d x ep %d x edp %d x pp %d; dispatcher %s\n",
             tr->tp, tr->cp, tr->dp, tr->pp, tr->etp, tr->ep, tr->edp, tr->pp,
@@ -307,6 +313,9 @@ static int start_trace(Trainer *tr, FILE *out, Error *err) {
   GridSizes sizes = {.world = tr->world, .tp = tr->tp, .cp = tr->cp > 0 ? tr->cp : 1, .dp = tr->dp, .pp = tr->pp,
                      .etp = tr->etp > 0 ? tr->etp : 1, .ep = tr->ep > 0 ? tr->ep : 1, .edp = 0};
   if (tr->grid) sizes = tr->grid->sizes;
+  /* Stage replication: the program has a list per rank (sched/replicated.h). */
+  if (tr->repl.on) sizes = (GridSizes){.world = tr->world, .tp = 1, .cp = 1, .dp = 1, .pp = tr->world, .etp = 1,
+                                       .ep = 1, .edp = 0};
   if (!cfg->trace_path[0]) {
     tr->trace = trace_session_create_probes(tr->prog, &sizes);
     tr->exec.trace = tr->trace;

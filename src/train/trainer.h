@@ -64,6 +64,7 @@
 #include "nets/network.h"
 #include "train/optimizer.h"
 #include "train/train_config.h"
+#include "train/stage_replication.h"
 
 typedef struct Trainer {
   const TrainConfig *cfg; /* finalized; must outlive the trainer */
@@ -127,6 +128,8 @@ typedef struct Trainer {
   struct {
     OptimizerStepInfo info;
   } acc;
+  /* stage replication (train/stage_replication.h); repl.on 0: off */
+  TrainerReplication repl;
 } Trainer;
 
 /* What one optimizer step did. Losses are means over its micro-batches. */

@@ -20,6 +20,7 @@
 #include "train/trainer.h"
 #include "train/trainer_fold.h"
 #include "train/trainer_net.h"
+#include "train/pipeline_replicated.h"
 
 /* ---- the step's actions (executor handlers) ---- */
 
@@ -157,6 +158,8 @@ static int run_optim(void *ctx, const SchedAction *a, Error *err) {
   double sumsq = 0;
   if (tr->world == 1) {
     sumsq = vec_sumsq(tr->net.grads, tr->net.num_values);
+  } else if (tr->repl.on) {
+    rc = trainer_replication_sumsq(tr, &sumsq, err);
   } else if (tr->folded && !tr->zero) {
     rc = trainer_fold_sumsq(tr, &sumsq, err);
   } else {
@@ -200,7 +203,7 @@ static int make_shard(const Trainer *tr, ModelShard *shard, Error *err) {
   if (rc) return error_wrap(err, "pipeline partition");
   shard->num_chunks = tr->vpp;
   for (int c = 0; c < tr->vpp; c++) {
-    int s = c * tr->pp + tr->pp_rank;
+    int s = tr->repl.on ? tr->repl.stage : c * tr->pp + tr->pp_rank;
     shard->layer_begin[c] = part.first_layer[s];
     shard->layer_end[c] = part.first_layer[s] + part.layers[s];
     shard->has_embedding[c] = s == 0;
@@ -284,7 +287,7 @@ static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, const Com
   if (!(bucket_bytes > 0)) {
     bucket_bytes = 25.0 * 1024 * 1024;
     if (bucket_bytes > (double)tr->model.num_params) bucket_bytes = (double)tr->model.num_params;
-    if (tr->pp > 1) {
+    if (tr->pp > 1 && !tr->repl.on) { /* (replicated stages have no tied embedding) */
       int rc = comm_allreduce_f64(tr->pp_group, &bucket_bytes, 1, COMM_MIN, NULL, err);
       if (rc) return rc;
     }
@@ -321,6 +324,7 @@ static int create_layout(Trainer *tr, Error *err) {
   tr->vpp = cfg->vpp > 0 ? cfg->vpp : 1;
   tr->dp = cfg->world_size > 0 ? cfg->world_size : 1;
   trainer_fold_sizes(tr);
+  if (cfg->num_stage_widths > 0) return trainer_replication_layout(tr, err);
   tr->world = tr->tp * tr->cp * tr->pp * tr->dp;
   tr->grad_scale = 1.0f / ((float)accum * (float)tr->dp);
   /* Armed before the first collective of the run; every rank reads the same value. */
@@ -339,7 +343,8 @@ static int create_model(Trainer *tr, Error *err) {
   if (tr->tp > 1) tp_ops_init(&tr->tp_ops, tr->tp_group);
   const ModelParallelOps *model_ops = trainer_fold_ops(tr, err);
   if (tr->folded && !model_ops) return err->code ? err->code : ERR_INTERNAL;
-  rc = model_create_shard(&tr->model, &cfg->model, &shard, model_ops, cfg->micro_batch_size, cfg->seq_len, err);
+  int batch = tr->repl.on ? tr->repl.local_batch : cfg->micro_batch_size;
+  rc = model_create_shard(&tr->model, &cfg->model, &shard, model_ops, batch, cfg->seq_len, err);
   if (rc) return error_wrap(err, "creating the model (tp %d, pipeline rank %d of %d)", tr->tp, tr->pp_rank, tr->pp);
   model_init_weights(&tr->model, cfg->seed);
   if ((rc = net_transformer_bind(&tr->net, &tr->model, err))) return rc;
@@ -416,8 +421,10 @@ static int create_executor(Trainer *tr, Error *err) {
   executor_set_posts(&tr->exec, SCHED_RECV_ACT, 1);
   executor_set_posts(&tr->exec, SCHED_RECV_GRAD, 1);
   executor_set_posts(&tr->exec, SCHED_GRAD_REDUCE, tr->reduce_grads);
-  rc = pipeline_create(&tr->pipe, &tr->model, tr->prog, tr->pp_rank, tr->pp > 1 ? tr->pp_group : NULL,
-                       cfg->micro_batch_size, cfg->seq_len, err);
+  int batch = tr->repl.on ? tr->repl.local_batch : cfg->micro_batch_size;
+  rc = pipeline_create(&tr->pipe, &tr->model, tr->prog, tr->pp_rank, tr->pp > 1 ? tr->pp_group : NULL, batch,
+                       cfg->seq_len, err);
+  if (!rc && tr->repl.on) rc = pipeline_replicated_attach(&tr->pipe, &tr->repl.r, err);
   if (rc) return rc;
   tr->pipe.dp_grads = tr->reduce_grads ? &tr->dp_grads : NULL;
   tr->pipe.last_backward = tr->exec.last_backward;
@@ -485,6 +492,7 @@ void trainer_free(Trainer *tr) {
   free(tr->step_targets);
   free(tr->tied_send);
   free(tr->tied_recv);
+  trainer_replication_free(tr);
   memset(tr, 0, sizeof *tr);
 }
 
@@ -518,6 +526,7 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
                               err);
     if (rc) return error_wrap(err, "step %d: data.train", tr->step + 1);
   }
+  if (tr->repl.on) trainer_replication_select(tr, tr->step_inputs, tr->step_targets, accum);
   model_zero_grad(&tr->model);
   tr->step_skipped = 0;
   nonfinite_test_poison(tr, "grad");
@@ -532,7 +541,8 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
    * the replicas. */
   const Pipeline *p = &tr->pipe;
   double sums[4] = {p->lm_sum, (double)p->tokens_counted, p->aux_sum, p->z_sum};
-  rc = sum_over_replicas_and_stages(tr, sums, 4, (int64_t *)p->expert_counts, p->num_counts, err);
+  rc = tr->repl.on ? trainer_replication_sum_losses(tr, sums, 4, (int64_t *)p->expert_counts, p->num_counts, err)
+                   : sum_over_replicas_and_stages(tr, sums, 4, (int64_t *)p->expert_counts, p->num_counts, err);
   if (rc) return error_wrap(err, "step %d: summing the losses over the ranks", tr->step + 1);
   /* Every CP rank of a replica reports the whole micro-batch: the DP x CP
    * sum holds cp copies (lm over tokens is a ratio and needs no care). */
@@ -569,7 +579,7 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
   if (!tr->has_val) return error_set(err, ERR_CONFIG, "no validation data (set data.val or --val-data)");
   double t0 = timer_now();
   /* Counted once per replica: on the rank that holds the loss. */
-  int holds_head = tr->pp_rank == tr->pp - 1;
+  int holds_head = tr->repl.on ? tr->repl.stage == tr->pp - 1 : tr->pp_rank == tr->pp - 1;
   double sums[3] = {0, 0, 0};
   val_loader_reset(&tr->val);
   for (;;) {
@@ -585,7 +595,8 @@ int trainer_evaluate(Trainer *tr, EvalResult *res, Error *err) {
     sums[2] += holds_head;
     res->batches++;
   }
-  int rc = sum_over_replicas_and_stages(tr, sums, 3, NULL, 0, err);
+  int rc = tr->repl.on ? trainer_replication_sum_losses(tr, sums, 3, NULL, 0, err)
+                      : sum_over_replicas_and_stages(tr, sums, 3, NULL, 0, err);
   if (rc) return error_wrap(err, "validation: summing over the ranks");
   res->tokens = (long)(sums[1] / trainer_fold_loss_copies(tr));
   res->batches = (int)(sums[2] / trainer_fold_loss_copies(tr));

@@ -50,6 +50,15 @@ foreach(mode golden-ep golden-fold golden-pp golden-zero reshard config)
   set_tests_properties(parallel.fold_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+# Stage replication (tests/parallel/stagerep_test.sh): per-stage widths 2,1,
+# 1,2 and 2,2 against one rank, checkpoints moving to and from one rank, a
+# plan file with stage_widths, and widths that do not fit refused.
+foreach(mode golden resume config)
+  add_test(NAME parallel.stagerep_${mode}
+           COMMAND bash ${PARALLEL_TEST_DIR}/stagerep_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
+  set_tests_properties(parallel.stagerep_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "${PARALLEL_MPI_ENV}")
+endforeach()
 # The planner's best plan on the local spec (calibrate --quick) is one the
 # runtime trains, for several models (tests/parallel/plan_train_test.sh).
 add_test(NAME parallel.plan_train

@@ -243,21 +243,42 @@ static void test_search_replicates_the_heavy_stage(void **state) {
   cluster_spec_free(&h100);
 }
 
-static void test_plan_file_with_widths_is_refused(void **state) {
+/* The reader takes the widths (the trainer runs them) and refuses a list
+ * that does not fit the plan, naming the file and the field. */
+static void test_plan_file_with_widths(void **state) {
   (void)state;
-  const char *text =
-      "{\"format\": \"fivefold.plan\", \"version\": 1, \"model\": \"m\", \"gpus\": 3, \"seq_length\": 64,"
+  static const char *const fmt =
+      "{\"format\": \"fivefold.plan\", \"version\": 1, \"model\": \"m\", \"gpus\": %d, \"seq_length\": 64,"
       " \"parallel\": {\"tp\": 1, \"cp\": 1, \"dp\": 1, \"pp\": 2, \"vpp\": 1, \"micro_batch_size\": 2,"
-      " \"global_batch_size\": 8, \"schedule\": \"1f1b\", \"layers_per_stage\": [2, 2], \"stage_widths\": [2, 1]}}";
-  cJSON *j = cJSON_Parse(text);
-  PlanChoice pc;
-  Error err = {0, ""};
-  assert_int_not_equal(plan_file_from_json(j, "rep.json", &pc, &err), 0);
-  print_message("%s\n", err.msg);
-  assert_non_null(strstr(err.msg, "rep.json"));
-  assert_non_null(strstr(err.msg, "parallel.stage_widths"));
-  assert_non_null(strstr(err.msg, "does not execute"));
-  cJSON_Delete(j);
+      " \"global_batch_size\": 8, \"schedule\": \"1f1b\", \"layers_per_stage\": [2, 2], \"stage_widths\": %s}}";
+  static const struct {
+    int gpus;
+    const char *widths, *needle;
+  } cases[] = {{3, "[2, 1]", NULL}, {4, "[2, 1]", "sum to 3"}, {3, "[2, 1, 1]", "expected 2 widths"},
+               {3, "[3, 0]", "integer >= 1"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char text[600];
+    snprintf(text, sizeof text, fmt, cases[i].gpus, cases[i].widths);
+    cJSON *j = cJSON_Parse(text);
+    PlanChoice pc;
+    Error err = {0, ""};
+    int rc = plan_file_from_json(j, "rep.json", &pc, &err);
+    cJSON_Delete(j);
+    if (!cases[i].needle) {
+      if (rc) print_error("%s\n", err.msg);
+      assert_int_equal(rc, 0);
+      assert_int_equal(pc.num_stage_widths, 2);
+      assert_int_equal(pc.stage_width[0], 2);
+      assert_int_equal(pc.stage_width[1], 1);
+      assert_int_equal(pc.gpus, 3);
+      continue;
+    }
+    assert_int_not_equal(rc, 0);
+    print_message("%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "rep.json"));
+    assert_non_null(strstr(err.msg, "parallel.stage_widths"));
+    assert_non_null(strstr(err.msg, cases[i].needle));
+  }
 }
 
 int main(void) {
@@ -265,7 +286,7 @@ int main(void) {
       cmocka_unit_test(test_dp_matches_brute_force),
       cmocka_unit_test(test_simulator_against_pivot_formula),
       cmocka_unit_test(test_search_replicates_the_heavy_stage),
-      cmocka_unit_test(test_plan_file_with_widths_is_refused),
+      cmocka_unit_test(test_plan_file_with_widths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,134 @@
+/* Stage replication in the trainer (stage_replication.h): the config
+ * check, the layout (stage, sequences, replica group, program), the
+ * batch each replica keeps, and the sums over the world. */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/grid.h"
+#include "comm/timeout.h"
+#include "train/stage_replication.h"
+#include "train/trainer.h"
+#include "train/trainer_net.h"
+
+static void widths_text(const TrainConfig *cfg, char *buf, size_t size) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (int s = 0; s < cfg->num_stage_widths && at < size; s++)
+    at += (size_t)snprintf(buf + at, size - at, "%s%d", s ? ", " : "", cfg->stage_widths[s]);
+}
+
+int train_config_set_world_replicated(TrainConfig *cfg, int world_ranks, Error *err) {
+  const char *origin = cfg->config_path[0] ? cfg->config_path : "config";
+  int n = cfg->num_stage_widths, sum = 0;
+  char list[160];
+  widths_text(cfg, list, sizeof list);
+  for (int s = 0; s < n; s++) sum += cfg->stage_widths[s];
+  const char *field = "parallel.stage_widths";
+  if (cfg->family != TRAIN_FAMILY_TRANSFORMER)
+    return error_set(err, ERR_CONFIG, "%s: %s [%s]: stage replication runs transformer models only", origin, field,
+                     list);
+  if (cfg->tp > 1 || cfg->cp > 1 || cfg->ep > 1 || cfg->etp > 1 || cfg->vpp > 1)
+    return error_set(err, ERR_CONFIG,
+                     "%s: %s [%s]: stage replication runs pipeline x per-stage data parallelism only: parallel.tp, "
+                     "cp, ep, etp and vpp must be 1 (got tp %d cp %d ep %d etp %d vpp %d)",
+                     origin, field, list, cfg->tp, cfg->cp, cfg->ep, cfg->etp, cfg->vpp);
+  if (cfg->dp > 1)
+    return error_set(err, ERR_CONFIG,
+                     "%s: parallel.dp %d with %s [%s]: the widths are the data parallelism of each stage; leave "
+                     "parallel.dp out (or 1)",
+                     origin, cfg->dp, field, list);
+  if (cfg->pp > 1 && cfg->pp != n)
+    return error_set(err, ERR_CONFIG, "%s: parallel.pp is %d but %s [%s] lists %d stages", origin, cfg->pp, field,
+                     list, n);
+  if (sum != world_ranks)
+    return error_set(err, ERR_CONFIG, "%s: %s [%s] needs %d ranks but the job has %d (launch with mpirun -np %d)",
+                     origin, field, list, sum, world_ranks, sum);
+  if (sum < 2)
+    return error_set(err, ERR_CONFIG, "%s: %s [%s] is one rank: leave the field out", origin, field, list);
+  for (int s = 0; s < n; s++)
+    if (cfg->micro_batch_size % cfg->stage_widths[s])
+      return error_set(err, ERR_CONFIG,
+                       "%s: %s [%s]: stage %d's width %d does not divide training.micro_batch_size %d (each replica "
+                       "takes an equal share of every micro-batch's sequences)",
+                       origin, field, list, s, cfg->stage_widths[s], cfg->micro_batch_size);
+  if (n > 1 && cfg->model.tie_word_embeddings)
+    return error_set(err, ERR_CONFIG,
+                     "%s: %s [%s]: tied embeddings (model.tie_word_embeddings) over replicated stages are not run "
+                     "yet; untie them or leave the field out",
+                     origin, field, list);
+  cfg->pp = n;
+  cfg->dp = 1;
+  cfg->world_size = 1; /* one batch of one rank, split inside the stages */
+  cfg->world_ranks = world_ranks;
+  return 0;
+}
+
+int trainer_replication_layout(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  TrainerReplication *x = &tr->repl;
+  x->group.comm = MPI_COMM_NULL;
+  x->r.stages = cfg->num_stage_widths;
+  x->r.sequences = cfg->micro_batch_size;
+  for (int s = 0; s < x->r.stages; s++) x->r.width[s] = cfg->stage_widths[s];
+  int rc = sched_replication_validate(&x->r, err);
+  if (rc) return error_wrap(err, "parallel.stage_widths");
+  x->on = 1;
+  tr->pp = x->r.stages;
+  tr->vpp = tr->tp = tr->dp = 1;
+  tr->world = sched_replication_ranks(&x->r);
+  tr->grad_scale = 1.0f / ((float)cfg->grad_accum_steps * (float)x->r.width[x->r.stages - 1]);
+  if (!comm_initialized() || comm_world_size() != tr->world)
+    return error_set(err, ERR_CONFIG,
+                     "parallel.stage_widths: the stages need %d ranks but this process runs in a world of %d "
+                     "rank(s) (start it with mpirun -np %d)",
+                     tr->world, comm_initialized() ? comm_world_size() : 1, tr->world);
+  if ((rc = comm_set_collective_timeout(cfg->collective_timeout_s, err))) return rc;
+  tr->world_rank = comm_world_rank();
+  x->stage = sched_replication_stage_of(&x->r, tr->world_rank, &x->replica);
+  sched_replication_range(&x->r, x->stage, x->replica, &x->seq_begin, &x->local_batch);
+  if ((rc = comm_group_split(comm_world(), x->stage, x->replica, "stage", &x->group, err))) return rc;
+  /* The program's rank is the world rank; the loader of every rank reads
+   * the one batch (dp 1), and the replicas reduce over their stage. */
+  tr->pp_rank = tr->world_rank;
+  tr->tp_rank = tr->dp_rank = 0;
+  tr->dp_group = &x->group;
+  tr->pp_group = comm_world();
+  tr->tp_group = tr->mp_group = NULL;
+  SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = x->r.stages, .vpp = 1,
+                    .microbatches = cfg->grad_accum_steps};
+  rc = sched_build_replicated(&sc, &x->r, &tr->prog, err);
+  return rc ? error_wrap(err, "parallel.stage_widths") : 0;
+}
+
+void trainer_replication_free(Trainer *tr) {
+  if (tr->repl.on) comm_group_free(&tr->repl.group);
+  memset(&tr->repl, 0, sizeof tr->repl);
+}
+
+void trainer_replication_select(const Trainer *tr, int *tokens, int *targets, int accum) {
+  const TrainerReplication *x = &tr->repl;
+  size_t T = (size_t)tr->cfg->seq_len, B = (size_t)x->r.sequences, n = (size_t)x->local_batch * T;
+  for (int i = 0; i < accum; i++) {
+    size_t from = ((size_t)i * B + (size_t)x->seq_begin) * T, to = (size_t)i * n;
+    memmove(tokens + to, tokens + from, n * sizeof *tokens);
+    memmove(targets + to, targets + from, n * sizeof *targets);
+  }
+}
+
+int trainer_replication_sum_losses(Trainer *tr, double *sums, int n, int64_t *counts, size_t n_counts, Error *err) {
+  const TrainerReplication *x = &tr->repl;
+  /* sums[0..1] are the loss and its tokens (every replica its own); the
+   * rest are per-micro-batch values each replica computes on its part. */
+  for (int i = 2; i < n; i++) sums[i] /= x->r.width[x->stage];
+  int rc = comm_allreduce_f64(comm_world(), sums, (size_t)n, COMM_SUM, NULL, err);
+  if (!rc && n_counts) rc = comm_allreduce_i64(comm_world(), counts, n_counts, COMM_SUM, NULL, err);
+  return rc;
+}
+
+int trainer_replication_sumsq(Trainer *tr, double *sumsq, Error *err) {
+  /* With the distributed optimizer (a stage of width > 1) each replica
+   * holds its shard of the stage's gradient; a stage of width 1 the whole. */
+  if (tr->zero) *sumsq = dist_optimizer_local_sumsq(&tr->dist_opt, &tr->net, 0);
+  else *sumsq = tr->repl.replica == 0 ? optimizer_local_sumsq(&tr->net, 0) : 0.0;
+  return trainer_sum_over_group(comm_world(), sumsq, err);
+}
