@@ -61,7 +61,16 @@ typedef struct PlanConfig {
    * blocks; 0: every block under `recompute`. */
   int num_layer_recompute;
   unsigned char layer_recompute[PLAN_MAX_STAGES];
+  /* Warm-up depth per pipeline rank of the 1F1B family (1f1b, zb-h1;
+   * SchedConfig.warmup): with warmup_set, rank r runs warmup[r] forwards
+   * before its first backward; 0: the schedule's own p - r - 1. */
+  int warmup_set;
+  int warmup[SCHED_MAX_WARMUP_RANKS];
 } PlanConfig;
+
+/* The schedule part of cfg as a sched configuration (schedule, pp, vpp,
+ * micro-batches, warm-up depths); order costs and groups left 0. */
+void plan_config_sched(const PlanConfig *cfg, SchedConfig *out);
 
 /* The recomputation block `layer` runs under. */
 static inline PlanRecompute plan_config_layer_recompute(const PlanConfig *cfg, int layer) {

@@ -104,9 +104,11 @@ static const FieldSpec FIELDS[] = {
     {"parallel", "dispatcher", "--dispatcher", "NAME", FIELD_TEXT, OFF(moe_dispatcher), 0, 0, 0, 0,
      "MoE token dispatcher under expert parallelism: alltoall (default) | allgather"},
     {"parallel", "schedule", "--schedule", "NAME", FIELD_SCHEDULE, OFF(schedule), 0, 0, 0, 0,
-     "pipeline schedule: none | gpipe | 1f1b | interleaved (default: 1f1b when pp > 1, interleaved when vpp > 1)"},
+     "pipeline schedule: none | gpipe | 1f1b | zb-h1 | interleaved (default: 1f1b when pp > 1, interleaved when vpp > 1)"},
     {"parallel", "layers_per_stage", "--layers-per-stage", "N,N,..", FIELD_STAGES, OFF(layers_per_stage), 0, 0, 0,
      0, "transformer blocks per virtual stage, in stage order (default: an even split)"},
+    {"parallel", "warmup", "--warmup", "N,N,..", FIELD_STAGES, OFF(warmup), 0, 0, 0, 0,
+     "1f1b / zb-h1: forwards each pipeline rank runs before its first backward (default: pp - rank - 1)"},
     {"parallel", "bucket_mb", "--bucket-mb", "X", FIELD_DOUBLE, OFF(bucket_mb), 0, BIG, 1, 0,
      "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
     {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
@@ -313,7 +315,7 @@ static int store_tokenizer(TrainConfig *cfg, const FieldSpec *f, const char *val
 static int store_schedule(TrainConfig *cfg, const char *name, const char *where, Error *err) {
   SchedScheduleKind k;
   if (sched_schedule_from_name(name, &k) || k == SCHED_SCHEDULE_CUSTOM)
-    return error_set(err, ERR_CONFIG, "%s must be \"none\", \"gpipe\", \"1f1b\" or \"interleaved\", got \"%s\"", where,
+    return error_set(err, ERR_CONFIG, "%s must be \"none\", \"gpipe\", \"1f1b\", \"zb-h1\" or \"interleaved\", got \"%s\"", where,
                      name);
   cfg->schedule = (int)k;
   return 0;
@@ -334,14 +336,18 @@ static int store_progress(TrainConfig *cfg, const FieldSpec *f, const char *text
   return 0;
 }
 
-static int store_stages(TrainConfig *cfg, const int *values, int n, const char *where, Error *err) {
+/* A list of counts per stage (layers_per_stage) or per pipeline rank (warmup). */
+static int store_stages(TrainConfig *cfg, const FieldSpec *f, const int *values, int n, const char *where, Error *err) {
+  const int warmup = f->offset == OFF(warmup);
   if (n < 1 || n > TRAIN_MAX_STAGES)
-    return error_set(err, ERR_CONFIG, "%s must list between 1 and %d stages, got %d", where, TRAIN_MAX_STAGES, n);
+    return error_set(err, ERR_CONFIG, "%s must list between 1 and %d %s, got %d", where, TRAIN_MAX_STAGES,
+                     warmup ? "pipeline ranks" : "stages", n);
   for (int i = 0; i < n; i++)
     if (values[i] < 0 || values[i] > (1 << 20))
-      return error_set(err, ERR_CONFIG, "%s[%d] must be a block count >= 0, got %d", where, i, values[i]);
-  memcpy(cfg->layers_per_stage, values, (size_t)n * sizeof(int));
-  cfg->num_layers_per_stage = n;
+      return error_set(err, ERR_CONFIG, "%s[%d] must be a %s >= 0, got %d", where, i,
+                       warmup ? "number of forwards" : "block count", values[i]);
+  memcpy(warmup ? cfg->warmup : cfg->layers_per_stage, values, (size_t)n * sizeof(int));
+  *(warmup ? &cfg->num_warmup : &cfg->num_layers_per_stage) = n;
   return 0;
 }
 
@@ -436,7 +442,7 @@ static int parse_field(TrainConfig *cfg, const FieldSpec *f, const cJSON *v, con
           return error_set(err, ERR_CONFIG, "%s[%d] must be an integer, got %s", where, i, json_type_name(e));
         values[i] = e->valuedouble < 0 ? -1 : e->valuedouble > (1 << 20) ? (1 << 21) : (int)e->valuedouble;
       }
-      return store_stages(cfg, values, n, where, err);
+      return store_stages(cfg, f, values, n, where, err);
     }
     case FIELD_PATHS: {
       free_paths(paths_member(cfg, f), paths_count(cfg, f));
@@ -654,7 +660,7 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
         return error_set(err, ERR_ARG, "%s must be a comma-separated list of block counts, got %s (%s)", flag, shown,
                          perr.msg);
       }
-      rc = store_stages(cfg, values, n, flag, err);
+      rc = store_stages(cfg, f, values, n, flag, err);
       free(values);
       break;
     }

@@ -217,8 +217,11 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
         if (base[0]) cJSON_AddStringToObject(t, f->name, base);
         break;
       case FIELD_STAGES:
-        if (cfg->num_layers_per_stage > 0)
+        if (!strcmp(f->name, "warmup")) {
+          if (cfg->num_warmup > 0) cJSON_AddItemToObject(t, f->name, cJSON_CreateIntArray(cfg->warmup, cfg->num_warmup));
+        } else if (cfg->num_layers_per_stage > 0) {
           cJSON_AddItemToObject(t, f->name, cJSON_CreateIntArray(cfg->layers_per_stage, cfg->num_layers_per_stage));
+        }
         break;
       default: break;
     }
