@@ -17,6 +17,13 @@ static int improves(const PlanResult *a, const PlanResult *b) {
   return a->peak_memory < b->peak_memory * (1 - 1e-9);
 }
 
+/* Depths in [0, m] that do not grow along the pipeline (sched/program.h). */
+static int valid_depths(const int *w, int P, int m) {
+  for (int q = 0; q < P; q++)
+    if (w[q] < 0 || w[q] > m || (q > 0 && w[q] > w[q - 1])) return 0;
+  return 1;
+}
+
 static int simulate_order(const ModelConfig *model, const ClusterSpec *cluster, const PlanOptions *opt,
                           const PlanConfig *base, SchedScheduleKind kind, const int *warmup, PlanResult *out,
                           Error *err) {
@@ -70,12 +77,16 @@ int plan_order_search(PlanResult *r, const ModelConfig *model, const ClusterSpec
   for (;;) {
     PlanResult step;
     int have_step = 0, step_depths[SCHED_MAX_WARMUP_RANKS];
-    for (int q = 0; q < P && spent < budget; q++)
+    /* Moves: one rank's depth, or the depths of ranks 0..q together (a
+     * uniformly deeper pipeline is what lets W wait), up or down by one. */
+    for (int move = 0; move < 2 * P && spent < budget; move++)
       for (int d = -1; d <= 1 && spent < budget; d += 2) {
+        int q = move % P, prefix = move >= P;
+        if (prefix && q == 0) continue; /* the same as rank 0 alone */
         int cand[SCHED_MAX_WARMUP_RANKS];
         memcpy(cand, cur, (size_t)P * sizeof *cand);
-        cand[q] += d;
-        if (cand[q] < 0 || cand[q] > m) continue;
+        for (int j = prefix ? 0 : q; j <= q; j++) cand[j] += d;
+        if (!valid_depths(cand, P, m)) continue;
         PlanResult t;
         int rc = simulate_order(model, cluster, opt, &base, fk, cand, &t, err);
         if (rc) {

@@ -4,8 +4,9 @@
  *
  * plan_order_search simulates the configuration under each schedule with
  * the default warm-up, then descends on the warm-up depths of the best
- * 1F1B-family schedule (one rank's depth up or down by one at a time,
- * steepest first) while a neighbour is faster and fits in memory (a deeper
+ * 1F1B-family schedule (one rank's depth, or those of ranks 0..q together,
+ * up or down by one; steepest first; depths that would deadlock skipped)
+ * while a neighbour is faster and fits in memory (a deeper
  * warm-up keeps one more micro-batch's activations on that rank; the
  * memory model's walk over the order prices it). Memory-aware as the
  * partition refinement: a candidate that fits beats one that does not. Only
