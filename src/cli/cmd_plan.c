@@ -765,14 +765,10 @@ int cmd_plan(int argc, char **argv) {
     if (refine.simulated) printf("\n");
     plan_refine_explain(&refine, &res.top[0], stdout);
   }
-  PlanOrderStats order;
-  ClusterSpec order_view = plan_result_cluster_view(&cluster, &res.top[0]);
-  if (!c->no_search_order && plan_order_search(&res.top[0], &model, &order_view, &c->opt, 0, &order, &err)) {
+  if (!c->no_search_order && plan_order_search_explained(&res.top[0], &model, &cluster, &c->opt, stdout, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
   }
-  if (!c->no_search_order && order.simulated) printf("\n");
-  if (!c->no_search_order) plan_order_explain(&order, &res.top[0], stdout);
   if (!c->no_bucket_search && plan_search_buckets_cli(c, &res.top[0], &model, &cluster, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;

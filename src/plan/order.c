@@ -135,6 +135,18 @@ int plan_order_search(PlanResult *r, const ModelConfig *model, const ClusterSpec
   return ERR_OK;
 }
 
+int plan_order_search_explained(PlanResult *r, const ModelConfig *model, const ClusterSpec *cluster,
+                                const PlanOptions *opt, FILE *f, Error *err) {
+  ClusterSpec view = plan_result_cluster_view(cluster, r);
+  PlanOrderStats st;
+  int rc = plan_order_search(r, model, &view, opt, 0, &st, err);
+  if (!rc && st.simulated) {
+    fputc('\n', f);
+    plan_order_explain(&st, r, f);
+  }
+  return rc;
+}
+
 void plan_order_print_flags(const PlanConfig *cfg, FILE *f) {
   for (int q = 0; q < cfg->warmup_set; q++) fprintf(f, "%s%d", q ? "," : " --warmup ", cfg->warmup[q]);
 }

@@ -43,6 +43,11 @@ int plan_order_search(PlanResult *r, const ModelConfig *model, const ClusterSpec
  * when stats->simulated is 0. */
 void plan_order_explain(const PlanOrderStats *stats, const PlanResult *r, FILE *f);
 
+/* plan_order_search on the devices r is mapped to (mapping.h), then a
+ * blank line and plan_order_explain to f. */
+int plan_order_search_explained(PlanResult *r, const ModelConfig *model, const ClusterSpec *cluster,
+                                const PlanOptions *opt, FILE *f, Error *err);
+
 /* " --warmup 4,2,1,0" for a simulate line, nothing without depths. */
 void plan_order_print_flags(const PlanConfig *cfg, FILE *f);
 

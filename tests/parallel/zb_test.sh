@@ -10,7 +10,8 @@
 #               with tied embeddings, MoE), PP4 (dense, oversubscribed)
 #   golden-dp   PP2 x DP2 zb-h1 with the distributed optimizer and small
 #               buckets (the reductions start from each chunk's last W),
-#               GPT-2 PP2 (its MLP stays in B)
+#               GPT-2 PP2 (its MLP stays in B), PP2 with warm-up depths 3,1;
+#               depths that grow along the pipeline or do not match pp refused
 # Each golden run: 5 steps; losses within 1e-4 relative of one rank, the
 # final model and optimizer tensors within 1e-4 relative + 1e-5 absolute.
 set -u
@@ -43,6 +44,11 @@ case "$MODE" in
     train 4 zb2dp2-dense dense --grad-accum 2 --pp 2 --dp 2 --schedule zb-h1 --distributed-optimizer \
       --bucket-mb 0.004 && same zb2dp2-dense one-dense 5
     train 2 zb2-gpt2 gpt2 --grad-accum 4 --pp 2 --schedule zb-h1 && same zb2-gpt2 one-gpt2 5
+    # Deeper warm-up (rank 0 runs 3 forwards before its first backward).
+    train 2 zbw-dense dense --grad-accum 4 --pp 2 --schedule zb-h1 --warmup 3,1 && same zbw-dense one-dense 5
+    grep -q '"warmup":[[:space:]]*\[3, 1\]' zbw-dense/config.json || fail "config.json does not record the warm-up depths"
+    refused 2 dense "must not grow along the pipeline" --pp 2 --schedule zb-h1 --warmup 0,1
+    refused 2 dense "2 warm-up depths for pp 1" --warmup 1,0
     ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac
