@@ -7,7 +7,8 @@
 #
 # usage: zb_test.sh FIVEFOLD MPIEXEC MODE
 #   golden-pp   zb-h1 on one rank (split backward, no pipeline), PP2 (dense
-#               with tied embeddings, MoE), PP4 (dense, oversubscribed)
+#               with tied embeddings, MoE), PP4 (dense, oversubscribed); a
+#               traced PP2 run names its W actions and trace analyze reads it
 #   golden-dp   PP2 x DP2 zb-h1 with the distributed optimizer and small
 #               buckets (the reductions start from each chunk's last W),
 #               GPT-2 PP2 (its MLP stays in B), PP2 with warm-up depths 3,1;
@@ -37,6 +38,14 @@ case "$MODE" in
     grep -q "schedule zb-h1" zb2-dense.log || fail "the PP2 banner does not name schedule zb-h1"
     train 2 zb2-moe moe --grad-accum 4 --pp 2 --schedule zb-h1 && same zb2-moe one-moe 5
     train 4 zb4-dense dense --grad-accum 4 --pp 4 --schedule zb-h1 && same zb4-dense one-dense 5
+    # The tracer names the weight-gradient actions: one W per micro-batch,
+    # rank and step (4 x 2 x 5), labelled W<mb>, and analyzes the program.
+    train 2 zbt-dense dense --grad-accum 4 --pp 2 --schedule zb-h1 --trace zbt-dense.trace.json || exit 1
+    n=$(grep -o '"cat":"BWD_WEIGHT"' zbt-dense.trace.json | wc -l)
+    [ "$n" -eq 40 ] || fail "the trace holds $n BWD_WEIGHT actions, expected 40"
+    grep -q '"name":"W3"' zbt-dense.trace.json || fail "the trace does not label weight gradients W<mb>"
+    "$FIVEFOLD" trace analyze zbt-dense.trace.json >analyze.log 2>&1 || fail "trace analyze failed: $(tail -1 analyze.log)"
+    grep -q "zb-h1 program (pp 2" analyze.log || fail "trace analyze does not name the zb-h1 program"
     ;;
   golden-dp)
     train 0 one-dense dense --grad-accum 4 || exit 1
