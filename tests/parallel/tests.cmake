@@ -88,8 +88,9 @@ add_test(NAME parallel.log_file
 set_tests_properties(parallel.log_file PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "${PARALLEL_MPI_ENV}")
 # The zero-bubble H1 order (tests/parallel/zb_test.sh): zb-h1 on one rank,
-# PP2 (dense, MoE), PP4, PP2 x DP2 with ZeRO-1 and GPT-2 PP2 against one rank.
-foreach(mode golden-pp golden-dp)
+# PP2 (dense, traced), and (golden-more) PP2 MoE, PP4, PP2 x DP2 with ZeRO-1,
+# GPT-2 PP2 and warm-up depths against one rank.
+foreach(mode golden-pp golden-more)
   string(REPLACE "-" "_" name ${mode})
   add_test(NAME parallel.zb_${name}
            COMMAND bash ${PARALLEL_TEST_DIR}/zb_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})

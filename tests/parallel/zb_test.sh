@@ -6,10 +6,11 @@
 # vocab 256, sequence 16, 4 micro-batches of 2 sequences per step.
 #
 # usage: zb_test.sh FIVEFOLD MPIEXEC MODE
-#   golden-pp   zb-h1 on one rank (split backward, no pipeline), PP2 (dense
-#               with tied embeddings, MoE), PP4 (dense, oversubscribed); a
-#               traced PP2 run names its W actions and trace analyze reads it
-#   golden-dp   PP2 x DP2 zb-h1 with the distributed optimizer and small
+#   golden-pp   zb-h1 on one rank (split backward, no pipeline) and PP2
+#               (dense with tied embeddings); a traced PP2 run names its W
+#               actions and trace analyze reads it
+#   golden-more PP2 MoE, PP4 (dense, oversubscribed),
+#               PP2 x DP2 zb-h1 with the distributed optimizer and small
 #               buckets (the reductions start from each chunk's last W),
 #               GPT-2 PP2 (its MLP stays in B), PP2 with warm-up depths 3,1;
 #               depths that grow along the pipeline or do not match pp refused
@@ -32,12 +33,9 @@ for model in dense moe gpt2; do run_json "run-$model.json" "$model.json"; done
 case "$MODE" in
   golden-pp)
     train 0 one-dense dense --grad-accum 4 || exit 1
-    train 0 one-moe moe --grad-accum 4 || exit 1
     train 0 zb1-dense dense --grad-accum 4 --schedule zb-h1 && same zb1-dense one-dense 5
     train 2 zb2-dense dense --grad-accum 4 --pp 2 --schedule zb-h1 && same zb2-dense one-dense 5
     grep -q "schedule zb-h1" zb2-dense.log || fail "the PP2 banner does not name schedule zb-h1"
-    train 2 zb2-moe moe --grad-accum 4 --pp 2 --schedule zb-h1 && same zb2-moe one-moe 5
-    train 4 zb4-dense dense --grad-accum 4 --pp 4 --schedule zb-h1 && same zb4-dense one-dense 5
     # The tracer names the weight-gradient actions: one W per micro-batch,
     # rank and step (4 x 2 x 5), labelled W<mb>, and analyzes the program.
     train 2 zbt-dense dense --grad-accum 4 --pp 2 --schedule zb-h1 --trace zbt-dense.trace.json || exit 1
@@ -47,9 +45,12 @@ case "$MODE" in
     "$FIVEFOLD" trace analyze zbt-dense.trace.json >analyze.log 2>&1 || fail "trace analyze failed: $(tail -1 analyze.log)"
     grep -q "zb-h1 program (pp 2" analyze.log || fail "trace analyze does not name the zb-h1 program"
     ;;
-  golden-dp)
+  golden-more)
     train 0 one-dense dense --grad-accum 4 || exit 1
+    train 0 one-moe moe --grad-accum 4 || exit 1
     train 0 one-gpt2 gpt2 --grad-accum 4 || exit 1
+    train 2 zb2-moe moe --grad-accum 4 --pp 2 --schedule zb-h1 && same zb2-moe one-moe 5
+    train 4 zb4-dense dense --grad-accum 4 --pp 4 --schedule zb-h1 && same zb4-dense one-dense 5
     train 4 zb2dp2-dense dense --grad-accum 2 --pp 2 --dp 2 --schedule zb-h1 --distributed-optimizer \
       --bucket-mb 0.004 && same zb2dp2-dense one-dense 5
     train 2 zb2-gpt2 gpt2 --grad-accum 4 --pp 2 --schedule zb-h1 && same zb2-gpt2 one-gpt2 5
