@@ -116,6 +116,12 @@ static double predicted_compute(const TraceRun *run, const ClusterSpec *spec, FI
   cfg.par.etp = g->etp > 0 ? g->etp : 1;
   cfg.dtype = PLAN_DTYPE_FP32;
   if (sc->schedule == SCHED_SCHEDULE_GPIPE) cfg.schedule = SCHED_SCHEDULE_GPIPE;
+  if (sc->schedule == SCHED_SCHEDULE_ZB_H1 || sc->warmup_set) { /* the traced order, warm-up depths included */
+    cfg.schedule = sc->schedule;
+    cfg.schedule_given = 1;
+    cfg.warmup_set = sc->warmup_set;
+    memcpy(cfg.warmup, sc->warmup, sizeof cfg.warmup);
+  }
   int gpus = cfg.par.tp * cfg.par.cp * dp * cfg.par.pp;
   ClusterSpec big = *spec;
   big.link_devices = 0, big.link_bandwidth = big.link_latency = NULL;
@@ -147,6 +153,8 @@ int calibrate_from_trace(const char *path, const ClusterSpec *base, ClusterSpec 
   int num_stages = run.program ? run.program->config.pp * (run.program->config.vpp > 0 ? run.program->config.vpp : 1) : 0;
   DVec *stage_fwd = num_stages ? calloc((size_t)num_stages, sizeof(DVec)) : NULL;
   DVec *stage_bwd = num_stages ? calloc((size_t)num_stages, sizeof(DVec)) : NULL;
+  /* A split backward (zb-h1): its weight-gradient halves, added to the B median. */
+  DVec *stage_w = num_stages ? calloc((size_t)num_stages, sizeof(DVec)) : NULL;
   int multi_host = 0;
   for (int r = 0; r < run.num_ranks; r++) {
     const TraceRankBuffer *rb = &run.ranks[r];
@@ -173,7 +181,8 @@ int calibrate_from_trace(const char *path, const ClusterSpec *base, ClusterSpec 
         dvec_push(&secs[kind], dt);
       } else if (e->type == TRACE_EVENT_ACTION && run.program) {
         const SchedAction *a = sched_program_action(run.program, e->id);
-        if (!a || a->stage < 0 || a->stage >= num_stages || !stage_fwd || !stage_bwd) continue;
+        if (!a || a->stage < 0 || a->stage >= num_stages || !stage_fwd || !stage_bwd || !stage_w) continue;
+        if (a->kind == SCHED_BWD_WEIGHT) dvec_push(&stage_w[a->stage], dt);
         if (a->kind == SCHED_FWD) dvec_push(&stage_fwd[a->stage], dt);
         if (a->kind == SCHED_BWD) dvec_push(&stage_bwd[a->stage], dt);
       }
@@ -219,6 +228,7 @@ int calibrate_from_trace(const char *path, const ClusterSpec *base, ClusterSpec 
     for (int s = 0; s < num_stages && have; s++) {
       have = stage_fwd[s].n > 0 && stage_bwd[s].n > 0;
       if (have) measured += calib_median(stage_fwd[s].v, stage_fwd[s].n) + calib_median(stage_bwd[s].v, stage_bwd[s].n);
+      if (have && stage_w[s].n > 0) measured += calib_median(stage_w[s].v, stage_w[s].n);
     }
     if (!have) {
       if (log) fprintf(log, "  GEMM efficiency not refitted: no GEMM events and no FWD/BWD of every stage\n");
@@ -242,7 +252,9 @@ int calibrate_from_trace(const char *path, const ClusterSpec *base, ClusterSpec 
   }
   free(gs);
   for (int k = 0; k < PLAN_NUM_COLLECTIVES; k++) free(bytes[k].v), free(secs[k].v);
-  for (int s = 0; s < num_stages && stage_fwd && stage_bwd; s++) free(stage_fwd[s].v), free(stage_bwd[s].v);
+  for (int s = 0; s < num_stages && stage_fwd && stage_bwd && stage_w; s++)
+    free(stage_fwd[s].v), free(stage_bwd[s].v), free(stage_w[s].v);
+  free(stage_w);
   free(stage_fwd);
   free(stage_bwd);
   trace_run_free(&run);

@@ -20,6 +20,7 @@
 #include "plan/plan_file.h"
 #include "plan/explore_space.h"
 #include "cli/cmd_plan_accuracy.h"
+#include "plan/order.h"
 #include "plan/refine.h"
 #include "plan/replicate.h"
 #include "plan/search.h"
@@ -49,7 +50,7 @@ typedef struct PlanCli {
   const char *mbs_list, *recompute_list;
   int no_folding, no_distopt, force_distopt;
   int map_devices; /* 1 / -1: --map-devices / --no-map-devices; 0: when the cluster is irregular */
-  int no_refine_partition, replicate_stages, no_bucket_search, search_buckets;
+  int no_refine_partition, no_search_order, replicate_stages, no_bucket_search, search_buckets;
   PlanBucketChoice buckets;
   int have_buckets;
   /* --explore: per-layer plans around the best layout (explore_space.h) */
@@ -110,8 +111,9 @@ static void simulate_usage(FILE *f) {
           "  --recompute R            none (default), selective (attention core) or full\n"
 
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
-          "  --schedule S             none, gpipe, 1f1b or interleaved; refused when it does not fit pp, vpp\n"
+          "  --schedule S             none, gpipe, 1f1b, zb-h1 or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
+          "  --warmup LIST            1f1b / zb-h1: forwards each pipeline rank runs before its first backward\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
           "  --stage-widths LIST      stage replication: data-parallel replicas per pipeline stage, e.g. 2,1 (their\n"
           "                           sum is --gpus; tp, cp, ep 1, vpp 1)\n"
@@ -146,6 +148,8 @@ static void plan_usage(FILE *f) {
           "                           on (default: on clusters with tiers or a link matrix)\n"
           "  --no-refine-partition    keep the compute min-max partition (default: refine the best\n"
           "                           configuration's partition by simulating one-layer moves)\n"
+          "  --no-search-order        keep the schedule (default: simulate gpipe, 1f1b and zb-h1, then per-rank\n"
+          "                           warm-up depths of the best, memory-checked; train --plan runs the choice)\n"
           "  --no-bucket-search       keep --bucket-params (default: search the best configuration's uniform\n"
           "                           gradient bucket size by simulation; train --plan applies it)\n"
           "  --replicate-stages       also plan pipeline x per-stage data parallelism (DAPPLE stage\n"
@@ -216,7 +220,7 @@ static const char *const kFlags[] = {"--distributed-optimizer", "--no-distribute
                                      "--no-folding", "--quiet", "--moe-tp-replicated", "--no-moe-tp-replicated",
                                      "--search-buckets", "--map-devices", "--no-map-devices",
                                      "--no-refine-partition", "--replicate-stages", "--no-bucket-search",
-                                     "--attention-unfused"};
+                                     "--attention-unfused", "--no-search-order"};
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
 static const char *const kCommonOptions[] = {
@@ -226,12 +230,12 @@ static const char *const kCommonOptions[] = {
     "--no-moe-tp-replicated", "--attention-unfused", "--help"};
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
-                                               "--trace", "--quiet", "--search-buckets", "--stage-widths"};
+                                               "--trace", "--quiet", "--search-buckets", "--stage-widths", "--warmup"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--min-pp", "--no-distributed-optimizer", "--no-folding", "--runtime",
                                            "--map-devices", "--no-map-devices", "--no-refine-partition",
-                                           "--replicate-stages", "--no-bucket-search", "--explore",
+                                           "--replicate-stages", "--no-bucket-search", "--no-search-order", "--explore",
                                            "--explore-budget", "--explore-seed", "--explore-shift",
                                            "--explore-groups", "--explore-recompute"};
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -269,6 +273,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--map-devices") && !simulate) c->map_devices = 1;
       else if (!strcmp(name, "--no-map-devices") && !simulate) c->map_devices = -1;
       else if (!strcmp(name, "--no-refine-partition") && !simulate) c->no_refine_partition = 1;
+      else if (!strcmp(name, "--no-search-order") && !simulate) c->no_search_order = 1;
       else if (!strcmp(name, "--replicate-stages") && !simulate) c->replicate_stages = 1;
       else if (!strcmp(name, "--no-bucket-search") && !simulate) c->no_bucket_search = 1;
       else if (!strcmp(name, "--search-buckets") && simulate) c->search_buckets = 1;
@@ -368,7 +373,7 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       } else if (!strcmp(name, "--schedule")) {
         SchedScheduleKind kind;
         if (sched_schedule_from_name(value, &kind) || kind == SCHED_SCHEDULE_CUSTOM) {
-          fprintf(stderr, "fivefold %s: --schedule must be none, gpipe, 1f1b or interleaved, got '%s'\n", c->cmd, value);
+          fprintf(stderr, "fivefold %s: --schedule must be none, gpipe, 1f1b, zb-h1 or interleaved, got '%s'\n", c->cmd, value);
           rc = -1;
         } else {
           c->cfg.schedule = kind;
@@ -382,6 +387,9 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
           fprintf(stderr, "fivefold %s: --dispatcher must be alltoall, deepep or allgather, got '%s'\n", c->cmd, value);
           rc = -1;
         }
+      } else if (!strcmp(name, "--warmup")) {
+        Error werr = {0, ""};
+        if ((rc = plan_order_parse_warmup(value, &c->cfg, &werr))) fprintf(stderr, "fivefold %s: %s\n", c->cmd, werr.msg);
       } else if (!strcmp(name, "--layers-per-stage")) c->layers_list = value;
       else if (!strcmp(name, "--stage-widths")) c->widths_list = value;
       else if (plan_accuracy_option(&c->accuracy, &c->cfg, c->cmd, name, value, &rc)) {
@@ -492,6 +500,7 @@ static void print_simulate_line(const PlanCli *c, const PlanConfig *best) {
          p->vpp, p->ep, p->etp, best->micro_batch_size, sched_schedule_name(best->schedule));
   if (best->recompute != PLAN_RECOMPUTE_NONE) printf(" --recompute %s", plan_recompute_name(best->recompute));
   if (best->distributed_optimizer) printf(" --distributed-optimizer");
+  plan_order_print_flags(best, stdout);
   /* The partition the plan chose (refined by simulation), not a rebalanced one. */
   for (int s = 0; s < best->num_given_layers && best->num_given_layers > 1; s++)
     printf("%s%d", s ? "," : " --layers-per-stage ", best->layers_per_stage[s]);
@@ -550,6 +559,8 @@ static int apply_plan_option(int argc, char **argv, PlanCli *c) {
   c->cfg.distributed_optimizer = pc->distributed_optimizer;
   c->cfg.schedule = pc->schedule;
   c->cfg.schedule_given = 1;
+  c->cfg.warmup_set = pc->num_warmup;
+  memcpy(c->cfg.warmup, pc->warmup, sizeof c->cfg.warmup);
   c->cfg.num_given_layers = pc->num_stages < PLAN_MAX_STAGES ? pc->num_stages : PLAN_MAX_STAGES;
   memcpy(c->cfg.layers_per_stage, pc->layers_per_stage, (size_t)c->cfg.num_given_layers * sizeof(int));
   c->cfg.num_stage_widths = pc->num_stage_widths;
@@ -831,6 +842,10 @@ int cmd_plan(int argc, char **argv) {
     }
     if (refine.simulated) printf("\n");
     plan_refine_explain(&refine, &res.top[0], stdout);
+  }
+  if (!c->no_search_order && plan_order_search_explained(&res.top[0], &model, &cluster, &c->opt, stdout, &err)) {
+    fprintf(stderr, "fivefold plan: %s\n", err.msg);
+    goto out;
   }
   if (!c->no_bucket_search && plan_search_buckets_cli(c, &res.top[0], &model, &cluster, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);

@@ -35,8 +35,11 @@ static void schedule_usage(FILE *f) {
           "  --param-groups G         parameter groups stepped in phases of their own (a GAN's generator\n"
           "                           and critic): the iteration is G phases, each FWD/BWD, GRAD_REDUCE\n"
           "                           and OPTIM naming its group (default 1)\n"
-          "  --schedule S             none | gpipe | 1f1b | interleaved (default: none for pp 1,\n"
-          "                           interleaved for vpp > 1, else 1f1b)\n"
+          "  --schedule S             none | gpipe | 1f1b | zb-h1 | interleaved (default: none for pp 1,\n"
+          "                           interleaved for vpp > 1, else 1f1b); zb-h1 splits each backward\n"
+          "                           into B (input gradient) and W (weight gradients, filling bubbles)\n"
+          "  --warmup LIST            1f1b / zb-h1: forwards each rank runs before its first backward,\n"
+          "                           one per rank, e.g. 4,2,1,0 (default p-r-1)\n"
           "  --layers L               transformer blocks, balanced over the pp*vpp stages\n"
           "  --layers-per-stage LIST  blocks per stage in stage order (stage = chunk*pp + rank), e.g. 2,3,3\n"
           "  --embedding-weight W     cost of the embedding in blocks when balancing (default 0)\n"
@@ -45,6 +48,7 @@ static void schedule_usage(FILE *f) {
           "  --layer-costs            scale each stage's forward/backward cost by its weight / mean weight\n"
           "  --fwd-cost X             cost of one forward of one chunk in units (default 1)\n"
           "  --bwd-cost X             cost of one backward of one chunk in units (default 2)\n"
+          "  --weight-cost X          the part of it a split backward's W takes (default half)\n"
           "  --comm-cost X            transfer time of each send/receive in units (default 0)\n"
           "  --blocking               price sends as blocking (rendezvous) instead of buffered\n"
           "  --view actions|time      print the per-rank action lists (default) or a chart with\n"
@@ -56,7 +60,7 @@ static void schedule_usage(FILE *f) {
 
 typedef struct ScheduleOptions {
   SchedConfig cfg;
-  int schedule_given, microbatches_given;
+  int schedule_given, microbatches_given, weight_cost_given;
   int layers;
   const char *layers_per_stage;
   double embedding_weight, head_weight;
@@ -100,7 +104,8 @@ static int parse_options(int argc, char **argv, ScheduleOptions *o) {
                                         "--layers",      "--layers-per-stage", "--embedding-weight",
                                         "--param-groups",
                                         "--head-weight", "--fwd-cost",    "--bwd-cost",     "--comm-cost",
-                                        "--trace",       "--json",        "--view"};
+                                        "--trace",       "--json",        "--view",         "--warmup",
+                                        "--weight-cost"};
   const char *known_names[sizeof kFlags / sizeof kFlags[0] + sizeof kValued / sizeof kValued[0] + 1];
   int n_known = 0;
   for (size_t k = 0; k < sizeof kFlags / sizeof kFlags[0]; k++) known_names[n_known++] = kFlags[k];
@@ -144,7 +149,7 @@ static int parse_options(int argc, char **argv, ScheduleOptions *o) {
       o->microbatches_given = 1;
     } else if (!strcmp(name, "--schedule")) {
       if (sched_schedule_from_name(value, &o->cfg.schedule) || o->cfg.schedule == SCHED_SCHEDULE_CUSTOM) {
-        fprintf(stderr, "fivefold schedule: --schedule must be none, gpipe, 1f1b or interleaved, got '%s'\n", value);
+        fprintf(stderr, "fivefold schedule: --schedule must be none, gpipe, 1f1b, zb-h1 or interleaved, got '%s'\n", value);
         rc = -1;
       }
       o->schedule_given = 1;
@@ -155,6 +160,20 @@ static int parse_options(int argc, char **argv, ScheduleOptions *o) {
     else if (!strcmp(name, "--fwd-cost")) rc = parse_double_arg(name, value, &o->costs.fwd);
     else if (!strcmp(name, "--bwd-cost")) rc = parse_double_arg(name, value, &o->costs.bwd);
     else if (!strcmp(name, "--comm-cost")) rc = parse_double_arg(name, value, &o->costs.transfer);
+    else if (!strcmp(name, "--weight-cost")) {
+      rc = parse_double_arg(name, value, &o->costs.bwd_weight);
+      o->weight_cost_given = 1;
+    } else if (!strcmp(name, "--warmup")) {
+      int *depths = NULL, count = 0;
+      if (sched_partition_parse_list(value, &depths, &count, &perr) || count > SCHED_MAX_WARMUP_RANKS) {
+        fprintf(stderr, "fivefold schedule: --warmup: %s\n", count > SCHED_MAX_WARMUP_RANKS ? "too many ranks" : perr.msg);
+        rc = -1;
+      } else {
+        o->cfg.warmup_set = count;
+        memcpy(o->cfg.warmup, depths, (size_t)count * sizeof *depths);
+      }
+      free(depths);
+    }
     else if (!strcmp(name, "--trace")) o->trace_path = value;
     else if (!strcmp(name, "--json")) o->json_path = value;
     else if (!strcmp(name, "--view")) {
@@ -176,14 +195,18 @@ static int parse_options(int argc, char **argv, ScheduleOptions *o) {
   /* Sends are placed for the costs the program will be priced with. */
   o->cfg.order_fwd_cost = o->costs.fwd > 0 ? o->costs.fwd : 0;
   o->cfg.order_bwd_cost = o->costs.bwd > 0 ? o->costs.bwd : 0;
+  if (!o->weight_cost_given) o->costs.bwd_weight = o->costs.bwd / 2;
   return 0;
 }
 
 static void print_summary(const ScheduleOptions *o, const SchedProgram *prog, const SchedEval *ev, FILE *f) {
   const SchedConfig *c = &prog->config;
   int p = c->pp, v = c->vpp, m = c->microbatches;
-  fprintf(f, "\nmakespan %.2f units (forward %g, backward %g per chunk, transfer %g, %s sends)\n", ev->makespan,
-          o->costs.fwd, o->costs.bwd, o->costs.transfer, o->blocking ? "blocking" : "buffered");
+  char split[64] = "";
+  if (c->split_backward)
+    snprintf(split, sizeof split, " = B %g + W %g", o->costs.bwd - o->costs.bwd_weight, o->costs.bwd_weight);
+  fprintf(f, "\nmakespan %.2f units (forward %g, backward %g%s per chunk, transfer %g, %s sends)\n", ev->makespan,
+          o->costs.fwd, o->costs.bwd, split, o->costs.transfer, o->blocking ? "blocking" : "buffered");
   double textbook = (double)(p - 1) / (m + p - 1);
   fprintf(f, "bubble %.2f%% of rank time (textbook (p-1)/(m+p-1) = %.2f%%", 100 * ev->bubble_fraction, 100 * textbook);
   if (v > 1) fprintf(f, ", interleaved (p-1)/(v*m+p-1) = %.2f%%", 100.0 * (p - 1) / ((double)v * m + p - 1));
@@ -249,6 +272,7 @@ int cmd_schedule(int argc, char **argv) {
     fprintf(stderr, "fivefold schedule: %s\n", check_err.msg);
     rc = 1;
   }
+  o.costs.split_backward = prog->config.split_backward;
   SchedEvalOptions eopts = sched_unit_eval_options(&o.costs, o.blocking ? SCHED_SEND_RENDEZVOUS : SCHED_SEND_EAGER);
   int eval_rc = sched_evaluate(prog, &eopts, &ev, &err);
   if (eval_rc && eval_rc != ERR_CONFIG) goto fail;

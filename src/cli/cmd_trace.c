@@ -581,6 +581,12 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
   par->ep = run->grid.ep > 0 ? run->grid.ep : 1;
   par->etp = run->grid.etp > 0 ? run->grid.etp : 1;
   if (sc->schedule == SCHED_SCHEDULE_GPIPE) cfg.schedule = SCHED_SCHEDULE_GPIPE;
+  if (sc->schedule == SCHED_SCHEDULE_ZB_H1 || sc->warmup_set) { /* the traced order, warm-up depths included */
+    cfg.schedule = sc->schedule;
+    cfg.schedule_given = 1;
+    cfg.warmup_set = sc->warmup_set;
+    memcpy(cfg.warmup, sc->warmup, sizeof cfg.warmup);
+  }
   PlanOptions opt;
   plan_options_default(&opt);
   plan_options_from_runtime(&cluster.runtime, 0, &opt, &cfg.dtype);

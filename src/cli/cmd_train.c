@@ -90,7 +90,7 @@ static void train_help(FILE *f) {
           "Parallel runs: mpirun -np N fivefold train --config FILE [--tp T] [--pp P [--vpp V]]\n"
           "[--dp D] trains on N = T x P x D ranks: tensor parallelism with sequence parallelism\n"
           "over T ranks, a pipeline of P ranks (V model chunks each; schedule 1f1b, or\n"
-          "interleaved when V > 1, or --schedule gpipe; blocks split evenly unless\n"
+          "interleaved when V > 1, or --schedule gpipe | zb-h1; blocks split evenly unless\n"
           "--layers-per-stage lists them per stage), and D data-parallel replicas, each reading\n"
           "its slice of every global batch (D x micro_batch x accumulation sequences).\n"
           "Gradients are averaged in buckets while backward runs; rank 0 alone prints; every\n"
@@ -198,6 +198,12 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
     for (int i = 0; i < pc.num_stage_widths && at < sizeof v; i++)
       at += (size_t)snprintf(v + at, sizeof v - at, "%s%d", i ? "," : "", pc.stage_width[i]);
     if (train_config_override(cfg, "--stage-widths", v, err)) return error_wrap(err, "--plan %s", path);
+  }
+  if (pc.num_warmup > 0) {
+    size_t at = 0;
+    for (int i = 0; i < pc.num_warmup && at < sizeof v; i++)
+      at += (size_t)snprintf(v + at, sizeof v - at, "%s%d", i ? "," : "", pc.warmup[i]);
+    if (train_config_override(cfg, "--warmup", v, err)) return error_wrap(err, "--plan %s", path);
   }
   if (pc.seq_len > 0 && pc.seq_len != cfg->seq_len && comm_world_rank() == 0)
     fprintf(stderr, "fivefold train: note: --plan %s was made for sequence length %d, the run uses %d\n", path,

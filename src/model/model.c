@@ -96,6 +96,16 @@ static void layout_acts(ModelActs *A, const ModelConfig *c, Carver *cv) {
     } else {
       la->mlp_h = CARVE_F(cv, N * 2 * A->F);
     }
+    if (A->split_ok) {
+      la->keep_datt = CARVE_F(cv, N * C);
+      la->keep_dq = CARVE_F(cv, N * A->QD);
+      la->keep_dk = CARVE_F(cv, N * A->KVD);
+      la->keep_dv = CARVE_F(cv, N * A->KVD);
+      if (!layer_is_moe(A, c, l) && !c->gpt2) {
+        la->keep_dmlp = CARVE_F(cv, N * C);
+        la->keep_dh = CARVE_F(cv, N * 2 * A->F);
+      }
+    }
   }
   A->final_in = residual ? residual + 2 * (size_t)nl * Nl * C : NULL;
   if (A->has_head) {
@@ -281,6 +291,7 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     A->layer_end = shard->layer_end[ch];
     A->has_embedding = shard->has_embedding[ch] != 0;
     A->has_head = shard->has_head[ch] != 0;
+    A->split_ok = shard->split_backward && d.t == 1;
     A->embed = chunks[ch].embed;
     A->final_norm = chunks[ch].final_norm;
     A->final_norm_bias = chunks[ch].final_norm_bias;

@@ -181,6 +181,11 @@ typedef struct ModelShard {
   int ep_size, ep_rank;                /* expert parallelism (MoE grid) */
   int etp_size, etp_rank;              /* expert tensor parallelism (MoE grid) */
   int moe_dispatcher;                  /* MODEL_MOE_ALLTOALL or MODEL_MOE_ALLGATHER */
+  /* 1: every slot also keeps what a split backward's weight-gradient pass
+   * needs (model_chunk_backward_input / model_chunk_backward_weights): the
+   * output gradients of the attention projections and of the dense MLP's
+   * two matrices, about 2C + QD + 2 KVD + 2F floats per row and layer. */
+  int split_backward;
 } ModelShard;
 
 enum { MODEL_MOE_ALLTOALL = 0, MODEL_MOE_ALLGATHER = 1 };
@@ -302,6 +307,19 @@ const float *model_chunk_output(const Model *m, int chunk, int slot);
  * output (ignored, may be NULL, for the head chunk). Accumulates into
  * m->grads, calling on_grads_ready for this chunk's ranges. */
 int model_chunk_backward(Model *m, int chunk, int slot, const float *dy, Error *err);
+/* The backward of (chunk, slot) in two parts, for zero-bubble pipeline
+ * orders (needs a shard made with split_backward). _input does everything
+ * model_chunk_backward does except the weight gradients of the attention
+ * projections (wq, wk, wv, wo) and of the dense SwiGLU MLP (w_gate_up,
+ * w_down), whose output gradients it keeps in the slot; afterwards
+ * model_chunk_input_grad is valid. _weights computes those weight
+ * gradients from the kept tensors with the same GEMMs the unsplit backward
+ * runs, so the gradients are bit-identical, and only then reports the
+ * chunk's ranges to on_grads_ready. The slot stays busy until _weights.
+ * Layers whose passes are not split (MoE experts, GPT-2's MLP, and every
+ * layer under tensor parallelism) compute all their gradients in _input. */
+int model_chunk_backward_input(Model *m, int chunk, int slot, const float *dy, Error *err);
+int model_chunk_backward_weights(Model *m, int chunk, int slot, Error *err);
 /* The gradient [rows, C] of the chunk's input from the last backward of
  * (chunk, slot): what SEND_GRAD sends (not valid for the embedding chunk). */
 const float *model_chunk_input_grad(const Model *m, int chunk, int slot);

@@ -45,6 +45,12 @@ typedef struct LayerActs {
   MoeLayerActs moe;   /* over all N rows (TP path) */
   MoeA2aActs a2a;     /* dispatcher path, all-to-all */
   MoeAgActs ag;       /* dispatcher path, all-gather */
+  /* Split backward (ModelShard.split_backward, tp 1): output gradients the
+   * weight-gradient pass needs, kept by model_chunk_backward_input. keep_dmlp
+   * and keep_dh only on dense SwiGLU layers; NULL when not kept. */
+  float *keep_datt;         /* [N, C] gradient of the attention output projection's output */
+  float *keep_dq, *keep_dk, *keep_dv; /* [N, QD], [N, KVD] x 2: of q, k, v before RoPE */
+  float *keep_dmlp, *keep_dh;         /* [N, C], [N, 2F]: of w_down's and w_gate_up's outputs */
 } LayerActs;
 
 /* What every (chunk, slot) of one model shares: backward scratch and the
@@ -95,6 +101,9 @@ struct ModelActs {
   int B, T, N, Nl;
   int Tl; /* T / cp: rows of one sequence on this CP rank */
   int training_pending; /* a training forward awaits its backward */
+  int split_ok;         /* the slot keeps what a split backward defers (LayerActs.keep_*) */
+  int deferring;        /* set during model_chunk_backward_input: weight GEMMs wait */
+  int weights_pending;  /* a split backward's weight-gradient pass is due */
   float grad_scale;
   int *tokens, *pos; /* [N] */
   float *rope_cos, *rope_sin; /* [max_T, D/2] */
@@ -115,6 +124,13 @@ static inline ModelActs *model_acts(const Model *m, int chunk, int slot) {
 /* Errors come only from the dispatcher and ring callbacks (fatal for the job). */
 int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *err);
 int block_backward(Model *m, ModelActs *A, int l, Error *err);
+/* The weight-gradient GEMMs block_backward deferred (A->deferring). */
+void block_backward_weights(Model *m, ModelActs *A, int l);
+/* The backward of a (chunk, slot) (model_pass.c); defer: the first part of
+ * a split backward (no deferred weight GEMMs, no on_grads_ready reports). */
+int chunk_backward_pass(Model *m, int chunk, int slot, const float *dy, int defer, const char *who, Error *err);
+/* Reports the chunk's gradient ranges to on_grads_ready in backward order. */
+void chunk_report_grads(Model *m, const ModelActs *A);
 
 /* GPT-2's MLP (mlp_layer.c): out (+)= W_proj . gelu(W_fc . x + b_fc), the
  * proj bias left to the caller (it is added once, after any TP sum).

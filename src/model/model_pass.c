@@ -300,8 +300,13 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     dln = S->dln + (size_t)A->tp_rank * NlC; /* every rank computed all rows: no sum */
   } else {
     const float *dout = gathered_grad(m, A, A->dres);
-    swiglu_mlp_backward(S->dln, 0, G + t->mlp_gate_up, G + t->mlp_down, dout, la->ln2, la->mlp_h, s->a, s->da, s->dh,
-                        P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
+    const int defer_mlp = A->deferring && la->keep_dh;
+    swiglu_mlp_backward(S->dln, 0, defer_mlp ? NULL : G + t->mlp_gate_up, defer_mlp ? NULL : G + t->mlp_down, dout,
+                        la->ln2, la->mlp_h, s->a, s->da, s->dh, P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
+    if (defer_mlp) {
+      vec_copy(la->keep_dmlp, dout, (size_t)N * C);
+      vec_copy(la->keep_dh, s->dh, (size_t)N * 2 * A->F);
+    }
     dln = scattered_grad(m, A, S->dln);
   }
   norm_backward(m, A, A->dres, G + t->mlp_norm, grad_or_null(m, t->mlp_norm_bias), dln, la->res_mlp, P + t->mlp_norm,
@@ -309,7 +314,12 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
 
   const float *datt_out = gathered_grad(m, A, A->dres);
   if (t->bo != NO_TENSOR) bias_backward_rows(G + t->bo, datt_out, N, C);
-  OP_PROBED_GEMM(N, C, 2 * A->QD, linear_backward(S->datt, G + t->wo, datt_out, la->att, P + t->wo, N, A->QD, C, 0));
+  /* A split backward keeps the projections' output gradients and leaves
+   * their weight GEMMs to block_backward_weights (tp 1 only: no shared KV heads). */
+  const int defer = A->deferring;
+  if (defer) vec_copy(la->keep_datt, datt_out, (size_t)N * C);
+  OP_PROBED_GEMM(N, C, 2 * A->QD,
+                 linear_backward(S->datt, defer ? NULL : G + t->wo, datt_out, la->att, P + t->wo, N, A->QD, C, 0));
   if (attention_core_backward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
   if (!gpt2) {
     OP_PROBED(OP_PROBE_ROPE, rope_backward(S->dq, A->pos, N, A->Hq, A->D, A->rope_cos, A->rope_sin));
@@ -322,7 +332,13 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     bias_backward_rows(G + t->bk, S->dk, N, A->KVD);
     bias_backward_rows(G + t->bv, S->dv, N, A->KVD);
   }
-  OP_PROBED_GEMM(N, A->QD, 2 * C, linear_backward(S->dln, G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0));
+  if (defer) {
+    vec_copy(la->keep_dq, S->dq, (size_t)N * A->QD);
+    vec_copy(la->keep_dk, S->dk, (size_t)N * A->KVD);
+    vec_copy(la->keep_dv, S->dv, (size_t)N * A->KVD);
+  }
+  OP_PROBED_GEMM(N, A->QD, 2 * C,
+                 linear_backward(S->dln, defer ? NULL : G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0));
   float *gk = G + t->wk, *gv = G + t->wv;
   const size_t kv_floats = (size_t)m->cfg.num_kv_heads * A->D * C;
   if (A->kv_shared) {
@@ -332,8 +348,8 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     gk = S->kv_dw + (size_t)A->kv_head0 * A->D * C;
     gv = S->kv_dw + kv_floats + (size_t)A->kv_head0 * A->D * C;
   }
-  OP_PROBED_GEMM(N, A->KVD, 2 * C, linear_backward(S->dln, gk, S->dk, la->ln1, P + t->wk, N, C, A->KVD, 1));
-  OP_PROBED_GEMM(N, A->KVD, 2 * C, linear_backward(S->dln, gv, S->dv, la->ln1, P + t->wv, N, C, A->KVD, 1));
+  OP_PROBED_GEMM(N, A->KVD, 2 * C, linear_backward(S->dln, defer ? NULL : gk, S->dk, la->ln1, P + t->wk, N, C, A->KVD, 1));
+  OP_PROBED_GEMM(N, A->KVD, 2 * C, linear_backward(S->dln, defer ? NULL : gv, S->dv, la->ln1, P + t->wv, N, C, A->KVD, 1));
   if (A->kv_shared) {
     m->ops->allreduce_sum(m->ops->ctx, S->kv_dw, 2 * kv_floats);
     vec_acc(G + t->wk, gk, (size_t)A->KVD * C);
@@ -382,6 +398,9 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
       return error_set(err, ERR_ARG, "%s: target %d at position %d is outside the vocabulary (0..%d)", who,
                        targets[n], n, V - 1);
   }
+  if (A->weights_pending)
+    return error_set(err, ERR_ARG, "%s: chunk %d slot %d still awaits the weight gradients of its last backward", who,
+                     chunk, slot);
   A->B = B;
   A->T = T;
   A->N = N;
@@ -489,9 +508,12 @@ static size_t block_begin(const ModelActs *A, int l) {
   return A->has_head ? A->final_norm : A->param_end;
 }
 
-static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const char *who, Error *err) {
+int chunk_backward_pass(Model *m, int chunk, int slot, const float *dy, int defer, const char *who, Error *err) {
   if (check_chunk(m, chunk, slot, who, err)) return ERR_ARG;
   ModelActs *A = model_acts(m, chunk, slot);
+  if (A->weights_pending)
+    return error_set(err, ERR_ARG, "%s: chunk %d slot %d still awaits the weight gradients of its last backward", who,
+                     chunk, slot);
   if (!A->training_pending)
     return error_set(err, ERR_ARG,
                      "%s: no training forward of chunk %d slot %d to differentiate (run its forward with training = "
@@ -506,14 +528,19 @@ static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const 
     vec_zero(A->dres, NlC);
     norm_backward(m, A, A->dres, m->grads + A->final_norm, grad_or_null(m, A->final_norm_bias), A->dlnf, A->final_in,
                   m->params + A->final_norm, A->rstdf);
-    grads_ready(m, A->final_norm, A->param_end);
+    if (!defer) grads_ready(m, A->final_norm, A->param_end);
   } else {
     vec_copy(A->dres, dy, NlC);
   }
+  A->deferring = defer && A->split_ok;
   for (int l = A->layer_end - 1; l >= A->layer_begin; l--) {
-    if (block_backward(m, A, l, err)) return error_wrap(err, "%s: layer %d", who, l);
-    grads_ready(m, block_begin(A, l), block_begin(A, l + 1));
+    if (block_backward(m, A, l, err)) {
+      A->deferring = 0;
+      return error_wrap(err, "%s: layer %d", who, l);
+    }
+    if (!defer) grads_ready(m, block_begin(A, l), block_begin(A, l + 1));
   }
+  A->deferring = 0;
   if (A->has_embedding) {
     OP_PROBE_LAYER(-1);
     if (A->tp == 1)
@@ -527,14 +554,21 @@ static int chunk_backward(Model *m, int chunk, int slot, const float *dy, const 
       float *dwpe = m->grads + A->pos_embed;
       for (int n = 0; n < A->N; n++) vec_acc(dwpe + (size_t)A->pos[n] * C, d + (size_t)n * C, (size_t)C);
     }
-    grads_ready(m, A->param_begin, block_begin(A, A->layer_begin));
+    if (!defer) grads_ready(m, A->param_begin, block_begin(A, A->layer_begin));
   }
   A->training_pending = 0;
+  A->weights_pending = defer;
   return 0;
 }
 
+void chunk_report_grads(Model *m, const ModelActs *A) {
+  if (A->has_head) grads_ready(m, A->final_norm, A->param_end);
+  for (int l = A->layer_end - 1; l >= A->layer_begin; l--) grads_ready(m, block_begin(A, l), block_begin(A, l + 1));
+  if (A->has_embedding) grads_ready(m, A->param_begin, block_begin(A, A->layer_begin));
+}
+
 int model_chunk_backward(Model *m, int chunk, int slot, const float *dy, Error *err) {
-  return chunk_backward(m, chunk, slot, dy, "model_chunk_backward", err);
+  return chunk_backward_pass(m, chunk, slot, dy, 0, "model_chunk_backward", err);
 }
 
 const float *model_chunk_output(const Model *m, int chunk, int slot) {
@@ -566,7 +600,7 @@ int model_forward(Model *m, const int *tokens, const int *targets, int B, int T,
 
 int model_backward(Model *m, Error *err) {
   if (check_whole(m, "model_backward", err)) return ERR_ARG;
-  return chunk_backward(m, 0, 0, NULL, "model_backward", err);
+  return chunk_backward_pass(m, 0, 0, NULL, 0, "model_backward", err);
 }
 
 int model_logits(Model *m, const int *tokens, int B, int T, float *logits, Error *err) {

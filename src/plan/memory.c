@@ -207,11 +207,9 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
   }
 
   SchedConfig sc;
-  memset(&sc, 0, sizeof sc);
-  sc.schedule = cfg->schedule;
-  sc.pp = P;
-  sc.vpp = V;
-  sc.microbatches = cfg->microbatches;
+  plan_config_sched(cfg, &sc);
+  /* With a split backward the activations live until the weight gradient. */
+  const int split = cfg->schedule == SCHED_SCHEDULE_ZB_H1;
   SchedComputeOrder order;
   int rc = sched_compute_order(&sc, &order, err);
   if (rc) {
@@ -242,9 +240,11 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
         cur += stage_act[st];
         alive++;
         if (cur > peak) peak = cur, peak_alive = alive;
-      } else {
+      } else if (it->kind == SCHED_BWD) {
         /* The backward's working set sits on top of everything still alive. */
         if (cur + stage_work[st] > peak + transient) transient = cur + stage_work[st] - peak;
+        if (!split) cur -= stage_act[st], alive--;
+      } else if (it->kind == SCHED_BWD_WEIGHT) {
         cur -= stage_act[st];
         alive--;
       }

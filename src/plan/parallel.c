@@ -226,14 +226,11 @@ int plan_config_finish(PlanConfig *c, const ModelConfig *m, const ClusterSpec *c
   }
   if (!c->schedule_given && c->schedule != SCHED_SCHEDULE_GPIPE)
     c->schedule = p->vpp > 1 ? SCHED_SCHEDULE_INTERLEAVED : p->pp > 1 ? SCHED_SCHEDULE_1F1B : SCHED_SCHEDULE_NONE;
-  else if (p->vpp > 1)
-    return error_set(err, ERR_CONFIG, "schedule gpipe runs one chunk per rank: vpp must be 1 (got %d)", p->vpp);
+  else if (p->vpp > 1 && c->schedule != SCHED_SCHEDULE_INTERLEAVED)
+    return error_set(err, ERR_CONFIG, "schedule %s runs one chunk per rank: vpp must be 1 (got %d)",
+                     sched_schedule_name(c->schedule), p->vpp);
   SchedConfig sc;
-  memset(&sc, 0, sizeof sc);
-  sc.schedule = c->schedule;
-  sc.pp = p->pp;
-  sc.vpp = p->vpp;
-  sc.microbatches = c->microbatches;
+  plan_config_sched(c, &sc);
   int rc = sched_config_validate(&sc, err);
   if (rc) return rc;
   if (c->num_given_layers) {
@@ -355,4 +352,14 @@ int plan_group_topology(const ClusterSpec *cl, const PlanConfig *c, PlanGroupKin
   out->nodes = worst_nodes;
   out->per_node = worst_per_node;
   return ERR_OK;
+}
+
+void plan_config_sched(const PlanConfig *cfg, SchedConfig *out) {
+  memset(out, 0, sizeof *out);
+  out->schedule = cfg->schedule;
+  out->pp = cfg->par.pp;
+  out->vpp = cfg->par.vpp;
+  out->microbatches = cfg->microbatches;
+  out->warmup_set = cfg->warmup_set;
+  memcpy(out->warmup, cfg->warmup, sizeof out->warmup);
 }

@@ -89,11 +89,20 @@ typedef struct PlanConfig {
    * per-layer choices by plan_recompute_block_apply (stages.h). */
   int recompute_method;
   int recompute_num_layers;
+  /* Warm-up depth per pipeline rank of the 1F1B family (1f1b, zb-h1;
+   * SchedConfig.warmup): with warmup_set, rank r runs warmup[r] forwards
+   * before its first backward; 0: the schedule's own p - r - 1. */
+  int warmup_set;
+  int warmup[SCHED_MAX_WARMUP_RANKS];
 } PlanConfig;
 
 static inline unsigned plan_config_recompute_modules(const PlanConfig *cfg) {
   return cfg->recompute_modules ? cfg->recompute_modules : (unsigned)PLAN_RECOMPUTE_CORE_ATTN;
 }
+
+/* The schedule part of cfg as a sched configuration (schedule, pp, vpp,
+ * micro-batches, warm-up depths); order costs and groups left 0. */
+void plan_config_sched(const PlanConfig *cfg, SchedConfig *out);
 
 /* The recomputation block `layer` runs under. */
 static inline PlanRecompute plan_config_layer_recompute(const PlanConfig *cfg, int layer) {

@@ -74,8 +74,8 @@ static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
   TRY(get_string(c, par, S, "schedule", 0, &name));
   if (sched_schedule_from_name(name, &p->schedule) || p->schedule == SCHED_SCHEDULE_CUSTOM)
     return error_set(c->err, ERR_FORMAT,
-                     "%s: field \"parallel.schedule\": \"%s\" is not a schedule; expected none, gpipe, 1f1b or "
-                     "interleaved", c->origin, name);
+                     "%s: field \"parallel.schedule\": \"%s\" is not a schedule; expected none, gpipe, 1f1b, zb-h1 "
+                     "or interleaved", c->origin, name);
   snprintf(p->schedule_name, sizeof p->schedule_name, "%s", name);
   TRY(get_string(c, par, S, "recompute", 1, &name));
   if (name && plan_recompute_from_name(name, &p->recompute))
@@ -103,6 +103,21 @@ static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
     p->layers_per_stage[i++] = (int)e->valuedouble;
   }
   p->num_stages = n;
+  const cJSON *wu = cJSON_GetObjectItemCaseSensitive(par, "warmup");
+  if (wu) {
+    int nw = cJSON_IsArray(wu) ? cJSON_GetArraySize(wu) : -1;
+    if (nw < 1 || nw > SCHED_MAX_WARMUP_RANKS)
+      return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.warmup\": expected an array of forwards per pipeline "
+                       "rank (at most %d)", c->origin, SCHED_MAX_WARMUP_RANKS);
+    int k = 0;
+    cJSON_ArrayForEach(e, wu) {
+      if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble > 1e6)
+        return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.warmup\": entry %d must be an integer >= 0",
+                         c->origin, k);
+      p->warmup[k++] = (int)e->valuedouble;
+    }
+    p->num_warmup = nw;
+  }
   /* Stage replication (plan/replicate.h): one width per stage, pp x
    * per-stage data parallelism only (the trainer checks the rest). */
   const cJSON *widths = cJSON_GetObjectItemCaseSensitive(par, "stage_widths");
@@ -165,6 +180,9 @@ static int check_consistent(const Ctx *c, PlanChoice *p) {
   if (p->num_stages != p->pp * p->vpp)
     return error_set(c->err, ERR_FORMAT, "%s: parallel.layers_per_stage has %d entries, expected pp x vpp = %d",
                      c->origin, p->num_stages, p->pp * p->vpp);
+  if (p->num_warmup && p->num_warmup != p->pp)
+    return error_set(c->err, ERR_FORMAT, "%s: parallel.warmup has %d entries, expected pp = %d", c->origin,
+                     p->num_warmup, p->pp);
   int ok = 1;
   switch (p->schedule) {
     case SCHED_SCHEDULE_NONE: ok = p->pp == 1 && p->vpp == 1; break;
@@ -172,8 +190,8 @@ static int check_consistent(const Ctx *c, PlanChoice *p) {
     default: ok = p->pp > 1 && p->vpp == 1; break;
   }
   if (!ok)
-    return error_set(c->err, ERR_FORMAT, "%s: parallel.schedule \"%s\" does not fit pp %d, vpp %d (none: pp 1; gpipe "
-                     "and 1f1b: pp > 1, vpp 1; interleaved: pp > 1, vpp > 1)", c->origin, p->schedule_name, p->pp,
+    return error_set(c->err, ERR_FORMAT, "%s: parallel.schedule \"%s\" does not fit pp %d, vpp %d (none: pp 1; gpipe, "
+                     "1f1b and zb-h1: pp > 1, vpp 1; interleaved: pp > 1, vpp > 1)", c->origin, p->schedule_name, p->pp,
                      p->vpp);
   return 0;
 }

@@ -45,11 +45,13 @@ typedef struct PlanChoice {
   int micro_batch_size, global_batch_size;
   int microbatches;  /* per optimizer step and data-parallel replica: global / (dp x micro) */
   SchedScheduleKind schedule;
-  char schedule_name[16]; /* "none", "gpipe", "1f1b", "interleaved" */
+  char schedule_name[16]; /* "none", "gpipe", "1f1b", "zb-h1", "interleaved" */
   PlanRecompute recompute;
   int distributed_optimizer;
   int num_stages;    /* pp x vpp */
   int layers_per_stage[PLAN_MAX_STAGES]; /* by virtual stage (chunk x pp + rank) */
+  int num_warmup;                        /* "parallel.warmup": 0 (absent) or pp depths */
+  int warmup[SCHED_MAX_WARMUP_RANKS];    /* forwards per pipeline rank before its first backward */
   double predicted_step_time; /* s; 0 when the file has no prediction */
   double bucket_mb;           /* "buckets.bucket_mb": the searched gradient bucket size; 0 when absent */
   int has_identity;           /* model_identity present */

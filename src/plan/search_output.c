@@ -170,6 +170,12 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     cJSON_AddBoolToObject(par, "distributed_optimizer", c->distributed_optimizer != 0);
     arr = cJSON_AddArrayToObject(par, "layers_per_stage");
     for (int s = 0; arr && s < c->num_given_layers; s++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(c->layers_per_stage[s]));
+    if (c->warmup_set) {
+      /* The order search's warm-up depths (1f1b, zb-h1), one per pipeline rank. */
+      cJSON *w = cJSON_AddArrayToObject(par, "warmup");
+      for (int r = 0; w && r < c->warmup_set; r++) cJSON_AddItemToArray(w, cJSON_CreateNumber(c->warmup[r]));
+      bad |= !w;
+    }
     if (c->num_stage_widths) {
       /* Stage replication: pipeline stage s on stage_width[s] replicas. */
       cJSON *w = cJSON_AddArrayToObject(par, "stage_widths");

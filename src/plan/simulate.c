@@ -26,6 +26,7 @@ void plan_stage_costs_free(PlanStageCosts *sc) {
   free(sc->optim_comm);
   free(sc->link_next);
   free(sc->link_prev);
+  free(sc->bwd_weight);
   memset(sc, 0, sizeof *sc);
 }
 
@@ -92,8 +93,9 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
   sc->optim_comm = calloc((size_t)P, sizeof *sc->optim_comm);
   sc->link_next = calloc((size_t)P, sizeof *sc->link_next);
   sc->link_prev = calloc((size_t)P, sizeof *sc->link_prev);
+  sc->bwd_weight = calloc((size_t)S, sizeof *sc->bwd_weight);
   if (!sc->stage || !sc->grad_reduce || !sc->grad_reduce_full || !sc->buckets || !sc->optim_compute || !sc->optim_comm ||
-      !sc->link_next || !sc->link_prev) {
+      !sc->link_next || !sc->link_prev || !sc->bwd_weight) {
     plan_stage_costs_free(sc);
     return error_set(err, ERR_NOMEM, "simulate: out of memory");
   }
@@ -122,6 +124,10 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
     }
     pc->fwd_total = plan_breakdown_total(&pc->fwd);
     pc->bwd_total = plan_breakdown_total(&pc->bwd);
+    /* A weight-gradient GEMM costs its forward GEMM (backward GEMMs are
+     * priced at twice the forward: data and weight gradients). */
+    if (cfg->par.tp == 1)
+      sc->bwd_weight[s] = pc->fwd.t[PLAN_COMP_ATTN_GEMM] + (m->gpt2 ? 0.0 : pc->fwd.t[PLAN_COMP_MLP_GEMM]);
 
     PlanParams params = plan_stage_params(m, cfg, &sc->part, s);
     PlanBucketPrice price;
@@ -189,7 +195,10 @@ static double action_cost(const SchedAction *a, void *ctx) {
   int s = action_stage(sc, a);
   switch (a->kind) {
     case SCHED_FWD: return s >= 0 && s < sc->num_stages ? sc->stage[s].fwd_total : 0.0;
-    case SCHED_BWD: return s >= 0 && s < sc->num_stages ? sc->stage[s].bwd_total : 0.0;
+    case SCHED_BWD:
+      if (s < 0 || s >= sc->num_stages) return 0.0;
+      return sc->split_backward ? sc->stage[s].bwd_total - sc->bwd_weight[s] : sc->stage[s].bwd_total;
+    case SCHED_BWD_WEIGHT: return s >= 0 && s < sc->num_stages ? sc->bwd_weight[s] : 0.0;
     case SCHED_SEND_ACT:
     case SCHED_SEND_GRAD: return sc->send_overhead;
     case SCHED_GRAD_REDUCE: return s >= 0 && s < sc->num_stages ? sc->grad_reduce[s] : 0.0;
@@ -322,11 +331,9 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   for (int s = 0; s < S; s++) cfg->layers_per_stage[s] = sc.part.layers[s];
 
   SchedConfig sched;
-  memset(&sched, 0, sizeof sched);
-  sched.schedule = cfg->schedule;
+  plan_config_sched(cfg, &sched);
   sched.pp = P;
   sched.vpp = sc.vpp;
-  sched.microbatches = cfg->microbatches;
   double fsum = 0, bsum = 0;
   for (int s = 0; s < S; s++) fsum += sc.stage[s].fwd_total, bsum += sc.stage[s].bwd_total;
   /* Sends are placed for the costs the program is priced with. */
@@ -343,6 +350,7 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
     plan_stage_costs_free(&sc);
     return rc;
   }
+  sc.split_backward = prog->config.split_backward;
   SchedEvalOptions eo;
   memset(&eo, 0, sizeof eo);
   eo.cost = action_cost;

@@ -47,6 +47,11 @@ typedef struct PlanStageCosts {
   double *link_next;        /* per pipeline rank: one message to rank + 1 (wrapping) */
   double *link_prev;        /* per pipeline rank: one message to rank - 1 (wrapping) */
   double send_overhead;
+  /* Per stage: the part of bwd_total a split backward (zb-h1) moves into
+   * BWD_WEIGHT, the weight-gradient GEMMs of the attention projections and
+   * dense MLPs (what fivefold's runtime defers: at tp 1, not GPT-2's MLP). */
+  double *bwd_weight;
+  int split_backward; /* the priced program splits its backward */
 } PlanStageCosts;
 
 int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *out, Error *err);

@@ -25,6 +25,31 @@ int sched_config_validate(const SchedConfig *c, Error *err) {
                      SCHED_MAX_PARAM_GROUPS, c->param_groups);
   if (c->order_fwd_cost < 0 || c->order_bwd_cost < 0)
     return error_set(err, ERR_CONFIG, "schedule: order costs must be >= 0 (0 selects the defaults 1 and 2)");
+  if (c->warmup_set) {
+    if (c->schedule != SCHED_SCHEDULE_1F1B && c->schedule != SCHED_SCHEDULE_ZB_H1)
+      return error_set(err, ERR_CONFIG, "schedule %s has no warm-up depth to set (only 1f1b and zb-h1 do)", name);
+    if (c->warmup_set != c->pp)
+      return error_set(err, ERR_CONFIG, "schedule: %d warm-up depths given for pp %d (one per pipeline rank)",
+                       c->warmup_set, c->pp);
+    if (c->pp > SCHED_MAX_WARMUP_RANKS)
+      return error_set(err, ERR_CONFIG, "schedule: warm-up depths are supported for up to %d pipeline ranks, pp is %d",
+                       SCHED_MAX_WARMUP_RANKS, c->pp);
+    for (int r = 0; r < c->pp; r++)
+      if (c->warmup[r] < 0)
+        return error_set(err, ERR_CONFIG, "schedule: warm-up depth of rank %d must be >= 0, got %d", r, c->warmup[r]);
+    /* Rank r's first backward waits for rank r+1's, which runs after
+     * warmup[r+1] + 1 of rank r's forwards: more than rank r sends first
+     * would deadlock. */
+    for (int r = 0; r + 1 < c->pp; r++) {
+      int here = c->warmup[r] < c->microbatches ? c->warmup[r] : c->microbatches;
+      int next = c->warmup[r + 1] < c->microbatches ? c->warmup[r + 1] : c->microbatches;
+      if (next > here)
+        return error_set(err, ERR_CONFIG,
+                         "schedule: warm-up depths must not grow along the pipeline (rank %d runs %d forwards before its "
+                         "first backward, rank %d %d, more than it receives before it waits)",
+                         r, here, r + 1, next);
+    }
+  }
   switch (c->schedule) {
     case SCHED_SCHEDULE_NONE:
       if (c->pp != 1 || c->vpp != 1)
@@ -35,6 +60,7 @@ int sched_config_validate(const SchedConfig *c, Error *err) {
       return ERR_OK;
     case SCHED_SCHEDULE_GPIPE:
     case SCHED_SCHEDULE_1F1B:
+    case SCHED_SCHEDULE_ZB_H1:
       if (c->vpp != 1)
         return error_set(err, ERR_CONFIG, "schedule %s has one chunk per rank: vpp must be 1 (got %d); use interleaved for vpp > 1",
                          name, c->vpp);
@@ -56,7 +82,7 @@ int sched_config_validate(const SchedConfig *c, Error *err) {
       }
       return ERR_OK;
     default:
-      return error_set(err, ERR_CONFIG, "schedule: '%s' cannot be built from a configuration (none, gpipe, 1f1b or interleaved)",
+      return error_set(err, ERR_CONFIG, "schedule: '%s' cannot be built from a configuration (none, gpipe, 1f1b, zb-h1 or interleaved)",
                        name);
   }
 }
@@ -67,7 +93,10 @@ int sched_warmup_forwards(const SchedConfig *c, int rank) {
   switch (c->schedule) {
     case SCHED_SCHEDULE_NONE: return 0;
     case SCHED_SCHEDULE_GPIPE: return m;
-    case SCHED_SCHEDULE_1F1B: w = p - rank - 1; return w < m ? w : m;
+    case SCHED_SCHEDULE_1F1B:
+    case SCHED_SCHEDULE_ZB_H1:
+      w = c->warmup_set ? c->warmup[rank] : p - rank - 1;
+      return w < m ? w : m;
     case SCHED_SCHEDULE_INTERLEAVED:
       w = 2 * (p - rank - 1) + (v - 1) * p;
       return w < m * v ? w : m * v;
@@ -106,6 +135,7 @@ int sched_compute_order(const SchedConfig *c, SchedComputeOrder *o, Error *err) 
   memset(o, 0, sizeof *o);
   int rc = sched_config_validate(c, err);
   if (rc) return rc;
+  if (c->schedule == SCHED_SCHEDULE_ZB_H1) return sched_zb_h1_order(c, o, err);
   int p = c->pp, v = c->vpp, m = c->microbatches;
   o->num_ranks = p;
   o->items = calloc((size_t)p, sizeof *o->items);
@@ -170,6 +200,7 @@ int sched_build(const SchedConfig *config, SchedProgram **out, Error *err) {
   if (rc) return rc;
   SchedConfig one = *config;
   one.param_groups = 0;
+  one.split_backward = config->schedule == SCHED_SCHEDULE_ZB_H1 || config->split_backward;
   SchedProgram *prog = NULL;
   rc = sched_lower(&one, &order, &prog, err);
   sched_compute_order_free(&order);

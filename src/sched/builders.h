@@ -28,7 +28,8 @@
 #include "sched/program.h"
 
 /* Checks that the configuration names a schedule that can be built:
- * none needs pp = 1 and vpp = 1; gpipe and 1f1b need vpp = 1; interleaved
+ * none needs pp = 1 and vpp = 1; gpipe, 1f1b and zb-h1 need vpp = 1;
+ * warm-up depths (SchedConfig.warmup_set) only for 1f1b and zb-h1; interleaved
  * needs vpp >= 2 and microbatches a multiple of pp; everything needs
  * microbatches >= 1. The message says what to change. */
 int sched_config_validate(const SchedConfig *config, Error *err);
@@ -44,13 +45,14 @@ int sched_build(const SchedConfig *config, SchedProgram **out, Error *err);
 int sched_program_phases(const SchedProgram *one, int groups, SchedProgram **out, Error *err);
 
 /* Number of forward passes (micro-batch chunks) rank runs before its steady
- * phase: none 0, gpipe m, 1f1b min(p-r-1, m), interleaved
- * min(2(p-r-1) + (v-1)p, m v). -1 for an invalid configuration. */
+ * phase: none 0, gpipe m, 1f1b and zb-h1 min(p-r-1, m) (min(warmup[r], m)
+ * with SchedConfig.warmup_set), interleaved min(2(p-r-1) + (v-1)p, m v).
+ * -1 for an invalid configuration. */
 int sched_warmup_forwards(const SchedConfig *config, int rank);
 
 /* One entry of a rank's compute order. */
 typedef struct SchedComputeItem {
-  SchedActionKind kind; /* SCHED_FWD or SCHED_BWD */
+  SchedActionKind kind; /* SCHED_FWD, SCHED_BWD or (split backward) SCHED_BWD_WEIGHT */
   int microbatch, chunk;
 } SchedComputeItem;
 
@@ -65,9 +67,23 @@ typedef struct SchedComputeOrder {
 int sched_compute_order(const SchedConfig *config, SchedComputeOrder *order, Error *err);
 void sched_compute_order_free(SchedComputeOrder *order);
 
+/* The zero-bubble H1 order (schedule_zb.c): each rank runs its warm-up
+ * forwards as 1F1B does, then, at every free moment of a unit-cost run
+ * (F = B = W = 1, free transfers), a backward (input gradient) whose
+ * gradient has arrived, else the next forward while fewer than warm-up + 1
+ * micro-batches await their weight gradient (1F1B's peak of activations),
+ * else the oldest pending weight gradient: W fills what would be bubbles,
+ * above all in the cool-down. vpp must be 1. */
+int sched_zb_h1_order(const SchedConfig *config, SchedComputeOrder *order, Error *err);
+
+/* The most (micro-batch, chunk) pairs of rank whose forward has run and
+ * whose backward has not finished (with a split backward: whose BWD_WEIGHT
+ * has not run) at any point of its list: the activation sets it keeps. */
+int sched_rank_peak_in_flight(const SchedProgram *prog, int rank);
+
 /* Turns any compute order into a full program as described above: every
  * (micro-batch, chunk) must appear exactly once forward and once backward on
- * its rank. Fails with the blocked computes named if the order itself can
+ * its rank (and, when config.split_backward, once BWD_WEIGHT after it). Fails with the blocked computes named if the order itself can
  * never run. New schedules only need to produce an order. */
 int sched_lower(const SchedConfig *config, const SchedComputeOrder *order, SchedProgram **out, Error *err);
 

@@ -71,7 +71,7 @@ static int check_structure(const SchedProgram *prog, Report *rep) {
         bad_ids = 1;
         continue;
       }
-      int staged = a->kind == SCHED_FWD || a->kind == SCHED_BWD || sched_kind_is_send(a->kind) ||
+      int staged = a->kind == SCHED_FWD || a->kind == SCHED_BWD || a->kind == SCHED_BWD_WEIGHT || sched_kind_is_send(a->kind) ||
                    sched_kind_is_recv(a->kind);
       if (staged) {
         if (a->microbatch < 0 || a->microbatch >= M || a->chunk < 0 || a->chunk >= V)
@@ -179,7 +179,7 @@ static void check_matching(const SchedProgram *prog, Report *rep) {
 
 /* ---- computes, data flow, reductions ---- */
 
-enum { POS_FWD, POS_BWD, POS_SA, POS_RA, POS_SG, POS_RG, NUM_POS };
+enum { POS_FWD, POS_BWD, POS_SA, POS_RA, POS_SG, POS_RG, POS_W, NUM_POS };
 
 static int pos_kind(SchedActionKind k) {
   switch (k) {
@@ -189,6 +189,7 @@ static int pos_kind(SchedActionKind k) {
     case SCHED_RECV_ACT: return POS_RA;
     case SCHED_SEND_GRAD: return POS_SG;
     case SCHED_RECV_GRAD: return POS_RG;
+    case SCHED_BWD_WEIGHT: return POS_W;
     default: return -1;
   }
 }
@@ -227,6 +228,15 @@ static void check_rank(const SchedProgram *prog, int r, int *pos, int *dup, Repo
       const SchedAction *F = &list[f], *B = &list[b];
       if (b < f) problem(rep, "%s runs before its forward %s", DESC(B), DESC(F));
       if (!has_dep(B, F->id)) problem(rep, "%s does not depend on its forward %s", DESC(B), DESC(F));
+      /* A split backward: its weight gradient once, after it. */
+      int w = POS(POS_W, mb, ch);
+      if (c->split_backward && w < 0)
+        problem(rep, "rank %d never runs the weight gradient (BWD_WEIGHT) of mb %d chunk %d (stage %d)", r, mb, ch, s);
+      else if (!c->split_backward && w >= 0)
+        problem(rep, "%s in a program whose backward is not split (config.split_backward 0)", DESC(&list[w]));
+      else if (w >= 0 && (w < b || !has_dep(&list[w], B->id)))
+        problem(rep, "%s does not follow its backward %s", DESC(&list[w]), DESC(B));
+      if (w > last_bwd_any) last_bwd_any = w;
       /* Input activation. */
       if (s > 0 && (s - 1) % P != r) {
         int ra = POS(POS_RA, mb, ch);
@@ -266,7 +276,7 @@ static void check_rank(const SchedProgram *prog, int r, int *pos, int *dup, Repo
   for (int ch = 0; ch < V; ch++) {
     int last_b = -1, reduces = 0;
     for (int i = 0; i < n; i++)
-      if (list[i].kind == SCHED_BWD && list[i].chunk == ch) last_b = i;
+      if ((list[i].kind == SCHED_BWD || list[i].kind == SCHED_BWD_WEIGHT) && list[i].chunk == ch) last_b = i;
     for (int i = 0; i < n; i++) {
       const SchedAction *a = &list[i];
       if (a->kind != SCHED_GRAD_REDUCE || a->chunk != ch) continue;
@@ -376,6 +386,7 @@ int sched_check(const SchedProgram *prog, Error *err) {
     free(pos);
     free(dup);
     SchedUnitCosts costs = sched_unit_costs_default();
+    costs.split_backward = c->split_backward;
     SchedEvalOptions opts = sched_unit_eval_options(&costs, SCHED_SEND_RENDEZVOUS);
     opts.serial = 1;
     SchedEval ev;

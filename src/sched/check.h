@@ -13,7 +13,11 @@
  *    (micro-batch, chunk) pairs exactly once, backward after forward, with
  *    the data each needs received before it and sent after it (and the
  *    dependencies that say so);
- *  - each chunk's gradients are reduced after its last backward, and one
+ *  - with a split backward (config.split_backward) each (micro-batch,
+ *    chunk) runs its weight gradient (BWD_WEIGHT) once, after and depending
+ *    on its backward; without it, no BWD_WEIGHT appears;
+ *  - each chunk's gradients are reduced after its last backward (its last
+ *    weight gradient when split), and one
  *    OPTIM per rank follows all computes and waits for all reductions;
  *  - it completes when every rank runs its list strictly in order with
  *    blocking (rendezvous) sends and receives, by simulation (evaluate.h);

@@ -337,6 +337,7 @@ SchedUnitCosts sched_unit_costs_default(void) {
   memset(&c, 0, sizeof c);
   c.fwd = 1;
   c.bwd = 2;
+  c.bwd_weight = 1;
   return c;
 }
 
@@ -346,7 +347,8 @@ double sched_unit_cost(const SchedAction *a, void *ctx) {
   if (c->stage_scale && a->stage >= 0 && a->stage < c->num_stages) scale = c->stage_scale[a->stage];
   switch (a->kind) {
     case SCHED_FWD: return c->fwd * scale;
-    case SCHED_BWD: return c->bwd * scale;
+    case SCHED_BWD: return (c->split_backward ? c->bwd - c->bwd_weight : c->bwd) * scale;
+    case SCHED_BWD_WEIGHT: return c->bwd_weight * scale;
     case SCHED_SEND_ACT:
     case SCHED_SEND_GRAD: return c->send;
     case SCHED_RECV_ACT:

@@ -84,13 +84,18 @@ typedef struct SchedUnitCosts {
   double transfer;           /* per matched pair */
   double grad_reduce, optim; /* per action */
   double other;              /* any other kind */
+  /* A BWD_WEIGHT action; when split_backward is set (the program's
+   * config.split_backward), a BWD costs bwd - bwd_weight: the two halves
+   * of one backward. */
+  double bwd_weight;
+  int split_backward;
   /* Optional per-virtual-stage multiplier for FWD/BWD (e.g. relative layer
    * weight of uneven stages); NULL means 1 for every stage. */
   const double *stage_scale;
   int num_stages;
 } SchedUnitCosts;
 
-/* fwd 1, bwd 2, everything else 0: the textbook setting. */
+/* fwd 1, bwd 2 (split: B 1, W 1), everything else 0: the textbook setting. */
 SchedUnitCosts sched_unit_costs_default(void);
 double sched_unit_cost(const SchedAction *action, void *ctx);                            /* ctx: SchedUnitCosts* */
 double sched_unit_transfer(const SchedAction *send, const SchedAction *recv, void *ctx); /* ctx: SchedUnitCosts* */

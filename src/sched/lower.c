@@ -31,7 +31,7 @@ static int transfer_cmp(const void *pa, const void *pb) {
 typedef struct Lowering {
   const SchedConfig *cfg;
   int P, V, M, S;
-  int *fpos, *bpos; /* [rank][mb][chunk] -> index in the rank's order */
+  int *fpos, *bpos, *wpos; /* [rank][mb][chunk] -> index in the rank's order (wpos: split backward) */
   SchedProgram *timing; /* compute-only program */
   SchedEval ev;
   Transfer *transfers;
@@ -51,20 +51,24 @@ static int index_order(Lowering *L, const SchedComputeOrder *order, Error *err) 
   size_t n = (size_t)L->P * L->M * L->V;
   L->fpos = malloc(n * sizeof *L->fpos);
   L->bpos = malloc(n * sizeof *L->bpos);
-  if (!L->fpos || !L->bpos) return error_set(err, ERR_NOMEM, "sched_lower: out of memory");
-  for (size_t i = 0; i < n; i++) L->fpos[i] = L->bpos[i] = -1;
+  L->wpos = malloc(n * sizeof *L->wpos);
+  if (!L->fpos || !L->bpos || !L->wpos) return error_set(err, ERR_NOMEM, "sched_lower: out of memory");
+  for (size_t i = 0; i < n; i++) L->fpos[i] = L->bpos[i] = L->wpos[i] = -1;
+  const int split = L->cfg->split_backward != 0;
   if (order->num_ranks != L->P)
     return error_set(err, ERR_ARG, "sched_lower: the compute order has %d ranks, pp is %d", order->num_ranks, L->P);
   for (int r = 0; r < L->P; r++) {
     for (int i = 0; i < order->counts[r]; i++) {
       const SchedComputeItem *it = &order->items[r][i];
-      if ((it->kind != SCHED_FWD && it->kind != SCHED_BWD) || it->microbatch < 0 || it->microbatch >= L->M ||
-          it->chunk < 0 || it->chunk >= L->V)
+      int kind_ok = it->kind == SCHED_FWD || it->kind == SCHED_BWD || (split && it->kind == SCHED_BWD_WEIGHT);
+      if (!kind_ok || it->microbatch < 0 || it->microbatch >= L->M || it->chunk < 0 || it->chunk >= L->V)
         return error_set(err, ERR_ARG,
-                         "sched_lower: rank %d item %d is %s mb %d chunk %d; expected FWD or BWD with mb in [0, %d) and "
+                         "sched_lower: rank %d item %d is %s mb %d chunk %d; expected FWD, BWD%s with mb in [0, %d) and "
                          "chunk in [0, %d)",
-                         r, i, sched_action_kind_name(it->kind), it->microbatch, it->chunk, L->M, L->V);
-      int *pos = (it->kind == SCHED_FWD ? L->fpos : L->bpos) + slot(L, r, it->microbatch, it->chunk);
+                         r, i, sched_action_kind_name(it->kind), it->microbatch, it->chunk,
+                         split ? " or BWD_WEIGHT" : " (BWD_WEIGHT only with split_backward)", L->M, L->V);
+      int *pos = (it->kind == SCHED_FWD ? L->fpos : it->kind == SCHED_BWD ? L->bpos : L->wpos) +
+                 slot(L, r, it->microbatch, it->chunk);
       if (*pos >= 0)
         return error_set(err, ERR_ARG, "sched_lower: rank %d runs %s mb %d chunk %d twice (items %d and %d)", r,
                          sched_action_kind_name(it->kind), it->microbatch, it->chunk, *pos, i);
@@ -73,9 +77,12 @@ static int index_order(Lowering *L, const SchedComputeOrder *order, Error *err) 
     for (int mb = 0; mb < L->M; mb++)
       for (int c = 0; c < L->V; c++) {
         size_t k = slot(L, r, mb, c);
-        if (L->fpos[k] < 0 || L->bpos[k] < 0)
+        if (L->fpos[k] < 0 || L->bpos[k] < 0 || (split && L->wpos[k] < 0))
           return error_set(err, ERR_ARG, "sched_lower: rank %d never runs the %s of mb %d chunk %d", r,
-                           L->fpos[k] < 0 ? "forward" : "backward", mb, c);
+                           L->fpos[k] < 0 ? "forward" : L->bpos[k] < 0 ? "backward" : "weight gradient", mb, c);
+        if (split && L->wpos[k] < L->bpos[k])
+          return error_set(err, ERR_ARG, "sched_lower: rank %d runs the weight gradient of mb %d chunk %d before its backward",
+                           r, mb, c);
       }
   }
   return ERR_OK;
@@ -104,6 +111,10 @@ static int time_computes(Lowering *L, const SchedComputeOrder *order, Error *err
         SchedActionRef d = {(s - 1) % L->P, L->fpos[slot(L, (s - 1) % L->P, mb, (s - 1) / L->P)]};
         rc = sched_builder_add_dep(b, self, d, err);
       }
+      if (it->kind == SCHED_BWD_WEIGHT) {
+        SchedActionRef bw = {r, L->bpos[slot(L, r, mb, it->chunk)]};
+        rc = sched_builder_add_dep(b, self, bw, err);
+      }
       if (it->kind == SCHED_BWD) {
         SchedActionRef f = {r, L->fpos[slot(L, r, mb, it->chunk)]};
         rc = sched_builder_add_dep(b, self, f, err);
@@ -119,6 +130,8 @@ static int time_computes(Lowering *L, const SchedComputeOrder *order, Error *err
   SchedUnitCosts costs = sched_unit_costs_default();
   if (L->cfg->order_fwd_cost > 0) costs.fwd = L->cfg->order_fwd_cost;
   if (L->cfg->order_bwd_cost > 0) costs.bwd = L->cfg->order_bwd_cost;
+  costs.bwd_weight = costs.bwd / 2;
+  costs.split_backward = L->cfg->split_backward;
   SchedEvalOptions opts = sched_unit_eval_options(&costs, SCHED_SEND_EAGER);
   rc = sched_evaluate(L->timing, &opts, &L->ev, err);
   if (rc == ERR_CONFIG) error_wrap(err, "sched_lower: the compute order of schedule %s can never run", sched_schedule_name(L->cfg->schedule));
@@ -189,8 +202,11 @@ static int merge_lists(Lowering *L, const SchedComputeOrder *order, Error *err) 
       return error_set(err, ERR_NOMEM, "sched_lower: out of memory");
     }
     for (int c = 0; c < L->V; c++) last_bwd[c] = -1;
+    /* A chunk's gradient is complete after its last backward, or with a
+     * split backward its last weight gradient. */
+    SchedActionKind completes = L->cfg->split_backward ? SCHED_BWD_WEIGHT : SCHED_BWD;
     for (int i = 0; i < nc; i++)
-      if (order->items[r][i].kind == SCHED_BWD) last_bwd[order->items[r][i].chunk] = i;
+      if (order->items[r][i].kind == completes) last_bwd[order->items[r][i].chunk] = i;
     SchedAction *out = L->lists[r];
     int n = 0, next_op = 0;
     for (int i = 0; i < nc; i++) {
@@ -202,7 +218,7 @@ static int merge_lists(Lowering *L, const SchedComputeOrder *order, Error *err) 
       a.microbatch = it->microbatch;
       a.chunk = it->chunk;
       out[n++] = a;
-      if (it->kind == SCHED_BWD && last_bwd[it->chunk] == i) {
+      if (it->kind == completes && last_bwd[it->chunk] == i) {
         SchedAction red = sched_action_make(SCHED_GRAD_REDUCE);
         red.chunk = it->chunk;
         red.bucket = it->chunk;
@@ -236,6 +252,7 @@ int sched_lower(const SchedConfig *config, const SchedComputeOrder *order, Sched
   if (!rc) rc = sched_program_assemble(config, L.lists, L.counts, out, err);
   free(L.fpos);
   free(L.bpos);
+  free(L.wpos);
   sched_program_free(L.timing);
   sched_eval_free(&L.ev);
   free(L.transfers);

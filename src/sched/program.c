@@ -28,11 +28,12 @@ static const KindInfo kKinds[SCHED_NUM_ACTION_KINDS] = {
     [SCHED_A2A_DISPATCH] = {"A2A_DISPATCH", "AD", SCHED_STREAM_COMPUTE, 0, 0, 0, SCHED_A2A_DISPATCH},
     [SCHED_A2A_COMBINE] = {"A2A_COMBINE", "AC", SCHED_STREAM_COMPUTE, 0, 0, 0, SCHED_A2A_COMBINE},
     [SCHED_CP_RING_STEP] = {"CP_RING_STEP", "CP", SCHED_STREAM_COMPUTE, 0, 0, 0, SCHED_CP_RING_STEP},
+    [SCHED_BWD_WEIGHT] = {"BWD_WEIGHT", "W", SCHED_STREAM_COMPUTE, 0, 0, 1, SCHED_BWD_WEIGHT},
 };
 
 static const char *const kStreamNames[SCHED_NUM_STREAMS] = {"compute", "p2p", "collective"};
 static const char *const kScheduleNames[SCHED_NUM_SCHEDULES] = {"none", "gpipe", "1f1b", "interleaved",
-                                                                 "custom"};
+                                                                 "custom", "zb-h1"};
 
 static int kind_ok(SchedActionKind kind) { return (unsigned)kind < SCHED_NUM_ACTION_KINDS; }
 

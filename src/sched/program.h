@@ -56,6 +56,11 @@ typedef enum SchedActionKind {
   SCHED_A2A_DISPATCH, /* MoE token dispatch (all-to-all over EP) of one layer */
   SCHED_A2A_COMBINE,  /* MoE token combine of one layer */
   SCHED_CP_RING_STEP, /* one K/V exchange step of context-parallel attention */
+  /* The weight-gradient half of a split backward (zero-bubble orders,
+   * SchedConfig.split_backward): the BWD of the same (micro-batch, chunk)
+   * then computes only the input gradient the previous stage waits for, and
+   * this action the weight gradients, later, from tensors the BWD kept. */
+  SCHED_BWD_WEIGHT,
   SCHED_NUM_ACTION_KINDS
 } SchedActionKind;
 
@@ -72,8 +77,11 @@ typedef enum SchedScheduleKind {
   SCHED_SCHEDULE_1F1B,        /* PipeDream-flush / DAPPLE early backward */
   SCHED_SCHEDULE_INTERLEAVED, /* Megatron's interleaved 1F1B with v chunks per rank */
   SCHED_SCHEDULE_CUSTOM,      /* assembled by hand (tests, experiments, files) */
+  SCHED_SCHEDULE_ZB_H1,       /* zero-bubble H1 (Qi et al.): 1F1B's memory, backward split, W fills bubbles */
   SCHED_NUM_SCHEDULES
 } SchedScheduleKind;
+
+#define SCHED_MAX_WARMUP_RANKS 64
 
 /* What produced a program. Virtual stage s lives on rank s % pp as model
  * chunk s / pp (Megatron's layout), so chunk c of rank r is stage c*pp + r. */
@@ -92,6 +100,17 @@ typedef struct SchedConfig {
    * (SchedAction.group): the forwards and backwards of the phase, the
    * GRAD_REDUCE of that group's gradient, the OPTIM of that group. */
   int param_groups;
+  /* 1: every BWD computes only its input gradient and a BWD_WEIGHT of the
+   * same (micro-batch, chunk) the weight gradients (zb-h1 sets it; the
+   * assembler sets it for any list holding a BWD_WEIGHT). */
+  int split_backward;
+  /* Per-rank warm-up depth of the 1F1B family (1f1b, zb-h1): warmup_set
+   * is 0 (the schedule's own p - r - 1) or pp, the entries given; rank r
+   * then runs min(warmup[r], m) forwards before its first backward. More
+   * costs memory (one micro-batch's activations each), fewer costs bubbles.
+   * The depths must not grow along the pipeline (else it deadlocks). */
+  int warmup_set;
+  int warmup[SCHED_MAX_WARMUP_RANKS];
 } SchedConfig;
 
 #define SCHED_MAX_PARAM_GROUPS 8

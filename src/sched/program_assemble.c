@@ -70,7 +70,11 @@ int sched_program_assemble(const SchedConfig *config, SchedAction *const *lists,
     return error_set(err, ERR_ARG, "sched assemble: need pp >= 1, vpp >= 1, microbatches >= 0 (got %d, %d, %d)",
                      cfg->pp, cfg->vpp, cfg->microbatches);
   int P = cfg->pp, S = cfg->pp * cfg->vpp;
-  SchedBuilder *b = sched_builder_new(cfg, P);
+  /* A list holding a weight-gradient action splits its backward. */
+  SchedConfig with_split = *cfg;
+  for (int r = 0; r < P; r++)
+    for (int i = 0; i < counts[r]; i++) with_split.split_backward |= lists[r][i].kind == SCHED_BWD_WEIGHT;
+  SchedBuilder *b = sched_builder_new(&with_split, P);
   IndexMaps maps = {P, cfg->microbatches, cfg->vpp, NULL};
   size_t nslots = (size_t)NUM_MAPS * P * (size_t)cfg->microbatches * cfg->vpp;
   maps.slots = malloc((nslots ? nslots : 1) * sizeof *maps.slots);
@@ -122,6 +126,7 @@ int sched_program_assemble(const SchedConfig *config, SchedAction *const *lists,
               DEP(r, map_get(&maps, MAP_RECV_GRAD, r, mb, c));
           }
           break;
+        case SCHED_BWD_WEIGHT: DEP(r, map_get(&maps, MAP_BWD, r, mb, c)); break;
         case SCHED_SEND_ACT: DEP(r, map_get(&maps, MAP_FWD, r, mb, c)); break;
         case SCHED_SEND_GRAD: DEP(r, map_get(&maps, MAP_BWD, r, mb, c)); break;
         case SCHED_RECV_ACT:
@@ -141,7 +146,7 @@ int sched_program_assemble(const SchedConfig *config, SchedAction *const *lists,
           for (int k = 0; k < n; k++) {
             SchedActionRef kr = {r, k};
             const SchedAction *x = sched_builder_get(b, kr);
-            if (x->kind == SCHED_BWD && x->chunk == c) last = k;
+            if ((x->kind == SCHED_BWD || x->kind == SCHED_BWD_WEIGHT) && x->chunk == c) last = k;
           }
           DEP(r, last);
           break;
@@ -175,6 +180,7 @@ typedef struct Prefix {
 static const Prefix kPrefixes[] = {
     {"OPT", SCHED_OPTIM},      {"SA", SCHED_SEND_ACT},  {"RA", SCHED_RECV_ACT}, {"SG", SCHED_SEND_GRAD},
     {"RG", SCHED_RECV_GRAD},   {"AR", SCHED_GRAD_REDUCE}, {"F", SCHED_FWD},      {"B", SCHED_BWD},
+    {"W", SCHED_BWD_WEIGHT},
 };
 
 static int read_int(const char **p, int *value) {
@@ -197,7 +203,7 @@ static int parse_token(const SchedConfig *cfg, int rank, const char *tok, SchedA
       pre = &kPrefixes[i];
       break;
     }
-  if (!pre) return error_set(err, ERR_FORMAT, "sched text: rank %d: unknown action '%s' (expected F, B, SA, RA, SG, RG, AR or OPT)", rank, tok);
+  if (!pre) return error_set(err, ERR_FORMAT, "sched text: rank %d: unknown action '%s' (expected F, B, W, SA, RA, SG, RG, AR or OPT)", rank, tok);
   p += strlen(pre->text);
   SchedAction a = sched_action_make(pre->kind);
   int number = -1, chunk = 0, peer = -1;

@@ -47,6 +47,19 @@ static cJSON *action_to_json(const SchedAction *a) {
   return o;
 }
 
+/* config.warmup: one depth per pipeline rank. */
+static int add_warmup(cJSON *cfg, const SchedConfig *c) {
+  cJSON *arr = cJSON_AddArrayToObject(cfg, "warmup");
+  for (int r = 0; arr && r < c->pp && r < SCHED_MAX_WARMUP_RANKS; r++) {
+    cJSON *v = cJSON_CreateNumber(c->warmup[r]);
+    if (!v || !cJSON_AddItemToArray(arr, v)) {
+      cJSON_Delete(v);
+      return 0;
+    }
+  }
+  return arr != NULL;
+}
+
 cJSON *sched_program_to_json(const SchedProgram *prog) {
   cJSON *root = cJSON_CreateObject();
   if (!root) return NULL;
@@ -60,6 +73,8 @@ cJSON *sched_program_to_json(const SchedProgram *prog) {
         !cJSON_AddNumberToObject(cfg, "order_fwd_cost", prog->config.order_fwd_cost) ||
         !cJSON_AddNumberToObject(cfg, "order_bwd_cost", prog->config.order_bwd_cost) ||
         (prog->config.param_groups > 1 && !cJSON_AddNumberToObject(cfg, "param_groups", prog->config.param_groups)) ||
+        (prog->config.split_backward && !cJSON_AddBoolToObject(cfg, "split_backward", 1)) ||
+        (prog->config.warmup_set && !add_warmup(cfg, &prog->config)) ||
         !cJSON_AddNumberToObject(root, "num_actions", prog->num_actions) ||
         !(ranks = cJSON_AddArrayToObject(root, "ranks"));
   for (int r = 0; !bad && r < prog->num_ranks; r++) {
@@ -152,7 +167,7 @@ int sched_program_from_json(const cJSON *json, SchedProgram **out, Error *err) {
   memset(&cfg, 0, sizeof cfg);
   const cJSON *js = cJSON_GetObjectItemCaseSensitive(jc, "schedule");
   if (!cJSON_IsString(js) || sched_schedule_from_name(js->valuestring, &cfg.schedule))
-    return error_set(err, ERR_FORMAT, "program JSON: config.schedule must be none, gpipe, 1f1b, interleaved or custom");
+    return error_set(err, ERR_FORMAT, "program JSON: config.schedule must be none, gpipe, 1f1b, interleaved, zb-h1 or custom");
   int rc = get_int(jc, "pp", &cfg.pp, 1, "program JSON config", err);
   if (!rc) rc = get_int(jc, "vpp", &cfg.vpp, 1, "program JSON config", err);
   if (!rc) rc = get_int(jc, "microbatches", &cfg.microbatches, 1, "program JSON config", err);
@@ -163,6 +178,20 @@ int sched_program_from_json(const cJSON *json, SchedProgram **out, Error *err) {
   cfg.order_bwd_cost = cJSON_IsNumber(bc) ? bc->valuedouble : 0;
   const cJSON *gc = cJSON_GetObjectItemCaseSensitive(jc, "param_groups");
   cfg.param_groups = cJSON_IsNumber(gc) ? gc->valueint : 0;
+  cfg.split_backward = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(jc, "split_backward"));
+  const cJSON *jw = cJSON_GetObjectItemCaseSensitive(jc, "warmup");
+  if (jw) {
+    if (!cJSON_IsArray(jw) || cJSON_GetArraySize(jw) != cfg.pp || cfg.pp > SCHED_MAX_WARMUP_RANKS)
+      return error_set(err, ERR_FORMAT, "program JSON: config.warmup must be an array of pp = %d depths", cfg.pp);
+    cfg.warmup_set = cfg.pp;
+    int r = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, jw) {
+      if (!cJSON_IsNumber(v) || v->valueint < 0)
+        return error_set(err, ERR_FORMAT, "program JSON: config.warmup[%d] must be an integer >= 0", r);
+      cfg.warmup[r++] = v->valueint;
+    }
+  }
   const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(json, "ranks");
   if (!cJSON_IsArray(ranks) || cJSON_GetArraySize(ranks) < 1)
     return error_set(err, ERR_FORMAT, "program JSON: \"ranks\" must be a non-empty array");

@@ -318,7 +318,7 @@ static void print_iteration(const TraceReport *rep, const TraceIterationReport *
   if (it->path.start_skew > 0)
     fprintf(f, "; rank %d started %.3f ms late", it->path.segments[0].rank, ms((double)it->path.start_skew));
   fprintf(f, ")\n");
-  fprintf(f, "  bubble: %.1f%% of rank-time outside FWD/BWD/OPTIM", 100.0 * it->bubble_fraction);
+  fprintf(f, "  bubble: %.1f%% of rank-time outside compute (FWD/BWD/BWD_WEIGHT/OPTIM)", 100.0 * it->bubble_fraction);
   if (cfg->schedule == SCHED_SCHEDULE_1F1B || cfg->schedule == SCHED_SCHEDULE_GPIPE) {
     double p = cfg->pp, m = cfg->microbatches;
     fprintf(f, " (textbook %s with free communication: %.1f%%)", sched_schedule_name(cfg->schedule),

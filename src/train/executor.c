@@ -27,12 +27,15 @@ int executor_create(Executor *ex, const SchedProgram *prog, int rank, void *ctx,
   }
   /* The last backward of each chunk (of each phase, in a program whose
    * parameter groups step in phases of their own), found from the end. */
+  /* With a split backward the chunk's gradient completes at its last
+   * weight-gradient pass. */
+  SchedActionKind completes = prog->config.split_backward ? SCHED_BWD_WEIGHT : SCHED_BWD;
   for (int i = ex->num_actions - 1; i >= 0; i--) {
     const SchedAction *a = &ex->actions[i];
-    if (a->kind != SCHED_BWD) continue;
+    if (a->kind != completes) continue;
     int later = 0;
     for (int j = i + 1; j < ex->num_actions && !later; j++)
-      later = ex->actions[j].kind == SCHED_BWD && ex->actions[j].chunk == a->chunk &&
+      later = ex->actions[j].kind == completes && ex->actions[j].chunk == a->chunk &&
               ex->actions[j].group == a->group;
     ex->last_backward[i] = !later;
   }

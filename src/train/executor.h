@@ -39,8 +39,9 @@ typedef struct Executor {
   unsigned char posts[SCHED_NUM_ACTION_KINDS];     /* 1: the handler only posts work */
   struct TraceSession *trace;                      /* NULL: tracing off */
   void *ctx;
-  /* For BWD actions: 1 at list positions holding the last backward of
-   * their chunk (the one that completes the chunk's gradient), per phase
+  /* For BWD actions (BWD_WEIGHT with a split backward): 1 at list
+   * positions holding the last backward of their chunk (the one that
+   * completes the chunk's gradient), per phase
    * when the program has several parameter groups (SchedAction.group). */
   unsigned char *last_backward;
   double *start, *end; /* [num_actions] times of the last run */

@@ -18,10 +18,17 @@ static int stage_of(const Pipeline *p, int chunk) { return chunk * p->pp + p->ra
 static int p2p_tag(const Pipeline *p, int link, int mb, int is_grad) { return (link * p->m + mb) * 2 + is_grad; }
 static int eval_tag(const Pipeline *p, int link) { return 2 * p->num_stages * p->m + link; }
 
-/* Whether (mb, chunk) sends its input gradient on this rank's list, so its
- * slot lives until that send. */
-static int has_send_grad(const SchedProgram *prog, int rank, int mb, int chunk) {
-  return sched_program_find(prog, rank, SCHED_SEND_GRAD, mb, chunk) >= 0;
+/* Whether action a ends its (mb, chunk)'s use of the activation slot: the
+ * last in list order of its backward, its input-gradient send and, with a
+ * split backward, its weight-gradient pass (which reads what the slot kept). */
+static int releases_slot(const SchedProgram *prog, int rank, const SchedAction *a) {
+  static const SchedActionKind users[] = {SCHED_BWD, SCHED_SEND_GRAD, SCHED_BWD_WEIGHT};
+  int last = -1;
+  for (int k = 0; k < 3; k++) {
+    int id = sched_program_find(prog, rank, users[k], a->microbatch, a->chunk);
+    if (id > last) last = id;
+  }
+  return last == a->id;
 }
 
 /* Walks the list counting what is live per chunk: slots (forward to the
@@ -52,13 +59,12 @@ static void count_live(const SchedProgram *prog, int rank, int *slots, int *acts
       case SCHED_BWD:
         if (sched_program_find(prog, rank, SCHED_RECV_ACT, a->microbatch, c) >= 0) live_a[c]--;
         if (sched_program_find(prog, rank, SCHED_RECV_GRAD, a->microbatch, c) >= 0) live_g[c]--;
-        if (!has_send_grad(prog, rank, a->microbatch, c)) live_s[c]--;
-        break;
-      case SCHED_SEND_GRAD:
-        if (sched_program_find(prog, rank, a->kind, a->microbatch, c) == a->id) live_s[c]--;
         break;
       default: break;
     }
+    if ((a->kind == SCHED_BWD || a->kind == SCHED_SEND_GRAD || a->kind == SCHED_BWD_WEIGHT) &&
+        releases_slot(prog, rank, a))
+      live_s[c]--;
   }
 }
 
@@ -269,7 +275,34 @@ int pipeline_backward(Pipeline *p, const SchedAction *a, Error *err) {
     dy = pool->data + (size_t)b * p->act_len;
   }
   /* The backward that completes a chunk's gradient starts its bucket
-   * reductions as its layers finish. */
+   * reductions as its layers finish (with a split backward, the last weight
+   * gradient pass does: pipeline_backward_weights). */
+  const int split = p->prog->config.split_backward;
+  int hook = !split && p->dp_grads && p->last_backward && p->last_backward[a->index];
+  if (hook) {
+    size_t off, count;
+    model_chunk_params(p->model, c, &off, &count);
+    dp_grads_set_window(p->dp_grads, off, off + count);
+    p->model->on_grads_ready = dp_grads_on_ready;
+    p->model->on_grads_ready_ctx = p->dp_grads;
+  }
+  rc = split ? model_chunk_backward_input(p->model, c, slot, dy, err) : model_chunk_backward(p->model, c, slot, dy, err);
+  p->model->on_grads_ready = NULL;
+  p->model->on_grads_ready_ctx = NULL;
+  if (rc) return rc;
+  pool_release(&p->act_in[c], mb);
+  pool_release(&p->grad_in[c], mb);
+  if (releases_slot(p->prog, p->rank, a)) release_slot(p, c, mb);
+  return 0;
+}
+
+int pipeline_backward_weights(Pipeline *p, const SchedAction *a, Error *err) {
+  int rc = check_action(p, a, err);
+  if (rc) return rc;
+  int c = a->chunk, mb = a->microbatch;
+  int slot = p->slot_of[c][mb];
+  if (slot < 0 || !p->prog->config.split_backward)
+    return error_set(err, ERR_INTERNAL, "pipeline: weight gradients of micro-batch %d, chunk %d without its backward", mb, c);
   int hook = p->dp_grads && p->last_backward && p->last_backward[a->index];
   if (hook) {
     size_t off, count;
@@ -278,14 +311,11 @@ int pipeline_backward(Pipeline *p, const SchedAction *a, Error *err) {
     p->model->on_grads_ready = dp_grads_on_ready;
     p->model->on_grads_ready_ctx = p->dp_grads;
   }
-  rc = model_chunk_backward(p->model, c, slot, dy, err);
+  rc = model_chunk_backward_weights(p->model, c, slot, err);
   p->model->on_grads_ready = NULL;
   p->model->on_grads_ready_ctx = NULL;
-  if (rc) return rc;
-  pool_release(&p->act_in[c], mb);
-  pool_release(&p->grad_in[c], mb);
-  if (!has_send_grad(p->prog, p->rank, mb, c)) release_slot(p, c, mb);
-  return 0;
+  if (!rc && releases_slot(p->prog, p->rank, a)) release_slot(p, c, mb);
+  return rc;
 }
 
 int pipeline_send(Pipeline *p, const SchedAction *a, Error *err) {
@@ -304,8 +334,9 @@ int pipeline_send(Pipeline *p, const SchedAction *a, Error *err) {
   int peer = (stage - 1 + p->pp) % p->pp;
   const float *dx = model_chunk_input_grad(p->model, c, slot);
   rc = comm_send_f32(p->group, peer, p2p_tag(p, stage - 1, mb, 1), dx, p->act_len, &p->send_grad[c][slot], err);
-  /* The slot is free for the next forward, which waits for this send first. */
-  if (!rc) release_slot(p, c, mb);
+  /* The slot is free for the next forward, which waits for this send first
+   * (unless a weight-gradient pass still reads it). */
+  if (!rc && releases_slot(p->prog, p->rank, a)) release_slot(p, c, mb);
   return rc;
 }
 

@@ -87,6 +87,10 @@ void pipeline_begin_step(Pipeline *p, const int *tokens, const int *targets, flo
 /* Handlers: the action's kind must be the function's. */
 int pipeline_forward(Pipeline *p, const SchedAction *a, Error *err);
 int pipeline_backward(Pipeline *p, const SchedAction *a, Error *err);
+/* BWD_WEIGHT of a program with a split backward (SchedConfig.split_backward;
+ * its BWD then computes only the input gradient): the weight gradients of
+ * the micro-batch, which complete the chunk's gradient at its last one. */
+int pipeline_backward_weights(Pipeline *p, const SchedAction *a, Error *err);
 int pipeline_send(Pipeline *p, const SchedAction *a, Error *err); /* SEND_ACT, SEND_GRAD */
 int pipeline_recv(Pipeline *p, const SchedAction *a, Error *err); /* RECV_ACT, RECV_GRAD */
 /* Prepare handler of FWD and BWD: waits for the received tensor the action

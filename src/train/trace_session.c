@@ -127,7 +127,7 @@ static int setup_grid(TraceSession *ts, const TraceSessionOptions *opt, const Sc
     ts->grad_reduce_group_id = grid_group_first_rank(&ts->sizes, (GridGroupKind)opt->grad_reduce_group, ts->world_rank);
   int num_compute = 0;
   const SchedAction *mine = sched_program_rank_actions(prog, ts->pipeline_rank, &ts->num_rank_actions);
-  for (int i = 0; i < ts->num_rank_actions; i++) num_compute += mine[i].kind == SCHED_FWD || mine[i].kind == SCHED_BWD;
+  for (int i = 0; i < ts->num_rank_actions; i++) num_compute += mine[i].kind == SCHED_FWD || mine[i].kind == SCHED_BWD || mine[i].kind == SCHED_BWD_WEIGHT;
   ts->num_compute_actions = num_compute;
   ts->first_traced = -1;
   size_t slots = (size_t)(ts->num_rank_actions > 0 ? ts->num_rank_actions : 1);

@@ -104,12 +104,14 @@ static const FieldSpec FIELDS[] = {
     {"parallel", "dispatcher", "--dispatcher", "NAME", FIELD_TEXT, OFF(moe_dispatcher), 0, 0, 0, 0,
      "MoE token dispatcher under expert parallelism: alltoall (default) | allgather"},
     {"parallel", "schedule", "--schedule", "NAME", FIELD_SCHEDULE, OFF(schedule), 0, 0, 0, 0,
-     "pipeline schedule: none | gpipe | 1f1b | interleaved (default: 1f1b when pp > 1, interleaved when vpp > 1)"},
+     "pipeline schedule: none | gpipe | 1f1b | zb-h1 | interleaved (default: 1f1b when pp > 1, interleaved when vpp > 1)"},
     {"parallel", "layers_per_stage", "--layers-per-stage", "N,N,..", FIELD_STAGES, OFF(layers_per_stage), 0, 0, 0,
      0, "transformer blocks per virtual stage, in stage order (default: an even split)"},
     {"parallel", "stage_widths", "--stage-widths", "N,N,..", FIELD_STAGES, OFF(stage_widths), 0, 0, 0, 0,
      "stage replication: data-parallel replicas of each pipeline stage, on consecutive ranks (their sum is the "
      "world; tp, cp, ep 1, vpp 1; each divides the micro-batch)"},
+    {"parallel", "warmup", "--warmup", "N,N,..", FIELD_STAGES, OFF(warmup), 0, 0, 0, 0,
+     "1f1b / zb-h1: forwards each pipeline rank runs before its first backward (default: pp - rank - 1)"},
     {"parallel", "bucket_mb", "--bucket-mb", "X", FIELD_DOUBLE, OFF(bucket_mb), 0, BIG, 1, 0,
      "gradient bucket size in MB for the DP reduction (default: 25, at most 1/4 of the gradient)"},
     {"parallel", "distributed_optimizer", "--distributed-optimizer", "0|1", FIELD_INT, OFF(distributed_optimizer), 0,
@@ -316,7 +318,7 @@ static int store_tokenizer(TrainConfig *cfg, const FieldSpec *f, const char *val
 static int store_schedule(TrainConfig *cfg, const char *name, const char *where, Error *err) {
   SchedScheduleKind k;
   if (sched_schedule_from_name(name, &k) || k == SCHED_SCHEDULE_CUSTOM)
-    return error_set(err, ERR_CONFIG, "%s must be \"none\", \"gpipe\", \"1f1b\" or \"interleaved\", got \"%s\"", where,
+    return error_set(err, ERR_CONFIG, "%s must be \"none\", \"gpipe\", \"1f1b\", \"zb-h1\" or \"interleaved\", got \"%s\"", where,
                      name);
   cfg->schedule = (int)k;
   return 0;
@@ -337,19 +339,23 @@ static int store_progress(TrainConfig *cfg, const FieldSpec *f, const char *text
   return 0;
 }
 
-/* A per-stage list: layers_per_stage (block counts >= 0) or stage_widths
- * (replica counts >= 1). */
+/* A list of counts per stage (layers_per_stage: block counts >= 0;
+ * stage_widths: replica counts >= 1) or per pipeline rank (warmup:
+ * forwards >= 0). */
 static int store_stages(TrainConfig *cfg, const FieldSpec *f, const int *values, int n, const char *where,
                         Error *err) {
-  int widths = f->offset == OFF(stage_widths);
+  const int widths = f->offset == OFF(stage_widths), warmup = f->offset == OFF(warmup);
   if (n < 1 || n > TRAIN_MAX_STAGES)
-    return error_set(err, ERR_CONFIG, "%s must list between 1 and %d stages, got %d", where, TRAIN_MAX_STAGES, n);
+    return error_set(err, ERR_CONFIG, "%s must list between 1 and %d %s, got %d", where, TRAIN_MAX_STAGES,
+                     warmup ? "pipeline ranks" : "stages", n);
   for (int i = 0; i < n; i++)
     if (values[i] < widths || values[i] > (1 << 20))
       return error_set(err, ERR_CONFIG, "%s[%d] must be a %s, got %d", where, i,
-                       widths ? "replica count >= 1" : "block count >= 0", values[i]);
-  memcpy(widths ? cfg->stage_widths : cfg->layers_per_stage, values, (size_t)n * sizeof(int));
-  *(widths ? &cfg->num_stage_widths : &cfg->num_layers_per_stage) = n;
+                       widths ? "replica count >= 1" : warmup ? "number of forwards >= 0" : "block count >= 0",
+                       values[i]);
+  int *dst = widths ? cfg->stage_widths : warmup ? cfg->warmup : cfg->layers_per_stage;
+  memcpy(dst, values, (size_t)n * sizeof(int));
+  *(widths ? &cfg->num_stage_widths : warmup ? &cfg->num_warmup : &cfg->num_layers_per_stage) = n;
   return 0;
 }
 

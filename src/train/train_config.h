@@ -128,6 +128,9 @@ typedef struct TrainConfig {
    * consecutive ranks that split every micro-batch; num 0: off. */
   int stage_widths[TRAIN_MAX_STAGES];
   int num_stage_widths;
+  int warmup[TRAIN_MAX_STAGES]; /* forwards each pipeline rank runs before its first backward (1f1b,
+                                   zb-h1; SchedConfig.warmup); num 0: the schedule's p - r - 1 */
+  int num_warmup;
   double bucket_mb;          /* gradient bucket size; 0: default (trainer) */
   int overlap_grad_reduce;   /* 1: non-blocking buckets started during backward; 0: blocking at GRAD_REDUCE;
                                 TRAIN_AUTO: chosen at startup (dp_grads_choose_overlap) */
@@ -198,6 +201,8 @@ SchedScheduleKind train_config_schedule(const TrainConfig *cfg);
  * holds neither the embedding nor the head has blocks. origin names the
  * file in messages. */
 int train_config_check_pipeline(const TrainConfig *cfg, const char *origin, Error *err);
+/* parallel.warmup into sc's warm-up depths (one per pipeline rank, or none). */
+int train_config_sched_warmup(const TrainConfig *cfg, SchedConfig *sc, Error *err);
 /* Part of finalize: trace.steps parses and lies inside the run, and only
  * comes with trace.path. */
 int train_config_check_trace(const TrainConfig *cfg, const char *origin, Error *err);

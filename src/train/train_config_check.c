@@ -217,9 +217,11 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
         if (base[0]) cJSON_AddStringToObject(t, f->name, base);
         break;
       case FIELD_STAGES: {
-        int widths = !strcmp(f->name, "stage_widths");
-        int n = widths ? cfg->num_stage_widths : cfg->num_layers_per_stage;
-        if (n > 0) cJSON_AddItemToObject(t, f->name, cJSON_CreateIntArray(widths ? cfg->stage_widths : cfg->layers_per_stage, n));
+        const int *vals = cfg->layers_per_stage;
+        int n = cfg->num_layers_per_stage;
+        if (!strcmp(f->name, "stage_widths")) vals = cfg->stage_widths, n = cfg->num_stage_widths;
+        else if (!strcmp(f->name, "warmup")) vals = cfg->warmup, n = cfg->num_warmup;
+        if (n > 0) cJSON_AddItemToObject(t, f->name, cJSON_CreateIntArray(vals, n));
         break;
       }
       default: break;

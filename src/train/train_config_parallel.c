@@ -3,6 +3,7 @@
  * partition that train_config_finalize runs, and of the trace window. See
  * train_config.h. */
 #include <stdio.h>
+#include <string.h>
 
 #include "sched/builders.h"
 #include "sched/partition.h"
@@ -44,12 +45,23 @@ SchedScheduleKind train_config_schedule(const TrainConfig *cfg) {
   return cfg->vpp > 1 ? SCHED_SCHEDULE_INTERLEAVED : SCHED_SCHEDULE_1F1B;
 }
 
+int train_config_sched_warmup(const TrainConfig *cfg, SchedConfig *sc, Error *err) {
+  if (cfg->num_warmup == 0) return 0;
+  if (cfg->num_warmup != cfg->pp || cfg->num_warmup > SCHED_MAX_WARMUP_RANKS)
+    return error_set(err, ERR_CONFIG, "%d warm-up depths for pp %d: give one per pipeline rank", cfg->num_warmup,
+                     cfg->pp);
+  sc->warmup_set = cfg->num_warmup;
+  memcpy(sc->warmup, cfg->warmup, (size_t)cfg->num_warmup * sizeof *cfg->warmup);
+  return 0;
+}
+
 int train_config_check_pipeline(const TrainConfig *cfg, const char *origin, Error *err) {
   if (cfg->vpp > 1 && cfg->pp < 2)
     return error_set(err, ERR_CONFIG, "%s: parallel.vpp %d needs pp >= 2 (model chunks interleave over pipeline ranks)",
                      origin, cfg->vpp);
   SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = cfg->pp, .vpp = cfg->vpp,
                     .microbatches = cfg->grad_accum_steps};
+  if (train_config_sched_warmup(cfg, &sc, err)) return error_wrap(err, "%s: parallel.warmup", origin);
   int rc = sched_config_validate(&sc, err);
   if (rc)
     return error_wrap(err, "%s: parallel.schedule %s with pp %d, vpp %d and %d micro-batches per step", origin,

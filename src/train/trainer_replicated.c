@@ -32,6 +32,11 @@ int train_config_set_world_replicated(TrainConfig *cfg, int world_ranks, Error *
                      "%s: %s [%s]: stage replication runs pipeline x per-stage data parallelism only: parallel.tp, "
                      "cp, ep, etp and vpp must be 1 (got tp %d cp %d ep %d etp %d vpp %d)",
                      origin, field, list, cfg->tp, cfg->cp, cfg->ep, cfg->etp, cfg->vpp);
+  if (cfg->schedule == SCHED_SCHEDULE_ZB_H1 || cfg->schedule == SCHED_SCHEDULE_INTERLEAVED || cfg->num_warmup > 0)
+    return error_set(err, ERR_CONFIG,
+                     "%s: %s [%s]: a replicated pipeline runs the gpipe or 1f1b order with its own warm-up; leave "
+                     "parallel.schedule %s and parallel.warmup out",
+                     origin, field, list, cfg->schedule == SCHED_SCHEDULE_ZB_H1 ? "zb-h1" : "as it is");
   if (cfg->dp > 1)
     return error_set(err, ERR_CONFIG,
                      "%s: parallel.dp %d with %s [%s]: the widths are the data parallelism of each stage; leave "

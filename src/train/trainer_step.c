@@ -36,6 +36,13 @@ static int run_backward(void *ctx, const SchedAction *a, Error *err) {
   return tr->net.ops->backward(&tr->net, a->chunk, a, tr->grad_scale, err);
 }
 
+/* The weight-gradient half of a split backward (zb-h1): the transformer's
+ * own pipeline, as no other network splits its backward. */
+static int run_backward_weights(void *ctx, const SchedAction *a, Error *err) {
+  Trainer *tr = ctx;
+  return pipeline_backward_weights(&tr->pipe, a, err);
+}
+
 static int run_send(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
   return tr->net.ops->send(&tr->net, a, err);
@@ -193,6 +200,7 @@ static int make_shard(const Trainer *tr, ModelShard *shard, Error *err) {
   shard->tp_size = tr->tp;
   shard->tp_rank = tr->tp_rank;
   shard->num_slots = pipeline_slots_needed(tr->prog, tr->pp_rank);
+  shard->split_backward = tr->prog->config.split_backward;
   trainer_fold_shard(tr, shard);
   if (tr->pp * tr->vpp == 1) return 0;
   SchedPartitionSpec spec = {.num_layers = cfg->model.num_layers, .pp = tr->pp, .vpp = tr->vpp,
@@ -331,6 +339,7 @@ static int create_layout(Trainer *tr, Error *err) {
   if (tr->world > 1 && (rc = comm_set_collective_timeout(cfg->collective_timeout_s, err))) return rc;
   if (tr->world > 1 && (rc = setup_grid(tr, err))) return rc;
   SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = tr->pp, .vpp = tr->vpp, .microbatches = accum};
+  if ((rc = train_config_sched_warmup(cfg, &sc, err))) return rc;
   return sched_build(&sc, &tr->prog, err);
 }
 
@@ -403,6 +412,7 @@ static int create_executor(Trainer *tr, Error *err) {
   if (rc) return rc;
   executor_set_handler(&tr->exec, SCHED_FWD, run_forward);
   executor_set_handler(&tr->exec, SCHED_BWD, run_backward);
+  executor_set_handler(&tr->exec, SCHED_BWD_WEIGHT, run_backward_weights);
   /* A network without transfers leaves a program with sends unrunnable
    * (the executor names the action), never silently skipped. */
   if (tr->net.ops->send && tr->net.ops->recv) {

@@ -111,3 +111,13 @@ foreach(mode golden linkdown placement calibrate placement-local)
   set_tests_properties(parallel.netns_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+# The zero-bubble H1 order (tests/parallel/zb_test.sh): zb-h1 on one rank,
+# PP2 (dense, traced), and (golden-more) PP2 MoE, PP4, PP2 x DP2 with ZeRO-1,
+# GPT-2 PP2 and warm-up depths against one rank.
+foreach(mode golden-pp golden-more)
+  string(REPLACE "-" "_" name ${mode})
+  add_test(NAME parallel.zb_${name}
+           COMMAND bash ${PARALLEL_TEST_DIR}/zb_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
+  set_tests_properties(parallel.zb_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "${PARALLEL_MPI_ENV}")
+endforeach()

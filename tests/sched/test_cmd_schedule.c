@@ -87,7 +87,7 @@ static void test_bad_usage(void **state) {
       {"--pp 0", "--pp expects an integer >= 1"},
       {"--pp", "--pp needs a value"},
       {"--pp 4 --vpp 2 --microbatches 6", "6 is not a multiple of 4"},
-      {"--pp 4 --microbatches 8 --schedule zigzag", "--schedule must be none, gpipe, 1f1b or interleaved"},
+      {"--pp 4 --microbatches 8 --schedule zigzag", "--schedule must be none, gpipe, 1f1b, zb-h1 or interleaved"},
       {"--pp 2 --microbatches 4 --layers-per-stage 3", "1 layer counts given for 2 stages"},
       {"--pp 2 --microbatches 4 --layers-per-stage 3,x", "--layers-per-stage"},
       {"--pp 4 --microbatches 8 --layers 3", "3 layers cannot fill 4 stages"},
