@@ -266,6 +266,7 @@ int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const P
   one.num_given_layers = one.num_stage_widths = 0;
   one.schedule_given = 0;
   one.schedule = SCHED_SCHEDULE_NONE;
+  one.warmup_set = 0; /* a replicated pipeline runs its schedule's own warm-up */
   int rc = plan_config_finish(&one, m, cl, 1, err);
   if (rc) return rc;
   PlanCostModel cm;
