@@ -92,9 +92,18 @@ typedef struct SchedConfig {
    * (SchedAction.group): the forwards and backwards of the phase, the
    * GRAD_REDUCE of that group's gradient, the OPTIM of that group. */
   int param_groups;
+  /* With param_groups > 1: how many phases group g runs per iteration,
+   * one after another, before the next group's (a GAN's k critic steps);
+   * 0 or 1: one. Each repetition is a phase of its own (SchedAction.phase). */
+  int phase_repeats[8];
 } SchedConfig;
 
 #define SCHED_MAX_PARAM_GROUPS 8
+#define SCHED_MAX_PHASES 16
+
+/* Phases of one iteration (1 without groups), and the group of phase p. */
+int sched_config_num_phases(const SchedConfig *c);
+int sched_config_phase_group(const SchedConfig *c, int phase);
 
 typedef struct SchedAction {
   int id;    /* position in SchedProgram.actions */
@@ -112,6 +121,7 @@ typedef struct SchedAction {
   int bucket;     /* GRAD_REDUCE: gradient bucket id on this rank; else -1 */
   int layer;      /* per-layer kinds (A2A, CP): layer index; else -1 */
   int group;      /* the parameter group of the action's phase (config.param_groups > 1); else -1 */
+  int phase;      /* the index of that phase in the iteration (config.param_groups > 1); else -1 */
   int num_deps;
   const int *deps; /* ids this action waits for (a RECV lists its SEND) */
 } SchedAction;
