@@ -682,10 +682,15 @@ int gan_create(Network *net, const GanConfig *cfg, int height, int width, int ma
     network_free(net);
     return error_set(err, ERR_NOMEM, "out of memory for the gan network's buffers");
   }
-  /* Counted per image and step: the critic phase runs the generator forward
-   * (2 Mg) and the critic forward and backward on two images (2 x 6 Md), the
-   * generator phase both forward and backward (6 Mg + 2 x 6 Md). */
-  net->flops_per_unit = 8.0 * chain_mults(&g->gen) + 24.0 * chain_mults(&g->critic);
+  /* Counted per image and step: each critic phase runs the generator
+   * forward (2 Mg) and the critic forward and backward on two images (2 x 6
+   * Md), the generator phase both forward and backward (6 Mg + 2 x 6 Md).
+   * WGAN-GP adds the penalty on one image: forward, backward of the input,
+   * jvp and weight gradients in a critic phase (8 Md), forward and backward
+   * of the input for the metric in the generator phase (4 Md). */
+  double gen = chain_mults(&g->gen), critic = chain_mults(&g->critic), k = cfg->critic_steps;
+  int wgan = cfg->loss == GAN_LOSS_WGAN_GP;
+  net->flops_per_unit = k * (2.0 * gen + (12.0 + 8.0 * wgan) * critic) + 6.0 * gen + (12.0 + 4.0 * wgan) * critic;
   return 0;
 }
 

@@ -510,11 +510,15 @@ static void print_gan(const Trainer *tr, FILE *out) {
   size_t critic = 0;
   for (int t = 0; t < tr->net.num_tensors; t++)
     if (tr->net.params[t].param_group == GAN_GROUP_CRITIC) critic += tr->net.params[t].numel;
-  fprintf(out, "  model    gan (lsgan): %s\n", layers);
-  fprintf(out, "  params   %s generator and %s critic parameters, two groups stepped in turn (critic phase, then "
+  int wgan = g->loss == GAN_LOSS_WGAN_GP;
+  char loss[64] = "lsgan", phases[96] = "critic phase";
+  if (wgan) snprintf(loss, sizeof loss, "wgan-gp, gradient penalty %g", g->gp_weight);
+  if (g->critic_steps > 1) snprintf(phases, sizeof phases, "%d critic phases on fresh batches", g->critic_steps);
+  fprintf(out, "  model    gan (%s): %s\n", loss, layers);
+  fprintf(out, "  params   %s generator and %s critic parameters, two groups stepped in turn (%s, then "
                "generator phase); loss = %g g_adv + %g content (%g L1 + %g edge)\n",
           fmt_thousands(a, sizeof a, (double)(tr->net.num_values - critic)), fmt_thousands(b, sizeof b, (double)critic),
-          g->adv_weight, g->content_weight, g->l1_weight, g->edge_weight);
+          phases, g->adv_weight, g->content_weight, g->l1_weight, g->edge_weight);
   fprintf(out, "  data     %s: %zu train, %zu validation images of %dx%dx%d, motion blur kernel %d (blur seed %llu, "
                "noise %g)\n", cfg->gan_data.dir, d->num_train, d->num_val, d->channels, d->size, d->size,
           cfg->gan_data.kernel_size, (unsigned long long)cfg->gan_data.blur_seed, cfg->gan_data.noise_sigma);
