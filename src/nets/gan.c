@@ -274,8 +274,9 @@ cJSON *gan_config_to_json(const GanConfig *cfg) {
   cJSON_AddNumberToObject(critic, "filters", cfg->critic_filters);
   cJSON_AddNumberToObject(critic, "layers", cfg->critic_layers);
   int wgan = cfg->loss == GAN_LOSS_WGAN_GP;
-  /* The fields of the first version only, where they hold their defaults,
-   * so that its checkpoints' records still match. */
+  /* Fields added after the first version are written only where they
+   * differ from their defaults, so that earlier checkpoints' records still
+   * match. */
   if (cfg->critic_norm != (wgan ? GAN_NORM_NONE : GAN_NORM_INSTANCE))
     cJSON_AddStringToObject(critic, "norm", cfg->critic_norm == GAN_NORM_NONE ? "none" : "instance");
   cJSON_AddStringToObject(o, "loss", wgan ? "wgan-gp" : "lsgan");

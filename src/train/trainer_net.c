@@ -522,9 +522,11 @@ static void print_gan(const Trainer *tr, FILE *out) {
   fprintf(out, "  data     %s: %zu train, %zu validation images of %dx%dx%d, motion blur kernel %d (blur seed %llu, "
                "noise %g)\n", cfg->gan_data.dir, d->num_train, d->num_val, d->channels, d->size, d->size,
           cfg->gan_data.kernel_size, (unsigned long long)cfg->gan_data.blur_seed, cfg->gan_data.noise_sigma);
-  fprintf(out, "  batch    %d x %d accumulation x %d replica(s) = %d pairs per step (%.2f epochs over %d steps)\n",
-          cfg->micro_batch_size, cfg->grad_accum_steps, tr->dp, cfg->global_batch_size,
-          (double)cfg->global_batch_size * cfg->steps / (double)d->num_train, cfg->steps);
+  char rounds[64] = "per step";
+  if (data_rounds(tr) > 1) snprintf(rounds, sizeof rounds, "per batch, %d batches per step", data_rounds(tr));
+  fprintf(out, "  batch    %d x %d accumulation x %d replica(s) = %d pairs %s (%.2f epochs over %d steps)\n",
+          cfg->micro_batch_size, cfg->grad_accum_steps, tr->dp, cfg->global_batch_size, rounds,
+          (double)cfg->global_batch_size * data_rounds(tr) * cfg->steps / (double)d->num_train, cfg->steps);
 }
 
 void trainer_net_print_model(const Trainer *tr, FILE *out) {
