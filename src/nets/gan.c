@@ -1,6 +1,14 @@
 /* The deblurring GAN (nets/gan.h): the generator and the critic as chains
- * of registry layers with residual skips, the LSGAN and content losses and
- * the interface's operations with their two phases. */
+ * of registry layers with residual skips, the LSGAN, WGAN-GP and content
+ * losses and the interface's operations with their two phases.
+ *
+ * WGAN-GP's gradient penalty is differentiated in closed form, which the
+ * critic it accepts allows: conv2d, linear and leaky_relu layers without
+ * normalisation, so grad_x D is a product of transposed weights and masks
+ * fixed by the forward, and the masks' derivative is zero almost
+ * everywhere (see critic_penalty). A layer kind without the second-order
+ * passes of nets/layer.h (instance_norm, ...) is refused in a wgan-gp
+ * critic. */
 #include "nets/gan.h"
 
 #include <cjson/cJSON.h>
@@ -10,7 +18,9 @@
 #include <string.h>
 
 #include "base/json_util.h"
+#include "base/rng.h"
 #include "kern/image_metrics.h"
+#include "kern/vecops.h"
 #include "nets/layer.h"
 #include "nets/layer_spec.h"
 #include "nets/layer_util.h"
@@ -18,6 +28,7 @@
 #define GAN_MAX_LAYERS 200
 #define GAN_PSNR_CAP 100.0
 #define NAME_MAX_LEN 48
+#define GAN_EPS_STREAM 0x7767616e2d6770ULL /* WGAN-GP's eps draws */
 
 /* ---- a chain of layers with skips ---- */
 
@@ -169,16 +180,17 @@ static int build_generator(Chain *c, const GanConfig *cfg, Error *err) {
   return rc;
 }
 
+/* Without normalisation (critic.norm "none") the inner convs keep their bias. */
 static int build_critic(Chain *c, const GanConfig *cfg, Error *err) {
   static const char *const NORM = "{\"type\":\"instance_norm\"}",
                            *const LEAKY = "{\"type\":\"leaky_relu\",\"slope\":0.2}";
-  int f = cfg->critic_filters, mult = 1;
+  int f = cfg->critic_filters, mult = 1, norm = cfg->critic_norm == GAN_NORM_INSTANCE;
   int rc = add_conv(c, f, 4, 2, 2, 1, err);
   if (!rc) rc = add_simple(c, LEAKY, err);
   for (int n = 1; n <= cfg->critic_layers && !rc; n++) {
     mult = (1 << n) < 8 ? (1 << n) : 8;
-    rc = add_conv(c, f * mult, 4, n < cfg->critic_layers ? 2 : 1, 2, 0, err);
-    if (!rc) rc = add_simple(c, NORM, err);
+    rc = add_conv(c, f * mult, 4, n < cfg->critic_layers ? 2 : 1, 2, !norm, err);
+    if (!rc && norm) rc = add_simple(c, NORM, err);
     if (!rc) rc = add_simple(c, LEAKY, err);
   }
   if (!rc) rc = add_conv(c, 1, 4, 1, 2, 1, err);
@@ -191,27 +203,27 @@ int gan_stride(const GanConfig *cfg) { return 1 << cfg->gen_downsamples; }
 
 int gan_config_from_json(GanConfig *cfg, const cJSON *obj, const char *origin, Error *err) {
   static const char *const FIELDS[] = {"family", "channels", "generator", "critic", "loss", "adv_weight",
-                                       "content_weight", "l1_weight", "edge_weight"};
+                                       "content_weight", "l1_weight", "edge_weight", "gp_weight", "critic_steps"};
   static const char *const GEN_FIELDS[] = {"filters", "blocks", "downsamples", NULL};
-  static const char *const CRITIC_FIELDS[] = {"filters", "layers", NULL};
-  static const char *const LOSSES[] = {"lsgan", NULL};
+  static const char *const CRITIC_FIELDS[] = {"filters", "layers", "norm", NULL};
+  static const char *const LOSSES[] = {"lsgan", "wgan-gp", NULL}, *const NORMS[] = {"instance", "none", NULL};
   memset(cfg, 0, sizeof *cfg);
   for (const cJSON *f = obj->child; f; f = f->next) {
     int known = 0;
     for (size_t k = 0; k < sizeof FIELDS / sizeof FIELDS[0]; k++) known |= !strcmp(f->string, FIELDS[k]);
     if (!known)
       return error_set(err, ERR_CONFIG, "%s: model.%s: unknown field of a gan network (expected family, channels, "
-                       "generator, critic, loss, adv_weight, content_weight, l1_weight, edge_weight)", origin,
-                       f->string);
+                       "generator, critic, loss, adv_weight, content_weight, l1_weight, edge_weight, gp_weight, "
+                       "critic_steps)", origin, f->string);
   }
   char where[512];
   snprintf(where, sizeof where, "%s: model", origin);
-  int loss = 0;
-  const cJSON *loss_field = cJSON_GetObjectItemCaseSensitive(obj, "loss");
-  if (cJSON_IsString(loss_field) && !strcmp(loss_field->valuestring, "wgan-gp"))
-    return error_set(err, ERR_CONFIG, "%s.loss: \"wgan-gp\" is not implemented (its gradient penalty needs a double "
-                     "backward); expected \"lsgan\"", where);
-  int rc = layer_spec_choice(obj, "loss", 0, 0, LOSSES, &loss, where, err);
+  int rc = layer_spec_choice(obj, "loss", 0, GAN_LOSS_LSGAN, LOSSES, &cfg->loss, where, err);
+  if (!rc) rc = layer_spec_double(obj, "gp_weight", 10.0, 0.0, 1e6, &cfg->gp_weight, where, err);
+  if (!rc) rc = layer_spec_int(obj, "critic_steps", 0, 1, 1, GAN_MAX_CRITIC_STEPS, &cfg->critic_steps, where, err);
+  if (!rc && cfg->loss != GAN_LOSS_WGAN_GP && cJSON_GetObjectItemCaseSensitive(obj, "gp_weight"))
+    rc = error_set(err, ERR_CONFIG, "%s.gp_weight: the gradient penalty belongs to \"loss\": \"wgan-gp\", this "
+                   "network's loss is \"lsgan\"", where);
   if (!rc) rc = layer_spec_int(obj, "channels", 0, 1, 1, 4, &cfg->channels, where, err);
   if (!rc) rc = layer_spec_double(obj, "adv_weight", 1.0, 0.0, 1e6, &cfg->adv_weight, where, err);
   if (!rc) rc = layer_spec_double(obj, "content_weight", 100.0, 0.0, 1e6, &cfg->content_weight, where, err);
@@ -237,6 +249,16 @@ int gan_config_from_json(GanConfig *cfg, const cJSON *obj, const char *origin, E
   if (!rc) rc = layer_spec_check_fields(critic, CRITIC_FIELDS, critic_where, err);
   if (!rc) rc = layer_spec_int(critic, "filters", 0, 16, 1, 512, &cfg->critic_filters, critic_where, err);
   if (!rc) rc = layer_spec_int(critic, "layers", 0, 3, 1, 6, &cfg->critic_layers, critic_where, err);
+  /* WGAN-GP's critic has no normalisation by default: the penalty is per
+   * sample (instance norm would keep it so, but its double backward is
+   * not implemented). */
+  int wgan = cfg->loss == GAN_LOSS_WGAN_GP;
+  if (!rc) rc = layer_spec_choice(critic, "norm", 0, wgan ? GAN_NORM_NONE : GAN_NORM_INSTANCE, NORMS,
+                                  &cfg->critic_norm, critic_where, err);
+  if (!rc && wgan && cfg->critic_norm == GAN_NORM_INSTANCE)
+    rc = error_set(err, ERR_CONFIG, "%s.norm: \"instance\" with \"loss\": \"wgan-gp\": the gradient penalty's "
+                   "weight gradient is a double backward through the critic, implemented for conv2d, linear and "
+                   "leaky_relu only (instance_norm has none); expected \"none\"", critic_where);
   return rc;
 }
 
@@ -251,7 +273,15 @@ cJSON *gan_config_to_json(const GanConfig *cfg) {
   cJSON *critic = cJSON_AddObjectToObject(o, "critic");
   cJSON_AddNumberToObject(critic, "filters", cfg->critic_filters);
   cJSON_AddNumberToObject(critic, "layers", cfg->critic_layers);
-  cJSON_AddStringToObject(o, "loss", "lsgan");
+  int wgan = cfg->loss == GAN_LOSS_WGAN_GP;
+  /* Fields added after the first version are written only where they
+   * differ from their defaults, so that earlier checkpoints' records still
+   * match. */
+  if (cfg->critic_norm != (wgan ? GAN_NORM_NONE : GAN_NORM_INSTANCE))
+    cJSON_AddStringToObject(critic, "norm", cfg->critic_norm == GAN_NORM_NONE ? "none" : "instance");
+  cJSON_AddStringToObject(o, "loss", wgan ? "wgan-gp" : "lsgan");
+  if (wgan) cJSON_AddNumberToObject(o, "gp_weight", cfg->gp_weight);
+  if (cfg->critic_steps != 1) cJSON_AddNumberToObject(o, "critic_steps", cfg->critic_steps);
   cJSON_AddNumberToObject(o, "adv_weight", cfg->adv_weight);
   cJSON_AddNumberToObject(o, "content_weight", cfg->content_weight);
   cJSON_AddNumberToObject(o, "l1_weight", cfg->l1_weight);
@@ -274,7 +304,12 @@ typedef struct Gan {
   float *scratch;    /* the critic's dropped gradients in the generator phase */
   size_t critic_values;
   int last_n, last_train_phase;
-  double loss, d_loss, g_adv, content, psnr;
+  double loss, d_loss, g_adv, content, psnr, gp;
+  /* WGAN-GP: the interpolates, their input gradient, two tangents of the
+   * critic's widest activation, the penalty's gradient of the last critic
+   * forward (added by the backward), the eps stream's seed. */
+  float *x_hat, *grad_x, *tangent[2], *gp_grads, *eps;
+  uint64_t seed;
   char names[2][GAN_MAX_LAYERS * LAYER_MAX_PARAMS][NAME_MAX_LEN];
 } Gan;
 
@@ -351,35 +386,6 @@ static int generate(Gan *g, const float *blurred, int n, int train, Error *err) 
   return 0;
 }
 
-static int gan_forward(Network *net, int chunk, const void *batch, Error *err) {
-  Gan *g = net->impl;
-  const GanBatch *b = batch;
-  int rc = check_batch(g, chunk, b, err);
-  if (rc) return rc;
-  int n = b->n;
-  if ((rc = generate(g, b->blurred, n, g->phase == GAN_GROUP_GENERATOR, err))) return rc;
-  memcpy(g->critic_in, b->sharp, (size_t)n * g->image * sizeof(float));
-  if ((rc = chain_forward(&g->critic, g->critic_in, 2 * n, 1, err))) return rc;
-  const float *scores = g->critic.act[g->critic.num_layers - 1];
-  size_t m = (size_t)n * g->patches;
-  double real = 0, fake = 0, adv = 0;
-  for (size_t k = 0; k < m; k++) {
-    double r = scores[k], f = scores[m + k];
-    real += (r - 1) * (r - 1);
-    fake += f * f;
-    adv += (f - 1) * (f - 1);
-  }
-  const float *out = g->critic_in + (size_t)n * g->image;
-  g->d_loss = 0.5 * (real + fake) / (double)m;
-  g->g_adv = adv / (double)m;
-  g->content = content_loss(g, out, b->sharp, n, NULL, 0);
-  g->loss = g->cfg.adv_weight * g->g_adv + g->cfg.content_weight * g->content;
-  g->psnr = mean_psnr(g, out, b->sharp, n);
-  g->last_n = n;
-  g->last_train_phase = g->phase;
-  return 0;
-}
-
 /* Rebinds the critic's parameter gradients to `base` (the network's buffer
  * or the scratch one, same layout). */
 static void bind_critic_grads(Network *net, Gan *g, float *base) {
@@ -387,6 +393,124 @@ static void bind_critic_grads(Network *net, Gan *g, float *base) {
     Layer *l = &g->critic.layers[i];
     for (int t = 0; t < l->num_params; t++) l->grad[t] = base + (l->param[t] - net->values);
   }
+}
+
+/* ---- WGAN-GP's gradient penalty ---- */
+
+/* The penalty of the critic at x_hat[n] into g->gp and, with want_grad, its
+ * gradient with respect to the critic's parameters into g->gp_grads.
+ *
+ * Closed form (the critic is conv2d, linear and leaky_relu layers, no skip,
+ * no normalisation; gan_create checks it). With D_s the mean patch score
+ * of sample s and u = 1/P on each patch, the backward of u through the
+ * layers, v_L = u, v_{i-1} = B_i v_i (B_i: layer i's backward at x_hat,
+ * transposed weights or a fixed mask), gives g_s = grad_x D_s = v_0. With
+ * r = d gp / d g = gp_weight 2 (|g_s| - 1) g_s / (|g_s| n), the chain rule
+ * with the masks held fixed gives
+ *   d gp / d theta_i = d/d theta_i <t_{i-1}, B_i(theta_i) v_i>,
+ *   t_{-1} = r, t_i = J_i t_{i-1}   (J_i = B_i^T, layer i's forward map),
+ * one layer's double_backward with its own forward's tangent t_{i-1} and
+ * the backward's v_i (nets/layer.h). The masks' own derivative is zero
+ * almost everywhere, which is also what PyTorch's double backward of
+ * leaky_relu returns, so this is the same gradient, not an approximation
+ * of it. */
+static int critic_penalty(Network *net, Gan *g, int n, int want_grad, Error *err) {
+  Chain *c = &g->critic;
+  int rc = chain_forward(c, g->x_hat, n, 1, err);
+  if (rc) return rc;
+  size_t m = (size_t)n * g->patches;
+  for (size_t k = 0; k < m; k++) g->dpatch[k] = 1.0f / (float)g->patches;
+  /* the first-order parameter gradients of this pass are not wanted */
+  memset(g->scratch, 0, g->critic_values * sizeof(float));
+  bind_critic_grads(net, g, g->scratch);
+  rc = chain_backward(c, g->x_hat, g->dpatch, g->grad_x, n, err);
+  bind_critic_grads(net, g, net->grads);
+  if (rc) return rc;
+  double sum = 0;
+  float *r = g->tangent[0];
+  for (int s = 0; s < n; s++) {
+    const float *gs = g->grad_x + (size_t)s * g->image;
+    double sq = 0;
+    for (size_t k = 0; k < g->image; k++) sq += (double)gs[k] * gs[k];
+    double norm = sqrt(sq);
+    sum += (norm - 1) * (norm - 1);
+    float coef = norm > 0 ? (float)(2.0 * g->cfg.gp_weight * (norm - 1) / (norm * n)) : 0.0f;
+    for (size_t k = 0; k < g->image; k++) r[(size_t)s * g->image + k] = coef * gs[k];
+  }
+  g->gp = g->cfg.gp_weight * sum / n;
+  if (!want_grad) return 0;
+  memset(g->gp_grads, 0, g->critic_values * sizeof(float));
+  bind_critic_grads(net, g, g->gp_grads);
+  int t = 0;
+  for (int i = 0; i < c->num_layers && !rc; i++) {
+    Layer *l = &c->layers[i];
+    const float *x = chain_output_of(c, i - 1, g->x_hat);
+    rc = l->ops->double_backward(l, x, g->tangent[t], c->grad[i], n, err);
+    if (!rc && i + 1 < c->num_layers) rc = l->ops->jvp(l, x, c->act[i], g->tangent[t], g->tangent[1 - t], n, err);
+    t = 1 - t;
+    if (rc) rc = error_wrap(err, "gan: critic layer %d (%s), the gradient penalty's double backward", i, l->ops->kind);
+  }
+  bind_critic_grads(net, g, net->grads);
+  return rc;
+}
+
+/* x_hat = eps real + (1 - eps) fake, eps per sample. */
+static void interpolate(Gan *g, const float *real, const float *fake, const float *eps, int n) {
+  for (int s = 0; s < n; s++)
+    for (size_t k = 0; k < g->image; k++) {
+      size_t at = (size_t)s * g->image + k;
+      g->x_hat[at] = eps[s] * real[at] + (1.0f - eps[s]) * fake[at];
+    }
+}
+
+/* The critic on critic_in (real then fake, 2n): the losses of its scores. */
+static int critic_scores(Gan *g, int n, double *real_mean, double *fake_mean, double *adv, Error *err) {
+  int rc = chain_forward(&g->critic, g->critic_in, 2 * n, 1, err);
+  if (rc) return rc;
+  const float *scores = g->critic.act[g->critic.num_layers - 1];
+  size_t m = (size_t)n * g->patches;
+  double real = 0, fake = 0, a = 0;
+  for (size_t k = 0; k < m; k++) {
+    double r = scores[k], f = scores[m + k];
+    if (g->cfg.loss == GAN_LOSS_WGAN_GP) {
+      real += r, fake += f;
+    } else {
+      real += (r - 1) * (r - 1);
+      fake += f * f;
+      a += (f - 1) * (f - 1);
+    }
+  }
+  *real_mean = real / (double)m, *fake_mean = fake / (double)m, *adv = a / (double)m;
+  return 0;
+}
+
+static int gan_forward(Network *net, int chunk, const void *batch, Error *err) {
+  Gan *g = net->impl;
+  const GanBatch *b = batch;
+  int rc = check_batch(g, chunk, b, err);
+  if (rc) return rc;
+  int n = b->n;
+  g->last_n = 0;
+  if ((rc = generate(g, b->blurred, n, g->phase == GAN_GROUP_GENERATOR, err))) return rc;
+  const float *out = g->critic_in + (size_t)n * g->image;
+  int wgan = g->cfg.loss == GAN_LOSS_WGAN_GP;
+  if (wgan) {
+    /* first, so that the critic's state is the real and fake pass's for the backward */
+    for (int s = 0; s < n; s++) g->eps[s] = (float)rng_uniform(g->seed, GAN_EPS_STREAM, b->draw + (uint64_t)s);
+    interpolate(g, b->sharp, out, g->eps, n);
+    if ((rc = critic_penalty(net, g, n, g->phase == GAN_GROUP_CRITIC, err))) return rc;
+  }
+  memcpy(g->critic_in, b->sharp, (size_t)n * g->image * sizeof(float));
+  double real, fake, adv;
+  if ((rc = critic_scores(g, n, &real, &fake, &adv, err))) return rc;
+  g->d_loss = wgan ? fake - real + g->gp : 0.5 * (real + fake);
+  g->g_adv = wgan ? -fake : adv;
+  g->content = content_loss(g, out, b->sharp, n, NULL, 0);
+  g->loss = g->cfg.adv_weight * g->g_adv + g->cfg.content_weight * g->content;
+  g->psnr = mean_psnr(g, out, b->sharp, n);
+  g->last_n = n;
+  g->last_train_phase = g->phase;
+  return 0;
 }
 
 static int gan_backward(Network *net, int chunk, const void *batch, float loss_scale, Error *err) {
@@ -399,13 +523,19 @@ static int gan_backward(Network *net, int chunk, const void *batch, float loss_s
   int n = b->n;
   size_t m = (size_t)n * g->patches;
   const float *scores = g->critic.act[g->critic.num_layers - 1];
+  int wgan = g->cfg.loss == GAN_LOSS_WGAN_GP;
   if (g->phase == GAN_GROUP_CRITIC) {
     float k = loss_scale / (float)m;
-    for (size_t i = 0; i < m; i++) g->dpatch[i] = (scores[i] - 1) * k, g->dpatch[m + i] = scores[m + i] * k;
-    return chain_backward(&g->critic, g->critic_in, g->dpatch, NULL, 2 * n, err);
+    if (wgan)
+      for (size_t i = 0; i < m; i++) g->dpatch[i] = -k, g->dpatch[m + i] = k;
+    else
+      for (size_t i = 0; i < m; i++) g->dpatch[i] = (scores[i] - 1) * k, g->dpatch[m + i] = scores[m + i] * k;
+    rc = chain_backward(&g->critic, g->critic_in, g->dpatch, NULL, 2 * n, err);
+    if (!rc && wgan) vec_axpy(net->grads, loss_scale, g->gp_grads, g->critic_values);
+    return rc;
   }
-  float k = (float)(2.0 * g->cfg.adv_weight / (double)m) * loss_scale;
-  for (size_t i = 0; i < m; i++) g->dpatch[i] = 0, g->dpatch[m + i] = (scores[m + i] - 1) * k;
+  float k = (float)((wgan ? 1.0 : 2.0) * g->cfg.adv_weight / (double)m) * loss_scale;
+  for (size_t i = 0; i < m; i++) g->dpatch[i] = 0, g->dpatch[m + i] = wgan ? -k : (scores[m + i] - 1) * k;
   memset(g->scratch, 0, g->critic_values * sizeof(float));
   bind_critic_grads(net, g, g->scratch);
   rc = chain_backward(&g->critic, g->critic_in, g->dpatch, g->dcritic_in, 2 * n, err);
@@ -421,8 +551,8 @@ static int gan_backward(Network *net, int chunk, const void *batch, float loss_s
 static int gan_metrics(const Network *net, NetMetric *metrics, int cap) {
   const Gan *g = net->impl;
   const NetMetric all[] = {{"loss", g->loss, 4},       {"d_loss", g->d_loss, 4}, {"g_adv", g->g_adv, 4},
-                           {"content", g->content, 4}, {"psnr", g->psnr, 2}};
-  int count = (int)(sizeof all / sizeof all[0]);
+                           {"content", g->content, 4}, {"psnr", g->psnr, 2},   {"gp", g->gp, 4}};
+  int count = (int)(sizeof all / sizeof all[0]) - (g->cfg.loss != GAN_LOSS_WGAN_GP);
   for (int i = 0; i < count && i < cap; i++) metrics[i] = all[i];
   return count;
 }
@@ -439,6 +569,7 @@ static void gan_free(Network *net) {
   free(g->dpatch);
   free(g->dout);
   free(g->scratch);
+  free(g->x_hat), free(g->grad_x), free(g->tangent[0]), free(g->tangent[1]), free(g->gp_grads), free(g->eps);
   free(net->values);
   free(net->grads);
   free(g);
@@ -482,6 +613,19 @@ static int lay_out_params(Network *net, Gan *g) {
   return 0;
 }
 
+/* The closed form of critic_penalty holds for a chain of layers with both
+ * second-order passes and no skip. */
+static int check_penalty_critic(const Chain *c, Error *err) {
+  for (int i = 0; i < c->num_layers; i++) {
+    const Layer *l = &c->layers[i];
+    if (!l->ops->jvp || !l->ops->double_backward || c->skip_from[i] >= 0)
+      return error_set(err, ERR_CONFIG, "gan: critic layer %d (%s) under \"loss\": \"wgan-gp\": the gradient "
+                       "penalty's double backward is implemented for conv2d, linear and leaky_relu chains only", i,
+                       l->ops->kind);
+  }
+  return 0;
+}
+
 int gan_create(Network *net, const GanConfig *cfg, int height, int width, int max_batch, Error *err) {
   memset(net, 0, sizeof *net);
   int stride = gan_stride(cfg);
@@ -501,12 +645,19 @@ int gan_create(Network *net, const GanConfig *cfg, int height, int width, int ma
   net->ops = &GAN_OPS;
   net->impl = g;
   net->num_param_groups = 2;
+  net->phase_repeats[GAN_GROUP_CRITIC] = cfg->critic_steps;
+  net->phase_repeats[GAN_GROUP_GENERATOR] = 1;
   net->num_chunks = 1;
   int rc = build_generator(&g->gen, cfg, err);
   if (!rc) rc = build_critic(&g->critic, cfg, err);
   if (rc) {
     network_free(net);
     return error_wrap(err, "gan: building the networks for %d x %d images", height, width);
+  }
+  if (!rc && cfg->loss == GAN_LOSS_WGAN_GP) rc = check_penalty_critic(&g->critic, err);
+  if (rc) {
+    network_free(net);
+    return rc;
   }
   g->patches = layer_shape_numel(chain_out_shape(&g->critic));
   size_t pair_floats = 2 * (size_t)max_batch * g->image;
@@ -515,19 +666,38 @@ int gan_create(Network *net, const GanConfig *cfg, int height, int width, int ma
            (g->dcritic_in = malloc(pair_floats * sizeof(float))) &&
            (g->dpatch = malloc(2 * (size_t)max_batch * g->patches * sizeof(float))) &&
            (g->dout = malloc((size_t)max_batch * g->image * sizeof(float)));
+  if (ok && cfg->loss == GAN_LOSS_WGAN_GP) {
+    size_t widest = g->image;
+    for (int i = 0; i < g->critic.num_layers; i++) {
+      size_t out = layer_shape_numel(g->critic.layers[i].out);
+      widest = out > widest ? out : widest;
+    }
+    ok = (g->x_hat = malloc((size_t)max_batch * g->image * sizeof(float))) &&
+         (g->grad_x = malloc((size_t)max_batch * g->image * sizeof(float))) &&
+         (g->tangent[0] = malloc((size_t)max_batch * widest * sizeof(float))) &&
+         (g->tangent[1] = malloc((size_t)max_batch * widest * sizeof(float))) &&
+         (g->gp_grads = calloc(g->critic_values ? g->critic_values : 1, sizeof(float))) &&
+         (g->eps = malloc((size_t)max_batch * sizeof(float)));
+  }
   if (!ok) {
     network_free(net);
     return error_set(err, ERR_NOMEM, "out of memory for the gan network's buffers");
   }
-  /* Counted per image and step: the critic phase runs the generator forward
-   * (2 Mg) and the critic forward and backward on two images (2 x 6 Md), the
-   * generator phase both forward and backward (6 Mg + 2 x 6 Md). */
-  net->flops_per_unit = 8.0 * chain_mults(&g->gen) + 24.0 * chain_mults(&g->critic);
+  /* Counted per image and step: each critic phase runs the generator
+   * forward (2 Mg) and the critic forward and backward on two images (2 x 6
+   * Md), the generator phase both forward and backward (6 Mg + 2 x 6 Md).
+   * WGAN-GP adds the penalty on one image: forward, backward of the input,
+   * jvp and weight gradients in a critic phase (8 Md), forward and backward
+   * of the input for the metric in the generator phase (4 Md). */
+  double gen = chain_mults(&g->gen), critic = chain_mults(&g->critic), k = cfg->critic_steps;
+  int wgan = cfg->loss == GAN_LOSS_WGAN_GP;
+  net->flops_per_unit = k * (2.0 * gen + (12.0 + 8.0 * wgan) * critic) + 6.0 * gen + (12.0 + 4.0 * wgan) * critic;
   return 0;
 }
 
 void gan_init_weights(Network *net, uint64_t seed) {
   Gan *g = net->impl;
+  g->seed = seed;
   for (int i = 0; i < g->critic.num_layers; i++) g->critic.layers[i].ops->init(&g->critic.layers[i], seed, (uint64_t)i);
   for (int i = 0; i < g->gen.num_layers; i++)
     g->gen.layers[i].ops->init(&g->gen.layers[i], seed, (uint64_t)(GAN_MAX_LAYERS + i));
@@ -546,6 +716,31 @@ int gan_generate(Network *net, const float *blurred, int n, float *out, Error *e
   const float *made = g->critic_in + (size_t)n * g->image;
   for (size_t k = 0; k < (size_t)n * g->image; k++) out[k] = made[k] < 0 ? 0 : made[k] > 1 ? 1 : made[k];
   g->last_n = 0; /* the critic's saved state no longer matches */
+  return 0;
+}
+
+int gan_wgan_gp_critic_loss(Network *net, const float *real, const float *fake, const float *eps, int n,
+                            double wasserstein_weight, double *penalty, double *wasserstein, Error *err) {
+  Gan *g = net->impl;
+  if (g->cfg.loss != GAN_LOSS_WGAN_GP) return error_set(err, ERR_ARG, "gan: the network's loss is not wgan-gp");
+  if (n < 1 || n > g->max_batch)
+    return error_set(err, ERR_ARG, "gan: %d image pairs, expected 1..%d", n, g->max_batch);
+  g->last_n = 0;
+  interpolate(g, real, fake, eps, n);
+  int rc = critic_penalty(net, g, n, 1, err);
+  memcpy(g->critic_in, real, (size_t)n * g->image * sizeof(float));
+  memcpy(g->critic_in + (size_t)n * g->image, fake, (size_t)n * g->image * sizeof(float));
+  double real_mean, fake_mean, unused;
+  if (!rc) rc = critic_scores(g, n, &real_mean, &fake_mean, &unused, err);
+  if (rc) return rc;
+  size_t m = (size_t)n * g->patches;
+  float k = (float)(wasserstein_weight / (double)m);
+  for (size_t i = 0; i < m; i++) g->dpatch[i] = -k, g->dpatch[m + i] = k;
+  if (wasserstein_weight != 0 && (rc = chain_backward(&g->critic, g->critic_in, g->dpatch, NULL, 2 * n, err)))
+    return rc;
+  vec_axpy(net->grads, 1.0f, g->gp_grads, g->critic_values);
+  *penalty = g->gp;
+  *wasserstein = fake_mean - real_mean;
   return 0;
 }
 

@@ -69,6 +69,19 @@ typedef struct LayerOps {
    * the layer's parameters, for re-parametrisations that leave the function
    * unchanged (re-centring tropical weights into their bias). */
   void (*after_update)(Layer *l);
+  /* Optional second-order passes, for a loss that holds an input gradient
+   * (WGAN-GP's gradient penalty, nets/gan.c). Only piecewise-linear kinds
+   * implement them (conv2d, linear, leaky_relu): their Jacobian at the last
+   * forward is a fixed linear map (a weight product, a 0/1 or slope mask),
+   * and the derivative of a mask is zero almost everywhere, so these two
+   * passes are the whole double backward, as PyTorch's autograd computes it.
+   * jvp: jt = J t, the Jacobian of the last forward (at x, y) applied to an
+   * input-shaped t (the bias does not enter). double_backward: ADDS into
+   * grad[] the gradient with respect to the parameters of <t, dx(dy)>,
+   * dx(dy) being what backward would write for dy at the last forward.
+   * NULL for kinds whose double backward is not implemented. */
+  int (*jvp)(Layer *l, const float *x, const float *y, const float *t, float *jt, int n, Error *err);
+  int (*double_backward)(Layer *l, const float *x, const float *t, const float *dy, int n, Error *err);
   void (*free)(Layer *l); /* frees impl and the workspace, not the bound buffers */
 } LayerOps;
 

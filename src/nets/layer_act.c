@@ -46,6 +46,23 @@ static int leaky_backward(Layer *l, const float *x, const float *y, const float 
   return 0;
 }
 
+/* The mask of the last forward (1 where x > 0, the slope elsewhere)
+ * applied to t: the same rule as backward, so the two agree at x = 0. */
+static int leaky_jvp(Layer *l, const float *x, const float *y, const float *t, float *jt, int n, Error *err) {
+  return leaky_backward(l, x, y, t, jt, n, err);
+}
+
+/* No parameters, and the mask's derivative is zero: nothing to add. */
+static int leaky_double_backward(Layer *l, const float *x, const float *t, const float *dy, int n, Error *err) {
+  (void)l;
+  (void)x;
+  (void)t;
+  (void)dy;
+  (void)n;
+  (void)err;
+  return 0;
+}
+
 static int tanh_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
   (void)train;
   (void)err;
@@ -72,7 +89,8 @@ static void act_free(Layer *l) { free(l->impl); }
 static const LayerOps RELU_OPS = {.kind = "relu", .init = act_init, .forward = relu_forward,
                                   .backward = relu_backward, .free = act_free};
 static const LayerOps LEAKY_OPS = {.kind = "leaky_relu", .init = act_init, .forward = leaky_forward,
-                                   .backward = leaky_backward, .free = act_free};
+                                   .backward = leaky_backward, .jvp = leaky_jvp,
+                                   .double_backward = leaky_double_backward, .free = act_free};
 static const LayerOps TANH_OPS = {.kind = "tanh", .init = act_init, .forward = tanh_forward,
                                   .backward = tanh_backward, .free = act_free};
 

@@ -12,6 +12,9 @@
 
 typedef struct ConvImpl {
   Conv2dShape shape; /* batch set per call */
+  /* With a bias: a zero one, so that the jvp runs the forward's oneDNN
+   * primitive (one without bias would be another cache entry). */
+  float *zero_bias;
 } ConvImpl;
 
 static Conv2dPrecision precision(void) {
@@ -44,10 +47,32 @@ static int conv_backward(Layer *l, const float *x, const float *y, const float *
   return rc;
 }
 
-static void conv_free(Layer *l) { free(l->impl); }
+/* The map x -> W * x is linear: its Jacobian applied to t is the same
+ * convolution of t, without the bias. */
+static int conv_jvp(Layer *l, const float *x, const float *y, const float *t, float *jt, int n, Error *err) {
+  (void)x;
+  (void)y;
+  Conv2dShape s = batch_shape(l, n);
+  return conv2d_forward(&s, precision(), jt, t, l->param[0], ((ConvImpl *)l->impl)->zero_bias, err);
+}
+
+/* <t, W^T dy> = <W * t, dy>: the weight gradient of a convolution whose
+ * input is t and whose output gradient is dy; the bias has none. */
+static int conv_double_backward(Layer *l, const float *x, const float *t, const float *dy, int n, Error *err) {
+  (void)x;
+  Conv2dShape s = batch_shape(l, n);
+  return conv2d_backward_weights(&s, precision(), l->grad[0], NULL, dy, t, 1, err);
+}
+
+static void conv_free(Layer *l) {
+  ConvImpl *impl = l->impl;
+  if (impl) free(impl->zero_bias);
+  free(impl);
+}
 
 static const LayerOps CONV_OPS = {.kind = "conv2d", .init = conv_init, .forward = conv_forward,
-                                  .backward = conv_backward, .free = conv_free};
+                                  .backward = conv_backward, .jvp = conv_jvp,
+                                  .double_backward = conv_double_backward, .free = conv_free};
 
 int layer_create_conv2d(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin, Error *err) {
   static const char *const FIELDS[] = {"out_channels", "kernel", "stride", "padding", "bias", NULL};
@@ -75,6 +100,10 @@ int layer_create_conv2d(Layer *l, const cJSON *spec, LayerShape in, int max_batc
                      in.w + 2 * s.pad_w);
   ConvImpl *impl = calloc(1, sizeof *impl);
   if (!impl) return error_set(err, ERR_NOMEM, "%s: out of memory", origin);
+  if (bias && !(impl->zero_bias = calloc((size_t)s.out_channels, sizeof(float)))) {
+    free(impl);
+    return error_set(err, ERR_NOMEM, "%s: out of memory", origin);
+  }
   impl->shape = s;
   l->impl = impl;
   l->ops = &CONV_OPS;

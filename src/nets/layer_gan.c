@@ -75,9 +75,9 @@ static void free_impl(Layer *l) {
   l->impl = NULL;
 }
 
-static const LayerOps CONV_TRANSPOSE_OPS = {
-    "conv_transpose2d", conv_transpose_init, conv_transpose_forward, conv_transpose_backward, NULL, free_impl,
-};
+static const LayerOps CONV_TRANSPOSE_OPS = {.kind = "conv_transpose2d", .init = conv_transpose_init,
+                                            .forward = conv_transpose_forward, .backward = conv_transpose_backward,
+                                            .free = free_impl};
 
 int layer_create_conv_transpose2d(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin,
                                   Error *err) {
@@ -217,9 +217,9 @@ static void instance_norm_free(Layer *l) {
   free_impl(l);
 }
 
-static const LayerOps INSTANCE_NORM_OPS = {
-    "instance_norm", instance_norm_init, instance_norm_forward, instance_norm_backward, NULL, instance_norm_free,
-};
+static const LayerOps INSTANCE_NORM_OPS = {.kind = "instance_norm", .init = instance_norm_init,
+                                           .forward = instance_norm_forward, .backward = instance_norm_backward,
+                                           .free = instance_norm_free};
 
 int layer_create_instance_norm(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin,
                                Error *err) {

@@ -38,10 +38,28 @@ static int dense_backward(Layer *l, const float *x, const float *y, const float 
   return 0;
 }
 
+/* Linear in x: J t = W t (no bias). */
+static int dense_jvp(Layer *l, const float *x, const float *y, const float *t, float *jt, int n, Error *err) {
+  (void)x;
+  (void)y;
+  (void)err;
+  linear_forward(jt, t, l->param[0], n, in_features(l), l->out.c, 0);
+  return 0;
+}
+
+/* <t, W^T dy> = <W t, dy>: dW += dy^T t; the bias has no gradient. */
+static int dense_double_backward(Layer *l, const float *x, const float *t, const float *dy, int n, Error *err) {
+  (void)x;
+  (void)err;
+  linear_backward(NULL, l->grad[0], dy, t, l->param[0], n, in_features(l), l->out.c, 0);
+  return 0;
+}
+
 static void linear_free(Layer *l) { (void)l; }
 
 static const LayerOps LINEAR_OPS = {.kind = "linear", .init = linear_init, .forward = dense_forward,
-                                    .backward = dense_backward, .free = linear_free};
+                                    .backward = dense_backward, .jvp = dense_jvp,
+                                    .double_backward = dense_double_backward, .free = linear_free};
 
 int layer_create_linear(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin, Error *err) {
   static const char *const FIELDS[] = {"out", "bias", NULL};

@@ -45,6 +45,7 @@
 
 #define NET_MAX_DIMS 4
 #define NET_MAX_METRICS 16
+#define NET_MAX_PARAM_GROUPS 8
 
 /* The ranks a gradient is summed over before the update. */
 typedef enum NetReduceGroup {
@@ -158,6 +159,9 @@ struct Network {
   float *values, *grads; /* num_values floats each */
   size_t num_values;
   int num_param_groups; /* 1 unless the network steps parts separately */
+  /* Phases of each group per iteration, one after another (a GAN's k
+   * critic steps); 0 or 1: one. */
+  int phase_repeats[NET_MAX_PARAM_GROUPS];
   double flops_per_unit; /* FLOPs of forward + backward per unit (ops->unit); 0: not counted,
                             then the log line shows no GFLOP/s and no MFU */
   int num_chunks;       /* chunks this rank runs */

@@ -201,6 +201,7 @@ int sched_build(const SchedConfig *config, SchedProgram **out, Error *err) {
   SchedConfig one = *config;
   one.param_groups = 0;
   one.split_backward = config->schedule == SCHED_SCHEDULE_ZB_H1 || config->split_backward;
+  for (int g = 0; g < SCHED_MAX_PARAM_GROUPS; g++) one.phase_repeats[g] = 0;
   SchedProgram *prog = NULL;
   rc = sched_lower(&one, &order, &prog, err);
   sched_compute_order_free(&order);
@@ -208,7 +209,7 @@ int sched_build(const SchedConfig *config, SchedProgram **out, Error *err) {
     *out = prog;
     return rc;
   }
-  rc = sched_program_phases(prog, config->param_groups, out, err);
+  rc = sched_program_phases(prog, config, out, err);
   sched_program_free(prog);
   return rc;
 }

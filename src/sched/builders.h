@@ -38,11 +38,11 @@ int sched_config_validate(const SchedConfig *config, Error *err);
  * the phased program of sched_program_phases. */
 int sched_build(const SchedConfig *config, SchedProgram **out, Error *err);
 
-/* The phased program (program.h, SchedConfig.param_groups) from the
- * one-group program `one`: every rank's list `groups` times in a row, the
- * actions of copy g naming group g, dependencies and matches kept inside
- * each copy (phases.c). */
-int sched_program_phases(const SchedProgram *one, int groups, SchedProgram **out, Error *err);
+/* The phased program (program.h, SchedConfig.param_groups and
+ * phase_repeats of `phased`) from the one-group program `one`: every rank's
+ * list once per phase, the actions of copy p naming phase p and its group,
+ * dependencies and matches kept inside each copy (phases.c). */
+int sched_program_phases(const SchedProgram *one, const SchedConfig *phased, SchedProgram **out, Error *err);
 
 /* Number of forward passes (micro-batch chunks) rank runs before its steady
  * phase: none 0, gpipe m, 1f1b and zb-h1 min(p-r-1, m) (min(warmup[r], m)

@@ -297,17 +297,18 @@ static void check_rank(const SchedProgram *prog, int r, int *pos, int *dup, Repo
 
 /* ---- phases (param_groups > 1) ---- */
 
-/* Phase g of a phased program as a one-group program of its own: the
- * actions naming group g, in list order, with their dependencies and
+/* Phase p of a phased program as a one-group program of its own: the
+ * actions naming phase p, in list order, with their dependencies and
  * matches; one that leaves the phase is a problem. NULL when it cannot be
  * built (the problem is in rep). */
-static SchedProgram *phase_program(const SchedProgram *prog, int g, SchedActionRef *where, Report *rep) {
+static SchedProgram *phase_program(const SchedProgram *prog, int p, SchedActionRef *where, Report *rep) {
   DescRing ring = {.next = 0};
   SchedConfig one = prog->config;
   one.param_groups = 0;
+  for (int g = 0; g < SCHED_MAX_PARAM_GROUPS; g++) one.phase_repeats[g] = 0;
   SchedBuilder *b = sched_builder_new(&one, prog->num_ranks);
   if (!b) {
-    problem(rep, "out of memory checking phase %d", g);
+    problem(rep, "out of memory checking phase %d", p);
     return NULL;
   }
   Error e = {0, ""};
@@ -315,12 +316,12 @@ static SchedProgram *phase_program(const SchedProgram *prog, int g, SchedActionR
   for (int id = 0; id < prog->num_actions && !rc; id++) {
     const SchedAction *a = &prog->actions[id];
     where[id].rank = -1;
-    if (a->group != g) continue;
+    if (a->phase != p) continue;
     rc = sched_builder_append(b, a->rank, a, &where[id], &e);
   }
   for (int id = 0; id < prog->num_actions && !rc; id++) {
     const SchedAction *a = &prog->actions[id];
-    if (a->group != g) continue;
+    if (a->phase != p) continue;
     for (int d = 0; d < a->num_deps && !rc; d++) {
       if (where[a->deps[d]].rank < 0) problem(rep, "%s depends on %s of another phase", DESC(a), DESC(&prog->actions[a->deps[d]]));
       else rc = sched_builder_add_dep(b, where[id], where[a->deps[d]], &e);
@@ -333,27 +334,38 @@ static SchedProgram *phase_program(const SchedProgram *prog, int g, SchedActionR
   SchedProgram *out = NULL;
   if (!rc) rc = sched_builder_finish(b, &out, &e);
   sched_builder_free(b);
-  if (rc) problem(rep, "phase %d: %s", g, e.msg);
+  if (rc) problem(rep, "phase %d: %s", p, e.msg);
   return rc ? NULL : out;
 }
 
-/* Every action belongs to one phase, and each phase is a correct one-group
- * iteration by every rule above. */
+/* Every action belongs to one phase and names that phase's group (the
+ * groups in order, group g in phase_repeats[g] phases in a row), and each
+ * phase is a correct one-group iteration by every rule above. */
 static void check_phases(const SchedProgram *prog, Report *rep) {
   DescRing ring = {.next = 0};
-  int G = prog->config.param_groups;
-  for (int id = 0; id < prog->num_actions; id++)
-    if (prog->actions[id].group < 0 || prog->actions[id].group >= G)
-      problem(rep, "%s names no parameter group in [0, %d)", DESC(&prog->actions[id]), G);
+  int G = prog->config.param_groups, P = sched_config_num_phases(&prog->config);
+  if (P > SCHED_MAX_PHASES) {
+    problem(rep, "%d phases per iteration, at most %d", P, SCHED_MAX_PHASES);
+    return;
+  }
+  for (int id = 0; id < prog->num_actions; id++) {
+    const SchedAction *a = &prog->actions[id];
+    if (a->group < 0 || a->group >= G) problem(rep, "%s names no parameter group in [0, %d)", DESC(a), G);
+    else if (a->phase < 0 || a->phase >= P) problem(rep, "%s names no phase in [0, %d)", DESC(a), P);
+    else if (sched_config_phase_group(&prog->config, a->phase) != a->group)
+      problem(rep, "%s is in phase %d, which steps group %d", DESC(a), a->phase,
+              sched_config_phase_group(&prog->config, a->phase));
+  }
   SchedActionRef *where = malloc((prog->num_actions ? (size_t)prog->num_actions : 1) * sizeof *where);
   if (!where) {
     problem(rep, "out of memory checking the phases");
     return;
   }
-  for (int g = 0; g < G; g++) {
-    SchedProgram *phase = phase_program(prog, g, where, rep);
+  for (int p = 0; p < P; p++) {
+    SchedProgram *phase = phase_program(prog, p, where, rep);
     Error e = {0, ""};
-    if (phase && sched_check(phase, &e)) problem(rep, "phase %d (group %d): %s", g, g, e.msg);
+    if (phase && sched_check(phase, &e))
+      problem(rep, "phase %d (group %d): %s", p, sched_config_phase_group(&prog->config, p), e.msg);
     sched_program_free(phase);
   }
   free(where);

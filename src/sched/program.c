@@ -90,7 +90,7 @@ SchedAction sched_action_make(SchedActionKind kind) {
   a.stream = sched_kind_default_stream(kind);
   a.microbatch = a.chunk = a.stage = -1;
   a.peer = a.peer_chunk = a.peer_stage = a.match = -1;
-  a.bucket = a.layer = a.group = -1;
+  a.bucket = a.layer = a.group = a.phase = -1;
   a.seq_begin = a.seq_count = -1;
   return a;
 }
@@ -130,6 +130,8 @@ const char *sched_action_describe(const SchedAction *a, char *buf, size_t size) 
     n += (size_t)snprintf(what + n, sizeof what - n, " stage %d", a->stage);
   if (n < sizeof what && a->bucket >= 0) n += (size_t)snprintf(what + n, sizeof what - n, " bucket %d", a->bucket);
   if (n < sizeof what && a->group >= 0) n += (size_t)snprintf(what + n, sizeof what - n, " group %d", a->group);
+  if (n < sizeof what && a->phase >= 0 && a->phase != a->group)
+    n += (size_t)snprintf(what + n, sizeof what - n, " phase %d", a->phase);
   snprintf(buf, size, "rank %d #%d %s%s (id %d)", a->rank, a->index, sched_action_kind_name(a->kind), what, a->id);
   return buf;
 }

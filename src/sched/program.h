@@ -111,9 +111,18 @@ typedef struct SchedConfig {
    * The depths must not grow along the pipeline (else it deadlocks). */
   int warmup_set;
   int warmup[SCHED_MAX_WARMUP_RANKS];
+  /* With param_groups > 1: how many phases group g runs per iteration,
+   * one after another, before the next group's (a GAN's k critic steps);
+   * 0 or 1: one. Each repetition is a phase of its own (SchedAction.phase). */
+  int phase_repeats[8];
 } SchedConfig;
 
 #define SCHED_MAX_PARAM_GROUPS 8
+#define SCHED_MAX_PHASES 16
+
+/* Phases of one iteration (1 without groups), and the group of phase p. */
+int sched_config_num_phases(const SchedConfig *c);
+int sched_config_phase_group(const SchedConfig *c, int phase);
 
 typedef struct SchedAction {
   int id;    /* position in SchedProgram.actions */
@@ -135,6 +144,7 @@ typedef struct SchedAction {
    * micro-batch it carries, sequences [seq_begin, seq_begin + seq_count)
    * of the micro-batch; -1 when it carries the whole tensor. */
   int seq_begin, seq_count;
+  int phase;      /* the index of that phase in the iteration (config.param_groups > 1); else -1 */
   int num_deps;
   const int *deps; /* ids this action waits for (a RECV lists its SEND) */
 } SchedAction;

@@ -31,7 +31,8 @@ static cJSON *action_to_json(const SchedAction *a) {
         add_int_if_set(o, "peer_chunk", a->peer_chunk) || add_int_if_set(o, "peer_stage", a->peer_stage) ||
         add_int_if_set(o, "match", a->match) || add_int_if_set(o, "bucket", a->bucket) ||
         add_int_if_set(o, "layer", a->layer) || add_int_if_set(o, "group", a->group) ||
-        add_int_if_set(o, "seq_begin", a->seq_begin) || add_int_if_set(o, "seq_count", a->seq_count);
+        add_int_if_set(o, "seq_begin", a->seq_begin) || add_int_if_set(o, "seq_count", a->seq_count) ||
+        (a->phase != a->group && add_int_if_set(o, "phase", a->phase)); /* absent: the group's number */
   cJSON *deps = bad ? NULL : cJSON_AddArrayToObject(o, "deps");
   for (int d = 0; deps && d < a->num_deps; d++) {
     cJSON *n = cJSON_CreateNumber(a->deps[d]);
@@ -75,6 +76,9 @@ cJSON *sched_program_to_json(const SchedProgram *prog) {
         (prog->config.param_groups > 1 && !cJSON_AddNumberToObject(cfg, "param_groups", prog->config.param_groups)) ||
         (prog->config.split_backward && !cJSON_AddBoolToObject(cfg, "split_backward", 1)) ||
         (prog->config.warmup_set && !add_warmup(cfg, &prog->config)) ||
+        (sched_config_num_phases(&prog->config) > prog->config.param_groups &&
+         !cJSON_AddItemToObject(cfg, "phase_repeats",
+                                cJSON_CreateIntArray(prog->config.phase_repeats, prog->config.param_groups))) ||
         !cJSON_AddNumberToObject(root, "num_actions", prog->num_actions) ||
         !(ranks = cJSON_AddArrayToObject(root, "ranks"));
   for (int r = 0; !bad && r < prog->num_ranks; r++) {
@@ -192,6 +196,18 @@ int sched_program_from_json(const cJSON *json, SchedProgram **out, Error *err) {
       cfg.warmup[r++] = v->valueint;
     }
   }
+  const cJSON *reps = cJSON_GetObjectItemCaseSensitive(jc, "phase_repeats");
+  if (reps && (!cJSON_IsArray(reps) || cJSON_GetArraySize(reps) != cfg.param_groups ||
+               cfg.param_groups > SCHED_MAX_PARAM_GROUPS))
+    return error_set(err, ERR_FORMAT, "program JSON: config.phase_repeats must be an array of param_groups (%d) counts",
+                     cfg.param_groups);
+  for (int g = 0; reps && g < cfg.param_groups; g++) {
+    const cJSON *v = cJSON_GetArrayItem(reps, g);
+    if (!cJSON_IsNumber(v) || v->valueint < 0 || v->valueint > SCHED_MAX_PHASES)
+      return error_set(err, ERR_FORMAT, "program JSON: config.phase_repeats[%d] must be a count in 0..%d", g,
+                       SCHED_MAX_PHASES);
+    cfg.phase_repeats[g] = v->valueint;
+  }
   const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(json, "ranks");
   if (!cJSON_IsArray(ranks) || cJSON_GetArraySize(ranks) < 1)
     return error_set(err, ERR_FORMAT, "program JSON: \"ranks\" must be a non-empty array");
@@ -243,6 +259,8 @@ int sched_program_from_json(const cJSON *json, SchedProgram **out, Error *err) {
       if (!rc) rc = get_int(ao, "group", &a.group, 0, where, err);
       if (!rc) rc = get_int(ao, "seq_begin", &a.seq_begin, 0, where, err);
       if (!rc) rc = get_int(ao, "seq_count", &a.seq_count, 0, where, err);
+      a.phase = a.group; /* "phase" is written only where it differs */
+      if (!rc && cJSON_GetObjectItemCaseSensitive(ao, "phase")) rc = get_int(ao, "phase", &a.phase, 0, where, err);
       if (rc) goto done;
       if (id != begin[r] + i) {
         rc = error_set(err, ERR_FORMAT, "%s: id %d, expected %d (ids are positions, rank by rank)", where, id, begin[r] + i);

@@ -36,7 +36,7 @@ int executor_create(Executor *ex, const SchedProgram *prog, int rank, void *ctx,
     int later = 0;
     for (int j = i + 1; j < ex->num_actions && !later; j++)
       later = ex->actions[j].kind == completes && ex->actions[j].chunk == a->chunk &&
-              ex->actions[j].group == a->group;
+              ex->actions[j].phase == a->phase;
     ex->last_backward[i] = !later;
   }
   return 0;

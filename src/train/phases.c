@@ -38,12 +38,13 @@ int phases_tag_buckets(DpGrads *g, const Network *net, Error *err) {
   return 0;
 }
 
-void phases_enter(Trainer *tr, int group) {
-  if (group < 0 || group == tr->phase) return;
+void phases_enter(Trainer *tr, int phase, int group) {
+  if (group < 0 || phase == tr->phase) return;
   /* The phase before stepped its group with this gradient; the next one
-   * starts from zero, on the weights that phase left. */
+   * (another group's, or the same group's next repetition) starts from
+   * zero, on the weights that phase left. */
   if (tr->phase >= 0) memset(tr->net.grads, 0, tr->net.num_values * sizeof(float));
-  tr->phase = group;
+  tr->phase = phase;
   if (tr->net.ops->begin_phase) tr->net.ops->begin_phase(&tr->net, group);
 }
 

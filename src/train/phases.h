@@ -6,8 +6,10 @@
  * one-group program) as "the whole network", which is what the runtime
  * did before groups existed, bit for bit.
  *
- * Per phase g: phases_enter before its first forward (the gradient is
- * zeroed when a phase follows another, and the network is told), the
+ * Per phase p of group g (a group may run several phases in a row,
+ * SchedConfig.phase_repeats): phases_enter before its first forward (the
+ * gradient is zeroed when a phase follows another, and the network is
+ * told the group), the
  * backwards, phases_start_reduce at its GRAD_REDUCE (only group g's
  * buckets: the buckets were cut at the groups' boundaries and tagged, so
  * none mixes groups), phases_finish_reduce before its OPTIM, and the
@@ -25,7 +27,7 @@ int phases_group_cuts(const Network *net, size_t *cuts, int cap);
  * group of its tensors (DpBucket.param_group). */
 int phases_tag_buckets(DpGrads *g, const Network *net, Error *err);
 
-void phases_enter(Trainer *tr, int group);
+void phases_enter(Trainer *tr, int phase, int group);
 int phases_start_reduce(Trainer *tr, int group, Error *err);
 int phases_finish_reduce(Trainer *tr, int group, Error *err);
 /* This rank's sum of squares of group's gradient (its ZeRO-1 blocks with

@@ -74,7 +74,7 @@ typedef struct Trainer {
   float *net_x;  /* a network of nets/: the step's micro-batches of features and classes */
   int *net_y;
   double net_metric_sums[NET_MAX_METRICS]; /* the running step's micro-batch metrics, summed */
-  int phase; /* the parameter group whose phase runs (train/phases.h); -1 outside a phase */
+  int phase; /* the phase that runs (train/phases.h, SchedAction.phase); -1 outside a phase */
   struct ImageSet *images; /* a vision network's data (data/image_set.h) */
   struct GanData *pairs;   /* a gan's sharp images, blurred on the fly (train/gan_data.h) */
   Optimizer opt;

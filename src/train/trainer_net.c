@@ -84,10 +84,44 @@ static const void *as_batch(const Trainer *tr, NetBatch *b, int n, float *x, int
   return is_vision(tr) ? (const void *)&b->vision : (const void *)&b->mlp;
 }
 
+/* Data rounds of one step: a network whose group runs k phases in a row
+ * (a GAN's critic steps) draws a fresh global batch for each of them; 1
+ * otherwise. */
+static int data_rounds(const Trainer *tr) {
+  int rounds = 1;
+  for (int g = 0; g < tr->net.num_param_groups && g < NET_MAX_PARAM_GROUPS; g++)
+    rounds = tr->net.phase_repeats[g] > rounds ? tr->net.phase_repeats[g] : rounds;
+  return rounds;
+}
+
+/* The data round of an action's phase: a group's phases take the step's
+ * last rounds, one each, so k critic phases read rounds 0..k-1 and the
+ * generator phase after them the last critic phase's batch again (with one
+ * phase per group every phase reads round 0, as before repeats existed). */
+static int data_round(const Trainer *tr, const SchedAction *a) {
+  if (a->group < 0) return 0;
+  int first = 0;
+  for (int p = 0; p < a->phase; p++) first += sched_config_phase_group(&tr->prog->config, p) == a->group;
+  int repeats = tr->net.phase_repeats[a->group] > 1 ? tr->net.phase_repeats[a->group] : 1;
+  return first + data_rounds(tr) - repeats;
+}
+
+/* The number of the first sample of micro-batch mb of this replica in data
+ * round `round` among every sample the run draws (offsets as in fill_step_batch). */
+static uint64_t sample_draw(const Trainer *tr, int mb, int round) {
+  const TrainConfig *cfg = tr->cfg;
+  uint64_t step_first = ((uint64_t)tr->step * (uint64_t)data_rounds(tr) + (uint64_t)round) *
+                        (uint64_t)cfg->global_batch_size;
+  return step_first + ((uint64_t)tr->dp_rank * (uint64_t)cfg->grad_accum_steps + (uint64_t)mb) *
+                          (uint64_t)cfg->micro_batch_size;
+}
+
 /* Micro-batch mb of this replica's share of the step, in the step's buffers. */
-static const void *step_batch(const Trainer *tr, int mb, NetBatch *b) {
-  size_t at = (size_t)mb * (size_t)tr->cfg->micro_batch_size;
-  return as_batch(tr, b, tr->cfg->micro_batch_size, tr->net_x + at * sample_floats(tr), tr->net_y + at);
+static const void *step_batch(const Trainer *tr, const SchedAction *a, NetBatch *b) {
+  size_t at = (size_t)a->microbatch * (size_t)tr->cfg->micro_batch_size;
+  const void *batch = as_batch(tr, b, tr->cfg->micro_batch_size, tr->net_x + at * sample_floats(tr), tr->net_y + at);
+  b->gan.draw = sample_draw(tr, a->microbatch, data_round(tr, a));
+  return batch;
 }
 
 /* The batch source of each family. Samples are numbered so that the
@@ -95,11 +129,13 @@ static const void *step_batch(const Trainer *tr, int mb, NetBatch *b) {
  * run's micro-batches do: micro-batch mb of replica r starts (r x accum +
  * mb) x B samples into the step. The MLP's samples follow from the step
  * alone; a vision network's from the image order's state (tr->train.state,
- * which checkpoints record), moved on by the global batch after each step. */
-static int fill_step_batch(Trainer *tr, int mb, Error *err) {
+ * which checkpoints record), moved on by the global batch after each step;
+ * a gan's likewise, round r of a step (data_round) r global batches on. */
+static int fill_step_batch(Trainer *tr, int mb, int round, Error *err) {
   const TrainConfig *cfg = tr->cfg;
   int B = cfg->micro_batch_size;
-  uint64_t offset = ((uint64_t)tr->dp_rank * (uint64_t)cfg->grad_accum_steps + (uint64_t)mb) * (uint64_t)B;
+  uint64_t offset = ((uint64_t)tr->dp_rank * (uint64_t)cfg->grad_accum_steps + (uint64_t)mb) * (uint64_t)B +
+                    (uint64_t)round * (uint64_t)cfg->global_batch_size;
   size_t at = (size_t)mb * (size_t)B;
   float *x = tr->net_x + at * sample_floats(tr);
   int *y = tr->net_y + at;
@@ -139,11 +175,11 @@ static void add_metrics(const Trainer *tr, double weight, double *loss, double *
 
 static int net_forward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
-  int rc = fill_step_batch(tr, a->microbatch, err);
+  int rc = fill_step_batch(tr, a->microbatch, data_round(tr, a), err);
   if (rc) return rc;
-  phases_enter(tr, a->group);
+  phases_enter(tr, a->phase, a->group);
   NetBatch b;
-  rc = tr->net.ops->forward(&tr->net, a->chunk, step_batch(tr, a->microbatch, &b), err);
+  rc = tr->net.ops->forward(&tr->net, a->chunk, step_batch(tr, a, &b), err);
   NetMetric m[NET_MAX_METRICS];
   int n = rc ? 0 : tr->net.ops->metrics(&tr->net, m, NET_MAX_METRICS);
   for (int i = 0; i < n && i < NET_MAX_METRICS; i++) tr->net_metric_sums[i] += m[i].value;
@@ -153,7 +189,7 @@ static int net_forward(void *ctx, const SchedAction *a, Error *err) {
 static int net_backward(void *ctx, const SchedAction *a, Error *err) {
   Trainer *tr = ctx;
   NetBatch b;
-  return tr->net.ops->backward(&tr->net, a->chunk, step_batch(tr, a->microbatch, &b), tr->grad_scale, err);
+  return tr->net.ops->backward(&tr->net, a->chunk, step_batch(tr, a, &b), tr->grad_scale, err);
 }
 
 /* One chunk: the whole gradient (of the phase's group) is ready; its buckets start here. */
@@ -173,6 +209,8 @@ static int net_optim(void *ctx, const SchedAction *a, Error *err) { return updat
 static int create_program(Trainer *tr, Error *err) {
   SchedConfig sc = {.schedule = SCHED_SCHEDULE_NONE, .pp = 1, .vpp = 1, .microbatches = tr->cfg->grad_accum_steps,
                     .param_groups = tr->net.num_param_groups};
+  for (int g = 0; g < tr->net.num_param_groups && g < NET_MAX_PARAM_GROUPS && g < SCHED_MAX_PARAM_GROUPS; g++)
+    sc.phase_repeats[g] = tr->net.phase_repeats[g];
   int rc = sched_build(&sc, &tr->prog, err);
   if (!rc) rc = executor_create(&tr->exec, tr->prog, 0, tr, err);
   if (rc) return rc;
@@ -291,12 +329,12 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
     double sum = tr->net_metric_sums[i];
     rc = sum_over_replicas(tr, &sum, err);
     /* every phase ran the step's forwards */
-    res->metrics[i].value = sum / (cfg->grad_accum_steps * tr->dp * tr->net.num_param_groups);
+    res->metrics[i].value = sum / (cfg->grad_accum_steps * tr->dp * sched_config_num_phases(&tr->prog->config));
   }
   if (rc) return rc;
   tr->step++;
   if (tr->images) image_set_advance(tr->images, &tr->train.state, (uint64_t)cfg->global_batch_size);
-  if (tr->pairs) gan_data_advance(tr->pairs, &tr->train.state, (uint64_t)cfg->global_batch_size);
+  if (tr->pairs) gan_data_advance(tr->pairs, &tr->train.state, (uint64_t)data_rounds(tr) * cfg->global_batch_size);
   nonfinite_test_poison(tr, "weight");
   res->step = tr->step;
   res->skipped = tr->step_skipped;
@@ -472,17 +510,23 @@ static void print_gan(const Trainer *tr, FILE *out) {
   size_t critic = 0;
   for (int t = 0; t < tr->net.num_tensors; t++)
     if (tr->net.params[t].param_group == GAN_GROUP_CRITIC) critic += tr->net.params[t].numel;
-  fprintf(out, "  model    gan (lsgan): %s\n", layers);
-  fprintf(out, "  params   %s generator and %s critic parameters, two groups stepped in turn (critic phase, then "
+  int wgan = g->loss == GAN_LOSS_WGAN_GP;
+  char loss[64] = "lsgan", phases[96] = "critic phase";
+  if (wgan) snprintf(loss, sizeof loss, "wgan-gp, gradient penalty %g", g->gp_weight);
+  if (g->critic_steps > 1) snprintf(phases, sizeof phases, "%d critic phases on fresh batches", g->critic_steps);
+  fprintf(out, "  model    gan (%s): %s\n", loss, layers);
+  fprintf(out, "  params   %s generator and %s critic parameters, two groups stepped in turn (%s, then "
                "generator phase); loss = %g g_adv + %g content (%g L1 + %g edge)\n",
           fmt_thousands(a, sizeof a, (double)(tr->net.num_values - critic)), fmt_thousands(b, sizeof b, (double)critic),
-          g->adv_weight, g->content_weight, g->l1_weight, g->edge_weight);
+          phases, g->adv_weight, g->content_weight, g->l1_weight, g->edge_weight);
   fprintf(out, "  data     %s: %zu train, %zu validation images of %dx%dx%d, motion blur kernel %d (blur seed %llu, "
                "noise %g)\n", cfg->gan_data.dir, d->num_train, d->num_val, d->channels, d->size, d->size,
           cfg->gan_data.kernel_size, (unsigned long long)cfg->gan_data.blur_seed, cfg->gan_data.noise_sigma);
-  fprintf(out, "  batch    %d x %d accumulation x %d replica(s) = %d pairs per step (%.2f epochs over %d steps)\n",
-          cfg->micro_batch_size, cfg->grad_accum_steps, tr->dp, cfg->global_batch_size,
-          (double)cfg->global_batch_size * cfg->steps / (double)d->num_train, cfg->steps);
+  char rounds[64] = "per step";
+  if (data_rounds(tr) > 1) snprintf(rounds, sizeof rounds, "per batch, %d batches per step", data_rounds(tr));
+  fprintf(out, "  batch    %d x %d accumulation x %d replica(s) = %d pairs %s (%.2f epochs over %d steps)\n",
+          cfg->micro_batch_size, cfg->grad_accum_steps, tr->dp, cfg->global_batch_size, rounds,
+          (double)cfg->global_batch_size * data_rounds(tr) * cfg->steps / (double)d->num_train, cfg->steps);
 }
 
 void trainer_net_print_model(const Trainer *tr, FILE *out) {

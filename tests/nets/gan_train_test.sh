@@ -9,7 +9,8 @@
 # group) and a resumed ZeRO-1 run train the same networks as one rank
 # (net_runs.sh); --trace records the run; a bad field and a missing image
 # directory are refused with the file and field named; `fivefold deblur`
-# of an 18 x 18 PGM writes an 18 x 18 PGM.
+# of an 18 x 18 PGM writes an 18 x 18 PGM. WGAN-GP with 2 critic steps:
+# its log line, resume bit for bit and DP2 against one rank (4 steps).
 # Usage: gan_train_test.sh path/to/fivefold path/to/mpiexec
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -83,6 +84,42 @@ grep -q "no-such.png" deblur-bad.log || fail "deblur's error does not name the m
 
 # Resume from step 3 (bit for bit), DP2, ZeRO-1 and a resumed ZeRO-1 run against one rank (net_runs.sh).
 resume_and_replicas gan
+
+# WGAN-GP with 2 critic phases per step (each on its own batch), Adam's beta1 0 / beta2 0.9: the log
+# line keeps both losses and the penalty; a run resumed from step 2 ends bit for bit where it did, and
+# 2 data-parallel ranks train what one rank does (4 short steps).
+cat >run-wgan.json <<JSON
+{"model": {"family": "gan", "channels": 1, "generator": {"filters": 4, "blocks": 1, "downsamples": 2},
+           "critic": {"filters": 4, "layers": 2}, "loss": "wgan-gp", "gp_weight": 10, "critic_steps": 2,
+           "content_weight": 100},
+ "data": {"dir": "$WORK/faces", "kernel_size": 5, "max_train_images": 40, "max_val_images": 6},
+ "training": {"micro_batch_size": 2, "grad_accum_steps": 2, "steps": 4, "lr": 0.001, "warmup_steps": 1,
+              "beta1": 0, "beta2": 0.9, "weight_decay": 0, "grad_clip": 1.0, "seed": 5, "log_interval": 1,
+              "eval_interval": 4, "threads": 1},
+ "checkpoint": {"interval": 2, "keep_last": 0}}
+JSON
+train 0 wg wgan --trace wg.trace.json || exit 1
+grep -q "model    gan (wgan-gp, gradient penalty 10)" wg.log || fail "the banner does not say wgan-gp"
+grep -q "2 critic phases on fresh batches, then generator phase" wg.log || fail "the banner does not name the critic steps"
+grep -q "^step 4/4 | loss [-0-9.]* (d_loss [-0-9.]* g_adv [-0-9.]* content [0-9.]* psnr [0-9.]* gp [0-9.]*)" wg.log ||
+  fail "the wgan-gp log line lacks its losses"
+grep -q '"gp"' wg/metrics.jsonl || fail "metrics.jsonl has no gp"
+$PY - wg.trace.json <<'PY' || fail "the traced program does not run two critic phases, then the generator phase"
+import json, sys
+prog = json.load(open(sys.argv[1]))["otherData"]["program"]
+assert prog["config"].get("phase_repeats") == [2, 1], prog["config"]
+acts = prog["ranks"][0]["actions"]
+optims = [(a.get("group"), a.get("phase", a.get("group"))) for a in acts if a["kind"] == "OPTIM"]
+assert optims == [(0, 0), (0, 1), (1, 2)], f"OPTIM (group, phase) {optims}"
+PY
+mkdir -p wgres/checkpoints && cp -r "$(ckpt wg 2)" wgres/checkpoints/
+train 0 wgres wgan --resume || exit 1
+for f in model optimizer; do
+  cmp -s "$(ckpt wg 4)/$f.safetensors" "$(ckpt wgres 4)/$f.safetensors" ||
+    fail "the resumed wgan-gp run's $f.safetensors differs from the uninterrupted run's"
+done
+$PY "$COMPARE" losses wgres wg 0 || fail "the resumed wgan-gp run's losses differ from the uninterrupted run's"
+train 2 wgdp2 wgan --grad-accum 1 && same wgdp2 wg 4
 
 # Refusals that name the file and the field, on one process.
 refused0() { # MODEL EXPECTED-TEXT

@@ -96,6 +96,17 @@ add_test(NAME torch_ref.gan_layers_self_check
          COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_layers.py $<TARGET_FILE:gan_layers_dump> --self-check)
 set_tests_properties(torch_ref.gan_layers torch_ref.gan_layers_self_check PROPERTIES LABELS torch TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+# WGAN-GP's gradient penalty of the deblurring GAN (nets/gan.c, the closed-
+# form double backward of its piecewise-linear critic): the penalty, its
+# gradient with respect to every critic parameter and the whole critic loss
+# against PyTorch's double backward (autograd.grad with create_graph, then
+# backward) on fixed weights (tests/tools/gan_penalty_dump), and proof that
+# the comparison can fail.
+add_test(NAME torch_ref.gan_penalty COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_penalty.py $<TARGET_FILE:gan_penalty_dump>)
+add_test(NAME torch_ref.gan_penalty_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_penalty.py $<TARGET_FILE:gan_penalty_dump> --self-check)
+set_tests_properties(torch_ref.gan_penalty torch_ref.gan_penalty_self_check PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
 # The tropical layer kinds of nets/ (tropical_conv2d x 6, maxplus, minplus,
 # standardize) and a small tropical network over 10 AdamW steps against an
 # independent PyTorch implementation (tests/tools/tropical_layers_dump),

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "nets/mlp.h"
 #include "sched/builders.h"
 #include "sched/check.h"
@@ -46,9 +48,12 @@ static void test_program_has_a_phase_per_group(void **state) {
    * action of no phase. */
   SchedAction *opt1 = &prog->actions[prog->num_actions - 1];
   int saved = opt1->group;
-  opt1->group = 0;
+  opt1->group = opt1->phase = 0;
   assert_int_equal(sched_check(prog, &err), ERR_CONFIG);
   assert_non_null(strstr(err.msg, "another phase"));
+  opt1->phase = 1; /* in phase 1, naming group 0 */
+  assert_int_equal(sched_check(prog, &err), ERR_CONFIG);
+  assert_non_null(strstr(err.msg, "is in phase 1, which steps group 1"));
   opt1->group = 5;
   assert_int_equal(sched_check(prog, &err), ERR_CONFIG);
   assert_non_null(strstr(err.msg, "names no parameter group"));
@@ -58,6 +63,46 @@ static void test_program_has_a_phase_per_group(void **state) {
   /* Pipelines have phases too. */
   SchedConfig pc = {.schedule = SCHED_SCHEDULE_1F1B, .pp = 2, .vpp = 1, .microbatches = 4, .param_groups = 2};
   if (sched_build(&pc, &prog, &err) || sched_check(prog, &err)) fail_msg("%s", err.msg);
+  sched_program_free(prog);
+}
+
+/* A group that runs k phases in a row (a GAN's critic steps): phases
+ * 0..k-1 of group 0, then group 1's, each with its own reduction and
+ * OPTIM; the JSON form keeps them; a phase naming the wrong group is refused. */
+static void test_repeated_phases(void **state) {
+  (void)state;
+  Error err = {0};
+  SchedConfig sc = {.schedule = SCHED_SCHEDULE_NONE, .pp = 1, .vpp = 1, .microbatches = 2, .param_groups = 2,
+                    .phase_repeats = {3, 1}};
+  assert_int_equal(sched_config_num_phases(&sc), 4);
+  SchedProgram *prog = NULL;
+  if (sched_build(&sc, &prog, &err) || sched_check(prog, &err)) fail_msg("%s", err.msg);
+  static const int GROUP_OF_PHASE[4] = {0, 0, 0, 1};
+  int optims = 0, computes[4] = {0};
+  for (int i = 0; i < prog->num_actions; i++) {
+    const SchedAction *a = &prog->actions[i];
+    assert_int_equal(a->phase, optims); /* in list order, each phase ends with its OPTIM */
+    assert_int_equal(a->group, GROUP_OF_PHASE[a->phase]);
+    if (a->kind == SCHED_FWD || a->kind == SCHED_BWD) computes[a->phase]++;
+    if (a->kind == SCHED_OPTIM) optims++;
+  }
+  assert_int_equal(optims, 4);
+  for (int p = 0; p < 4; p++) assert_int_equal(computes[p], 4);
+  cJSON *json = sched_program_to_json(prog);
+  SchedProgram *again = NULL;
+  if (!json || sched_program_from_json(json, &again, &err)) fail_msg("JSON round trip: %s", err.msg);
+  cJSON_Delete(json);
+  assert_int_equal(again->config.phase_repeats[0], 3);
+  assert_int_equal(again->num_actions, prog->num_actions);
+  for (int i = 0; i < prog->num_actions; i++) {
+    assert_int_equal(again->actions[i].phase, prog->actions[i].phase);
+    assert_int_equal(again->actions[i].group, prog->actions[i].group);
+  }
+  if (sched_check(again, &err)) fail_msg("%s", err.msg);
+  sched_program_free(again);
+  prog->actions[prog->num_actions - 1].group = 0; /* the generator phase's OPTIM naming the critic */
+  assert_int_equal(sched_check(prog, &err), ERR_CONFIG);
+  assert_non_null(strstr(err.msg, "is in phase 3, which steps group 1"));
   sched_program_free(prog);
 }
 
@@ -162,7 +207,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_program_has_a_phase_per_group),
+      cmocka_unit_test(test_program_has_a_phase_per_group), cmocka_unit_test(test_repeated_phases),
       cmocka_unit_test(test_buckets_never_mix_groups),
       cmocka_unit_test(test_phase_steps_only_its_group),
   };
