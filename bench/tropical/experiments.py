@@ -311,15 +311,13 @@ def main():
         models = ["tcnn-small-conv-relu", best, "lenet5", "tlenet5-std"]
         levels = [("gaussian", 0.0)] + [("gaussian", g) for g in GAUSSIAN] + [("salt_pepper", p) for p in SALT_PEPPER]
         table = {}
-        for name in models:
-            for kind, level in levels:
-                accs = []
-                for rec in runs[name]:
-                    acc = noisy_test(rec, rec["out"] + ".json", kind, level)
-                    if level == 0.0 and acc != rec["test"]:
-                        sys.exit(f"{rec['out']}: the resumed clean test accuracy {acc} is not the run's {rec['test']}")
-                    accs.append(acc)
-                table[(name, kind, level)] = accs
+        cases = [(name, kind, level, rec) for name in models for kind, level in levels for rec in runs[name]]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, JOBS)) as pool:
+            accs = list(pool.map(lambda c: noisy_test(c[3], c[3]["out"] + ".json", c[1], c[2]), cases))
+        for (name, kind, level, rec), acc in zip(cases, accs):
+            if level == 0.0 and acc != rec["test"]:
+                sys.exit(f"{rec['out']}: the resumed clean test accuracy {acc} is not the run's {rec['test']}")
+            table.setdefault((name, kind, level), []).append(acc)
         say("| noise | level | " + " | ".join(models) + " |")
         say("|---|---|" + "---|" * len(models))
         for kind, level in levels:
