@@ -17,14 +17,21 @@ recorded in their metrics.jsonl and banners.
      multiplications), with each normalisation candidate and both: epochs
      until the validation accuracy first reaches 85%.
 
+Multiplications per image are counted: tropical_count (bench/tropical/
+count.c) runs a forward pass of each run's config with the instrumented
+counter of kern/op_count.h on, and the script stops if that count differs
+from the banner's analytic figure.
+
 Nothing is chosen on the test set: learning rates and schedules are the
 configs' as shipped, every run ends at its last step (no early stopping),
 and the only selection (the best TCNN) uses validation accuracy.
 
 Usage: experiments.py FIVEFOLD CONFIG_DIR WORK_DIR OUT_DIR
-Environment: EPOCHS (small nets and MLPs), LENET_EPOCHS, SEEDS, LENET_SEEDS
-(comma-separated), EVALS_PER_EPOCH, EXPERIMENTS (a subset of "1,2,3").
+Environment: EPOCHS (small nets), LENET_EPOCHS, MMP_EPOCHS (MMP-NN and MLPs),
+SEEDS, LENET_SEEDS (comma-separated), EVALS_PER_EPOCH, EXPERIMENTS (a subset
+of "1,2,3"), JOBS (runs trained at once, each on 1 thread; 1).
 """
+import concurrent.futures
 import copy
 import json
 import math
@@ -41,6 +48,9 @@ EPOCHS = float(os.environ.get("EPOCHS", "10"))
 LENET_EPOCHS = float(os.environ.get("LENET_EPOCHS", os.environ.get("EPOCHS", "10")))
 SEEDS = [int(s) for s in os.environ.get("SEEDS", "1,2,3").split(",")]
 LENET_SEEDS = [int(s) for s in os.environ.get("LENET_SEEDS", ",".join(map(str, SEEDS))).split(",")]
+MMP_EPOCHS = float(os.environ.get("MMP_EPOCHS", os.environ.get("EPOCHS", "10")))
+JOBS = int(os.environ.get("JOBS", "1"))
+COUNTER = os.path.join(os.path.dirname(os.path.abspath(FIVEFOLD)), "bench", "tropical_count")
 EVALS_PER_EPOCH = int(os.environ.get("EVALS_PER_EPOCH", "4"))
 EXPERIMENTS = set(os.environ.get("EXPERIMENTS", "1,2,3").split(","))
 TRAIN_IMAGES = 60000 - 5000  # the training file less the validation part (data.val_images as shipped)
@@ -49,8 +59,9 @@ SALT_PEPPER = [0.02, 0.05, 0.1, 0.2, 0.3]
 
 SMALL = ["tcnn-small-conv", "tcnn-small-conv-relu", "tcnn-max-sum", "tcnn-min-sum", "tcnn-max-max",
          "tcnn-min-max", "tcnn-max-min", "tcnn-min-min"]
-LENET = ["lenet5", "tlenet5"]
-COUNTERPART = {name: "tcnn-small-conv" for name in SMALL} | {"tlenet5": "lenet5", "lenet5": "lenet5"}
+LENET = ["lenet5", "tlenet5", "tlenet5-std"]
+COUNTERPART = {name: "tcnn-small-conv" for name in SMALL} | {"tlenet5": "lenet5", "tlenet5-std": "lenet5",
+                                                             "lenet5": "lenet5"}
 
 
 def load_config(name):
@@ -68,14 +79,16 @@ def mmp_variants():
     standardize = copy.deepcopy(both)
     for layer in standardize["model"]["layers"]:
         layer.pop("recenter", None)
-    return {"mmp": plain, "mmp+recenter": recenter, "mmp+standardize": standardize, "mmp-norm": both}
+    return {"mmp": plain, "mmp+recenter": recenter, "mmp+standardize": standardize, "mmp-norm": both,
+            "mmp-wide": load_config("mmp-wide")}
 
 
 def mlp_variants():
     """mlp-relu.json as shipped (hidden 256) and at MMP-NN's size: hidden 69
-    (about its parameters) and 64 (about its multiplications)."""
+    (about its parameters) and 64 (about its multiplications); hidden 128
+    about mmp-wide's multiplications."""
     out = {"mlp-relu": load_config("mlp-relu")}
-    for tag, hidden in (("mlp-relu-h69", 69), ("mlp-relu-h64", 64)):
+    for tag, hidden in (("mlp-relu-h69", 69), ("mlp-relu-h64", 64), ("mlp-relu-h128", 128)):
         cfg = load_config("mlp-relu")
         cfg["model"]["layers"][0]["out"] = hidden
         out[tag] = cfg
@@ -99,9 +112,13 @@ def train(name, cfg, seed, epochs):
     t.pop("eval_batches", None)
     cfg["checkpoint"] = {"interval": steps - 1, "keep_last": 0}
     path = out + ".json"
+    same = False
+    if os.path.exists(path):
+        with open(path) as f:
+            same = json.load(f) == cfg
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
-    if not os.path.exists(os.path.join(out, "done")):
+    if not same or not os.path.exists(os.path.join(out, "done")):  # a finished run of this very config is reused
         subprocess.run(["rm", "-rf", out], check=True)
         t0 = time.time()
         with open(out + ".log", "w") as log:
@@ -130,10 +147,21 @@ def read_run(name, out, steps):
     m = re.search(r"params +([\d,]+) parameters; ([\d,]+) multiplications", banner)
     with open(os.path.join(out, "done")) as f:
         seconds = float(f.read())
+    counted = subprocess.run([COUNTER, out + ".json"], check=True, capture_output=True, text=True).stdout
+    counted = int(re.search(r" counted=(\d+) ", counted).group(1))
+    if counted != int(m.group(2).replace(",", "")):
+        sys.exit(f"{out}: {counted} multiplications per image counted, the banner's analytic figure is {m.group(2)}")
     return {"name": name, "out": out, "steps": steps, "evals": evals, "test": test["test_accuracy"],
             "val": evals[-1][1], "params": int(m.group(1).replace(",", "")),
-            "mults": int(m.group(2).replace(",", "")), "seconds": seconds,
+            "mults": counted, "seconds": seconds,
             "train_seconds": summary["train_seconds"]}
+
+
+def train_many(jobs):
+    """train() over (name, cfg, seed, epochs) jobs, JOBS at a time; records
+    in the jobs' order."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, JOBS)) as pool:
+        return list(pool.map(lambda j: train(*j), jobs))
 
 
 def noisy_test(rec, cfg_path, kind, level):
@@ -148,8 +176,14 @@ def noisy_test(rec, cfg_path, kind, level):
     cfg["training"]["eval_interval"] = 0
     cfg["checkpoint"] = {"interval": 0, "keep_last": 1}
     path = out + ".json"
+    same = False
+    if os.path.exists(path):
+        with open(path) as f:
+            same = json.load(f) == cfg
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
+    if same and os.path.exists(os.path.join(out, "done")):  # this very evaluation finished before
+        return read_test(out)
     ckpt = os.path.join(rec["out"], "checkpoints", "step-%08d" % (rec["steps"] - 1))
     subprocess.run(["rm", "-rf", out], check=True)
     with open(out + ".log", "w") as log:
@@ -157,13 +191,20 @@ def noisy_test(rec, cfg_path, kind, level):
                             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1")).returncode
     if rc:
         sys.exit(f"{out}: fivefold train --resume exited {rc} (see {out}.log)")
+    subprocess.run(["rm", "-rf", os.path.join(out, "checkpoints")], check=True)
+    acc = read_test(out)
+    with open(os.path.join(out, "done"), "w") as f:
+        f.write("\n")
+    return acc
+
+
+def read_test(out):
     acc = None
     with open(os.path.join(out, "metrics.jsonl")) as f:
         for line in f:
             r = json.loads(line)
             if r["type"] == "test":
                 acc = r["test_accuracy"]
-    subprocess.run(["rm", "-rf", os.path.join(out, "checkpoints")], check=True)
     return acc
 
 
@@ -220,17 +261,19 @@ def main():
     lines = []
     say = lines.append
     started = time.time()
-    say(f"Settings: EPOCHS={EPOCHS:g} (small nets, MMP-NN, MLPs), LENET_EPOCHS={LENET_EPOCHS:g}, "
+    say(f"Settings: EPOCHS={EPOCHS:g} (small nets), LENET_EPOCHS={LENET_EPOCHS:g}, MMP_EPOCHS={MMP_EPOCHS:g} "
+        f"(MMP-NN, MLPs), JOBS={JOBS}, "
         f"SEEDS={','.join(map(str, SEEDS))}, LENET_SEEDS={','.join(map(str, LENET_SEEDS))}, "
         f"EVALS_PER_EPOCH={EVALS_PER_EPOCH}; batch 64, 1 thread, {TRAIN_IMAGES:,} training / 5,000 validation / "
         f"10,000 test images; learning rates and schedules as in the configs (cosine over the run's steps).")
     say("")
     runs = {}
     if EXPERIMENTS & {"1", "2"}:
-        for name in SMALL + LENET:
-            lenet = name in LENET
-            runs[name] = [train(name, load_config(name), s, LENET_EPOCHS if lenet else EPOCHS)
-                          for s in (LENET_SEEDS if lenet else SEEDS)]
+        jobs = [(name, load_config(name), s, LENET_EPOCHS if name in LENET else EPOCHS)
+                for name in SMALL + LENET for s in (LENET_SEEDS if name in LENET else SEEDS)]
+        recs = train_many(jobs)
+        for (name, *_), rec in zip(jobs, recs):
+            runs.setdefault(name, []).append(rec)
     if "1" in EXPERIMENTS:
         say("### 1. Tropical CNNs against CNNs")
         say("")
@@ -247,7 +290,8 @@ def main():
         say("")
         say("Accuracies are mean ± standard deviation over the seeds at the last step. The vs-counterpart "
             "column compares with the conv net of the same architecture (tcnn-small-conv for the small nets, "
-            "lenet5 for tlenet5).")
+            "lenet5 for tlenet5 and tlenet5-std). Multiplications are counted in a forward pass "
+            "(tropical_count, kern/op_count.h) and equal the layers' analytic sums (checked by the script).")
         say("")
         png = plot(os.path.join(OUT, "tropical-tcnn-val.png"),
                    [(n, mean_curve(runs[n]), "-o" if "conv" in n or n == "lenet5" else "--.") for n in SMALL + LENET],
@@ -264,18 +308,16 @@ def main():
             "is noisy (Gaussian sigma in pixel units of [0, 1], then clipped; salt-and-pepper: the fraction of "
             "pixels set to 0 or 1). Each entry is the mean ± standard deviation over the seeds' final models.")
         say("")
-        models = ["tcnn-small-conv-relu", best, "lenet5", "tlenet5"]
+        models = ["tcnn-small-conv-relu", best, "lenet5", "tlenet5-std"]
         levels = [("gaussian", 0.0)] + [("gaussian", g) for g in GAUSSIAN] + [("salt_pepper", p) for p in SALT_PEPPER]
         table = {}
-        for name in models:
-            for kind, level in levels:
-                accs = []
-                for rec in runs[name]:
-                    acc = noisy_test(rec, rec["out"] + ".json", kind, level)
-                    if level == 0.0 and acc != rec["test"]:
-                        sys.exit(f"{rec['out']}: the resumed clean test accuracy {acc} is not the run's {rec['test']}")
-                    accs.append(acc)
-                table[(name, kind, level)] = accs
+        cases = [(name, kind, level, rec) for name in models for kind, level in levels for rec in runs[name]]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, JOBS)) as pool:
+            accs = list(pool.map(lambda c: noisy_test(c[3], c[3]["out"] + ".json", c[1], c[2]), cases))
+        for (name, kind, level, rec), acc in zip(cases, accs):
+            if level == 0.0 and acc != rec["test"]:
+                sys.exit(f"{rec['out']}: the resumed clean test accuracy {acc} is not the run's {rec['test']}")
+            table.setdefault((name, kind, level), []).append(acc)
         say("| noise | level | " + " | ".join(models) + " |")
         say("|---|---|" + "---|" * len(models))
         for kind, level in levels:
@@ -296,7 +338,10 @@ def main():
                 say("")
     if "3" in EXPERIMENTS:
         nets = mmp_variants() | mlp_variants()
-        mruns = {name: [train(name, cfg, s, EPOCHS) for s in SEEDS] for name, cfg in nets.items()}
+        jobs = [(name, cfg, s, MMP_EPOCHS) for name, cfg in nets.items() for s in SEEDS]
+        mruns = {}
+        for (name, *_), rec in zip(jobs, train_many(jobs)):
+            mruns.setdefault(name, []).append(rec)
         say("### 3. Min-max-plus networks against ReLU MLPs")
         say("")
         say("| network | parameters | multiplications / image | epochs | seeds | epochs to 85% validation "
@@ -311,8 +356,9 @@ def main():
         say("")
         say(f"Validation is evaluated {EVALS_PER_EPOCH} times per epoch, so epochs to 85% are multiples of "
             f"{1 / EVALS_PER_EPOCH:.2f} epoch (of {TRAIN_IMAGES:,} images). mmp+recenter and mmp+standardize "
-            "are mmp.json with one candidate each (made by the script); mlp-relu-h69 and -h64 are mlp-relu.json "
-            "with 69 and 64 hidden units, about MMP-NN's parameters and multiplications.")
+            "are mmp.json with one candidate each (made by the script); mlp-relu-h69, -h64 and -h128 are mlp-relu.json "
+            "with 69, 64 and 128 hidden units: about MMP-NN's parameters, its multiplications, and mmp-wide's "
+            "multiplications.")
         say("")
         png = plot(os.path.join(OUT, "tropical-mmp-val.png"),
                    [(n, mean_curve(r), "-o" if n.startswith("mmp") else "--.") for n, r in mruns.items()],
@@ -322,7 +368,7 @@ def main():
             say("")
         runs.update(mruns)
     total = sum(r["seconds"] for recs in runs.values() for r in recs)
-    say(f"Training wall time (all runs, 1 thread each, one at a time): {total / 60:.1f} min; the whole script "
+    say(f"Training wall time (all runs, 1 thread each, {JOBS} at a time): {total / 60:.1f} min; the whole script "
         f"{(time.time() - started) / 60:.1f} min; machine {platform.machine()}, load average at the end "
         f"{os.getloadavg()[0]:.1f}.")
     text = "\n".join(lines) + "\n"

@@ -2,15 +2,15 @@
 # The Fashion-MNIST experiments of docs/tropical.md (bench/tropical/
 # experiments.py): the TCNN comparison, robustness to test-time noise and
 # MMP-NN against ReLU MLPs, every run with `fivefold train` on 1 thread,
-# one at a time. Writes OUT_DIR/results.md (the tables, with every
+# JOBS at a time. Writes OUT_DIR/results.md (the tables, with every
 # setting), the PNG plots (matplotlib, Debian python3-matplotlib) and
 # runs.json; the runs stay in WORK_DIR, and finished runs there are reused
-# when the script is run again with the same settings. Figures only, never
+# when the script is run again with the same configs. Figures only, never
 # pass/fail. Nothing is chosen on the test set.
 #
 # usage: bench/tropical/experiments.sh [BUILD_DIR]
-#   env: EPOCHS (10; the small nets, MMP-NN and the MLPs), LENET_EPOCHS (EPOCHS),
-#        SEEDS (1,2,3), LENET_SEEDS (SEEDS), EVALS_PER_EPOCH (4), EXPERIMENTS (1,2,3),
+#   env: EPOCHS (10; the small nets), LENET_EPOCHS (EPOCHS), MMP_EPOCHS (EPOCHS; MMP-NN and MLPs),
+#        SEEDS (1,2,3), LENET_SEEDS (SEEDS), EVALS_PER_EPOCH (4), EXPERIMENTS (1,2,3), JOBS (1: runs at once),
 #        WORK_DIR (build/tropical-experiments), OUT_DIR (WORK_DIR/results)
 # A quick run: EPOCHS=1 LENET_EPOCHS=1 SEEDS=1 bench/tropical/experiments.sh
 set -eu

@@ -28,7 +28,11 @@
  * Counting. `mults_per_sample` is the number of multiplications one
  * sample's forward performs (the banner's figure and the tropical
  * experiments' cost axis); layers count it analytically at creation.
- * `adds_per_sample` counts the additions and min/max comparisons likewise. */
+ * `adds_per_sample` counts the additions and min/max comparisons likewise.
+ * Every forward also adds the multiplications it really performs to the
+ * instrumented counter of kern/op_count.h (free while counting is off), so
+ * a test can hold the formula against what the kernels did
+ * (vision_count_mults, tests/nets/test_vision_count.c). */
 #ifndef FIVEFOLD_NETS_LAYER_H
 #define FIVEFOLD_NETS_LAYER_H
 

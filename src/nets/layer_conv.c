@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "kern/conv2d.h"
+#include "kern/op_count.h"
 #include "kern/precision.h"
 #include "nets/layer_spec.h"
 #include "nets/layer_util.h"
@@ -35,6 +36,7 @@ static Conv2dShape batch_shape(const Layer *l, int n) {
 static int conv_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
   (void)train;
   Conv2dShape s = batch_shape(l, n);
+  op_count_mults(conv2d_forward_flops(&s) / 2.0); /* the kernel's multiply-adds for this call's shape */
   return conv2d_forward(&s, precision(), y, x, l->param[0], l->num_params > 1 ? l->param[1] : NULL, err);
 }
 

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 
 #include "kern/gemm.h"
+#include "kern/op_count.h"
 #include "nets/layer_spec.h"
 #include "nets/layer_util.h"
 
@@ -18,6 +19,7 @@ static int dense_forward(Layer *l, const float *x, float *y, int n, int train, E
   (void)err;
   int in = in_features(l), out = l->out.c;
   linear_forward(y, x, l->param[0], n, in, out, 0);
+  op_count_mults((double)n * in * out); /* the product's multiply-adds; the bias adds */
   if (l->num_params > 1)
     for (int s = 0; s < n; s++)
       for (int o = 0; o < out; o++) y[(size_t)s * out + o] += l->param[1][o];

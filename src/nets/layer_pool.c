@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kern/op_count.h"
 #include "nets/layer_spec.h"
 
 static const LayerOps MAXPOOL_OPS;
@@ -24,7 +25,7 @@ static int pool_forward(Layer *l, const float *x, float *y, int n, int train, Er
   int is_max = l->ops == &MAXPOOL_OPS;
   int C = l->in.c, H = l->in.h, W = l->in.w, OH = l->out.h, OW = l->out.w;
   float scale = 1.0f / (float)(p->kh * p->kw);
-  size_t in_numel = layer_shape_numel(l->in), out_numel = layer_shape_numel(l->out);
+  size_t in_numel = layer_shape_numel(l->in), out_numel = layer_shape_numel(l->out), scaled = 0;
   for (int s = 0; s < n; s++)
     for (int c = 0; c < C; c++)
       for (int oh = 0; oh < OH; oh++)
@@ -39,9 +40,15 @@ static int pool_forward(Layer *l, const float *x, float *y, int n, int train, Er
               sum += xs[at];
             }
           size_t o = (size_t)s * out_numel + ((size_t)c * OH + oh) * OW + ow;
-          y[o] = is_max ? xs[best] : sum * scale;
-          if (is_max && train) p->winner[o] = best;
+          if (is_max) {
+            y[o] = xs[best];
+            if (train) p->winner[o] = best;
+          } else {
+            y[o] = sum * scale;
+            scaled++;
+          }
         }
+  op_count_mults((double)scaled);
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "kern/op_count.h"
 #include "kern/tropical.h"
 #include "nets/layer_spec.h"
 
@@ -63,6 +64,7 @@ static int conv_forward(Layer *l, const float *x, float *y, int n, int train, Er
   int rc = check_batch(l, n, err);
   if (rc) return rc;
   c->shape.batch = n;
+  /* no multiplications to count (kern/op_count.h): candidates are x + w */
   return tropical_conv2d_forward(&c->shape, x, l->param[0], y, c->winner, err);
 }
 
@@ -150,6 +152,7 @@ static int dense_forward(Layer *l, const float *x, float *y, int n, int train, E
   TropDense *d = l->impl;
   int rc = check_batch(l, n, err);
   if (rc) return rc;
+  /* no multiplications to count (kern/op_count.h): candidates are x + w */
   return tropical_matmul_forward(d->semiring, n, d->out, d->in, x, l->param[0], d->has_bias ? l->param[1] : NULL, y,
                                  train ? d->winner : NULL, err);
 }
@@ -257,7 +260,7 @@ static int standardize_forward(Layer *l, const float *x, float *y, int n, int tr
   Standardize *s = l->impl;
   int rc = check_batch(l, n, err);
   if (rc) return rc;
-  size_t f = layer_shape_numel(l->in);
+  size_t f = layer_shape_numel(l->in), mults = 0;
   for (int m = 0; m < n; m++) {
     const float *xm = x + (size_t)m * f;
     float *ym = y + (size_t)m * f;
@@ -265,11 +268,14 @@ static int standardize_forward(Layer *l, const float *x, float *y, int n, int tr
     for (size_t i = 0; i < f; i++) mean += xm[i];
     mean /= (double)f;
     for (size_t i = 0; i < f; i++) var += ((double)xm[i] - mean) * ((double)xm[i] - mean);
+    mults += f; /* the squares */
     var /= (double)f;
     double rstd = 1.0 / sqrt(var + s->eps);
     s->rstd[m] = (float)rstd;
     for (size_t i = 0; i < f; i++) ym[i] = (float)(((double)xm[i] - mean) * rstd);
+    mults += f; /* the scaling; the two divisions by f and the 1/sqrt per sample are not counted */
   }
+  op_count_mults((double)mults);
   return 0;
 }
 

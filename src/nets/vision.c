@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/json_util.h"
+#include "kern/op_count.h"
 #include "nets/layer.h"
 #include "nets/layer_spec.h"
 #include "nets/layer_util.h"
@@ -306,6 +307,19 @@ double vision_mults_per_sample(const Network *net) {
   double sum = 0;
   for (int i = 0; i < v->num_layers; i++) sum += v->layers[i].mults_per_sample;
   return sum;
+}
+
+int vision_count_mults(Network *net, const VisionBatch *b, int train, double *per_image, Error *err) {
+  Vision *v = net->impl;
+  int eval = v->eval;
+  v->eval = !train;
+  op_count_begin();
+  int rc = net->ops->forward(net, 0, b, err);
+  double counted = op_count_end();
+  v->eval = eval;
+  if (rc) return error_wrap(err, "vision: the counted forward");
+  *per_image = counted / b->n;
+  return 0;
 }
 
 double vision_adds_per_sample(const Network *net) {

@@ -63,6 +63,11 @@ const float *vision_probabilities(const Network *net);
 /* Per image, summed over the layers. */
 double vision_mults_per_sample(const Network *net);
 double vision_adds_per_sample(const Network *net);
+/* The multiplications per image one forward of b really performs (train 1:
+ * the training forward, 0: evaluation), counted by the layers' kernel calls
+ * (kern/op_count.h) rather than by their formulas; the loss is not
+ * counted. The network's state is as after any forward of b. */
+int vision_count_mults(Network *net, const VisionBatch *b, int train, double *per_image, Error *err);
 /* A one-line description of the layers: "conv2d 4x3x3 -> relu -> ...". */
 void vision_describe(const Network *net, char *buf, size_t cap);
 
