@@ -19,8 +19,8 @@
 # (evaluations and checkpoints per run), THREADS [2], KERNEL [9] (blur side,
 # training and test), NOISE [0.01] (sigma of the Gaussian noise after the blur,
 # training and test), SHIFT [2] (largest shift in pixels; 0 turns it off),
-# FLIP [true], NORM [none] (the generator's normalisation: none or instance),
-# LR [0.0002], FASHION_LIMIT [6000] (Fashion-MNIST images, split 80/10/10),
+# FLIP [true], NORM and LR [the config's: none, 0.001] (the generator's
+# normalisation, none or instance; the peak learning rate), FASHION_LIMIT [6000] (Fashion-MNIST images, split 80/10/10),
 # FASHION_TEST [100] (test images scored), WORK [runs/deblur-bench],
 # DOCS [docs/deblur] (where the PNGs go), PY [/usr/bin/python3],
 # SPEED [1] (the generator timing), RUNS ["content gan"].
@@ -37,8 +37,8 @@ KERNEL=${KERNEL:-9}
 NOISE=${NOISE:-0.01}
 SHIFT=${SHIFT:-2}
 FLIP=${FLIP:-true}
-NORM=${NORM:-none}
-LR=${LR:-0.0002}
+NORM=${NORM:-}
+LR=${LR:-}
 FASHION_LIMIT=${FASHION_LIMIT:-6000}
 FASHION_TEST=${FASHION_TEST:-100}
 WORK=${WORK:-runs/deblur-bench}
@@ -62,16 +62,21 @@ work, name, adv, steps, threads, kernel, noise, shift, flip, norm, lr, evals, ba
 c = json.load(open(base))
 steps, evals = int(steps), int(evals)
 c["model"]["adv_weight"] = float(adv)
-c["model"]["generator"]["norm"] = norm
+if norm:
+    c["model"]["generator"]["norm"] = norm
 c["data"].update({"dir": f"{work}/set", "kernel_size": int(kernel), "noise_sigma": float(noise),
                   "shift": int(shift), "flip": flip == "true"})
 every = max(1, steps // evals)
 t = c["training"]
-t.update({"steps": steps, "threads": int(threads), "lr": float(lr), "log_interval": every, "eval_interval": every})
+t.update({"steps": steps, "threads": int(threads), "log_interval": every, "eval_interval": every})
+if lr:
+    t["lr"] = float(lr)
 c["checkpoint"] = {"interval": every, "keep_last": 0}
 c["out"] = f"{work}/{name}"
 c["description"] = f"bench/deblur: {name}, adv_weight {adv}, {steps} steps"
 json.dump(c, open(f"{work}/{name}.json", "w"), indent=1)
+print(f"   {name}: norm {c['model']['generator']['norm']}, lr {t['lr']}, flip {c['data']['flip']}, "
+      f"shift {c['data']['shift']}, noise {c['data']['noise_sigma']}, batch {t['global_batch_size']}, {steps} steps")
 PY
 }
 
@@ -150,15 +155,21 @@ for set in $SETS; do
 done
 
 # Speed: the generator alone (forward, content loss, backward), fivefold and
-# PyTorch alternated three times so that both see the same load.
+# PyTorch alternated three times so that both see the same load, for the
+# trained network (NORM) and for the one with instance norm. Each line gives
+# images/s by the wall clock and images per CPU-second of the process.
 if [ "${SPEED:-1}" = 1 ]; then
-  echo "== speed: generator forward+backward, $THREADS threads, 32x32 grey, micro-batch 8, norm $NORM," \
-    "load $(cut -d' ' -f1-3 /proc/loadavg) (SPEED=0 skips it)"
-  norm_flag=$([ "$NORM" = none ] && echo --no-norm || true)
-  for round in 1 2 3; do
-    "$BENCH_GEN" --threads "$THREADS" --size 32 --micro 8 --steps 30 --norm "$NORM" | sed "s/^/fivefold $round: /"
-    "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size 32 --steps 30 --generator-only $norm_flag |
-      sed "s/^/torch $round: /"
+  NORM=${NORM:-$("$PY" -c "import json; print(json.load(open('configs/gan/deblur-lfw.json'))['model']['generator']['norm'])")}
+  for norm in $NORM $([ "$NORM" = instance ] || echo instance); do
+    echo "== speed: generator forward+backward, $THREADS threads, 32x32 grey, micro-batch 8, norm $norm," \
+      "load $(cut -d' ' -f1-3 /proc/loadavg) (SPEED=0 skips it)"
+    norm_flag=$([ "$norm" = none ] && echo --no-norm || true)
+    for round in 1 2 3; do
+      "$BENCH_GEN" --threads "$THREADS" --size 32 --micro 8 --steps 30 --norm "$norm" | grep images | sed "s/^/fivefold $round: /"
+      # shellcheck disable=SC2086
+      "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size 32 --steps 30 --generator-only $norm_flag |
+        grep images | sed "s/^/torch $round: /"
+    done
   done
 fi
 echo "results: $WORK/<set>/results.json, results.md; pictures: $DOCS/grid.png, $DOCS/curves.png, $DOCS/fashion/"

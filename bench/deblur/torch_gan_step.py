@@ -99,19 +99,20 @@ def main():
         opt_g.step()
 
     def rate(fn, images):
+        """images/s by the wall clock, and images per CPU-second of the process"""
         for _ in range(2):
             fn()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(a.steps):
             fn()
-        return images * a.steps / (time.perf_counter() - t)
+        return images * a.steps / (time.perf_counter() - t), images * a.steps / (time.process_time() - c)
     print(f"torch {torch.__version__}, {a.threads} threads, {a.size}x{a.size} grey, micro-batch {a.micro}, "
           f"norm {'none' if a.no_norm else 'instance'}")
-    print(f"generator forward+backward: {rate(gen_fwd_bwd, a.micro):.1f} images/s")
+    print("generator forward+backward: %.1f images/s, %.1f images per CPU-second" % rate(gen_fwd_bwd, a.micro))
     if a.generator_only:
         return
     print(f"whole GAN step (batch {a.batch}, critic phase + generator phase, AdamW): "
-          f"{rate(gan_step, a.batch):.1f} images/s")
+          "%.1f images/s, %.1f images per CPU-second" % rate(gan_step, a.batch))
 
 
 if __name__ == "__main__":
