@@ -15,7 +15,7 @@
 # Prints figures, never pass/fail.
 #
 # Environment: FIVEFOLD [build/fivefold], BENCH_GEN [build/bench/bench_gan_generator],
-# SETS ["faces fashion"], STEPS [1500] (faces), FASHION_STEPS [1500], EVALS [10]
+# SETS ["faces fashion"; empty: only the speed section], STEPS [1500] (faces), FASHION_STEPS [1500], EVALS [10]
 # (evaluations and checkpoints per run), THREADS [2], KERNEL [9] (blur side,
 # training and test), NOISE [0.01] (sigma of the Gaussian noise after the blur,
 # training and test), SHIFT [2] (largest shift in pixels; 0 turns it off),
@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 FIVEFOLD=${FIVEFOLD:-build/fivefold}
 BENCH_GEN=${BENCH_GEN:-build/bench/bench_gan_generator}
-SETS=${SETS:-faces fashion}
+SETS=${SETS-faces fashion}
 STEPS=${STEPS:-1500}
 FASHION_STEPS=${FASHION_STEPS:-1500}
 EVALS=${EVALS:-10}

@@ -19,9 +19,8 @@
  * conv starts at zero (gan_init_weights), so the network starts as the
  * identity. With "norm": "none" the instance norms are left out and the
  * convolutions keep their bias (the block is x + conv3(ReLU(conv3(x)))):
- * instance norm rescales every feature map of an image to unit variance,
- * which removes how strong an image's edges are, that is, how blurred it
- * is. Heights and widths must be multiples
+ * on the bench's faces it deblurs as well as with instance norm (within
+ * 0.1 dB, docs/deblur.md) and costs less. Heights and widths must be multiples
  * of 2^downsamples (`fivefold deblur` pads an image to them).
  *
  * Critic (group GAN_GROUP_CRITIC = 0, first, so that a step runs the critic
