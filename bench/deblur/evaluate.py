@@ -8,7 +8,10 @@ table and writes results.json, results.md and the PNGs.
 
 Usage: evaluate.py WORK_DIR DOCS_DIR METHOD=RUN_DIR [METHOD=RUN_DIR ...]
   WORK_DIR/pairs/NAME.sharp.png, NAME.blurred.png, NAME.blurred.png.kernel.json
-  and NAME.METHOD.png for every METHOD; RUN_DIR/metrics.jsonl for the curves.
+  and NAME.METHOD.png for every METHOD; RUN_DIR/metrics.jsonl for the curves;
+  WORK_DIR/chosen.json (optional, run.sh writes it): the checkpoint step each
+  METHOD's images came from, chosen by validation PSNR. DETECT=0 leaves the
+  face detection out (a set that has no faces).
 """
 import glob
 import json
@@ -162,7 +165,9 @@ def main():
     names = sorted(os.path.basename(p)[:-len(".sharp.png")] for p in glob.glob(os.path.join(work, "pairs", "*.sharp.png")))
     if not names:
         sys.exit(f"{work}/pairs: no *.sharp.png")
-    detect = haar_detector()
+    detect = haar_detector() if os.environ.get("DETECT", "1") != "0" else None
+    chosen_path = os.path.join(work, "chosen.json")
+    chosen = json.load(open(chosen_path)) if os.path.exists(chosen_path) else {}
 
     per_image = {}
     scores = {}  # method -> list of (psnr, ssim, detected)
@@ -226,7 +231,7 @@ def main():
                   "cascade": HAAR_FILE, "upscale": HAAR_UPSCALE, "pad_replicated": HAAR_PAD,
                   "scale_factor": HAAR_SCALE_FACTOR, "min_neighbors": HAAR_MIN_NEIGHBORS,
                   "min_size": HAAR_MIN_SIZE},
-              "grid_columns": cols, "grid_rows": shown, "curves": curves, "curve_plot": curve_info,
+              "chosen": chosen, "grid_columns": cols, "grid_rows": shown, "curves": curves, "curve_plot": curve_info,
               "per_image": per_image}
     json.dump(result, open(os.path.join(work, "results.json"), "w"), indent=1)
 
@@ -242,6 +247,19 @@ def main():
         p = per_image[name]
         lines.append(f"| {name} | {p['seed']} | {p['length']:g} | {p['anxiety']:.5f} | {p['exposure']:g} | "
                      f"{p['blurred']['psnr']:.2f} | " + " | ".join(f"{p[m]['psnr']:.2f}" for m, _ in methods) + " |")
+    exposures = sorted({per_image[n]["exposure"] for n in names})
+    lines += ["", "| exposure | pairs | blurred PSNR | " + f"RL PSNR ({best_rl.split(' ', 1)[1]}) | "
+              + " | ".join(f"{m} PSNR" for m, _ in methods) + " |", "|---" * (4 + len(methods)) + "|"]
+    for e in exposures:
+        group = [n for n in names if per_image[n]["exposure"] == e]
+
+        def m_psnr(key):
+            return float(np.mean([per_image[n][key]["psnr"] for n in group]))
+        lines.append(f"| {e:g} | {len(group)} | {m_psnr('blurred'):.2f} | {m_psnr(best_rl):.2f} | "
+                     + " | ".join(f"{m_psnr(m):.2f}" for m, _ in methods) + " |")
+    if chosen:
+        lines += ["", "checkpoints (chosen by validation PSNR): " + ", ".join(
+            f"{m} step {chosen[m]['step']} (val PSNR {chosen[m]['val_psnr']:.2f} dB)" for m, _ in methods if m in chosen)]
     lines += ["", "| baseline setting | PSNR (dB) | SSIM | faces detected |", "|---|---|---|---|"]
     for k, v in sweep_means.items():
         lines.append(f"| {k} | {v['psnr']:.2f} | {v['ssim']:.4f} | "
@@ -258,7 +276,7 @@ def main():
                 base = f"{r['val_blurred_psnr']:.2f} / {r['val_blurred_ssim']:.4f}"
         lines.append(f"| {s} | " + " | ".join(cells) + f" | {base} |")
     if not detect:
-        lines.append("\nface detection: OpenCV (python3-opencv, opencv-data) not found, left out")
+        lines.append("\nface detection: left out (" + ("DETECT=0: a set without faces" if os.environ.get("DETECT", "1") == "0" else "OpenCV (python3-opencv, opencv-data) not found") + ")")
     text = "\n".join(lines) + "\n"
     open(os.path.join(work, "results.md"), "w").write(text)
     print(text)

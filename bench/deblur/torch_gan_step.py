@@ -6,7 +6,9 @@ training step (critic phase then generator phase, as fivefold runs it).
 
 Usage: torch_gan_step.py [--threads 2] [--size 32] [--batch 16] [--micro 8]
        [--filters 16] [--blocks 4] [--downsamples 2] [--critic-filters 16]
-       [--critic-layers 3] [--steps 20]
+       [--critic-layers 3] [--steps 20] [--generator-only] [--no-norm]
+--no-norm: the generator without instance norm (its convs keep their bias),
+as nets/gan.h builds it with "norm": "none".
 """
 import argparse
 import time
@@ -15,24 +17,26 @@ import torch
 import torch.nn as nn
 
 
-def generator(ch, f, blocks, downs):
-    layers = [nn.Conv2d(ch, f, 7, 1, 3, bias=False), nn.InstanceNorm2d(f), nn.ReLU()]
+def generator(ch, f, blocks, downs, norm=True):
+    def nrm(c):
+        return [nn.InstanceNorm2d(c)] if norm else []
+    bias = not norm
+    layers = [nn.Conv2d(ch, f, 7, 1, 3, bias=bias)] + nrm(f) + [nn.ReLU()]
     for _ in range(downs):
-        layers += [nn.Conv2d(f, 2 * f, 3, 2, 1, bias=False), nn.InstanceNorm2d(2 * f), nn.ReLU()]
+        layers += [nn.Conv2d(f, 2 * f, 3, 2, 1, bias=bias)] + nrm(2 * f) + [nn.ReLU()]
         f *= 2
 
     class Block(nn.Module):
         def __init__(self, f):
             super().__init__()
-            self.body = nn.Sequential(nn.Conv2d(f, f, 3, 1, 1, bias=False), nn.InstanceNorm2d(f), nn.ReLU(),
-                                      nn.Conv2d(f, f, 3, 1, 1, bias=False), nn.InstanceNorm2d(f))
+            self.body = nn.Sequential(*([nn.Conv2d(f, f, 3, 1, 1, bias=bias)] + nrm(f) + [nn.ReLU(),
+                                      nn.Conv2d(f, f, 3, 1, 1, bias=bias)] + nrm(f)))
 
         def forward(self, x):
             return x + self.body(x)
     layers += [Block(f) for _ in range(blocks)]
     for _ in range(downs):
-        layers += [nn.ConvTranspose2d(f, f // 2, 3, 2, 1, output_padding=1, bias=False), nn.InstanceNorm2d(f // 2),
-                   nn.ReLU()]
+        layers += [nn.ConvTranspose2d(f, f // 2, 3, 2, 1, output_padding=1, bias=bias)] + nrm(f // 2) + [nn.ReLU()]
         f //= 2
     layers += [nn.Conv2d(f, ch, 7, 1, 3), nn.Tanh()]
     return nn.Sequential(*layers)
@@ -61,10 +65,12 @@ def main():
     for name, default in [("threads", 2), ("size", 32), ("batch", 16), ("micro", 8), ("filters", 16), ("blocks", 4),
                           ("downsamples", 2), ("critic-filters", 16), ("critic-layers", 3), ("steps", 20)]:
         ap.add_argument("--" + name, type=int, default=default)
+    ap.add_argument("--generator-only", action="store_true")
+    ap.add_argument("--no-norm", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    G = generator(1, a.filters, a.blocks, a.downsamples)
+    G = generator(1, a.filters, a.blocks, a.downsamples, norm=not a.no_norm)
     D = critic(1, a.critic_filters, a.critic_layers)
     opt_g = torch.optim.AdamW(G.parameters(), lr=2e-4, weight_decay=0)
     opt_d = torch.optim.AdamW(D.parameters(), lr=2e-4, weight_decay=0)
@@ -93,16 +99,20 @@ def main():
         opt_g.step()
 
     def rate(fn, images):
+        """images/s by the wall clock, and images per CPU-second of the process"""
         for _ in range(2):
             fn()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(a.steps):
             fn()
-        return images * a.steps / (time.perf_counter() - t)
-    print(f"torch {torch.__version__}, {a.threads} threads, {a.size}x{a.size} grey, micro-batch {a.micro}")
-    print(f"generator forward+backward: {rate(gen_fwd_bwd, a.micro):.1f} images/s")
+        return images * a.steps / (time.perf_counter() - t), images * a.steps / (time.process_time() - c)
+    print(f"torch {torch.__version__}, {a.threads} threads, {a.size}x{a.size} grey, micro-batch {a.micro}, "
+          f"norm {'none' if a.no_norm else 'instance'}")
+    print("generator forward+backward: %.1f images/s, %.1f images per CPU-second" % rate(gen_fwd_bwd, a.micro))
+    if a.generator_only:
+        return
     print(f"whole GAN step (batch {a.batch}, critic phase + generator phase, AdamW): "
-          f"{rate(gan_step, a.batch):.1f} images/s")
+          "%.1f images/s, %.1f images per CPU-second" % rate(gan_step, a.batch))
 
 
 if __name__ == "__main__":

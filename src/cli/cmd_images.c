@@ -44,7 +44,8 @@ static void images_help(FILE *f) {
           "  --val F, --test F    fractions of the images for validation and test (default 0.1 each)\n"
           "  --seed S             seed of the split (default 1)\n"
           "  -h, --help           show this help\n\n"
-          "Augmentation (flips, small shifts) is left to the loader that reads the set.\n",
+          "Augmentation (flips, small shifts) is left to the loader that reads the set (a gan run's\n"
+          "data.flip and data.shift).\n",
           SKIMAGE_LFW_SUBSET, DLIB_FACES_DIR, FASHION_MNIST_DIR);
 }
 

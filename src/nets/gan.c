@@ -147,32 +147,42 @@ static double chain_mults(const Chain *c) {
 
 /* ---- the two networks ---- */
 
+/* Without normalisation ("norm": "none") the convolutions keep their bias
+ * and the layers in between are left out. */
 static int build_generator(Chain *c, const GanConfig *cfg, Error *err) {
-  static const char *const NORM = "{\"type\":\"instance_norm\"}", *const RELU = "{\"type\":\"relu\"}";
-  int f = cfg->gen_filters, rc = add_conv(c, f, 7, 1, 3, 0, err);
-  if (!rc) rc = add_simple(c, NORM, err);
+  static const char *const RELU = "{\"type\":\"relu\"}";
+  const char *norm = cfg->gen_norm == GAN_NORM_INSTANCE ? "{\"type\":\"instance_norm\"}" : NULL;
+  const int bias = !norm;
+  int f = cfg->gen_filters, rc = add_conv(c, f, 7, 1, 3, bias, err);
+  if (!rc && norm) rc = add_simple(c, norm, err);
   if (!rc) rc = add_simple(c, RELU, err);
   for (int d = 0; d < cfg->gen_downsamples && !rc; d++) {
     f *= 2;
-    rc = add_conv(c, f, 3, 2, 1, 0, err);
-    if (!rc) rc = add_simple(c, NORM, err);
+    rc = add_conv(c, f, 3, 2, 1, bias, err);
+    if (!rc && norm) rc = add_simple(c, norm, err);
     if (!rc) rc = add_simple(c, RELU, err);
   }
   for (int b = 0; b < cfg->gen_blocks && !rc; b++) {
     int block_input = c->num_layers - 1;
-    rc = add_conv(c, f, 3, 1, 1, 0, err);
-    if (!rc) rc = add_simple(c, NORM, err);
+    rc = add_conv(c, f, 3, 1, 1, bias, err);
+    if (!rc && norm) rc = add_simple(c, norm, err);
     if (!rc) rc = add_simple(c, RELU, err);
-    if (!rc) rc = add_conv(c, f, 3, 1, 1, 0, err);
-    if (!rc) rc = chain_add(c, NORM, block_input, err);
+    if (!rc && norm) rc = add_conv(c, f, 3, 1, 1, 0, err);
+    if (!rc) {
+      char spec[192];
+      if (norm) snprintf(spec, sizeof spec, "%s", norm);
+      else snprintf(spec, sizeof spec, "{\"type\":\"conv2d\",\"out_channels\":%d,\"kernel\":3,\"stride\":1,"
+                    "\"padding\":1,\"bias\":true}", f);
+      rc = chain_add(c, spec, block_input, err);
+    }
   }
   for (int d = 0; d < cfg->gen_downsamples && !rc; d++) {
     f /= 2;
     char spec[160];
     snprintf(spec, sizeof spec, "{\"type\":\"conv_transpose2d\",\"out_channels\":%d,\"kernel\":3,\"stride\":2,"
-             "\"padding\":1,\"output_padding\":1,\"bias\":false}", f);
+             "\"padding\":1,\"output_padding\":1,\"bias\":%s}", f, bias ? "true" : "false");
     rc = add_simple(c, spec, err);
-    if (!rc) rc = add_simple(c, NORM, err);
+    if (!rc && norm) rc = add_simple(c, norm, err);
     if (!rc) rc = add_simple(c, RELU, err);
   }
   if (!rc) rc = add_conv(c, cfg->channels, 7, 1, 3, 1, err);
@@ -204,7 +214,7 @@ int gan_stride(const GanConfig *cfg) { return 1 << cfg->gen_downsamples; }
 int gan_config_from_json(GanConfig *cfg, const cJSON *obj, const char *origin, Error *err) {
   static const char *const FIELDS[] = {"family", "channels", "generator", "critic", "loss", "adv_weight",
                                        "content_weight", "l1_weight", "edge_weight", "gp_weight", "critic_steps"};
-  static const char *const GEN_FIELDS[] = {"filters", "blocks", "downsamples", NULL};
+  static const char *const GEN_FIELDS[] = {"filters", "blocks", "downsamples", "norm", NULL};
   static const char *const CRITIC_FIELDS[] = {"filters", "layers", "norm", NULL};
   static const char *const LOSSES[] = {"lsgan", "wgan-gp", NULL}, *const NORMS[] = {"instance", "none", NULL};
   memset(cfg, 0, sizeof *cfg);
@@ -246,6 +256,7 @@ int gan_config_from_json(GanConfig *cfg, const cJSON *obj, const char *origin, E
   if (!rc) rc = layer_spec_int(gen, "filters", 0, 16, 1, 512, &cfg->gen_filters, gen_where, err);
   if (!rc) rc = layer_spec_int(gen, "blocks", 0, 2, 0, 32, &cfg->gen_blocks, gen_where, err);
   if (!rc) rc = layer_spec_int(gen, "downsamples", 0, 2, 0, 4, &cfg->gen_downsamples, gen_where, err);
+  if (!rc) rc = layer_spec_choice(gen, "norm", 0, GAN_NORM_INSTANCE, NORMS, &cfg->gen_norm, gen_where, err);
   if (!rc) rc = layer_spec_check_fields(critic, CRITIC_FIELDS, critic_where, err);
   if (!rc) rc = layer_spec_int(critic, "filters", 0, 16, 1, 512, &cfg->critic_filters, critic_where, err);
   if (!rc) rc = layer_spec_int(critic, "layers", 0, 3, 1, 6, &cfg->critic_layers, critic_where, err);
@@ -270,6 +281,7 @@ cJSON *gan_config_to_json(const GanConfig *cfg) {
   cJSON_AddNumberToObject(gen, "filters", cfg->gen_filters);
   cJSON_AddNumberToObject(gen, "blocks", cfg->gen_blocks);
   cJSON_AddNumberToObject(gen, "downsamples", cfg->gen_downsamples);
+  cJSON_AddStringToObject(gen, "norm", cfg->gen_norm == GAN_NORM_INSTANCE ? "instance" : "none");
   cJSON *critic = cJSON_AddObjectToObject(o, "critic");
   cJSON_AddNumberToObject(critic, "filters", cfg->critic_filters);
   cJSON_AddNumberToObject(critic, "layers", cfg->critic_layers);
@@ -742,6 +754,19 @@ int gan_wgan_gp_critic_loss(Network *net, const float *real, const float *fake, 
   *penalty = g->gp;
   *wasserstein = fake_mean - real_mean;
   return 0;
+}
+
+int gan_generator_pass(Network *net, const float *blurred, const float *sharp, int n, double *content, Error *err) {
+  Gan *g = net->impl;
+  if (n < 1 || n > g->max_batch)
+    return error_set(err, ERR_ARG, "gan: a generator pass of %d images, expected 1..%d", n, g->max_batch);
+  int rc = generate(g, blurred, n, 1, err);
+  if (rc) return rc;
+  const float *out = g->critic_in + (size_t)n * g->image;
+  memset(g->dout, 0, (size_t)n * g->image * sizeof(float));
+  *content = content_loss(g, out, sharp, n, g->dout, (float)g->cfg.content_weight);
+  g->last_n = 0; /* the critic's saved state no longer matches */
+  return chain_backward(&g->gen, blurred, g->dout, NULL, n, err);
 }
 
 static size_t describe_chain(const Chain *c, const char *title, char *buf, size_t at, size_t cap) {

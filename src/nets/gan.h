@@ -3,7 +3,8 @@
  * groups that step in phases of their own:
  *
  *   "model": {"family": "gan", "channels": 1,
- *             "generator": {"filters": 16, "blocks": 2, "downsamples": 2},
+ *             "generator": {"filters": 16, "blocks": 2, "downsamples": 2,
+ *                           "norm": "instance"},
  *             "critic": {"filters": 16, "layers": 3},
  *             "loss": "lsgan", "adv_weight": 1, "content_weight": 100,
  *             "l1_weight": 1, "edge_weight": 1, "critic_steps": 1}
@@ -18,7 +19,10 @@
  * conv 7x7 to the channels and tanh. The output is the blurred input plus
  * that residual (the global skip): out = blurred + tanh(...); the last
  * conv starts at zero (gan_init_weights), so the network starts as the
- * identity. Heights and widths must be multiples
+ * identity. With "norm": "none" the instance norms are left out and the
+ * convolutions keep their bias (the block is x + conv3(ReLU(conv3(x)))):
+ * on the bench's faces it deblurs as well as with instance norm (within
+ * 0.1 dB, docs/deblur.md) and costs less. Heights and widths must be multiples
  * of 2^downsamples (`fivefold deblur` pads an image to them).
  *
  * Critic (group GAN_GROUP_CRITIC = 0, first, so that a step runs the critic
@@ -86,18 +90,19 @@
 
 #define GAN_GROUP_CRITIC 0
 #define GAN_GROUP_GENERATOR 1
+#define GAN_NORM_INSTANCE 0
+#define GAN_NORM_NONE 1
 
 struct cJSON;
 
 #define GAN_LOSS_LSGAN 0
 #define GAN_LOSS_WGAN_GP 1
-#define GAN_NORM_INSTANCE 0
-#define GAN_NORM_NONE 1
 #define GAN_MAX_CRITIC_STEPS 15 /* a phased program holds at most 16 phases (SCHED_MAX_PHASES) */
 
 typedef struct GanConfig {
   int channels;
   int gen_filters, gen_blocks, gen_downsamples;
+  int gen_norm; /* GAN_NORM_INSTANCE or GAN_NORM_NONE */
   int critic_filters, critic_layers, critic_norm; /* GAN_NORM_* */
   int loss;                                       /* GAN_LOSS_* */
   int critic_steps;
@@ -139,6 +144,12 @@ int gan_wgan_gp_critic_loss(Network *net, const float *real, const float *fake, 
 /* out[n, c, h, w] = the generator's output on blurred, clamped to 0..1
  * (an evaluation forward: keeps nothing for backward). */
 int gan_generate(Network *net, const float *blurred, int n, float *out, Error *err);
+/* The generator alone, as a content-only step without the critic: forward
+ * on blurred (keeping state), the content loss against sharp, its backward
+ * adding into the generator's parameter gradients. For timing the
+ * generator by itself (bench/bench_gan_generator.c); training runs the
+ * phases. *content gets the loss. */
+int gan_generator_pass(Network *net, const float *blurred, const float *sharp, int n, double *content, Error *err);
 /* "generator conv 16x28x28 -> ... | critic ..." */
 void gan_describe(const Network *net, char *buf, size_t cap);
 

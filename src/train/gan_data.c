@@ -16,6 +16,7 @@
 
 #define MANIFEST_MAX_BYTES (64u << 20)
 #define VAL_EPOCH UINT64_C(0xfffffffffff) /* the blur "epoch" of the validation pairs */
+#define AUGMENT_STREAM UINT64_C(0x6175676d656e74) /* the augmentation's draws, apart from the blur's */
 
 void gan_data_config_defaults(GanDataConfig *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -39,15 +40,15 @@ static int read_int(const cJSON *v, const char *field, int lo, int hi, int *out,
 }
 
 int gan_data_config_from_json(GanDataConfig *cfg, const cJSON *obj, const char *origin, Error *err) {
-  static const char *const FIELDS[] = {"dir", "kernel_size", "noise_sigma", "blur_seed", "max_train_images",
-                                       "max_val_images"};
+  static const char *const FIELDS[] = {"dir",           "kernel_size", "noise_sigma", "blur_seed", "max_train_images",
+                                       "max_val_images", "flip",        "shift"};
   if (!cJSON_IsObject(obj)) return bad(err, origin, "", "an object", obj);
   for (const cJSON *f = obj->child; f; f = f->next) {
     int known = 0;
     for (size_t k = 0; k < sizeof FIELDS / sizeof FIELDS[0]; k++) known |= !strcmp(f->string, FIELDS[k]);
     if (!known)
       return error_set(err, ERR_CONFIG, "%s: data.%s: unknown field of a gan run's data (expected dir, "
-                       "kernel_size, noise_sigma, blur_seed, max_train_images, max_val_images)", origin, f->string);
+                       "kernel_size, noise_sigma, blur_seed, max_train_images, max_val_images, flip, shift)", origin, f->string);
   }
   const cJSON *dir = cJSON_GetObjectItemCaseSensitive(obj, "dir");
   if (!cJSON_IsString(dir) || !dir->valuestring[0] || strlen(dir->valuestring) >= sizeof cfg->dir)
@@ -73,6 +74,12 @@ int gan_data_config_from_json(GanDataConfig *cfg, const cJSON *obj, const char *
     rc = read_int(v, "max_train_images", 0, 1000000000, &cfg->max_train_images, origin, err);
   if (!rc && (v = cJSON_GetObjectItemCaseSensitive(obj, "max_val_images")))
     rc = read_int(v, "max_val_images", 0, 1000000000, &cfg->max_val_images, origin, err);
+  if (!rc && (v = cJSON_GetObjectItemCaseSensitive(obj, "flip"))) {
+    if (!cJSON_IsBool(v)) rc = bad(err, origin, "flip", "true or false", v);
+    else cfg->flip = cJSON_IsTrue(v);
+  }
+  if (!rc && (v = cJSON_GetObjectItemCaseSensitive(obj, "shift")))
+    rc = read_int(v, "shift", 0, GAN_DATA_MAX_SHIFT, &cfg->shift, origin, err);
   return rc;
 }
 
@@ -84,6 +91,8 @@ cJSON *gan_data_config_to_json(const GanDataConfig *cfg) {
   cJSON_AddNumberToObject(o, "blur_seed", (double)cfg->blur_seed);
   cJSON_AddNumberToObject(o, "max_train_images", cfg->max_train_images);
   cJSON_AddNumberToObject(o, "max_val_images", cfg->max_val_images);
+  cJSON_AddBoolToObject(o, "flip", cfg->flip);
+  cJSON_AddNumberToObject(o, "shift", cfg->shift);
   return o;
 }
 
@@ -196,15 +205,48 @@ void gan_data_close(GanData *d) {
   d->train = d->val_sharp = d->val_blur = NULL;
 }
 
+void gan_data_pair_info(const GanData *d, const DataLoaderState *state, uint64_t offset, GanPairInfo *info) {
+  uint64_t at = state->position + offset;
+  uint64_t epoch = state->epoch + at / d->num_train, pos = at % d->num_train;
+  memset(info, 0, sizeof *info);
+  info->image = data_loader_window_at(state->seed, epoch, pos, d->num_train);
+  info->blur_seed = pair_seed(d, epoch, info->image);
+  if (d->cfg.flip) info->flipped = (int)(rng_u64(info->blur_seed, AUGMENT_STREAM, 0) & 1);
+  if (d->cfg.shift > 0) {
+    uint64_t span = 2 * (uint64_t)d->cfg.shift + 1;
+    info->dx = (int)(rng_u64(info->blur_seed, AUGMENT_STREAM, 1) % span) - d->cfg.shift;
+    info->dy = (int)(rng_u64(info->blur_seed, AUGMENT_STREAM, 2) % span) - d->cfg.shift;
+  }
+}
+
+static int clamp_index(int v, int n) { return v < 0 ? 0 : v >= n ? n - 1 : v; }
+
+void gan_data_augment(const GanData *d, const float *src, int flipped, int dx, int dy, float *dst) {
+  int s = d->size;
+  for (int c = 0; c < d->channels; c++) {
+    const float *in = src + (size_t)c * s * s;
+    float *out = dst + (size_t)c * s * s;
+    for (int y = 0; y < s; y++) {
+      const float *row = in + (size_t)clamp_index(y - dy, s) * s;
+      for (int x = 0; x < s; x++) {
+        int from = clamp_index(x - dx, s);
+        out[(size_t)y * s + x] = row[flipped ? s - 1 - from : from];
+      }
+    }
+  }
+}
+
 int gan_data_train_batch(const GanData *d, const DataLoaderState *state, uint64_t offset, int n, float *sharp,
                          float *blurred, Error *err) {
   size_t img = gan_data_image_floats(d);
   for (int b = 0; b < n; b++) {
-    uint64_t at = state->position + offset + (uint64_t)b;
-    uint64_t epoch = state->epoch + at / d->num_train, pos = at % d->num_train;
-    uint64_t id = data_loader_window_at(state->seed, epoch, pos, d->num_train);
-    memcpy(sharp + (size_t)b * img, d->train + id * img, img * sizeof(float));
-    int rc = blur_pair(d, pair_seed(d, epoch, id), sharp + (size_t)b * img, blurred + (size_t)b * img, err);
+    GanPairInfo info;
+    gan_data_pair_info(d, state, offset + (uint64_t)b, &info);
+    float *dst = sharp + (size_t)b * img;
+    const float *src = d->train + info.image * img;
+    if (info.flipped || info.dx || info.dy) gan_data_augment(d, src, info.flipped, info.dx, info.dy, dst);
+    else memcpy(dst, src, img * sizeof(float));
+    int rc = blur_pair(d, info.blur_seed, dst, blurred + (size_t)b * img, err);
     if (rc) return rc;
   }
   return 0;

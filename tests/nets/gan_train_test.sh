@@ -26,7 +26,7 @@ gan_json() { # FILE DATA_DIR GENERATOR_FIELDS
   cat >"$1" <<JSON
 {"model": {"family": "gan", "channels": 1, "generator": {$3}, "critic": {"filters": 4, "layers": 2},
            "content_weight": 100},
- "data": {"dir": "$2", "kernel_size": 5, "max_train_images": 40, "max_val_images": 6},
+ "data": {"dir": "$2", "kernel_size": 5, "max_train_images": 40, "max_val_images": 6, "flip": true, "shift": 1},
  "training": {"micro_batch_size": 2, "grad_accum_steps": 4, "steps": 6, "lr": 0.001, "warmup_steps": 2,
               "weight_decay": 0.01, "grad_clip": 1.0, "seed": 5, "log_interval": 1, "eval_interval": 3,
               "threads": 1, "peak_gflops": 50},

@@ -164,6 +164,49 @@ static void test_generator_phase_gradient(void **state) {
   network_free(&net);
 }
 
+/* The generator without instance norm ("norm": "none": every conv with a
+ * bias, the block's second conv ending it), both phases, and the
+ * generator-only pass (gan_generator_pass) giving the generator phase's
+ * gradient when there is no adversarial term. */
+static void test_generator_without_norm(void **state) {
+  (void)state;
+  static const char *const PLAIN = "{\"family\":\"gan\",\"channels\":1,\"generator\":{\"filters\":2,\"blocks\":1,"
+                                   "\"downsamples\":1,\"norm\":\"none\"},\"critic\":{\"filters\":2,\"layers\":2},"
+                                   "\"content_weight\":1}";
+  Network net;
+  build(&net, PLAIN);
+  make_pairs();
+  for (int t = 0; t < net.num_tensors; t++)
+    if (!strncmp(net.params[t].name, "generator.", 10)) assert_null(strstr(net.params[t].name, "norm"));
+  assert_non_null(network_find_param(&net, "generator.layers.0.bias"));
+  check_phase(&net, GAN_GROUP_GENERATOR, "loss");
+  check_phase(&net, GAN_GROUP_CRITIC, "d_loss");
+  network_free(&net);
+
+  static const char *const CONTENT = "{\"family\":\"gan\",\"generator\":{\"filters\":2,\"blocks\":1,\"downsamples\":1,"
+                                     "\"norm\":\"none\"},\"critic\":{\"filters\":2,\"layers\":2},\"adv_weight\":0}";
+  build(&net, CONTENT);
+  GanBatch b = {.n = PAIRS, .blurred = blurred, .sharp = sharp};
+  Error err = {0};
+  net.ops->begin_phase(&net, GAN_GROUP_GENERATOR);
+  memset(net.grads, 0, net.num_values * sizeof(float));
+  double loss = metric_of(&net, &b, "loss"), content = 0;
+  if (net.ops->backward(&net, 0, &b, 1.0f, &err)) fail_msg("%s", err.msg);
+  float *phase = malloc(net.num_values * sizeof(float));
+  memcpy(phase, net.grads, net.num_values * sizeof(float));
+  memset(net.grads, 0, net.num_values * sizeof(float));
+  if (gan_generator_pass(&net, blurred, sharp, PAIRS, &content, &err)) fail_msg("%s", err.msg);
+  assert_true(fabs(100 * content - loss) < 1e-9 * fabs(loss));
+  size_t compared = 0;
+  for (size_t i = 0; i < net.num_values; i++) {
+    assert_true(fabsf(phase[i] - net.grads[i]) <= 1e-6f * (1 + fabsf(phase[i])));
+    compared += phase[i] != 0;
+  }
+  assert_true(compared > net.num_values / 4);
+  free(phase);
+  network_free(&net);
+}
+
 /* Each content term alone (no adversarial term), and the adversarial term alone. */
 static void test_loss_terms_alone(void **state) {
   (void)state;
@@ -340,7 +383,7 @@ int main(void) {
       cmocka_unit_test(test_generator_phase_gradient), cmocka_unit_test(test_loss_terms_alone),
       cmocka_unit_test(test_global_skip),           cmocka_unit_test(test_config_errors),
       cmocka_unit_test(test_wgan_gp_phases),        cmocka_unit_test(test_gradient_penalty_weight_gradient),
-      cmocka_unit_test(test_wgan_gp_refuses_instance_norm),
+      cmocka_unit_test(test_wgan_gp_refuses_instance_norm), cmocka_unit_test(test_generator_without_norm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
