@@ -106,7 +106,12 @@ def fivefold_curve(fivefold, run, shard, training, tokenizer_file=None, threads=
            "--eval-windows", "1", "--threads", str(threads), "--peak-gflops", "100", "--no-progress"]
     if tokenizer_file:
         cmd += ["--tokenizer", tokenizer_file]
-    subprocess.run(cmd, check=True, stdout=log or subprocess.DEVNULL)
+    # The resume warnings (fields the imported run did not have, the new
+    # data) are expected; they are shown only when the run fails.
+    done = subprocess.run(cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise subprocess.CalledProcessError(done.returncode, cmd)
     rows = []
     with open(os.path.join(run, "metrics.jsonl")) as f:
         for line in f:
