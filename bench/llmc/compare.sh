@@ -124,7 +124,7 @@ else
   # warm-up, left out). Its CPU time is read from /proc at the step-0 and
   # the last timed step's lines, so its share of the shared cores shows.
   cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
-  (cd "$WORK/llmc" && exec env OMP_NUM_THREADS="$THREADS" stdbuf -oL "$WORK/train_gpt2") >"$WORK/llmc.log" 2>&1 &
+  (cd "$WORK/llmc" && exec env OMP_NUM_THREADS="$THREADS" OMP_WAIT_POLICY=PASSIVE stdbuf -oL "$WORK/train_gpt2") >"$WORK/llmc.log" 2>&1 &
   pid=$!
   c0="" c1=""
   while kill -0 "$pid" 2>/dev/null; do
