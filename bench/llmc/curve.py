@@ -12,6 +12,7 @@ usage: curve.py --fivefold BIN --init INIT.safetensors --model MODEL.json
                 [--threads N] [--llmc-log LOG]
 """
 import argparse
+import json
 import os
 import re
 import sys
@@ -51,7 +52,6 @@ def main():
     ap.add_argument("--llmc-log", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    import json
     with open(args.model) as f:
         hf = json.load(f)
     cfg = gpt2_reference.config_from_dict(hf)
