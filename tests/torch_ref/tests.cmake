@@ -117,3 +117,23 @@ add_test(NAME torch_ref.tropical_layers_self_check
          COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/tropical_layers.py $<TARGET_FILE:tropical_layers_dump> --self-check)
 set_tests_properties(torch_ref.tropical_layers torch_ref.tropical_layers_self_check PROPERTIES LABELS torch
                      TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# fivefold's loss curve through `fivefold train` (config, data loader,
+# schedule, clipping, AdamW) on a tiny GPT-2 against the PyTorch GPT-2 of
+# gpt2_reference.py: fivefold's initial weights imported as a step-0 run, the
+# same tokens, 30 steps, per-step loss, lr and gradient norm
+# (gpt2_curve.py); and proof that a schedule one step late or dropped bias
+# gradients are told apart.
+foreach(mode none schedule bias)
+  set(name torch_ref.gpt2_loss_curve)
+  set(flags "")
+  if(NOT mode STREQUAL "none")
+    set(name torch_ref.gpt2_loss_curve_self_check_${mode})
+    set(flags --self-check ${mode})
+  endif()
+  add_test(NAME ${name}
+           COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gpt2_curve.py --fivefold $<TARGET_FILE:fivefold>
+                   --model-dump $<TARGET_FILE:model_dump> ${flags})
+  set_tests_properties(${name} PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
