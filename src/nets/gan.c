@@ -260,9 +260,10 @@ int gan_config_from_json(GanConfig *cfg, const cJSON *obj, const char *origin, E
   if (!rc) rc = layer_spec_check_fields(critic, CRITIC_FIELDS, critic_where, err);
   if (!rc) rc = layer_spec_int(critic, "filters", 0, 16, 1, 512, &cfg->critic_filters, critic_where, err);
   if (!rc) rc = layer_spec_int(critic, "layers", 0, 3, 1, 6, &cfg->critic_layers, critic_where, err);
-  /* WGAN-GP's critic has no normalisation by default: the penalty is per
-   * sample (instance norm would keep it so, but its double backward is
-   * not implemented). */
+  /* WGAN-GP's critic has no normalisation by default: the penalty's weight
+   * gradient needs the layers' jvp and double_backward passes, which
+   * instance_norm does not have (its Jacobian depends on its input's
+   * statistics), so "instance" is refused under wgan-gp. */
   int wgan = cfg->loss == GAN_LOSS_WGAN_GP;
   if (!rc) rc = layer_spec_choice(critic, "norm", 0, wgan ? GAN_NORM_NONE : GAN_NORM_INSTANCE, NORMS,
                                   &cfg->critic_norm, critic_where, err);

@@ -83,7 +83,9 @@ typedef struct LayerOps {
    * input-shaped t (the bias does not enter). double_backward: ADDS into
    * grad[] the gradient with respect to the parameters of <t, dx(dy)>,
    * dx(dy) being what backward would write for dy at the last forward.
-   * NULL for kinds whose double backward is not implemented. */
+   * NULL for every other kind (instance_norm, whose Jacobian depends on the
+   * statistics of its input, conv_transpose2d, pooling, relu, tanh and the
+   * tropical kinds): gan_create refuses a wgan-gp critic holding one. */
   int (*jvp)(Layer *l, const float *x, const float *y, const float *t, float *jt, int n, Error *err);
   int (*double_backward)(Layer *l, const float *x, const float *t, const float *dy, int n, Error *err);
   void (*free)(Layer *l); /* frees impl and the workspace, not the bound buffers */

@@ -332,7 +332,7 @@ static void test_gradient_penalty_weight_gradient(void **state) {
   network_free(&net);
 }
 
-/* A critic whose double backward is not implemented (instance norm) is
+/* A critic holding a layer without jvp / double_backward (instance norm) is
  * refused under wgan-gp even when the config check is bypassed. */
 static void test_wgan_gp_refuses_instance_norm(void **state) {
   (void)state;
