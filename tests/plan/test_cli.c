@@ -19,6 +19,8 @@
 
 #include "cli/cmd_plan.c"
 #include "cli/cmd_plan_accuracy.c"
+#include "cli/cmd_plan_args.c"
+#include "cli/cmd_plan_print.c"
 #include "plan/calibrate_fit.h"
 #include "plan/plan_file.h"
 #include "plan_test_util.h"
@@ -111,13 +113,13 @@ static void test_help_lists_every_option(void **state) {
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   FILE *f = fdopen(fd, "w");
-  simulate_usage(f);
+  plan_cli_simulate_usage(f);
   fclose(f);
   char *text = read_all(path);
   for (size_t i = 0; i < sizeof common / sizeof *common; i++) assert_non_null(strstr(text, common[i]));
   for (size_t i = 0; i < sizeof sim / sizeof *sim; i++) assert_non_null(strstr(text, sim[i]));
   f = fopen(path, "w");
-  plan_usage(f);
+  plan_cli_plan_usage(f);
   fclose(f);
   text = read_all(path);
   for (size_t i = 0; i < sizeof common / sizeof *common; i++) assert_non_null(strstr(text, common[i]));
@@ -201,10 +203,10 @@ static void test_simulate_schedule_is_used(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     PlanCli *c = calloc(1, sizeof *c);
     assert_non_null(c);
-    init_cli(c, "simulate");
+    plan_cli_init(c, "simulate");
     char *argv[] = {"simulate", "--model", "m", "--cluster", "x", "--gpus", "2", "--seq", "8", "--global-batch", "2",
                     "--schedule", (char *)cases[i].name};
-    assert_int_equal(parse_args((int)(sizeof argv / sizeof argv[0]), argv, c, 1), 0);
+    assert_int_equal(plan_cli_parse_args((int)(sizeof argv / sizeof argv[0]), argv, c, 1), 0);
     assert_int_equal(c->cfg.schedule, cases[i].kind);
     assert_true(c->cfg.schedule_given);
     free(c);
