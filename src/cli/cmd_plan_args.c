@@ -107,7 +107,7 @@ void plan_cli_plan_usage(FILE *f) {
           "  --no-bucket-search       keep --bucket-params (default: search the best configuration's uniform\n"
           "                           gradient bucket size by simulation; train --plan applies it)\n"
           "  --replicate-stages       also plan pipeline x per-stage data parallelism (DAPPLE stage\n"
-          "                           replication); planned and simulated only: train --plan refuses it\n"
+          "                           replication, gpipe or 1f1b); train --plan runs its widths under mpirun\n"
           "  --explore M              then explore per-layer plans around the best layout (vpp 1):\n"
           "                           recomputation per layer group and uneven stages; M is sa (simulated\n"
           "                           annealing), dqn (deep Q-network) or exact (enumeration)\n"
