@@ -522,9 +522,38 @@ static void test_simulate_accuracy_options(void **state) {
                    2);
 }
 
+/* simulate --stage-widths refuses, with the flag and the reason, widths
+ * that do not sum to --gpus, a list it cannot read, and an order the
+ * replicated program does not run. */
+static void test_simulate_stage_widths_refused(void **state) {
+  (void)state;
+  char log[] = "/tmp/fivefold_widths_XXXXXX";
+  int fd = mkstemp(log);
+  assert_true(fd >= 0);
+  close(fd);
+  static const struct {
+    const char *gpus, *widths, *schedule, *needle;
+    int rc;
+  } cases[] = {
+      {"3", "2,1", "1f1b", "predicted: step", 0},
+      {"4", "2,1", "1f1b", "--stage-widths sum to 3 devices but --gpus is 4", 2},
+      {"3", "2,x", "1f1b", "--stage-widths", 2},
+      {"3", "2,1", "zb-h1", "schedule zb-h1: a replicated pipeline runs the gpipe or 1f1b order", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *argv[] = {"simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", (char *)cases[i].gpus,
+                    "--seq", "1024", "--global-batch", "8", "--mbs", "2", "--stage-widths", (char *)cases[i].widths,
+                    "--schedule", (char *)cases[i].schedule, "--quiet"};
+    assert_int_equal(run_to_file(cmd_simulate, log, (int)(sizeof argv / sizeof *argv), argv), cases[i].rc);
+    assert_has(read_all(log), cases[i].needle);
+  }
+  remove(log);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_simulate_accuracy_options),
+      cmocka_unit_test(test_simulate_stage_widths_refused),
       cmocka_unit_test(test_help_lists_every_option),
       cmocka_unit_test(test_bad_usage),
       cmocka_unit_test(test_simulate_with_trace),
