@@ -9,21 +9,24 @@
 #            data parallelism with the bucket search's size, a cap of 2
 #            chunks per rank, the device mapping search, stage replication,
 #            the explorer's run (its --out is the best uniform layout: a
-#            plan file has no per-layer fields), and recomputation planned
-#            for another runtime (refused: fivefold does not recompute);
+#            plan file has no per-layer fields), recomputation planned for
+#            another runtime (refused: fivefold does not recompute), and an
+#            MoE model's plan (2 blocks of 4 experts);
 #   values   every value of the fields the writer emits that the search did
 #            not pick here, set on an emitted plan: each schedule (gpipe,
 #            1f1b and zb-h1 with warm-up depths, interleaved with vpp 2),
 #            an uneven partition, a device permutation, TP2, ZeRO-1 DP2 with
-#            a bucket size, widths 1,1, zb-h1 over replicated stages
+#            a bucket size, widths 1,1, the MoE grid folded (TP2 attention,
+#            EP2 experts), zb-h1 and warm-up depths over replicated stages
 #            (refused), selective and full recomputation (refused), an fp32
 #            and a bf16 price, another sequence length, and a plan for 4
 #            GPUs (refused: its data parallelism does not fit the job).
 # A run must take 2 steps with the plan's fields in its config.json (tp,
-# pp, vpp, dp, schedule, layers, warm-up, widths, ZeRO-1, bucket size), its
-# mapping in the placement line, and a note when the plan priced another
-# precision or sequence length (fields the run config owns); a refusal must exit non-zero and name the field. Widths 2,1
-# on 3 ranks train under `train --plan` in parallel.stagerep_resume.
+# pp, vpp, dp, ep, etp, schedule, layers, warm-up, widths, ZeRO-1, bucket
+# size), its mapping in the placement line, and a note when the plan
+# priced another precision or sequence length (fields the run config
+# owns); a refusal must exit non-zero and name the field. Widths 2,1 on 3
+# ranks train under `train --plan` in parallel.stagerep_resume.
 # usage: plan_kinds_test.sh FIVEFOLD MPIEXEC
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -35,7 +38,9 @@ work_dir plan-kinds
 
 make_corpus
 dense_json dense.json 4
+moe_json moe.json 2 4
 run_json run-dense.json dense.json steps=2 interval=0 global_batch_size=8
+run_json run-moe.json moe.json steps=2 interval=0 global_batch_size=8
 
 $PY - "$FIVEFOLD" "$MPIEXEC" <<'PYEOF' || fail "a plan kind"
 import copy, json, os, subprocess, sys
@@ -45,9 +50,10 @@ base = ["plan", "--model", "dense.json", "--cluster", "dgx-h100", "--gpus", "2",
         "--global-batch", "8", "--top", "3"]
 failures = []
 
-def emit(name, *opts):
+def emit(name, *opts, model="dense"):
     out = f"plan-{name}.json"
-    r = subprocess.run([fivefold, *base, *opts, "--out", out], capture_output=True, text=True)
+    args = [a if a != "dense.json" else f"{model}.json" for a in base]
+    r = subprocess.run([fivefold, *args, *opts, "--out", out], capture_output=True, text=True)
     if r.returncode:
         failures.append(f"plan {name} {' '.join(opts)} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
         return None
@@ -58,14 +64,14 @@ def write(name, plan):
     json.dump(plan, open(path, "w"), indent=1)
     return path
 
-def train(name, path, np=2):
-    cmd = [mpiexec, "-np", str(np), "--oversubscribe", fivefold, "train", "--config", "run-dense.json",
+def train(name, path, model="dense"):
+    cmd = [mpiexec, "-np", "2", "--oversubscribe", fivefold, "train", "--config", f"run-{model}.json",
            "--plan", path, "--out", f"run-{name}", "--no-progress"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
 
-def runs(name, plan, path):
-    rc, log = train(name, path)
+def runs(name, plan, path, model="dense"):
+    rc, log = train(name, path, model)
     if rc:
         failures.append(f"{name}: train --plan failed (rc {rc}):\n{log[-3000:]}")
         return
@@ -75,6 +81,7 @@ def runs(name, plan, path):
     got = json.load(open(f"run-{name}/config.json"))["parallel"]
     par = plan["parallel"]
     want = {"tp": par["tp"], "pp": par["pp"], "vpp": par["vpp"], "schedule": par["schedule"],
+            "ep": par["ep"] if model == "moe" else 1, "etp": par["etp"] if model == "moe" else 1,
             "layers_per_stage": par["layers_per_stage"],
             "distributed_optimizer": 1 if par["distributed_optimizer"] else 0}
     if par.get("stage_widths"):
@@ -114,7 +121,7 @@ def refused(name, path, *needles):
         line = next((l for l in log.splitlines() if needles[0] in l), "")
         print(f"{name}: refused: {line.strip()[:200]}")
 
-def check(name, plan):
+def check(name, plan, model="dense"):
     """An emitted plan: trained, unless it recomputes (the one field fivefold refuses)."""
     if plan is None:
         return
@@ -122,7 +129,7 @@ def check(name, plan):
     if plan["parallel"]["recompute"] != "none":
         refused(name, path, "recompute", "does not run yet")
     else:
-        runs(name, plan, path)
+        runs(name, plan, path, model)
 
 # Emitted by the planner.
 pipe = emit("pipe", "--min-pp", "2", "--max-tp", "1", "--max-cp", "1")
@@ -150,6 +157,14 @@ def variant(src, **par):
     for k in [k for k, v in par.items() if v is None]:
         del p["parallel"][k]
     return p
+
+moe = emit("moe", "--max-pp", "1", "--mbs-list", "2", model="moe")
+check("moe", moe, "moe")
+if moe is not None:
+    # the MoE grid folded: attention TP2, experts EP2 on the same ranks
+    folded = variant(moe, tp=2, cp=1, dp=1, pp=1, ep=2, etp=1, edp=1, micro_batch_size=2, microbatches=4,
+                     schedule="none", layers_per_stage=[2])
+    runs("moe-folded", folded, write("moe-folded", folded), "moe")
 
 def pp2(mbs, **par):
     """pipe with micro-batches of mbs sequences, 2 blocks per stage, no warm-up or widths."""
