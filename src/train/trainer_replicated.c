@@ -27,6 +27,9 @@ int train_config_set_world_replicated(TrainConfig *cfg, int world_ranks, Error *
   if (cfg->family != TRAIN_FAMILY_TRANSFORMER)
     return error_set(err, ERR_CONFIG, "%s: %s [%s]: stage replication runs transformer models only", origin, field,
                      list);
+  if (n > SCHED_MAX_REPLICATED_STAGES)
+    return error_set(err, ERR_CONFIG, "%s: %s lists %d stages; a replicated pipeline has at most %d", origin, field, n,
+                     SCHED_MAX_REPLICATED_STAGES);
   if (cfg->tp > 1 || cfg->cp > 1 || cfg->ep > 1 || cfg->etp > 1 || cfg->vpp > 1)
     return error_set(err, ERR_CONFIG,
                      "%s: %s [%s]: stage replication runs pipeline x per-stage data parallelism only: parallel.tp, "

@@ -19,8 +19,8 @@
 #           --explain says what replication bought
 #   config  widths that do not fit the job, the micro-batch, tp, dp or tied
 #           embeddings, the zb-h1 and interleaved orders and warm-up depths
-#           (in the file and as flags), one rank, and a non-transformer
-#           model are refused with the file or field and the reason
+#           (in the file and as flags), one rank, more stages than the
+#           replicated program holds, and a non-transformer model are refused with the file or field and the reason
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MPIEXEC=$2
@@ -114,6 +114,9 @@ PYEOF
     expect 2 "run-dense.json: parallel.stage_widths [1] is one rank: leave the field out" -- t dense --stage-widths 1
     expect 2 "run-mlp.json: parallel.stage_widths [2, 1]: stage replication runs transformer models only" -- \
       t mlp --stage-widths 2,1
+    many=$($PY -c 'print(",".join(["1"] * 65))')
+    expect 2 "run-dense.json: parallel.stage_widths lists 65 stages; a replicated pipeline has at most 64" -- \
+      t dense --stage-widths "$many"
     ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac
