@@ -205,10 +205,24 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
       at += (size_t)snprintf(v + at, sizeof v - at, "%s%d", i ? "," : "", pc.warmup[i]);
     if (train_config_override(cfg, "--warmup", v, err)) return error_wrap(err, "--plan %s", path);
   }
-  if (pc.seq_len > 0 && pc.seq_len != cfg->seq_len && comm_world_rank() == 0)
-    fprintf(stderr, "fivefold train: note: --plan %s was made for sequence length %d, the run uses %d\n", path,
-            pc.seq_len, cfg->seq_len);
   return 0;
+}
+
+/* What a plan priced but a run config owns (the sequence length, the
+ * precision): said when the run, after the command line's overrides, is
+ * not what the plan priced, so the prediction is known not to describe it. */
+static void plan_notes(const TrainConfig *cfg, const char *path) {
+  PlanChoice pc;
+  Error err = {0, ""};
+  if (comm_world_rank() != 0 || plan_file_read(path, &pc, &err)) return;
+  if (pc.seq_len > 0 && pc.seq_len != cfg->seq_len)
+    fprintf(stderr, "fivefold train: note: --plan %s was made for sequence length %d (field \"seq_length\"), the run "
+            "uses training.seq_len %d\n", path, pc.seq_len, cfg->seq_len);
+  const char *priced = plan_dtype_name(pc.dtype);
+  if (strcmp(priced, cfg->precision))
+    fprintf(stderr, "fivefold train: note: --plan %s was priced in %s (field \"dtype\"), the run computes in "
+            "training.precision %s: its predicted step time and memory are not this run's (re-plan with --dtype %s, "
+            "or set --precision)\n", path, priced, cfg->precision, cfg->precision);
 }
 
 /* The plan's device mapping, applied: the process launched as rank d (on
@@ -332,6 +346,7 @@ static int build_config(const TrainArgs *a, TrainConfig *cfg, Error *err) {
   if (a->plan && apply_plan(cfg, a->plan, err)) return 2;
   for (int i = 0; i < a->n_overrides; i++)
     if (train_config_override(cfg, a->overrides[i].flag, a->overrides[i].value, err)) return 2;
+  if (a->plan) plan_notes(cfg, a->plan);
   if (train_config_set_world(cfg, comm_initialized() ? comm_world_size() : 1, err)) return 2;
   if (train_config_finalize(cfg, err)) return 1;
   return 0;

@@ -145,6 +145,18 @@ double plan_layer_full_activation_bytes(const ModelConfig *m, const PlanConfig *
   return a.input + a.attention + a.attn_core + a.mlp;
 }
 
+double plan_layer_split_keep_bytes(const ModelConfig *m, const PlanConfig *cfg, int layer) {
+  const PlanParallel *p = &cfg->par;
+  if (cfg->schedule != SCHED_SCHEDULE_ZB_H1 || p->tp != 1) return 0;
+  double e = plan_dtype_bytes(cfg->dtype);
+  double n = (double)cfg->micro_batch_size * cfg->seq_len / p->cp, h = m->hidden_size, d = model_config_head_dim(m);
+  /* the gradients of wo's output (h), q (heads x d), k and v (kv heads x d) */
+  double keep = e * n * (h + ((double)m->num_heads + 2.0 * kv_heads_per_rank(m, 1)) * d);
+  /* a dense SwiGLU MLP: of w_down's output (h) and w_gate_up's (2 f) */
+  if (!is_moe(m, layer) && !m->gpt2) keep += e * n * (h + 2.0 * m->intermediate_size);
+  return keep;
+}
+
 double plan_layer_activation_bytes(const ModelConfig *m, const PlanConfig *cfg, int layer, double load) {
   BlockActs a = block_acts(m, cfg, layer, load);
   switch (plan_config_layer_recompute(cfg, layer)) {
@@ -176,7 +188,10 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
 
   double *stage_act = calloc((size_t)S, sizeof *stage_act);
   double *stage_work = calloc((size_t)S, sizeof *stage_work);
-  if (!stage_act || !stage_work) {
+  /* zb-h1: output gradients kept from each B to its W (plan_layer_split_keep_bytes) */
+  double *stage_keep = calloc((size_t)S, sizeof *stage_keep);
+  if (!stage_act || !stage_work || !stage_keep) {
+    free(stage_keep);
     free(stage_act);
     free(stage_work);
     return error_set(err, ERR_NOMEM, "memory: out of memory");
@@ -191,6 +206,7 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
     double group = 0;
     for (int l = part->first_layer[st], i = 0; l < part->first_layer[st] + part->layers[st]; l++, i++) {
       if (g == 1 || i % g == 0) stage_act[st] += plan_layer_activation_bytes(m, cfg, l, load);
+      stage_keep[st] += plan_layer_split_keep_bytes(m, cfg, l);
       if (plan_config_layer_recompute(cfg, l) == PLAN_RECOMPUTE_FULL) {
         double w = plan_layer_full_activation_bytes(m, cfg, l, load);
         group = (i % g == 0 ? 0 : group) + w;
@@ -213,6 +229,7 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
   SchedComputeOrder order;
   int rc = sched_compute_order(&sc, &order, err);
   if (rc) {
+    free(stage_keep);
     free(stage_act);
     free(stage_work);
     return rc;
@@ -243,9 +260,16 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
       } else if (it->kind == SCHED_BWD) {
         /* The backward's working set sits on top of everything still alive. */
         if (cur + stage_work[st] > peak + transient) transient = cur + stage_work[st] - peak;
-        if (!split) cur -= stage_act[st], alive--;
+        if (!split) {
+          cur -= stage_act[st], alive--;
+        } else {
+          /* B frees nothing: the forward's activations stay for W, and the
+           * output gradients W multiplies with are kept on top of them. */
+          cur += stage_keep[st];
+          if (cur > peak) peak = cur, peak_alive = alive;
+        }
       } else if (it->kind == SCHED_BWD_WEIGHT) {
-        cur -= stage_act[st];
+        cur -= stage_act[st] + stage_keep[st];
         alive--;
       }
     }
@@ -257,6 +281,7 @@ int plan_memory_estimate(const ModelConfig *m, const ClusterSpec *cl, const Plan
   }
   (void)e;
   sched_compute_order_free(&order);
+  free(stage_keep);
   free(stage_act);
   free(stage_work);
   return ERR_OK;

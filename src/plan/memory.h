@@ -67,6 +67,14 @@ double plan_layer_activation_bytes(const ModelConfig *model, const PlanConfig *c
 double plan_layer_full_activation_bytes(const ModelConfig *model, const PlanConfig *cfg, int layer,
                                         double expert_load);
 
+/* Bytes a split backward (zb-h1) keeps for one block and one micro-batch
+ * from its input-gradient pass B to its weight-gradient pass W, on top of
+ * the forward's activations (which W also reads): the output gradients of
+ * the GEMMs whose weight gradients wait, as fivefold's runtime defers them
+ * (the attention projections and a dense SwiGLU MLP, at tp 1; MoE experts
+ * and GPT-2's MLP are not deferred). 0 for other schedules and tp > 1. */
+double plan_layer_split_keep_bytes(const ModelConfig *model, const PlanConfig *cfg, int layer);
+
 typedef struct PlanRankMemory {
   double weights, grads, optimizer; /* model state */
   double activations;               /* peak of stored activations over the schedule */

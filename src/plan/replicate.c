@@ -24,6 +24,17 @@ int plan_replication_validate(const PlanConfig *c, const ModelConfig *m, const C
     if (c->stage_width[s] < 1)
       return error_set(err, ERR_CONFIG, "stage replication: stage %d has width %d; every stage needs >= 1", s,
                        c->stage_width[s]);
+  /* The replicated program expands a gpipe or 1f1b pipeline at its own
+   * warm-up (sched/replicated.c), as the runtime runs it; anything else
+   * would price a program `train` refuses. */
+  if (c->schedule == SCHED_SCHEDULE_ZB_H1 || c->schedule == SCHED_SCHEDULE_INTERLEAVED)
+    return error_set(err, ERR_CONFIG,
+                     "stage replication: schedule %s: a replicated pipeline runs the gpipe or 1f1b order",
+                     sched_schedule_name(c->schedule));
+  if (c->warmup_set)
+    return error_set(err, ERR_CONFIG,
+                     "stage replication: warm-up depths: a replicated pipeline runs its schedule's own warm-up "
+                     "(leave --warmup out)");
   if (cl && plan_config_devices(c) > cluster_spec_total_devices(cl))
     return error_set(err, ERR_CONFIG, "stage replication needs %d devices, cluster %s has %d", plan_config_devices(c),
                      cl->name, cluster_spec_total_devices(cl));

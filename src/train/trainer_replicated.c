@@ -27,16 +27,30 @@ int train_config_set_world_replicated(TrainConfig *cfg, int world_ranks, Error *
   if (cfg->family != TRAIN_FAMILY_TRANSFORMER)
     return error_set(err, ERR_CONFIG, "%s: %s [%s]: stage replication runs transformer models only", origin, field,
                      list);
+  if (n > SCHED_MAX_REPLICATED_STAGES)
+    return error_set(err, ERR_CONFIG, "%s: %s lists %d stages; a replicated pipeline has at most %d", origin, field, n,
+                     SCHED_MAX_REPLICATED_STAGES);
   if (cfg->tp > 1 || cfg->cp > 1 || cfg->ep > 1 || cfg->etp > 1 || cfg->vpp > 1)
     return error_set(err, ERR_CONFIG,
                      "%s: %s [%s]: stage replication runs pipeline x per-stage data parallelism only: parallel.tp, "
                      "cp, ep, etp and vpp must be 1 (got tp %d cp %d ep %d etp %d vpp %d)",
                      origin, field, list, cfg->tp, cfg->cp, cfg->ep, cfg->etp, cfg->vpp);
-  if (cfg->schedule == SCHED_SCHEDULE_ZB_H1 || cfg->schedule == SCHED_SCHEDULE_INTERLEAVED || cfg->num_warmup > 0)
+  /* The replicated program (sched/replicated.c) expands a gpipe or 1f1b
+   * pipeline at its default warm-up into pieces per replica; a split
+   * backward, chunks or other depths are not expanded (the planner's
+   * replicated plans never carry them: plan/replicate.c). */
+  if (cfg->schedule == SCHED_SCHEDULE_ZB_H1 || cfg->schedule == SCHED_SCHEDULE_INTERLEAVED)
     return error_set(err, ERR_CONFIG,
-                     "%s: %s [%s]: a replicated pipeline runs the gpipe or 1f1b order with its own warm-up; leave "
-                     "parallel.schedule %s and parallel.warmup out",
-                     origin, field, list, cfg->schedule == SCHED_SCHEDULE_ZB_H1 ? "zb-h1" : "as it is");
+                     "%s: parallel.schedule \"%s\" with %s [%s]: a replicated pipeline runs the gpipe or 1f1b order "
+                     "(%s); set parallel.schedule to gpipe or 1f1b, or leave it out",
+                     origin, cfg->schedule == SCHED_SCHEDULE_ZB_H1 ? "zb-h1" : "interleaved", field, list,
+                     cfg->schedule == SCHED_SCHEDULE_ZB_H1 ? "no split backward over replicas"
+                                                           : "one model chunk per rank");
+  if (cfg->num_warmup > 0)
+    return error_set(err, ERR_CONFIG,
+                     "%s: parallel.warmup with %s [%s]: a replicated pipeline runs its schedule's own warm-up "
+                     "(pp - stage - 1 forwards on every replica); leave parallel.warmup out",
+                     origin, field, list);
   if (cfg->dp > 1)
     return error_set(err, ERR_CONFIG,
                      "%s: parallel.dp %d with %s [%s]: the widths are the data parallelism of each stage; leave "

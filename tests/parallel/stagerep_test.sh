@@ -18,7 +18,9 @@
 #           2,1, ZeRO-1) trains under `train --plan` like one rank, its
 #           --explain says what replication bought
 #   config  widths that do not fit the job, the micro-batch, tp, dp or tied
-#           embeddings are refused with the field and the reason
+#           embeddings, the zb-h1 and interleaved orders and warm-up depths
+#           (in the file and as flags), one rank, more stages than the
+#           replicated program holds, and a non-transformer model are refused with the file or field and the reason
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MPIEXEC=$2
@@ -87,6 +89,34 @@ PYEOF
     refused 3 dense "parallel.pp is 3 but parallel.stage_widths" --stage-widths 2,1 --pp 3
     refused 3 tied "tied embeddings" --stage-widths 2,1
     refused 3 dense "replica count >= 1" --stage-widths 3,0
+    # Orders the replicated program does not expand (the planner's
+    # replicated plans never carry them), one rank, and a model that is not
+    # a pipeline of blocks: each refused naming the file or the field, the
+    # widths and the reason. These checks come before the world's size, so
+    # one process shows them (without an MPI abort that may lose output).
+    $PY - "$(dirname "$0")/../../configs/mlp-synthetic.json" <<'PYEOF' || fail "writing the run configs"
+import json, sys
+c = json.load(open("run-dense.json"))
+c["parallel"] = {"stage_widths": [2, 1], "schedule": "zb-h1"}
+json.dump(c, open("run-zb.json", "w"))
+m = json.load(open(sys.argv[1]))
+m["training"].update({"steps": 2, "log_interval": 1, "eval_interval": 0})
+json.dump(m, open("run-mlp.json", "w"))
+PYEOF
+    t() { "$FIVEFOLD" train --config "run-$1.json" --out bad --no-progress "${@:2}"; }
+    expect 2 'run-zb.json: parallel.schedule "zb-h1" with parallel.stage_widths [2, 1]: a replicated pipeline runs the gpipe or 1f1b order (no split backward over replicas)' -- t zb
+    expect 2 'run-dense.json: parallel.schedule "zb-h1" with parallel.stage_widths [1, 2]' -- t dense --stage-widths 1,2 --schedule zb-h1
+    expect 2 "run-dense.json: parallel.warmup with parallel.stage_widths [2, 1]: a replicated pipeline runs its schedule's own warm-up" \
+      "leave parallel.warmup out" -- t dense --stage-widths 2,1 --warmup 1,0
+    expect 2 "parallel.warmup with parallel.stage_widths [2, 1]" -- t dense --stage-widths 2,1 --schedule 1f1b --warmup 2,0
+    expect 2 'parallel.schedule "interleaved" with parallel.stage_widths [2, 1]' "one model chunk per rank" -- \
+      t dense --stage-widths 2,1 --schedule interleaved
+    expect 2 "run-dense.json: parallel.stage_widths [1] is one rank: leave the field out" -- t dense --stage-widths 1
+    expect 2 "run-mlp.json: parallel.stage_widths [2, 1]: stage replication runs transformer models only" -- \
+      t mlp --stage-widths 2,1
+    many=$($PY -c 'print(",".join(["1"] * 65))')
+    expect 2 "run-dense.json: parallel.stage_widths lists 65 stages; a replicated pipeline has at most 64" -- \
+      t dense --stage-widths "$many"
     ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac

@@ -65,6 +65,14 @@ add_test(NAME parallel.plan_train
          COMMAND bash ${PARALLEL_TEST_DIR}/plan_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(parallel.plan_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "${PARALLEL_MPI_ENV}")
+# Every kind of plan `fivefold plan` emits (schedules, warm-up depths,
+# partitions, chunks, mapping, buckets, ZeRO-1, widths, recomputation) runs
+# under `train --plan` or is refused naming the field
+# (tests/parallel/plan_kinds_test.sh).
+add_test(NAME parallel.plan_kinds
+         COMMAND bash ${PARALLEL_TEST_DIR}/plan_kinds_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.plan_kinds PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")
 # The validation set does not depend on the layout (tests/parallel/eval_test.sh):
 # one rank, DP2 with another micro-batch, TP2, PP2 and EP2 evaluate the same
 # windows to the same loss.

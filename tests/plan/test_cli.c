@@ -19,6 +19,8 @@
 
 #include "cli/cmd_plan.c"
 #include "cli/cmd_plan_accuracy.c"
+#include "cli/cmd_plan_args.c"
+#include "cli/cmd_plan_print.c"
 #include "plan/calibrate_fit.h"
 #include "plan/plan_file.h"
 #include "plan_test_util.h"
@@ -111,13 +113,13 @@ static void test_help_lists_every_option(void **state) {
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   FILE *f = fdopen(fd, "w");
-  simulate_usage(f);
+  plan_cli_simulate_usage(f);
   fclose(f);
   char *text = read_all(path);
   for (size_t i = 0; i < sizeof common / sizeof *common; i++) assert_non_null(strstr(text, common[i]));
   for (size_t i = 0; i < sizeof sim / sizeof *sim; i++) assert_non_null(strstr(text, sim[i]));
   f = fopen(path, "w");
-  plan_usage(f);
+  plan_cli_plan_usage(f);
   fclose(f);
   text = read_all(path);
   for (size_t i = 0; i < sizeof common / sizeof *common; i++) assert_non_null(strstr(text, common[i]));
@@ -201,10 +203,10 @@ static void test_simulate_schedule_is_used(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     PlanCli *c = calloc(1, sizeof *c);
     assert_non_null(c);
-    init_cli(c, "simulate");
+    plan_cli_init(c, "simulate");
     char *argv[] = {"simulate", "--model", "m", "--cluster", "x", "--gpus", "2", "--seq", "8", "--global-batch", "2",
                     "--schedule", (char *)cases[i].name};
-    assert_int_equal(parse_args((int)(sizeof argv / sizeof argv[0]), argv, c, 1), 0);
+    assert_int_equal(plan_cli_parse_args((int)(sizeof argv / sizeof argv[0]), argv, c, 1), 0);
     assert_int_equal(c->cfg.schedule, cases[i].kind);
     assert_true(c->cfg.schedule_given);
     free(c);
@@ -520,9 +522,38 @@ static void test_simulate_accuracy_options(void **state) {
                    2);
 }
 
+/* simulate --stage-widths refuses, with the flag and the reason, widths
+ * that do not sum to --gpus, a list it cannot read, and an order the
+ * replicated program does not run. */
+static void test_simulate_stage_widths_refused(void **state) {
+  (void)state;
+  char log[] = "/tmp/fivefold_widths_XXXXXX";
+  int fd = mkstemp(log);
+  assert_true(fd >= 0);
+  close(fd);
+  static const struct {
+    const char *gpus, *widths, *schedule, *needle;
+    int rc;
+  } cases[] = {
+      {"3", "2,1", "1f1b", "predicted: step", 0},
+      {"4", "2,1", "1f1b", "--stage-widths sum to 3 devices but --gpus is 4", 2},
+      {"3", "2,x", "1f1b", "--stage-widths", 2},
+      {"3", "2,1", "zb-h1", "schedule zb-h1: a replicated pipeline runs the gpipe or 1f1b order", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *argv[] = {"simulate", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", (char *)cases[i].gpus,
+                    "--seq", "1024", "--global-batch", "8", "--mbs", "2", "--stage-widths", (char *)cases[i].widths,
+                    "--schedule", (char *)cases[i].schedule, "--quiet"};
+    assert_int_equal(run_to_file(cmd_simulate, log, (int)(sizeof argv / sizeof *argv), argv), cases[i].rc);
+    assert_has(read_all(log), cases[i].needle);
+  }
+  remove(log);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_simulate_accuracy_options),
+      cmocka_unit_test(test_simulate_stage_widths_refused),
       cmocka_unit_test(test_help_lists_every_option),
       cmocka_unit_test(test_bad_usage),
       cmocka_unit_test(test_simulate_with_trace),

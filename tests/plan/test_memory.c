@@ -3,7 +3,7 @@
  * parameter counts and activations of a small MoE model under TP, EP and
  * PP worked out on paper, in-flight micro-batches taken from the schedule
  * (1F1B: p - r, GPipe: m, interleaved: its warm-up + 1), recomputation,
- * and uneven stages. */
+ * uneven stages, and what zb-h1 keeps between each B and its W. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -186,12 +186,68 @@ static void test_schedules_and_uneven_stages(void **state) {
   sched_partition_free(&p);
 }
 
+/* zb-h1 by hand: a dense block (hidden 64, 4 heads and 2 KV heads of 16,
+ * SwiGLU 256) at tp 1, PP 2, 32 tokens, bf16. Between B and W a micro-batch
+ * keeps its forward's activations and the output gradients of the deferred
+ * GEMMs: wo (64), q (64), k and v (32 each), w_down (64), w_gate_up (512)
+ * = 768 values per token, 32 x 768 x 2 = 49152 bytes per block. */
+static void test_zb_h1_keeps_output_gradients(void **state) {
+  (void)state;
+  ModelConfig m;
+  small_model(&m);
+  m.num_experts = 0;
+  m.top_k = 0;
+  m.moe_intermediate_size = 0;
+  model_config_set_moe_layer_freq(&m, 0);
+  PlanConfig c;
+  plan_config_init(&c, 32, 4, 1);
+  c.par.tp = 1, c.par.pp = 2, c.par.vpp = 1, c.par.ep = 1, c.par.etp = 1, c.par.dp = 0;
+  c.schedule = SCHED_SCHEDULE_ZB_H1;
+  c.schedule_given = 1;
+  Error err = {0, ""};
+  int rc = plan_config_finish(&c, &m, NULL, 2, &err);
+  if (rc) print_error("%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_int_equal(c.microbatches, 4);
+  /* input 4096, attention 2 (32 64 + 32 8 16 + 32 4 16) = 16384, softmax
+   * statistics 512, MLP norms 8192 and SwiGLU 2 x 32 x 3 x 256 = 49152 */
+  const double A = 4096 + 16384 + 512 + 8192 + 49152, K = 49152;
+  assert_close(plan_layer_activation_bytes(&m, &c, 0, 1.0), A);
+  assert_close(plan_layer_split_keep_bytes(&m, &c, 0), K);
+  SchedPartition p;
+  partition(&p, 2, 1, (const int[]){2, 2});
+  PlanRankMemory mem[2];
+  assert_int_equal(plan_memory_estimate(&m, NULL, &c, &p, 1.0, mem, NULL), 0);
+  /* Rank 0 runs F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3: at B0 two micro-batches'
+   * activations and B0's kept gradients; rank 1 (F B W per micro-batch) one
+   * of each, with the final norm's 2 x 2 x 32 x 64. */
+  assert_close(mem[0].activations, 2 * 2 * A + 2 * K);
+  assert_close(mem[1].activations, 2 * A + 8192 + 2 * K);
+  assert_int_equal(mem[0].peak_inflight, 2);
+  /* 1F1B frees each micro-batch at its backward and keeps no gradients. */
+  c.schedule = SCHED_SCHEDULE_1F1B;
+  assert_close(plan_layer_split_keep_bytes(&m, &c, 0), 0);
+  assert_int_equal(plan_memory_estimate(&m, NULL, &c, &p, 1.0, mem, NULL), 0);
+  assert_close(mem[0].activations, 2 * 2 * A);
+  assert_close(mem[1].activations, 2 * A + 8192);
+  /* An MoE block defers only its attention GEMMs: 32 x 192 x 2; under
+   * tensor parallelism the runtime defers nothing. */
+  c.schedule = SCHED_SCHEDULE_ZB_H1;
+  ModelConfig moe;
+  small_model(&moe);
+  assert_close(plan_layer_split_keep_bytes(&moe, &c, 0), 12288);
+  c.par.tp = 2;
+  assert_close(plan_layer_split_keep_bytes(&m, &c, 0), 0);
+  sched_partition_free(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bytes_per_param),
       cmocka_unit_test(test_params_by_hand),
       cmocka_unit_test(test_activations_and_1f1b),
       cmocka_unit_test(test_schedules_and_uneven_stages),
+      cmocka_unit_test(test_zb_h1_keeps_output_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -281,12 +281,68 @@ static void test_plan_file_with_widths(void **state) {
   }
 }
 
+/* What the simulator refuses with stage widths, each with its reason: the
+ * same configurations `train` refuses (trainer_replicated.c), so that no
+ * priced plan is one the runtime will not run. */
+static void test_simulator_refusals(void **state) {
+  (void)state;
+  ClusterSpec h100;
+  assert_int_equal(plan_test_load_cluster(&h100, "dgx-h100"), 0);
+  ModelConfig m;
+  dense_model(&m, 4, 1024);
+  PlanOptions o;
+  plan_options_default(&o);
+  static const struct {
+    int tp, vpp, pp, width1, warmup, small_cluster;
+    SchedScheduleKind schedule;
+    const char *needle;
+  } cases[] = {
+      {1, 1, 2, 1, 0, 0, SCHED_SCHEDULE_1F1B, NULL},
+      {1, 1, 2, 1, 0, 0, SCHED_SCHEDULE_GPIPE, NULL},
+      {1, 1, 2, 1, 0, 0, SCHED_SCHEDULE_ZB_H1, "schedule zb-h1: a replicated pipeline runs the gpipe or 1f1b order"},
+      {1, 1, 2, 1, 1, 0, SCHED_SCHEDULE_1F1B, "warm-up depths: a replicated pipeline runs its schedule's own"},
+      {2, 1, 2, 1, 0, 0, SCHED_SCHEDULE_1F1B, "tp, cp, dp, ep, etp and vpp must be 1 (got tp 2"},
+      {1, 2, 2, 1, 0, 0, SCHED_SCHEDULE_INTERLEAVED, "vpp must be 1"},
+      {1, 1, 2, 0, 0, 0, SCHED_SCHEDULE_1F1B, "stage 1 has width 0"},
+      {1, 1, 2, 1, 0, 1, SCHED_SCHEDULE_1F1B, "needs 3 devices, cluster"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    PlanConfig c;
+    plan_config_init(&c, 1024, 8, 2);
+    c.par.pp = cases[i].pp, c.par.tp = cases[i].tp, c.par.vpp = cases[i].vpp;
+    c.schedule = cases[i].schedule;
+    c.schedule_given = 1;
+    c.num_stage_widths = 2;
+    c.stage_width[0] = 2, c.stage_width[1] = cases[i].width1;
+    if (cases[i].warmup) c.warmup_set = 2, c.warmup[0] = 1, c.warmup[1] = 0;
+    ClusterSpec cl = h100;
+    if (cases[i].small_cluster) cl.nodes = 1, cl.devices_per_node = 2;
+    Error err = {0, ""};
+    int grid = cases[i].tp * cases[i].pp;
+    PlanResult r;
+    int rc = plan_config_finish(&c, &m, &cl, grid, &err);
+    if (!rc) rc = plan_simulate(&m, &cl, &o, &c, NULL, NULL, &r, &err);
+    if (!cases[i].needle) {
+      if (rc) print_error("%s\n", err.msg);
+      assert_int_equal(rc, 0);
+      plan_result_free(&r);
+      continue;
+    }
+    print_message("%s\n", err.msg);
+    assert_int_not_equal(rc, 0);
+    if (!strstr(err.msg, cases[i].needle)) print_error("expected '%s'\n", cases[i].needle);
+    assert_non_null(strstr(err.msg, cases[i].needle));
+  }
+  cluster_spec_free(&h100);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dp_matches_brute_force),
       cmocka_unit_test(test_simulator_against_pivot_formula),
       cmocka_unit_test(test_search_replicates_the_heavy_stage),
       cmocka_unit_test(test_plan_file_with_widths),
+      cmocka_unit_test(test_simulator_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
