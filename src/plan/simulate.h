@@ -52,6 +52,10 @@ typedef struct PlanStageCosts {
    * dense MLPs (what fivefold's runtime defers: at tp 1, not GPT-2's MLP). */
   double *bwd_weight;
   int split_backward; /* the priced program splits its backward */
+  /* Every action takes at least this share of its price: 1, or the core
+   * share when ranks share cores and processor sharing may run the CPU work
+   * faster than priced (core_share.h); scales the lower bound. */
+  double min_time_scale;
 } PlanStageCosts;
 
 int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *out, Error *err);
