@@ -428,6 +428,7 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   if (rc) goto done;
 
   out->step_time = ev.makespan;
+  if (share.active) out->core_capacity = share.opts.capacity[0], out->core_share = share.opts.priced_share;
   out->bubble_fraction = ev.bubble_fraction;
   out->pp = P;
   out->num_stages = S;

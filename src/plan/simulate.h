@@ -82,6 +82,10 @@ typedef struct PlanResult {
   double bubble_fraction; /* evaluator: share of rank-time not in FWD/BWD/OPTIM */
   PlanBreakdown breakdown; /* critical rank, sums to step_time */
   int critical_rank;
+  /* Ranks sharing cores (core_share.h): the devices a node's cores run at
+   * once and the share the prices are at, when the step was priced by
+   * processor sharing; 0 when it was not. */
+  double core_capacity, core_share;
   int pp, num_stages;
   PlanPassCost *stage;     /* per virtual stage (owned) */
   PlanPassCost dense_layer, moe_layer, embedding, head; /* one block / extra, one micro-batch */
