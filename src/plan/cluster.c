@@ -288,7 +288,7 @@ static int parse_runtime(const Ctx *c, const cJSON *o, PlanRuntimeFacts *rt) {
 
 /* "cores": the cores a node's devices share (cluster.h). */
 static int parse_cores(const Ctx *c, const cJSON *o, ClusterSpec *s) {
-  static const char *const fields[] = {"per_node", "threads_per_device", "share"};
+  static const char *const fields[] = {"per_node", "threads_per_device", "share", "waiting_load"};
   TRY(check_fields(c, o, "cores", fields, COUNT(fields)));
   double cores = 0, threads = 1, share = 0;
   int has_share = 0;
@@ -298,6 +298,7 @@ static int parse_cores(const Ctx *c, const cJSON *o, ClusterSpec *s) {
     return error_set(c->err, ERR_CONFIG, "%s: fields \"cores.per_node\" and \"cores.threads_per_device\" must be "
                      "integers", c->origin);
   TRY(get_number(c, o, "cores", "share", 0, 1, 1.0, 0, &share, &has_share));
+  TRY(get_number(c, o, "cores", "waiting_load", 0, 0, 1.0, 0, &s->core_waiting_load, NULL));
   s->cores_per_node = (int)cores;
   s->threads_per_device = (int)threads;
   double want = (double)s->devices_per_node * s->threads_per_device;

@@ -37,13 +37,15 @@
  *       machine does (PlanRuntimeFacts); the planner's options default from
  *       it (plan_options_from_runtime, parallel.h).
  *   cores (optional, written by `fivefold calibrate`) {per_node,
- *       threads_per_device (1), share}: the cores a node's devices share.
+ *       threads_per_device (1), share, waiting_load (0)}: the cores a node's
+ *       devices share.
  *       When its devices ask for more threads than it has cores, peak_tflops
  *       and memory.bandwidth are a device's rates at `share` of a core
  *       (default per_node / (devices_per_node x threads_per_device)), and the
  *       simulator prices processor sharing: a rank computes at
- *       min(1, cores / threads of the ranks computing) of a core
- *       (sched/evaluate_shared.h, docs/planner.md "Shared cores").
+ *       min(1, cores / threads of the ranks computing) of a core, a rank
+ *       that waits still taking waiting_load of its share
+ *       (sched/evaluate_shared.h, docs/planner.md "Ranks sharing cores").
  * Unknown fields are errors naming the file and the field. */
 #ifndef FIVEFOLD_PLAN_CLUSTER_H
 #define FIVEFOLD_PLAN_CLUSTER_H
@@ -166,6 +168,7 @@ typedef struct ClusterSpec {
   int cores_per_node;
   int threads_per_device;
   double core_share; /* the share of a core peak_flops and memory_bandwidth are rates at */
+  double core_waiting_load; /* [0, 1]: the share of its core a waiting device still takes */
   /* Optional rank -> device mapping (not owned; plan/mapping.h): every
    * lookup below that takes a rank prices the device it is mapped to.
    * NULL: rank r runs on device r. */

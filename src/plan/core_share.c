@@ -63,5 +63,6 @@ int plan_core_share_init(PlanCoreShare *cs, const ClusterSpec *cl, const PlanCon
   cs->opts.num_nodes = N;
   cs->opts.capacity = cap;
   cs->opts.load = load;
+  cs->opts.waiting_load = cl->core_waiting_load;
   return ERR_OK;
 }

@@ -65,7 +65,7 @@ typedef struct Sim {
   int *computing;   /* per rank: the node in its CPU part, -1 */
   double *left;     /* per rank: that node's CPU work still to do */
   double *speed;    /* per rank: its current fraction of a dedicated core */
-  double *node_busy; /* per cluster node: devices of the computing ranks */
+  double *node_busy; /* per cluster node: devices of the computing ranks (+ waiting_load x the others) */
   int finished;
 } Sim;
 
@@ -107,9 +107,11 @@ static void update_speeds(Sim *s) {
   const SchedShareOptions *sh = s->sh;
   int R = s->prog->num_ranks, N = sh->num_nodes;
   for (int n = 0; n < N; n++) s->node_busy[n] = 0;
-  for (int r = 0; r < R; r++)
-    if (s->computing[r] >= 0)
-      for (int n = 0; n < N; n++) s->node_busy[n] += sh->load[(size_t)r * N + n];
+  for (int r = 0; r < R; r++) {
+    double w = s->computing[r] >= 0 ? 1.0 : sh->waiting_load;
+    if (w > 0)
+      for (int n = 0; n < N; n++) s->node_busy[n] += w * sh->load[(size_t)r * N + n];
+  }
   for (int r = 0; r < R; r++) {
     if (s->computing[r] < 0) continue;
     double v = 1.0;
@@ -125,6 +127,8 @@ static int check_options(const SchedProgram *prog, const SchedShareOptions *sh, 
     return error_set(err, ERR_ARG, "sched_evaluate_shared: needs a work callback, node capacities and rank loads");
   if (!(sh->priced_share > 0 && sh->priced_share <= 1))
     return error_set(err, ERR_ARG, "sched_evaluate_shared: priced_share %g is not in (0, 1]", sh->priced_share);
+  if (!(sh->waiting_load >= 0 && sh->waiting_load <= 1))
+    return error_set(err, ERR_ARG, "sched_evaluate_shared: waiting_load %g is not in [0, 1]", sh->waiting_load);
   for (int n = 0; n < sh->num_nodes; n++)
     if (!(sh->capacity[n] > 0) || isinf(sh->capacity[n]))
       return error_set(err, ERR_ARG, "sched_evaluate_shared: node %d's capacity %g is not a number > 0", n,

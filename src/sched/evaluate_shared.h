@@ -10,8 +10,10 @@
  * of its dedicated speed, where computing[node] counts the devices of the
  * ranks computing on that node at that moment (a rank standing for several
  * devices, e.g. its tensor-parallel group, counts each; a rank spread over
- * nodes runs at its slowest node's speed); the actions are re-timed
- * whenever that set changes (an event simulation in time order).
+ * nodes runs at its slowest node's speed), plus waiting_load for each
+ * device of the others (0 by default: a waiting rank takes no core); the
+ * actions are re-timed whenever that set changes (an event simulation in
+ * time order).
  *
  * An action's cost (SchedEvalOptions.cost, at the fixed share) is split by
  * SchedShareOptions.work into CPU work and the rest:
@@ -43,6 +45,10 @@ typedef struct SchedShareOptions {
   /* num_ranks x num_nodes, row by rank: the devices program rank r stands
    * for on each node (>= 0; a rank with none never slows down). */
   const double *load;
+  /* [0, 1]: the share of a core a device that does not compute still takes
+   * (a wait that polls); 0: it leaves its core to the others entirely, 1:
+   * it keeps its full share, and the speed is the fixed share throughout. */
+  double waiting_load;
 } SchedShareOptions;
 
 /* Evaluates prog under processor sharing; the result and errors are those

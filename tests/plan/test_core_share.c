@@ -4,7 +4,8 @@
  * TP2 x PP2 on 4 ranks) processor sharing predicts a step between a core
  * per rank and the fixed share, with its breakdown summing to the step and
  * the search's lower bound below it; a layout that always computes on every
- * rank (DP) keeps the fixed-share step; and a spec whose cores run every
+ * rank (DP) keeps the fixed-share step; a waiting load of 1 is the fixed
+ * share and one of a half lies between; and a spec whose cores run every
  * device at once gives the max-plus prediction bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -207,6 +208,37 @@ static void test_always_busy_keeps_share(void **state) {
   plan_result_free(&rf);
 }
 
+/* A waiting load of 1 (every wait keeps its rank's share) is the fixed
+ * share; one of a half lies between it and processor sharing. */
+static void test_waiting_load(void **state) {
+  (void)state;
+  ModelConfig m = dense();
+  Layout l = {"widths 2,1", 1, 1, 2, {2, 1}, 3, SCHED_SCHEDULE_1F1B, 0};
+  ClusterSpec full, half, ideal, fixed;
+  cpu_spec(&full, 3, 2.0 / 3, "\"cores\": {\"per_node\": 2, \"waiting_load\": 1}");
+  cpu_spec(&half, 3, 2.0 / 3, "\"cores\": {\"per_node\": 2, \"waiting_load\": 0.5}");
+  cpu_spec(&ideal, 3, 2.0 / 3, "\"cores\": {\"per_node\": 2}");
+  cpu_spec(&fixed, 3, 2.0 / 3, "");
+  assert_true(half.core_waiting_load == 0.5 && ideal.core_waiting_load == 0);
+  PlanResult a = simulate(&m, &full, &l), b = simulate(&m, &half, &l), c = simulate(&m, &ideal, &l);
+  PlanResult d = simulate(&m, &fixed, &l);
+  print_message("widths 2,1: waiting load 0 %.2f ms, 0.5 %.2f ms, 1 %.2f ms; fixed share %.2f ms\n", 1e3 * c.step_time,
+                1e3 * b.step_time, 1e3 * a.step_time, 1e3 * d.step_time);
+  assert_true(fabs(a.step_time - d.step_time) < 1e-9 * d.step_time);
+  assert_true(b.step_time > c.step_time * (1 + 1e-3) && b.step_time < d.step_time * (1 - 1e-3));
+  cJSON *j = calib_spec_to_json(&half, NULL);
+  ClusterSpec back;
+  Error err = {0, ""};
+  assert_int_equal(cluster_spec_from_json(&back, j, "<round trip>", &err), 0);
+  cJSON_Delete(j);
+  assert_true(back.core_waiting_load == 0.5);
+  assert_true(parse_error("{\"per_node\": 2, \"waiting_load\": 2}", "cores.waiting_load"));
+  plan_result_free(&a);
+  plan_result_free(&b);
+  plan_result_free(&c);
+  plan_result_free(&d);
+}
+
 /* Enough cores for every device (4 cores, 3 devices, share 1): the
  * max-plus evaluation, bit for bit. */
 static void test_enough_cores_identical(void **state) {
@@ -229,6 +261,7 @@ int main(void) {
       cmocka_unit_test(test_spec_field),
       cmocka_unit_test(test_between_fixed_and_dedicated),
       cmocka_unit_test(test_always_busy_keeps_share),
+      cmocka_unit_test(test_waiting_load),
       cmocka_unit_test(test_enough_cores_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,8 +2,9 @@
  * while the other waits and at half speed when both compute; a
  * hand-computed timeline with an action re-timed in mid-run; the split of
  * a cost into CPU work and waiting; a rank over two nodes at its slower
- * node's speed; the max-plus result whenever the speed never changes; the
- * deadlock report; and bad options refused. */
+ * node's speed; the max-plus result whenever the speed never changes; a
+ * waiting rank that keeps part of its core; the deadlock report; and bad
+ * options refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -178,7 +179,7 @@ static void test_spread_rank(void **state) {
   SchedProgram *prog = parse(2, 1, "F0\nF0");
   SchedUnitCosts c = forward_costs(1);
   double capacity[2] = {1, 1}, load[4] = {1, 1, 0, 1};
-  SchedShareOptions o = {work_all, &c, 1.0, 2, capacity, load};
+  SchedShareOptions o = {work_all, &c, 1.0, 2, capacity, load, 0};
   SchedEvalOptions eo = sched_unit_eval_options(&c, SCHED_SEND_EAGER);
   SchedEval ev;
   assert_int_equal(sched_evaluate_shared(prog, &eo, &o, &ev, NULL), ERR_OK);
@@ -249,7 +250,7 @@ static void test_constant_speed_is_max_plus(void **state) {
   c.optim = 0.5;
   eo = sched_unit_eval_options(&c, SCHED_SEND_EAGER);
   double capacity = 2, load = 4;
-  SchedShareOptions o = {work_all, &c, 0.5, 1, &capacity, &load};
+  SchedShareOptions o = {work_all, &c, 0.5, 1, &capacity, &load, 0};
   assert_int_equal(sched_evaluate(one, &eo, &ref, NULL), ERR_OK);
   assert_int_equal(sched_evaluate_shared(one, &eo, &o, &ev, NULL), ERR_OK);
   expect_same(one, &ev, &ref);
@@ -294,6 +295,36 @@ static void test_between_bounds(void **state) {
   sched_program_free(prog);
 }
 
+/* A waiting rank that still takes half of its share (a polling wait):
+ * rank 0's forward shares the core with half of rank 1, speed 1 / 1.5, so
+ * its 1 s of a core takes 1.5 s; then rank 1's, with rank 0 (done, waiting
+ * for the next step) at half: 1.5 s more. A waiting load of 1 is the fixed
+ * share (4 s), 0 the ideal (2 s). */
+static void test_waiting_load(void **state) {
+  (void)state;
+  SchedProgram *prog = parse(2, 1, "F0 SA0\nRA0 F0");
+  SchedUnitCosts c = forward_costs(2);
+  OneNode n;
+  one_node(&n, 2, 1, &c, work_all);
+  SchedEvalOptions eo = sched_unit_eval_options(&c, SCHED_SEND_EAGER);
+  SchedEval ev;
+  n.o.waiting_load = 0.5;
+  assert_int_equal(sched_evaluate_shared(prog, &eo, &n.o, &ev, NULL), ERR_OK);
+  assert_true(near(at(prog, &ev, 0, 0, 1), 1.5));
+  assert_true(near(at(prog, &ev, 1, 1, 0), 1.5) && near(at(prog, &ev, 1, 1, 1), 3.0));
+  sched_eval_free(&ev);
+  n.o.waiting_load = 1;
+  assert_int_equal(sched_evaluate_shared(prog, &eo, &n.o, &ev, NULL), ERR_OK);
+  assert_true(near(ev.makespan, 4.0));
+  sched_eval_free(&ev);
+  n.o.waiting_load = 1.5;
+  Error err = {0, ""};
+  assert_int_equal(sched_evaluate_shared(prog, &eo, &n.o, &ev, &err), ERR_ARG);
+  assert_non_null(strstr(err.msg, "waiting_load"));
+  sched_eval_free(&ev);
+  sched_program_free(prog);
+}
+
 /* A deadlock is reported as the max-plus evaluator reports it. */
 static void test_deadlock(void **state) {
   (void)state;
@@ -321,7 +352,7 @@ static void test_bad_options(void **state) {
   SchedUnitCosts c = sched_unit_costs_default();
   SchedEvalOptions eo = sched_unit_eval_options(&c, SCHED_SEND_EAGER);
   double capacity = 1, load[2] = {1, 1};
-  SchedShareOptions o = {work_all, &c, 0.5, 1, &capacity, load};
+  SchedShareOptions o = {work_all, &c, 0.5, 1, &capacity, load, 0};
   SchedEval ev;
   Error err = {0, ""};
   o.priced_share = 0;
@@ -349,7 +380,8 @@ int main(void) {
       cmocka_unit_test(test_alone_full_speed),     cmocka_unit_test(test_both_half_speed),
       cmocka_unit_test(test_hand_timeline),        cmocka_unit_test(test_work_and_wait),
       cmocka_unit_test(test_spread_rank),          cmocka_unit_test(test_constant_speed_is_max_plus),
-      cmocka_unit_test(test_between_bounds),       cmocka_unit_test(test_deadlock),
+      cmocka_unit_test(test_between_bounds),       cmocka_unit_test(test_waiting_load),
+      cmocka_unit_test(test_deadlock),
       cmocka_unit_test(test_bad_options),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
