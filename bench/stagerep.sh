@@ -6,14 +6,20 @@
 # and 1,2 on 3 ranks (oversubscribed on 2 cores), each priced by
 # `fivefold simulate --stage-widths` on a spec calibrated with as many
 # ranks (`calibrate --quick`). Prints the median ms/step of the steps after
-# the warm-up beside the prediction, and the load average before each run
-# (the machine may be shared: other processes only add time).
+# the warm-up beside two predictions: under processor sharing (the spec's
+# "cores": a rank that waits leaves its core to those computing) and at the
+# fixed share of a core per rank (the same spec without "cores"), and the
+# load average before each run (the machine may be shared: other processes
+# only add time).
 # usage: bench/stagerep.sh [BUILD_DIR] [STEPS]   (prints figures, never pass/fail)
+# Environment: STAGEREP_PASSES (1): each layout runs that many times and
+# keeps the lowest median.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 STEPS=${2:-10}
 WARMUP=3
+PASSES=${STAGEREP_PASSES:-1}
 FIVEFOLD=$(cd "$BUILD" && pwd)/fivefold
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 PY=/usr/bin/python3
@@ -42,26 +48,44 @@ JSON
 for np in 2 3; do
   mpirun -np $np --oversubscribe "$FIVEFOLD" calibrate --quick --name local-$np --out spec$np.json >cal$np.log 2>&1 ||
     { tail -5 cal$np.log; exit 1; }
+  # The fixed share: the same spec without its "cores" object.
+  $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); d.pop("cores", None); json.dump(d, open(sys.argv[2], "w"))' \
+    spec$np.json spec$np-fixed.json
 done
-printf '%-22s %5s %11s %11s %8s  %s\n' configuration ranks predicted measured error "load average before"
+for np in 2 3; do
+  $PY -c 'import json, sys; c = json.load(open(sys.argv[1])).get("cores", {})
+print("%s ranks: core share %.3f of %s cores" % (sys.argv[2], c.get("share", 1), c.get("per_node", "?")))' spec$np.json $np
+done
+printf '%-14s %5s %11s %11s %11s %8s %9s  %s\n' configuration ranks sharing "fixed share" measured error \
+  "err fixed" "pass medians (ms) (load average before each)"
 for widths in 1,1 2,1 1,2; do
   np=$(( ${widths%,*} + ${widths#*,} ))
-  load=$(cut -d' ' -f1 /proc/loadavg)
   flags=(--pp 2 --schedule 1f1b)
   [ "$widths" = 1,1 ] || flags+=(--stage-widths "$widths")
-  mpirun -np $np --oversubscribe "$FIVEFOLD" train --config run.json --out "run-$widths" --no-progress "${flags[@]}" \
-    >"train-$widths.log" 2>&1 || { tail -5 "train-$widths.log"; continue; }
+  loads=()
+  for pass in $(seq 1 "$PASSES"); do
+    loads+=("$(cut -d' ' -f1 /proc/loadavg)")
+    mpirun -np $np --oversubscribe "$FIVEFOLD" train --config run.json --out "run-$widths.p$pass" --no-progress \
+      "${flags[@]}" >"train-$widths.p$pass.log" 2>&1 || { tail -5 "train-$widths.p$pass.log"; continue 2; }
+  done
   sim=(--pp 2 --schedule 1f1b --layers-per-stage 2,2)
   [ "$widths" = 1,1 ] || sim+=(--stage-widths "$widths")
-  "$FIVEFOLD" simulate --model model.json --cluster spec$np.json --gpus $np --seq $SEQ --mbs $MBS \
-    --global-batch $((MBS * ACCUM)) --dtype fp32 --dp-overlap 0 --param-gather-overlap 0 "${sim[@]}" \
-    >"sim-$widths.log" 2>&1 || { tail -3 "sim-$widths.log"; continue; }
-  pred=$(sed -n 's/^predicted: step \([0-9.]*\) ms.*/\1/p' "sim-$widths.log" | head -1)
-  $PY - "$WARMUP" "$pred" "run-$widths/metrics.jsonl" "widths $widths" "$np" "$load" <<'PY'
-import json, statistics, sys
-warm, pred, path, name, np, load = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
-recs = [json.loads(l) for l in open(path) if '"type":"train"' in l]
-meas = statistics.median(r["ms_per_step"] for r in recs[warm:])
-print(f"{name:<22} {np:>5} {pred:>8.1f} ms {meas:>8.1f} ms {100 * (pred / meas - 1):>+7.1f}%  {load}")
+  preds=()
+  for spec in spec$np spec$np-fixed; do
+    "$FIVEFOLD" simulate --model model.json --cluster $spec.json --gpus $np --seq $SEQ --mbs $MBS \
+      --global-batch $((MBS * ACCUM)) --dtype fp32 --dp-overlap 0 --param-gather-overlap 0 "${sim[@]}" \
+      >"sim-$widths-$spec.log" 2>&1 || { tail -3 "sim-$widths-$spec.log"; continue 2; }
+    preds+=("$(sed -n 's/^predicted: step \([0-9.]*\) ms.*/\1/p' "sim-$widths-$spec.log" | head -1)")
+  done
+  $PY - "$WARMUP" "${preds[0]}" "${preds[1]}" "widths $widths" "$np" "${loads[*]}" run-$widths.p* <<'PY'
+import json, os, statistics, sys
+warm, pred, fixed, name, np, loads = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+meds = []
+for d in sys.argv[7:]:
+    recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if '"type":"train"' in l]
+    meds.append(statistics.median(r["ms_per_step"] for r in recs[warm:]))
+meas = min(meds)
+print(f"{name:<14} {np:>5} {pred:>8.1f} ms {fixed:>8.1f} ms {meas:>8.1f} ms {100 * (pred / meas - 1):>+7.1f}% "
+      f"{100 * (fixed / meas - 1):>+8.1f}%  " + " ".join(f"{m:.1f}" for m in meds) + f"  ({loads})")
 PY
 done

@@ -591,6 +591,11 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   spec.attention_ring_query_tokens = T0 / 4;
   spec.kernel_floor = fl;
   spec.memory_bandwidth = bw * mc.share;
+  /* The share those rates are at, and the cores behind it: the simulator
+   * speeds a computing rank up while others wait (processor sharing). */
+  spec.cores_per_node = mc.cores;
+  spec.threads_per_device = mc.threads;
+  spec.core_share = mc.share;
   spec.memory_efficiency = beff;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) {

@@ -287,6 +287,13 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
     if (rt->bucket_bytes > 0) cJSON_AddNumberToObject(run, "bucket_MB", rt->bucket_bytes / 1e6);
     if (rt->bucket_max_share > 0) cJSON_AddNumberToObject(run, "bucket_max_share", rt->bucket_max_share);
   }
+  cJSON *cores = s->cores_per_node > 0 ? cJSON_AddObjectToObject(root, "cores") : NULL;
+  if (cores) {
+    cJSON_AddNumberToObject(cores, "per_node", s->cores_per_node);
+    cJSON_AddNumberToObject(cores, "threads_per_device", s->threads_per_device > 0 ? s->threads_per_device : 1);
+    cJSON_AddNumberToObject(cores, "share", s->core_share > 0 ? s->core_share : 1.0);
+    if (s->core_waiting_load > 0) cJSON_AddNumberToObject(cores, "waiting_load", s->core_waiting_load);
+  }
   if (s->link_devices > 0 && s->link_bandwidth && s->link_latency) {
     cJSON *links = cJSON_AddObjectToObject(root, "links");
     if (links) {

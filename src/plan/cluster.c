@@ -286,6 +286,26 @@ static int parse_runtime(const Ctx *c, const cJSON *o, PlanRuntimeFacts *rt) {
   return 0;
 }
 
+/* "cores": the cores a node's devices share (cluster.h). */
+static int parse_cores(const Ctx *c, const cJSON *o, ClusterSpec *s) {
+  static const char *const fields[] = {"per_node", "threads_per_device", "share", "waiting_load"};
+  TRY(check_fields(c, o, "cores", fields, COUNT(fields)));
+  double cores = 0, threads = 1, share = 0;
+  int has_share = 0;
+  TRY(get_number(c, o, "cores", "per_node", 1, 0, 1e6, 1, &cores, NULL));
+  TRY(get_number(c, o, "cores", "threads_per_device", 1, 0, 1e6, 0, &threads, NULL));
+  if (cores != floor(cores) || threads != floor(threads))
+    return error_set(c->err, ERR_CONFIG, "%s: fields \"cores.per_node\" and \"cores.threads_per_device\" must be "
+                     "integers", c->origin);
+  TRY(get_number(c, o, "cores", "share", 0, 1, 1.0, 0, &share, &has_share));
+  TRY(get_number(c, o, "cores", "waiting_load", 0, 0, 1.0, 0, &s->core_waiting_load, NULL));
+  s->cores_per_node = (int)cores;
+  s->threads_per_device = (int)threads;
+  double want = (double)s->devices_per_node * s->threads_per_device;
+  s->core_share = has_share ? share : (want > cores ? cores / want : 1.0);
+  return 0;
+}
+
 int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin, Error *err) {
   Error local;
   Ctx cc = {origin ? origin : "<cluster>", err ? err : &local};
@@ -298,7 +318,7 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
   if (!cJSON_IsObject(json)) return error_set(c->err, ERR_CONFIG, "%s: expected a JSON object", c->origin);
   static const char *const top[] = {"name", "description", "nodes", "devices_per_node", "peak_tflops", "memory",
                                     "intra_node", "inter_node", "compute", "collectives", "links",
-                                    "topology", "runtime"};
+                                    "topology", "runtime", "cores"};
   TRY(check_fields(c, json, "", top, COUNT(top)));
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(json, "name");
   if (name && !cJSON_IsString(name))
@@ -413,6 +433,8 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
 
   TRY(get_object(c, json, "runtime", 0, &o));
   if (o) TRY(parse_runtime(c, o, &s->runtime));
+  TRY(get_object(c, json, "cores", 0, &o));
+  if (o) TRY(parse_cores(c, o, s));
 
   TRY(get_object(c, json, "links", 0, &o));
   if (o) {

@@ -36,6 +36,16 @@
  *       bucket_MB, bucket_max_share}: what the runtime measured on this
  *       machine does (PlanRuntimeFacts); the planner's options default from
  *       it (plan_options_from_runtime, parallel.h).
+ *   cores (optional, written by `fivefold calibrate`) {per_node,
+ *       threads_per_device (1), share, waiting_load (0)}: the cores a node's
+ *       devices share.
+ *       When its devices ask for more threads than it has cores, peak_tflops
+ *       and memory.bandwidth are a device's rates at `share` of a core
+ *       (default per_node / (devices_per_node x threads_per_device)), and the
+ *       simulator prices processor sharing: a rank computes at
+ *       min(1, cores / threads of the ranks computing) of a core, a rank
+ *       that waits still taking waiting_load of its share
+ *       (sched/evaluate_shared.h, docs/planner.md "Ranks sharing cores").
  * Unknown fields are errors naming the file and the field. */
 #ifndef FIVEFOLD_PLAN_CLUSTER_H
 #define FIVEFOLD_PLAN_CLUSTER_H
@@ -154,6 +164,11 @@ typedef struct ClusterSpec {
   double *link_latency;   /* s */
   PlanTiers tiers;
   PlanRuntimeFacts runtime;
+  /* The "cores" object; cores_per_node 0: not given (a device per core). */
+  int cores_per_node;
+  int threads_per_device;
+  double core_share; /* the share of a core peak_flops and memory_bandwidth are rates at */
+  double core_waiting_load; /* [0, 1]: the share of its core a waiting device still takes */
   /* Optional rank -> device mapping (not owned; plan/mapping.h): every
    * lookup below that takes a rank prices the device it is mapped to.
    * NULL: rank r runs on device r. */
@@ -197,6 +212,13 @@ static inline int cluster_spec_is_irregular(const ClusterSpec *spec) {
 
 static inline int cluster_spec_device_of(const ClusterSpec *spec, int rank) {
   return spec->device_of_rank && rank >= 0 && rank < spec->num_mapped ? spec->device_of_rank[rank] : rank;
+}
+
+/* How many devices a node's cores run at full speed at once (cores /
+ * threads per device); 0 when the spec does not say (a device per core). */
+static inline double cluster_spec_node_capacity(const ClusterSpec *spec) {
+  int threads = spec->threads_per_device > 0 ? spec->threads_per_device : 1;
+  return spec->cores_per_node > 0 ? (double)spec->cores_per_node / threads : 0.0;
 }
 
 /* Node of the device rank `rank` runs on. */

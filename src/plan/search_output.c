@@ -56,6 +56,9 @@ void plan_result_explain(const PlanResult *r, const ModelConfig *m, FILE *f) {
   for (int s = 0; s < r->cfg.num_given_layers; s++) fprintf(f, "%s%d", s ? "," : " ", r->cfg.layers_per_stage[s]);
   fprintf(f, "\npredicted step %.1f ms, %.1f%% MFU, %.0f tokens/s, %.3g PFLOP per step (model FLOPs)\n",
           1e3 * r->step_time, 100.0 * r->mfu, r->tokens_per_s, r->model_flops / 1e15);
+  if (r->core_capacity > 0)
+    fprintf(f, "ranks share cores: processor sharing, a computing rank at min(1, %g / devices computing on its node) "
+            "of a core (the per-block prices below are at the fixed share %.2f)\n", r->core_capacity, r->core_share);
   fprintf(f, "\nwhere the step goes (pipeline rank %d, the last to finish):\n", r->critical_rank);
   double total = 0;
   for (int c = 0; c < PLAN_NUM_COMPONENTS; c++) total += r->breakdown.t[c];

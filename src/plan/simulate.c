@@ -9,10 +9,12 @@
 
 #include "model/flops.h"
 #include "plan/buckets.h"
+#include "plan/core_share.h"
 #include "plan/replicate.h"
 #include "plan/stages.h"
 #include "sched/builders.h"
 #include "sched/evaluate.h"
+#include "sched/evaluate_shared.h"
 #include "sched/trace_json.h"
 
 void plan_stage_costs_free(PlanStageCosts *sc) {
@@ -83,6 +85,7 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
   sc->vpp = V;
   sc->num_stages = S;
   sc->send_overhead = o->send_overhead;
+  sc->min_time_scale = plan_core_share_floor(cm->cluster);
   int rc = plan_stages_choose(cm, &sc->part, err);
   if (rc) return rc;
   sc->stage = calloc((size_t)S, sizeof *sc->stage);
@@ -179,7 +182,7 @@ double plan_stage_costs_lower_bound(const PlanStageCosts *sc, int m) {
     if (bound > best) best = bound;
     prefix += sc->stage[r].fwd_total + sc->stage[r].bwd_total;
   }
-  return best;
+  return best * sc->min_time_scale;
 }
 
 /* ---- pricing callbacks ---- */
@@ -208,6 +211,48 @@ static double action_cost(const SchedAction *a, void *ctx) {
     }
     default: return 0.0;
   }
+}
+
+/* The compute components of a breakdown: what runs on the rank's core. */
+static double cpu_part(const PlanBreakdown *b) {
+  double t = 0;
+  for (int c = 0; c < PLAN_NUM_COMPONENTS; c++)
+    if (c != PLAN_COMP_BUBBLE && !plan_component_is_comm((PlanComponent)c)) t += b->t[c];
+  return t;
+}
+
+/* The CPU part of an action's price (sched/evaluate_shared.h): its compute
+ * components and the optimizer's update; communication inside a forward or
+ * backward, the parameter gather, send overheads, reductions and transfers
+ * are waits, during which the rank leaves its core to the others. */
+static double action_work(const SchedAction *a, void *ctx) {
+  const PlanStageCosts *sc = ctx;
+  int s = action_stage(sc, a), valid = s >= 0 && s < sc->num_stages;
+  switch (a->kind) {
+    case SCHED_FWD: return valid ? cpu_part(&sc->stage[s].fwd) : 0.0;
+    case SCHED_BWD:
+      if (!valid) return 0.0;
+      return sc->split_backward ? cpu_part(&sc->stage[s].bwd) - sc->bwd_weight[s] : cpu_part(&sc->stage[s].bwd);
+    case SCHED_BWD_WEIGHT: return valid ? sc->bwd_weight[s] : 0.0;
+    case SCHED_OPTIM: return sc->optim_compute[a->stage >= 0 ? a->stage : a->rank];
+    default: return 0.0;
+  }
+}
+
+/* Under processor sharing: the critical rank's CPU time as it ran over the
+ * CPU time its actions are priced at (1 at the fixed share). */
+static double cpu_time_ratio(const SchedProgram *prog, const SchedEval *ev, const PlanStageCosts *sc, int rank) {
+  int n;
+  const SchedAction *list = sched_program_rank_actions(prog, rank, &n);
+  double priced = 0, ran = 0;
+  for (int i = 0; i < n; i++) {
+    const SchedAction *a = &list[i];
+    double cpu = a->stream == SCHED_STREAM_COMPUTE ? action_work(a, (void *)sc) : 0.0;
+    if (!(cpu > 0)) continue;
+    priced += cpu;
+    ran += (ev->finish[a->id] - ev->start[a->id]) - (action_cost(a, (void *)sc) - cpu);
+  }
+  return priced > 0 ? ran / priced : 1.0;
 }
 
 static double transfer_cost(const SchedAction *send, const SchedAction *recv, void *ctx) {
@@ -264,7 +309,7 @@ const char *plan_result_bottleneck(const PlanResult *r, char *buf, size_t size) 
 
 /* The critical rank's step, component by component. */
 static void critical_breakdown(const SchedProgram *prog, const SchedEval *ev, const PlanStageCosts *sc, int rank,
-                               double exposed_p2p, PlanBreakdown *out) {
+                               double exposed_p2p, double cpu_ratio, PlanBreakdown *out) {
   memset(out, 0, sizeof *out);
   int n;
   const SchedAction *list = sched_program_rank_actions(prog, rank, &n);
@@ -291,6 +336,10 @@ static void critical_breakdown(const SchedProgram *prog, const SchedEval *ev, co
     }
     if (a->stream == SCHED_STREAM_COMPUTE) prev_compute = a->id;
   }
+  /* Processor sharing ran the compute at another speed than priced. */
+  if (cpu_ratio != 1.0)
+    for (int c = 0; c < PLAN_NUM_COMPONENTS; c++)
+      if (c != PLAN_COMP_BUBBLE && !plan_component_is_comm((PlanComponent)c)) out->t[c] *= cpu_ratio;
   out->t[PLAN_COMP_PP_COMM] += exposed_p2p;
   double makespan = ev->rank_finish[rank];
   double idle = makespan - plan_breakdown_total(out);
@@ -359,13 +408,19 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   eo.transfer_ctx = cfg->num_stage_widths ? (void *)&pieces : (void *)&sc;
   eo.send_mode = SCHED_SEND_EAGER;
   SchedEval ev;
-  rc = sched_evaluate(prog, &eo, &ev, err);
+  memset(&ev, 0, sizeof ev);
+  /* Ranks sharing cores: a rank computes faster while others wait. */
+  PlanCoreShare share;
+  rc = plan_core_share_init(&share, cl, cfg, prog, action_work, &sc, err);
+  if (!rc)
+    rc = share.active ? sched_evaluate_shared(prog, &eo, &share.opts, &ev, err) : sched_evaluate(prog, &eo, &ev, err);
   double exposed_p2p = 0;
   if (!rc && sim->exposed_p2p) {
     SchedEvalOptions free_links = eo;
     free_links.transfer = NULL;
     SchedEval ev_free;
-    rc = sched_evaluate(prog, &free_links, &ev_free, err);
+    rc = share.active ? sched_evaluate_shared(prog, &free_links, &share.opts, &ev_free, err)
+                      : sched_evaluate(prog, &free_links, &ev_free, err);
     if (!rc) exposed_p2p = fmax(0.0, ev.makespan - ev_free.makespan);
     sched_eval_free(&ev_free);
   }
@@ -373,13 +428,15 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   if (rc) goto done;
 
   out->step_time = ev.makespan;
+  if (share.active) out->core_capacity = share.opts.capacity[0], out->core_share = share.opts.priced_share;
   out->bubble_fraction = ev.bubble_fraction;
   out->pp = P;
   out->num_stages = S;
   int critical = 0;
   for (int r = 1; r < prog->num_ranks; r++)
     if (ev.rank_finish[r] > ev.rank_finish[critical]) critical = r;
-  critical_breakdown(prog, &ev, &sc, critical, exposed_p2p, &out->breakdown);
+  critical_breakdown(prog, &ev, &sc, critical, exposed_p2p,
+                     share.active ? cpu_time_ratio(prog, &ev, &sc, critical) : 1.0, &out->breakdown);
   /* Reported as a pipeline rank: a replicated stage's replicas share one. */
   out->critical_rank = cfg->num_stage_widths ? prog->actions[prog->rank_begin[critical]].stage : critical;
   int gpus = plan_config_devices(cfg);
@@ -407,6 +464,7 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   out->fits = out->peak_memory <= plan_memory_capacity(cl);
   plan_result_bottleneck(out, out->bottleneck, sizeof out->bottleneck);
 done:
+  plan_core_share_free(&share);
   sched_eval_free(&ev);
   sched_program_free(prog);
   plan_stage_costs_free(&sc);

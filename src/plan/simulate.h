@@ -52,6 +52,10 @@ typedef struct PlanStageCosts {
    * dense MLPs (what fivefold's runtime defers: at tp 1, not GPT-2's MLP). */
   double *bwd_weight;
   int split_backward; /* the priced program splits its backward */
+  /* Every action takes at least this share of its price: 1, or the core
+   * share when ranks share cores and processor sharing may run the CPU work
+   * faster than priced (core_share.h); scales the lower bound. */
+  double min_time_scale;
 } PlanStageCosts;
 
 int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *out, Error *err);
@@ -78,6 +82,10 @@ typedef struct PlanResult {
   double bubble_fraction; /* evaluator: share of rank-time not in FWD/BWD/OPTIM */
   PlanBreakdown breakdown; /* critical rank, sums to step_time */
   int critical_rank;
+  /* Ranks sharing cores (core_share.h): the devices a node's cores run at
+   * once and the share the prices are at, when the step was priced by
+   * processor sharing; 0 when it was not. */
+  double core_capacity, core_share;
   int pp, num_stages;
   PlanPassCost *stage;     /* per virtual stage (owned) */
   PlanPassCost dense_layer, moe_layer, embedding, head; /* one block / extra, one micro-batch */

@@ -1,17 +1,15 @@
 /* Max-plus evaluation of a program (a longest-path sweep in topological
- * order over the graph the execution model defines), deadlock diagnosis,
- * the time-slot chart, and the one-number-per-kind cost model. */
+ * order over the graph the execution model defines), the graph itself
+ * (eval_graph.h, shared with the processor-sharing evaluator), deadlock
+ * diagnosis, the time-slot chart, and the one-number-per-kind cost model. */
 #include "sched/evaluate.h"
+
+#include "sched/eval_graph.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct Edge {
-  int to;
-  double weight;
-} Edge;
 
 /* The partner of a send/receive when the pairing is consistent (kinds are
  * partners, matches point at each other, ranks are each other's peers),
@@ -52,6 +50,13 @@ static int collect_preds(const SchedProgram *prog, const SchedAction *a, const i
     preds[n++] = (Pred){partner, w};
   }
   return n;
+}
+
+static int max_deps(const SchedProgram *prog) {
+  int m = 0;
+  for (int i = 0; i < prog->num_actions; i++)
+    if (prog->actions[i].num_deps > m) m = prog->actions[i].num_deps;
+  return m;
 }
 
 void sched_eval_free(SchedEval *eval) {
@@ -114,9 +119,20 @@ static void describe_deadlock(const SchedProgram *prog, const SchedEval *ev, con
   error_set(err, ERR_CONFIG, "%s", msg);
 }
 
-int sched_evaluate(const SchedProgram *prog, const SchedEvalOptions *opts, SchedEval *out, Error *err) {
+void sched_eval_graph_free(SchedEvalGraph *g) {
+  if (!g) return;
+  free(g->node);
+  free(g->indeg);
+  free(g->edge_begin);
+  free(g->edges);
+  free(g->dur);
+  free(g->prev_same);
+  free(g->prev_compute);
+  memset(g, 0, sizeof *g);
+}
+
+int sched_eval_alloc(const SchedProgram *prog, SchedEval *out, Error *err) {
   memset(out, 0, sizeof *out);
-  if (!opts || !opts->cost) return error_set(err, ERR_ARG, "sched_evaluate: a cost callback is required");
   int n = prog->num_actions, R = prog->num_ranks;
   out->num_actions = n;
   out->num_ranks = R;
@@ -125,22 +141,29 @@ int sched_evaluate(const SchedProgram *prog, const SchedEvalOptions *opts, Sched
   out->busy = calloc((size_t)R, sizeof *out->busy);
   out->comm = calloc((size_t)R, sizeof *out->comm);
   out->rank_finish = calloc((size_t)R, sizeof *out->rank_finish);
-  int max_deps = 0;
-  for (int i = 0; i < n; i++)
-    if (prog->actions[i].num_deps > max_deps) max_deps = prog->actions[i].num_deps;
-  int *prev_same = malloc((n ? (size_t)n : 1) * sizeof *prev_same);
-  int *prev_compute = malloc((n ? (size_t)n : 1) * sizeof *prev_compute);
-  int *node = malloc((n ? (size_t)n : 1) * sizeof *node);
-  int *indeg = calloc(n ? (size_t)n : 1, sizeof *indeg);
-  int *edge_begin = calloc((size_t)n + 1, sizeof *edge_begin);
-  int *queue = malloc((n ? (size_t)n : 1) * sizeof *queue);
-  double *ready = calloc(n ? (size_t)n : 1, sizeof *ready);
-  double *dur = malloc((n ? (size_t)n : 1) * sizeof *dur);
-  Pred *preds = malloc(((size_t)max_deps + 3) * sizeof *preds);
-  Edge *edges = NULL;
+  if (!out->start || !out->finish || !out->busy || !out->comm || !out->rank_finish)
+    return error_set(err, ERR_NOMEM, "sched_evaluate: out of memory");
+  for (int i = 0; i < n; i++) out->start[i] = out->finish[i] = NAN;
+  return ERR_OK;
+}
+
+int sched_eval_graph_build(const SchedProgram *prog, const SchedEvalOptions *opts, SchedEvalGraph *g, Error *err) {
+  memset(g, 0, sizeof *g);
+  if (!opts || !opts->cost) return error_set(err, ERR_ARG, "sched_evaluate: a cost callback is required");
+  int n = prog->num_actions, R = prog->num_ranks;
+  g->n = n;
+  g->prev_same = malloc((n ? (size_t)n : 1) * sizeof *g->prev_same);
+  g->prev_compute = malloc((n ? (size_t)n : 1) * sizeof *g->prev_compute);
+  g->node = malloc((n ? (size_t)n : 1) * sizeof *g->node);
+  g->indeg = calloc(n ? (size_t)n : 1, sizeof *g->indeg);
+  g->edge_begin = calloc((size_t)n + 1, sizeof *g->edge_begin);
+  g->dur = malloc((n ? (size_t)n : 1) * sizeof *g->dur);
+  Pred *preds = malloc(((size_t)max_deps(prog) + 3) * sizeof *preds);
+  int *prev_same = g->prev_same, *prev_compute = g->prev_compute, *node = g->node, *indeg = g->indeg;
+  int *edge_begin = g->edge_begin;
+  double *dur = g->dur;
   int rc = ERR_OK;
-  if (!out->start || !out->finish || !out->busy || !out->comm || !out->rank_finish || !prev_same || !prev_compute ||
-      !node || !indeg || !edge_begin || !queue || !ready || !dur || !preds) {
+  if (!prev_same || !prev_compute || !node || !indeg || !edge_begin || !dur || !preds) {
     rc = error_set(err, ERR_NOMEM, "sched_evaluate: out of memory");
     goto done;
   }
@@ -172,7 +195,6 @@ int sched_evaluate(const SchedProgram *prog, const SchedEvalOptions *opts, Sched
     const SchedAction *a = &prog->actions[i];
     int partner = valid_partner(prog, a);
     node[i] = (opts->send_mode == SCHED_SEND_RENDEZVOUS && partner >= 0 && sched_kind_is_recv(a->kind)) ? partner : i;
-    out->start[i] = out->finish[i] = NAN;
   }
   for (int i = 0; i < n; i++) {
     const SchedAction *a = &prog->actions[i];
@@ -208,9 +230,9 @@ int sched_evaluate(const SchedProgram *prog, const SchedEvalOptions *opts, Sched
     }
   }
   for (int i = 0; i < n; i++) edge_begin[i + 1] += edge_begin[i];
-  edges = malloc((edge_begin[n] ? (size_t)edge_begin[n] : 1) * sizeof *edges);
+  g->edges = malloc((edge_begin[n] ? (size_t)edge_begin[n] : 1) * sizeof *g->edges);
   int *fill = malloc((n ? (size_t)n : 1) * sizeof *fill);
-  if (!edges || !fill) {
+  if (!g->edges || !fill) {
     free(fill);
     rc = error_set(err, ERR_NOMEM, "sched_evaluate: out of memory");
     goto done;
@@ -218,29 +240,21 @@ int sched_evaluate(const SchedProgram *prog, const SchedEvalOptions *opts, Sched
   for (int i = 0; i < n; i++) fill[i] = edge_begin[i];
   for (int i = 0; i < n; i++) {
     int np = collect_preds(prog, &prog->actions[i], prev_same, prev_compute, opts, preds);
-    for (int k = 0; k < np; k++) edges[fill[node[preds[k].id]]++] = (Edge){node[i], preds[k].weight};
+    for (int k = 0; k < np; k++) g->edges[fill[node[preds[k].id]]++] = (SchedEvalEdge){node[i], preds[k].weight};
   }
   free(fill);
+done:
+  free(preds);
+  return rc;
+}
 
-  int head = 0, tail = 0;
-  for (int i = 0; i < n; i++)
-    if (node[i] == i && indeg[i] == 0) queue[tail++] = i;
-  while (head < tail) {
-    int u = queue[head++];
-    double start = ready[u], finish = start + dur[u];
-    out->start[u] = start;
-    out->finish[u] = finish;
-    for (int e = edge_begin[u]; e < edge_begin[u + 1]; e++) {
-      int v = edges[e].to;
-      double t = finish + edges[e].weight;
-      if (t > ready[v]) ready[v] = t;
-      if (--indeg[v] == 0) queue[tail++] = v;
-    }
-  }
+int sched_eval_finish(const SchedProgram *prog, const SchedEvalOptions *opts, const SchedEvalGraph *g, SchedEval *out,
+                      Error *err) {
+  int n = prog->num_actions, R = prog->num_ranks;
   for (int i = 0; i < n; i++) {
-    if (node[i] != i) {
-      out->start[i] = out->start[node[i]];
-      out->finish[i] = out->finish[node[i]];
+    if (g->node[i] != i) {
+      out->start[i] = out->start[g->node[i]];
+      out->finish[i] = out->finish[g->node[i]];
     }
     const SchedAction *a = &prog->actions[i];
     if (isnan(out->start[i])) {
@@ -260,30 +274,56 @@ int sched_evaluate(const SchedProgram *prog, const SchedEvalOptions *opts, Sched
     for (int r = 0; r < R; r++) busy += out->busy[r];
     out->bubble_fraction = 1.0 - busy / ((double)R * out->makespan);
   }
-  if (out->num_stuck) {
-    out->deadlocked = 1;
-    out->stuck = malloc((size_t)out->num_stuck * sizeof *out->stuck);
-    if (!out->stuck) {
-      rc = error_set(err, ERR_NOMEM, "sched_evaluate: out of memory");
-      goto done;
-    }
-    int k = 0;
-    for (int i = 0; i < n; i++)
-      if (isnan(out->start[i])) out->stuck[k++] = i;
-    describe_deadlock(prog, out, prev_same, prev_compute, opts, preds, err);
-    rc = ERR_CONFIG;
+  if (!out->num_stuck) return ERR_OK;
+  out->deadlocked = 1;
+  out->stuck = malloc((size_t)out->num_stuck * sizeof *out->stuck);
+  Pred *preds = malloc(((size_t)max_deps(prog) + 3) * sizeof *preds);
+  if (!out->stuck || !preds) {
+    free(preds);
+    return error_set(err, ERR_NOMEM, "sched_evaluate: out of memory");
   }
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (isnan(out->start[i])) out->stuck[k++] = i;
+  describe_deadlock(prog, out, g->prev_same, g->prev_compute, opts, preds, err);
+  free(preds);
+  return ERR_CONFIG;
+}
+
+int sched_evaluate(const SchedProgram *prog, const SchedEvalOptions *opts, SchedEval *out, Error *err) {
+  memset(out, 0, sizeof *out);
+  if (!opts || !opts->cost) return error_set(err, ERR_ARG, "sched_evaluate: a cost callback is required");
+  SchedEvalGraph g;
+  memset(&g, 0, sizeof g);
+  int n = prog->num_actions;
+  int *queue = malloc((n ? (size_t)n : 1) * sizeof *queue);
+  double *ready = calloc(n ? (size_t)n : 1, sizeof *ready);
+  int rc = sched_eval_alloc(prog, out, err);
+  if (!rc && (!queue || !ready)) rc = error_set(err, ERR_NOMEM, "sched_evaluate: out of memory");
+  if (!rc) rc = sched_eval_graph_build(prog, opts, &g, err);
+  if (rc) goto done;
+  /* Longest paths in topological order (Kahn): an action starts when its
+   * last predecessor's finish (+ the transfer on a receive's edge) is known. */
+  int head = 0, tail = 0;
+  for (int i = 0; i < n; i++)
+    if (g.node[i] == i && g.indeg[i] == 0) queue[tail++] = i;
+  while (head < tail) {
+    int u = queue[head++];
+    double start = ready[u], finish = start + g.dur[u];
+    out->start[u] = start;
+    out->finish[u] = finish;
+    for (int e = g.edge_begin[u]; e < g.edge_begin[u + 1]; e++) {
+      int v = g.edges[e].to;
+      double t = finish + g.edges[e].weight;
+      if (t > ready[v]) ready[v] = t;
+      if (--g.indeg[v] == 0) queue[tail++] = v;
+    }
+  }
+  rc = sched_eval_finish(prog, opts, &g, out, err);
 done:
-  free(prev_same);
-  free(prev_compute);
-  free(node);
-  free(indeg);
-  free(edge_begin);
+  sched_eval_graph_free(&g);
   free(queue);
   free(ready);
-  free(dur);
-  free(preds);
-  free(edges);
   return rc;
 }
 
