@@ -37,12 +37,14 @@
 
 #include "base/options.h"
 #include "base/timer.h"
+#include "cli/calibrate_nets.h"
 #include "cli/cmd_calibrate.h"
 #include "comm/collectives.h"
 #include "comm/host.h"
 #include "comm/world.h"
 #include "kern/attention.h"
 #include "kern/bf16.h"
+#include "kern/conv2d.h"
 #include "kern/gemm.h"
 #include "kern/peak.h"
 #include "kern/precision.h"
@@ -52,6 +54,7 @@
 #include "plan/config_paths.h"
 
 #define MAX_SAMPLES 256
+#define MAX_CONV 32
 
 typedef struct CalibCli {
   const char *out, *spec, *trace, *name;
@@ -527,7 +530,11 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
    * scheduler time slice would otherwise include the time its core served
    * another rank, and the share below would count that a second time. */
   CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES];
-  double fl = 0, fl_bf16 = 0, v[2 * MAX_SAMPLES + 16];
+  enum { NB = CALIB_NUM_CONV_BATCHES };
+  double fl = 0, fl_bf16 = 0, v[2 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * CALIB_NUM_LAYER_KINDS];
+  CalibGemmSample convs[2][NB][MAX_CONV]; /* [fp32, bf16][batch] */
+  double layer_f[CALIB_NUM_LAYER_KINDS] = {0}, layer_b[CALIB_NUM_LAYER_KINDS] = {0};
+  int nconv[2][NB] = {{0}};
   double fma = 0, sgemm = 0, peak = 0, peak_bf16 = 0;
   int ns_bf16 = 0;
   const int bf16 = kern_bf16_supported(NULL, 0);
@@ -552,6 +559,12 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       failed = ns < 2 || measure_attention(T1, c->quick, peak, &af1, &ab1) ||
                measure_attention(T0, c->quick, peak, &af0, &ab0) || measure_ring_attention(T0, c->quick, peak, &rf, &rb) ||
                measure_memory(c->quick, &bw, &beff);
+      /* The kernels of nets/ (calibrate_nets.h), for simulate --net. */
+      for (int d = 0; d < 2; d++)
+        for (int b = 0; b < NB && (d == 0 || (bf16 && conv2d_bf16_supported(NULL, 0))); b++)
+          nconv[d][b] = calib_measure_convs(c->quick, d, CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1), fastest_time,
+                                            convs[d][b], MAX_CONV);
+      calib_measure_layers(c->quick, fastest_time, layer_f, layer_b);
     }
     if (turns > 1) sleeping_barrier();
   }
@@ -561,7 +574,16 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   v[nv++] = ab0, v[nv++] = bw, v[nv++] = beff, v[nv++] = rf, v[nv++] = rb, v[nv++] = peak_bf16;
   for (int i = 0; i < ns; i++) v[nv++] = samples[i].seconds;
   for (int i = 0; i < ns_bf16; i++) v[nv++] = samples_bf16[i].seconds;
+  int at_nets = nv;
+  for (int d = 0; d < 2; d++)
+    for (int b = 0; b < NB; b++)
+      for (int i = 0; i < nconv[d][b]; i++) v[nv++] = convs[d][b][i].seconds;
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++) v[nv++] = layer_f[k], v[nv++] = layer_b[k];
   average_over_ranks(&mc, v, nv, mpi);
+  for (int d = 0; d < 2; d++)
+    for (int b = 0; b < NB; b++)
+      for (int i = 0; i < nconv[d][b]; i++) convs[d][b][i].seconds = v[at_nets++];
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++) layer_f[k] = v[at_nets++], layer_b[k] = v[at_nets++];
   peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8], rf = v[9], rb = v[10];
   peak_bf16 = v[11];
   for (int i = 0; i < ns; i++) samples[i].seconds = v[12 + i];
@@ -579,6 +601,26 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     spec.peak_flops[PLAN_DTYPE_BF16] = peak_bf16 * mc.share;
     rc = calib_fit_gemm_curve(samples_bf16, ns_bf16, peak_bf16, 0.5, &spec.gemm_efficiency_bf16, err);
     if (rc) return rc;
+  }
+  /* Convolutions against the peak of their dtype; the layers' seconds are
+   * a dedicated core's, so a share of it takes 1 / share as long. */
+  for (int d = 0; d < 2; d++) {
+    PlanConvCurves *cc = d ? &spec.conv_efficiency_bf16 : &spec.conv_efficiency;
+    cc->n = 0;
+    for (int b = 0; b < NB; b++) {
+      if (nconv[d][b] < 2 || (d && !(peak_bf16 > 0))) continue;
+      if ((rc = calib_fit_gemm_curve(convs[d][b], nconv[d][b], d ? peak_bf16 : peak, 0.5, &cc->curve[cc->n], err)))
+        return rc;
+      cc->batch[cc->n++] = CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1);
+    }
+  }
+  spec.num_layer_seconds = 0;
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS && k < PLAN_MAX_LAYER_KINDS; k++) {
+    if (!(layer_f[k] > 0) || !(layer_b[k] > 0)) continue;
+    int i = spec.num_layer_seconds++;
+    snprintf(spec.layer_seconds[i].kind, sizeof spec.layer_seconds[i].kind, "%s", CALIB_LAYER_KINDS[k]);
+    spec.layer_seconds[i].fwd = layer_f[k] / mc.share;
+    spec.layer_seconds[i].bwd = layer_b[k] / mc.share;
   }
   spec.attention_fwd_efficiency = fmin(1.0, af1);
   spec.attention_bwd_efficiency = fmin(1.0, ab1);
@@ -620,6 +662,21 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     fprintf(out, "  ring attention  %.2f forward, %.2f backward (CP 2, chunks of %d queries)\n", rf, rb, T0 / 4);
     fprintf(out, "  memory          %8.2f GB/s triad per rank, RMSNorm reaches %.0f%%; kernel floor %.2f us\n",
             bw * mc.share / 1e9, 100 * beff, fl * 1e6);
+    const PlanConvCurves *cv[2] = {&spec.conv_efficiency, &spec.conv_efficiency_bf16};
+    for (int d = 0; d < 2; d++)
+      for (int b = 0; b < cv[d]->n; b++) {
+        const PlanCurve *k = &cv[d]->curve[b];
+        fprintf(out, "  conv%s %3d img ", d ? " bf16" : "     ", cv[d]->batch[b]);
+        for (int i = 0; i < k->n; i++) fprintf(out, "%s%.2g: %.2f", i ? ", " : "", k->x[i], k->y[i]);
+        fprintf(out, "  (%d passes)\n", nconv[d][b]);
+      }
+    if (spec.num_layer_seconds > 0) {
+      fprintf(out, "  layers          ns per element forward/backward:");
+      for (int i = 0; i < spec.num_layer_seconds; i++)
+        fprintf(out, " %s %.2f/%.2f", spec.layer_seconds[i].kind, spec.layer_seconds[i].fwd * 1e9,
+                spec.layer_seconds[i].bwd * 1e9);
+      fprintf(out, "\n");
+    }
   }
   if (mpi && mc.world > 1) {
     rc = measure_collectives(&mc, c->quick, &spec, out, err);

@@ -95,7 +95,8 @@ static void simulate_usage(FILE *f) {
   fprintf(f,
           "usage: fivefold simulate --model M --cluster C --gpus N --seq S --global-batch B\n"
           "                         [--tp T --cp C --pp P --vpp V --ep E --etp X --mbs K] [options]\n"
-          "       fivefold simulate --plan FILE [options]\n\n"
+          "       fivefold simulate --plan FILE [options]\n"
+          "       fivefold simulate --net FILE --cluster C --gpus N --mbs B --global-batch G (a vision network)\n\n"
           "Predicts one parallel configuration: builds the per-rank program, prices every action with\n"
           "the cost model and evaluates it; prints step time, MFU, where the time goes and memory per stage.\n\n"
           "options:\n");

@@ -167,6 +167,12 @@ typedef struct PlanOptions {
    * holds one of its experts (RDMA) and is forwarded to their GPUs over
    * NVLink there; inside the node it goes over NVLink directly. */
   int moe_node_dedup;
+  /* fp32_activations: a low precision covers only the GEMM inputs (and
+   * attention's matmuls); activations, communication, gradients and the
+   * optimizer stay fp32 (fivefold's CPU runtime, kern/precision.h). 0: the
+   * mixed precision of Megatron-Core (bf16 activations and messages, a
+   * bf16 copy of the weights). Set from a spec's runtime facts ("cpu"). */
+  int fp32_activations;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);
