@@ -5,8 +5,9 @@
  *   mpirun -np N fivefold calibrate ...      (also measures the collectives)
  *   fivefold calibrate --from-trace TRACE.json [--spec IN] --out OUT
  *
- * Every rank measures at once with its own OpenMP threads, and every figure
- * is the fastest of several repetitions (other processes only add time).
+ * Every rank measures at once with its own OpenMP threads, each kernel in a
+ * window all ranks share (fastest_time), and every figure is the fastest of
+ * several repetitions (other processes only add time).
  * A device of the spec is one rank as the runs will place it: when the
  * ranks of a node ask for more threads than it has cores (the union of their
  * affinity masks), each rank gets a share of them, and the spec's peak and
@@ -101,10 +102,35 @@ static void fill(float *p, size_t n, float scale) {
 /* Fastest time of fn over repetitions for about `budget` seconds (at least
  * `min_reps`, at most 64) after one warm-up call. The fastest, because on a
  * shared machine other processes only ever add time: it is the rate of the
- * hardware, which the core share then divides (see the top of the file). */
+ * hardware, which the core share then divides (see the top of the file).
+ *
+ * With g_together (several ranks of a node, each on cores of its own) every
+ * measurement is a window all ranks share: they start it at a barrier and
+ * each keeps calling fn after its own repetitions until every rank has
+ * finished its own, so each repetition (the fastest included) ran while the
+ * other ranks computed the same kernel, contending for the shared cache and
+ * memory bandwidth as the ranks of a run do. Measured apart, a repetition
+ * can fall where a neighbour was between kernels and miss that contention. */
 typedef void (*TimedFn)(void *ctx);
+static int g_together;
+
+static void busy_barrier(CommRequest *req, TimedFn fn, void *ctx) {
+  Error err = {0};
+  int done = 0, rc = comm_barrier(comm_world(), req, &err);
+  while (!rc && !done) {
+    rc = comm_test(req, &done, &err);
+    if (!rc && !done && fn) fn(ctx);
+  }
+  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
+}
+
 static double fastest_time(TimedFn fn, void *ctx, double budget, int min_reps) {
   double t[64];
+  CommRequest req;
+  if (g_together) {
+    comm_request_init(&req);
+    busy_barrier(&req, NULL, NULL);
+  }
   fn(ctx);
   int n = 0;
   double start = now_s();
@@ -113,6 +139,7 @@ static double fastest_time(TimedFn fn, void *ctx, double budget, int min_reps) {
     fn(ctx);
     t[n++] = now_s() - t0;
   }
+  if (g_together) busy_barrier(&req, fn, ctx); /* the others may still be timing */
   double best = t[0];
   for (int i = 1; i < n; i++) best = fmin(best, t[i]);
   return best;
@@ -542,6 +569,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0;
   int turns = mpi && mc.share < 1 && mc.ranks_on_node > 1 ? (int)ceil(1.0 / mc.share - 1e-9) : 1;
   if (turns > mc.ranks_on_node) turns = mc.ranks_on_node;
+  /* Ranks with cores of their own measure together (fastest_time). */
+  g_together = mpi && turns == 1 && mc.world > 1;
   for (int turn = 0; turn < turns; turn++) {
     if (mc.node_rank % turns == turn) {
       fma = peak_fma_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
@@ -568,6 +597,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     }
     if (turns > 1) sleeping_barrier();
   }
+  g_together = 0;
   if (failed) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
   int nv = 0;
   v[nv++] = peak, v[nv++] = sgemm, v[nv++] = fl, v[nv++] = af1, v[nv++] = ab1, v[nv++] = af0;
