@@ -34,7 +34,8 @@
 #        the CNN runs take 10 x STEPS steps: a LeNet-5 step is a few ms)
 # env:   PLAN_ACC_QUICK=1 calibrates with --quick; PLAN_ACC_KEEP=DIR keeps the work directory there;
 #        PLAN_ACC_PASSES=N passes (default 2); PLAN_ACC_QUIET_WAIT=S longest wait for a quiet machine (30);
-#        PLAN_ACC_REUSE=1 with PLAN_ACC_KEEP reuses the specs and runs found there (re-prices only);
+#        PLAN_ACC_REUSE=1 with PLAN_ACC_KEEP reuses the specs and runs found there (re-prices only;
+#        runs are numbered in the order of the selection, so reuse them with the same selection);
 #        PLAN_ACC_ONLY=REGEX runs only the configurations whose name matches (grep -E; the first
 #        configuration, whose router imbalance the others are priced with, always runs);
 #        PLAN_ACC_SMOKE=1 a quick check of the whole pipeline on a loaded machine: --quick
