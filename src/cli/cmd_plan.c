@@ -71,7 +71,8 @@ static void common_help(FILE *f) {
           "  --moe-imbalance X        busiest expert's load / mean load, dropless routing (default 1.1)\n"
           "  --expert-load LIST       measured tokens per expert, comma-separated (overrides the imbalance)\n"
           "  --tp-overlap F           share of TP communication hidden behind GEMMs, 0..1 (default 0)\n"
-          "  --cp-overlap F           share of the CP ring hidden behind attention (default 1)\n"
+          "  --cp-overlap F           share of the CP ring hidden behind attention (default 1; 0 on a\n"
+          "                           spec without asynchronous progress)\n"
           "  --ep-overlap F           share of the MoE all-to-all hidden behind compute (default 0)\n"
           "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1; 0 on\n"
           "                           a spec from calibrate: MPI without asynchronous progress)\n"
@@ -314,7 +315,10 @@ static int parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       rc = parse_number_list(c, name, value, c->expert_load, MAX_EXPERT_LOAD, &c->opt.num_expert_load);
       c->opt.expert_load = c->expert_load;
     } else if (!strcmp(name, "--tp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.tp_overlap);
-    else if (!strcmp(name, "--cp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
+    else if (!strcmp(name, "--cp-overlap")) {
+      rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
+      c->given |= PLAN_GIVEN_CP_OVERLAP;
+    }
     else if (!strcmp(name, "--ep-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.ep_overlap);
     else if (!strcmp(name, "--dp-overlap")) {
       rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);

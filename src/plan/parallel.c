@@ -87,6 +87,10 @@ void plan_options_from_runtime(const PlanRuntimeFacts *rt, unsigned given, PlanO
   o->fp32_activations = !strcmp(rt->device, "cpu");
   if (!(given & PLAN_GIVEN_DP_OVERLAP)) o->dp_overlap = rt->async_progress ? 1.0 : 0.0;
   if (!(given & PLAN_GIVEN_PARAM_GATHER)) o->param_gather_overlap = rt->async_progress ? 1.0 : 0.0;
+  /* The ring's K/V shift is started before the block's attention and
+   * waited for after it (model/attention_cp.c): without a progress thread
+   * its rendezvous transfer moves only inside the wait. */
+  if (!(given & PLAN_GIVEN_CP_OVERLAP)) o->cp_overlap = rt->async_progress ? 1.0 : 0.0;
   if (!(given & PLAN_GIVEN_DROPLESS_SYNC)) o->dropless_sync = rt->device_sync ? rt->dropless_sync : 0.0;
   if (!(given & PLAN_GIVEN_BUCKET) && rt->bucket_bytes > 0) {
     o->bucket_params = rt->bucket_bytes / o->grad_reduce_bytes;

@@ -78,7 +78,7 @@ static void test_options_default_from_facts(void **state) {
   plan_options_from_runtime(&s.runtime, 0, &o, &dtype);
   assert_int_equal(dtype, PLAN_DTYPE_FP32);
   assert_int_equal(o.moe_tp_replicated, 1);
-  assert_true(o.dp_overlap == 0 && o.param_gather_overlap == 0);
+  assert_true(o.dp_overlap == 0 && o.param_gather_overlap == 0 && o.cp_overlap == 0);
   assert_true(o.dropless_sync == 0);
   assert_true(fabs(o.bucket_params - 25.0 * 1024 * 1024 / 4) < 1);
   assert_true(o.bucket_max_share == 0.25);
