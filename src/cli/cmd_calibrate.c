@@ -6,7 +6,7 @@
  *   fivefold calibrate --from-trace TRACE.json [--spec IN] --out OUT
  *
  * Every rank measures at once with its own OpenMP threads, each kernel in a
- * window all ranks share (fastest_time), and every figure is the fastest of
+ * window all ranks share (calibrate_timing.h), and every figure is the fastest of
  * several repetitions (other processes only add time).
  * A device of the spec is one rank as the runs will place it: when the
  * ranks of a node ask for more threads than it has cores (the union of their
@@ -39,6 +39,7 @@
 #include "base/options.h"
 #include "base/timer.h"
 #include "cli/calibrate_nets.h"
+#include "cli/calibrate_timing.h"
 #include "cli/cmd_calibrate.h"
 #include "comm/collectives.h"
 #include "comm/host.h"
@@ -99,52 +100,6 @@ static void fill(float *p, size_t n, float scale) {
   for (size_t i = 0; i < n; i++) p[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f * scale;
 }
 
-/* Fastest time of fn over repetitions for about `budget` seconds (at least
- * `min_reps`, at most 64) after one warm-up call. The fastest, because on a
- * shared machine other processes only ever add time: it is the rate of the
- * hardware, which the core share then divides (see the top of the file).
- *
- * With g_together (several ranks of a node, each on cores of its own) every
- * measurement is a window all ranks share: they start it at a barrier and
- * each keeps calling fn after its own repetitions until every rank has
- * finished its own, so each repetition (the fastest included) ran while the
- * other ranks computed the same kernel, contending for the shared cache and
- * memory bandwidth as the ranks of a run do. Measured apart, a repetition
- * can fall where a neighbour was between kernels and miss that contention. */
-typedef void (*TimedFn)(void *ctx);
-static int g_together;
-
-static void busy_barrier(CommRequest *req, TimedFn fn, void *ctx) {
-  Error err = {0};
-  int done = 0, rc = comm_barrier(comm_world(), req, &err);
-  while (!rc && !done) {
-    rc = comm_test(req, &done, &err);
-    if (!rc && !done && fn) fn(ctx);
-  }
-  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
-}
-
-static double fastest_time(TimedFn fn, void *ctx, double budget, int min_reps) {
-  double t[64];
-  CommRequest req;
-  if (g_together) {
-    comm_request_init(&req);
-    busy_barrier(&req, NULL, NULL);
-  }
-  fn(ctx);
-  int n = 0;
-  double start = now_s();
-  while (n < 64 && (n < min_reps || now_s() - start < budget)) {
-    double t0 = now_s();
-    fn(ctx);
-    t[n++] = now_s() - t0;
-  }
-  if (g_together) busy_barrier(&req, fn, ctx); /* the others may still be timing */
-  double best = t[0];
-  for (int i = 1; i < n; i++) best = fmin(best, t[i]);
-  return best;
-}
-
 typedef struct GemmCtx {
   int ta, tb, m, n, k;
   const float *a, *b;
@@ -175,7 +130,7 @@ static int measure_gemms(int quick, CalibGemmSample *out, double *floor_s) {
   fill(a, cap, 1.0f);
   fill(b, cap, 1.0f);
   GemmCtx tiny = {0, 1, 1, 1, 1, a, b, c};
-  *floor_s = fastest_time(run_gemm, &tiny, quick ? 0.001 : 0.005, 20);
+  *floor_s = calib_fastest_time(run_gemm, &tiny, quick ? 0.001 : 0.005, 20);
   for (int i = 0; i < nm; i++)
     for (int j = 0; j < nnk; j++) {
       int m = Ms[i], n = NK[j][0], k = NK[j][1];
@@ -183,7 +138,7 @@ static int measure_gemms(int quick, CalibGemmSample *out, double *floor_s) {
       int layout = (i + j) % 3;
       GemmCtx g = {layout == 2, layout == 0, m, n, k, a, b, c};
       out[count].m = m, out[count].n = n, out[count].k = k;
-      out[count].seconds = fastest_time(run_gemm, &g, budget, 3);
+      out[count].seconds = calib_fastest_time(run_gemm, &g, budget, 3);
       count++;
     }
 done:
@@ -223,9 +178,9 @@ static int measure_attention(int T, int quick, double peak, double *fwd_eff, dou
     double flops = 2.0 * a.H * (double)T * T * a.D;
     double budget = quick ? 0.01 : 0.05;
     a.backward = 0;
-    *fwd_eff = flops / (peak * fastest_time(run_attention, &a, budget, 3));
+    *fwd_eff = flops / (peak * calib_fastest_time(run_attention, &a, budget, 3));
     a.backward = 1;
-    *bwd_eff = 2.5 * flops / (peak * fastest_time(run_attention, &a, budget, 3));
+    *bwd_eff = 2.5 * flops / (peak * calib_fastest_time(run_attention, &a, budget, 3));
   }
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
   free(a.lse);
@@ -282,9 +237,9 @@ static int measure_ring_attention(int T, int quick, double peak, double *fwd_eff
     double flops = 2.0 * a->H * (double)T * T * a->D / 2;
     double budget = quick ? 0.01 : 0.05;
     a->backward = 0;
-    *fwd_eff = flops / (peak * fastest_time(run_ring, &r, budget, 3));
+    *fwd_eff = flops / (peak * calib_fastest_time(run_ring, &r, budget, 3));
     a->backward = 1;
-    *bwd_eff = 2.5 * flops / (peak * fastest_time(run_ring, &r, budget, 3));
+    *bwd_eff = 2.5 * flops / (peak * calib_fastest_time(run_ring, &r, budget, 3));
   }
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
   free(a->lse);
@@ -329,10 +284,10 @@ static int measure_memory(int quick, double *bandwidth, double *efficiency) {
     fill(s.z, s.n, 1.0f);
     fill(s.w, 1024, 1.0f);
     double budget = quick ? 0.02 : 0.15;
-    double t = fastest_time(run_stream, &s, budget, 3);
+    double t = calib_fastest_time(run_stream, &s, budget, 3);
     *bandwidth = 3.0 * s.n * sizeof(float) / t;
     s.norm = 1;
-    double tn = fastest_time(run_stream, &s, budget, 3);
+    double tn = calib_fastest_time(run_stream, &s, budget, 3);
     *efficiency = fmin(1.0, fmax(0.05, 2.0 * s.n * sizeof(float) / tn / *bandwidth));
     rc = 0;
   }
@@ -498,18 +453,6 @@ static void describe_machine(Machine *mc, int mpi) {
 
 /* A barrier whose waiting ranks sleep instead of polling, so that they leave
  * the cores to the ranks measuring. */
-static void sleeping_barrier(void) {
-  CommRequest req;
-  comm_request_init(&req);
-  Error err = {0};
-  int done = 0, rc = comm_barrier(comm_world(), &req, &err);
-  while (!rc && !done) {
-    rc = comm_test(&req, &done, &err);
-    if (!rc && !done) usleep(2000);
-  }
-  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
-}
-
 /* Averages v over the ranks (every rank measured at the same time). */
 static void average_over_ranks(const Machine *mc, double *v, int n, int mpi) {
   if (!mpi || mc->world == 1 || n <= 0) return;
@@ -569,8 +512,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0;
   int turns = mpi && mc.share < 1 && mc.ranks_on_node > 1 ? (int)ceil(1.0 / mc.share - 1e-9) : 1;
   if (turns > mc.ranks_on_node) turns = mc.ranks_on_node;
-  /* Ranks with cores of their own measure together (fastest_time). */
-  g_together = mpi && turns == 1 && mc.world > 1;
+  /* Ranks with cores of their own measure together (calibrate_timing.h). */
+  calib_set_together(mpi && turns == 1 && mc.world > 1);
   for (int turn = 0; turn < turns; turn++) {
     if (mc.node_rank % turns == turn) {
       fma = peak_fma_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
@@ -591,13 +534,13 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       /* The kernels of nets/ (calibrate_nets.h), for simulate --net. */
       for (int d = 0; d < 2; d++)
         for (int b = 0; b < NB && (d == 0 || (bf16 && conv2d_bf16_supported(NULL, 0))); b++)
-          nconv[d][b] = calib_measure_convs(c->quick, d, CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1), fastest_time,
+          nconv[d][b] = calib_measure_convs(c->quick, d, CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1), calib_fastest_time,
                                             convs[d][b], MAX_CONV);
-      calib_measure_layers(c->quick, fastest_time, layer_f, layer_b);
+      calib_measure_layers(c->quick, calib_fastest_time, layer_f, layer_b);
     }
-    if (turns > 1) sleeping_barrier();
+    if (turns > 1) calib_sleeping_barrier();
   }
-  g_together = 0;
+  calib_set_together(0);
   if (failed) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
   int nv = 0;
   v[nv++] = peak, v[nv++] = sgemm, v[nv++] = fl, v[nv++] = af1, v[nv++] = ab1, v[nv++] = af0;
