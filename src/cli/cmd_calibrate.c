@@ -5,8 +5,9 @@
  *   mpirun -np N fivefold calibrate ...      (also measures the collectives)
  *   fivefold calibrate --from-trace TRACE.json [--spec IN] --out OUT
  *
- * Every rank measures at once with its own OpenMP threads, and every figure
- * is the fastest of several repetitions (other processes only add time).
+ * Every rank measures at once with its own OpenMP threads, each kernel in a
+ * window all ranks share (calibrate_timing.h), and every figure is the fastest of
+ * several repetitions (other processes only add time).
  * A device of the spec is one rank as the runs will place it: when the
  * ranks of a node ask for more threads than it has cores (the union of their
  * affinity masks), each rank gets a share of them, and the spec's peak and
@@ -37,12 +38,15 @@
 
 #include "base/options.h"
 #include "base/timer.h"
+#include "cli/calibrate_nets.h"
+#include "cli/calibrate_timing.h"
 #include "cli/cmd_calibrate.h"
 #include "comm/collectives.h"
 #include "comm/host.h"
 #include "comm/world.h"
 #include "kern/attention.h"
 #include "kern/bf16.h"
+#include "kern/conv2d.h"
 #include "kern/gemm.h"
 #include "kern/peak.h"
 #include "kern/precision.h"
@@ -52,6 +56,7 @@
 #include "plan/config_paths.h"
 
 #define MAX_SAMPLES 256
+#define MAX_CONV 32
 
 typedef struct CalibCli {
   const char *out, *spec, *trace, *name;
@@ -95,26 +100,6 @@ static void fill(float *p, size_t n, float scale) {
   for (size_t i = 0; i < n; i++) p[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f * scale;
 }
 
-/* Fastest time of fn over repetitions for about `budget` seconds (at least
- * `min_reps`, at most 64) after one warm-up call. The fastest, because on a
- * shared machine other processes only ever add time: it is the rate of the
- * hardware, which the core share then divides (see the top of the file). */
-typedef void (*TimedFn)(void *ctx);
-static double fastest_time(TimedFn fn, void *ctx, double budget, int min_reps) {
-  double t[64];
-  fn(ctx);
-  int n = 0;
-  double start = now_s();
-  while (n < 64 && (n < min_reps || now_s() - start < budget)) {
-    double t0 = now_s();
-    fn(ctx);
-    t[n++] = now_s() - t0;
-  }
-  double best = t[0];
-  for (int i = 1; i < n; i++) best = fmin(best, t[i]);
-  return best;
-}
-
 typedef struct GemmCtx {
   int ta, tb, m, n, k;
   const float *a, *b;
@@ -145,7 +130,7 @@ static int measure_gemms(int quick, CalibGemmSample *out, double *floor_s) {
   fill(a, cap, 1.0f);
   fill(b, cap, 1.0f);
   GemmCtx tiny = {0, 1, 1, 1, 1, a, b, c};
-  *floor_s = fastest_time(run_gemm, &tiny, quick ? 0.001 : 0.005, 20);
+  *floor_s = calib_fastest_time(run_gemm, &tiny, quick ? 0.001 : 0.005, 20);
   for (int i = 0; i < nm; i++)
     for (int j = 0; j < nnk; j++) {
       int m = Ms[i], n = NK[j][0], k = NK[j][1];
@@ -153,7 +138,7 @@ static int measure_gemms(int quick, CalibGemmSample *out, double *floor_s) {
       int layout = (i + j) % 3;
       GemmCtx g = {layout == 2, layout == 0, m, n, k, a, b, c};
       out[count].m = m, out[count].n = n, out[count].k = k;
-      out[count].seconds = fastest_time(run_gemm, &g, budget, 3);
+      out[count].seconds = calib_fastest_time(run_gemm, &g, budget, 3);
       count++;
     }
 done:
@@ -193,9 +178,9 @@ static int measure_attention(int T, int quick, double peak, double *fwd_eff, dou
     double flops = 2.0 * a.H * (double)T * T * a.D;
     double budget = quick ? 0.01 : 0.05;
     a.backward = 0;
-    *fwd_eff = flops / (peak * fastest_time(run_attention, &a, budget, 3));
+    *fwd_eff = flops / (peak * calib_fastest_time(run_attention, &a, budget, 3));
     a.backward = 1;
-    *bwd_eff = 2.5 * flops / (peak * fastest_time(run_attention, &a, budget, 3));
+    *bwd_eff = 2.5 * flops / (peak * calib_fastest_time(run_attention, &a, budget, 3));
   }
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
   free(a.lse);
@@ -252,9 +237,9 @@ static int measure_ring_attention(int T, int quick, double peak, double *fwd_eff
     double flops = 2.0 * a->H * (double)T * T * a->D / 2;
     double budget = quick ? 0.01 : 0.05;
     a->backward = 0;
-    *fwd_eff = flops / (peak * fastest_time(run_ring, &r, budget, 3));
+    *fwd_eff = flops / (peak * calib_fastest_time(run_ring, &r, budget, 3));
     a->backward = 1;
-    *bwd_eff = 2.5 * flops / (peak * fastest_time(run_ring, &r, budget, 3));
+    *bwd_eff = 2.5 * flops / (peak * calib_fastest_time(run_ring, &r, budget, 3));
   }
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
   free(a->lse);
@@ -299,10 +284,10 @@ static int measure_memory(int quick, double *bandwidth, double *efficiency) {
     fill(s.z, s.n, 1.0f);
     fill(s.w, 1024, 1.0f);
     double budget = quick ? 0.02 : 0.15;
-    double t = fastest_time(run_stream, &s, budget, 3);
+    double t = calib_fastest_time(run_stream, &s, budget, 3);
     *bandwidth = 3.0 * s.n * sizeof(float) / t;
     s.norm = 1;
-    double tn = fastest_time(run_stream, &s, budget, 3);
+    double tn = calib_fastest_time(run_stream, &s, budget, 3);
     *efficiency = fmin(1.0, fmax(0.05, 2.0 * s.n * sizeof(float) / tn / *bandwidth));
     rc = 0;
   }
@@ -468,18 +453,6 @@ static void describe_machine(Machine *mc, int mpi) {
 
 /* A barrier whose waiting ranks sleep instead of polling, so that they leave
  * the cores to the ranks measuring. */
-static void sleeping_barrier(void) {
-  CommRequest req;
-  comm_request_init(&req);
-  Error err = {0};
-  int done = 0, rc = comm_barrier(comm_world(), &req, &err);
-  while (!rc && !done) {
-    rc = comm_test(&req, &done, &err);
-    if (!rc && !done) usleep(2000);
-  }
-  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
-}
-
 /* Averages v over the ranks (every rank measured at the same time). */
 static void average_over_ranks(const Machine *mc, double *v, int n, int mpi) {
   if (!mpi || mc->world == 1 || n <= 0) return;
@@ -527,7 +500,11 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
    * scheduler time slice would otherwise include the time its core served
    * another rank, and the share below would count that a second time. */
   CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES];
-  double fl = 0, fl_bf16 = 0, v[2 * MAX_SAMPLES + 16];
+  enum { NB = CALIB_NUM_CONV_BATCHES };
+  double fl = 0, fl_bf16 = 0, v[2 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * CALIB_NUM_LAYER_KINDS];
+  CalibGemmSample convs[2][NB][MAX_CONV]; /* [fp32, bf16][batch] */
+  double layer_f[CALIB_NUM_LAYER_KINDS] = {0}, layer_b[CALIB_NUM_LAYER_KINDS] = {0};
+  int nconv[2][NB] = {{0}};
   double fma = 0, sgemm = 0, peak = 0, peak_bf16 = 0;
   int ns_bf16 = 0;
   const int bf16 = kern_bf16_supported(NULL, 0);
@@ -535,6 +512,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0;
   int turns = mpi && mc.share < 1 && mc.ranks_on_node > 1 ? (int)ceil(1.0 / mc.share - 1e-9) : 1;
   if (turns > mc.ranks_on_node) turns = mc.ranks_on_node;
+  /* Ranks with cores of their own measure together (calibrate_timing.h). */
+  calib_set_together(mpi && turns == 1 && mc.world > 1);
   for (int turn = 0; turn < turns; turn++) {
     if (mc.node_rank % turns == turn) {
       fma = peak_fma_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
@@ -552,16 +531,32 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       failed = ns < 2 || measure_attention(T1, c->quick, peak, &af1, &ab1) ||
                measure_attention(T0, c->quick, peak, &af0, &ab0) || measure_ring_attention(T0, c->quick, peak, &rf, &rb) ||
                measure_memory(c->quick, &bw, &beff);
+      /* The kernels of nets/ (calibrate_nets.h), for simulate --net. */
+      for (int d = 0; d < 2; d++)
+        for (int b = 0; b < NB && (d == 0 || (bf16 && conv2d_bf16_supported(NULL, 0))); b++)
+          nconv[d][b] = calib_measure_convs(c->quick, d, CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1), calib_fastest_time,
+                                            convs[d][b], MAX_CONV);
+      calib_measure_layers(c->quick, calib_fastest_time, layer_f, layer_b);
     }
-    if (turns > 1) sleeping_barrier();
+    if (turns > 1) calib_sleeping_barrier();
   }
+  calib_set_together(0);
   if (failed) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
   int nv = 0;
   v[nv++] = peak, v[nv++] = sgemm, v[nv++] = fl, v[nv++] = af1, v[nv++] = ab1, v[nv++] = af0;
   v[nv++] = ab0, v[nv++] = bw, v[nv++] = beff, v[nv++] = rf, v[nv++] = rb, v[nv++] = peak_bf16;
   for (int i = 0; i < ns; i++) v[nv++] = samples[i].seconds;
   for (int i = 0; i < ns_bf16; i++) v[nv++] = samples_bf16[i].seconds;
+  int at_nets = nv;
+  for (int d = 0; d < 2; d++)
+    for (int b = 0; b < NB; b++)
+      for (int i = 0; i < nconv[d][b]; i++) v[nv++] = convs[d][b][i].seconds;
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++) v[nv++] = layer_f[k], v[nv++] = layer_b[k];
   average_over_ranks(&mc, v, nv, mpi);
+  for (int d = 0; d < 2; d++)
+    for (int b = 0; b < NB; b++)
+      for (int i = 0; i < nconv[d][b]; i++) convs[d][b][i].seconds = v[at_nets++];
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++) layer_f[k] = v[at_nets++], layer_b[k] = v[at_nets++];
   peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8], rf = v[9], rb = v[10];
   peak_bf16 = v[11];
   for (int i = 0; i < ns; i++) samples[i].seconds = v[12 + i];
@@ -579,6 +574,26 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     spec.peak_flops[PLAN_DTYPE_BF16] = peak_bf16 * mc.share;
     rc = calib_fit_gemm_curve(samples_bf16, ns_bf16, peak_bf16, 0.5, &spec.gemm_efficiency_bf16, err);
     if (rc) return rc;
+  }
+  /* Convolutions against the peak of their dtype; the layers' seconds are
+   * a dedicated core's, so a share of it takes 1 / share as long. */
+  for (int d = 0; d < 2; d++) {
+    PlanConvCurves *cc = d ? &spec.conv_efficiency_bf16 : &spec.conv_efficiency;
+    cc->n = 0;
+    for (int b = 0; b < NB; b++) {
+      if (nconv[d][b] < 2 || (d && !(peak_bf16 > 0))) continue;
+      if ((rc = calib_fit_gemm_curve(convs[d][b], nconv[d][b], d ? peak_bf16 : peak, 0.5, &cc->curve[cc->n], err)))
+        return rc;
+      cc->batch[cc->n++] = CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1);
+    }
+  }
+  spec.num_layer_seconds = 0;
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS && k < PLAN_MAX_LAYER_KINDS; k++) {
+    if (!(layer_f[k] > 0) || !(layer_b[k] > 0)) continue;
+    int i = spec.num_layer_seconds++;
+    snprintf(spec.layer_seconds[i].kind, sizeof spec.layer_seconds[i].kind, "%s", CALIB_LAYER_KINDS[k]);
+    spec.layer_seconds[i].fwd = layer_f[k] / mc.share;
+    spec.layer_seconds[i].bwd = layer_b[k] / mc.share;
   }
   spec.attention_fwd_efficiency = fmin(1.0, af1);
   spec.attention_bwd_efficiency = fmin(1.0, ab1);
@@ -625,6 +640,21 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     fprintf(out, "  ring attention  %.2f forward, %.2f backward (CP 2, chunks of %d queries)\n", rf, rb, T0 / 4);
     fprintf(out, "  memory          %8.2f GB/s triad per rank, RMSNorm reaches %.0f%%; kernel floor %.2f us\n",
             bw * mc.share / 1e9, 100 * beff, fl * 1e6);
+    const PlanConvCurves *cv[2] = {&spec.conv_efficiency, &spec.conv_efficiency_bf16};
+    for (int d = 0; d < 2; d++)
+      for (int b = 0; b < cv[d]->n; b++) {
+        const PlanCurve *k = &cv[d]->curve[b];
+        fprintf(out, "  conv%s %3d img ", d ? " bf16" : "     ", cv[d]->batch[b]);
+        for (int i = 0; i < k->n; i++) fprintf(out, "%s%.2g: %.2f", i ? ", " : "", k->x[i], k->y[i]);
+        fprintf(out, "  (%d passes)\n", nconv[d][b]);
+      }
+    if (spec.num_layer_seconds > 0) {
+      fprintf(out, "  layers          ns per element forward/backward:");
+      for (int i = 0; i < spec.num_layer_seconds; i++)
+        fprintf(out, " %s %.2f/%.2f", spec.layer_seconds[i].kind, spec.layer_seconds[i].fwd * 1e9,
+                spec.layer_seconds[i].bwd * 1e9);
+      fprintf(out, "\n");
+    }
   }
   if (mpi && mc.world > 1) {
     rc = measure_collectives(&mc, c->quick, &spec, out, err);

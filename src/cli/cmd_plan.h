@@ -7,5 +7,9 @@
  * plan or simulation failed, 2 bad usage). */
 int cmd_plan(int argc, char **argv);
 int cmd_simulate(int argc, char **argv);
+/* The `simulate` command of the binary (cmd_simulate_net.c): `simulate --net
+ * FILE` prices a vision network trained data-parallel, anything else goes
+ * to cmd_simulate. */
+int cmd_simulate_any(int argc, char **argv);
 
 #endif

@@ -25,7 +25,8 @@ static void common_help(FILE *f) {
           "  --moe-imbalance X        busiest expert's load / mean load, dropless routing (default 1.1)\n"
           "  --expert-load LIST       measured tokens per expert, comma-separated (overrides the imbalance)\n"
           "  --tp-overlap F           share of TP communication hidden behind GEMMs, 0..1 (default 0)\n"
-          "  --cp-overlap F           share of the CP ring hidden behind attention (default 1)\n"
+          "  --cp-overlap F           share of the CP ring hidden behind attention (default 1; 0 on a\n"
+          "                           spec without asynchronous progress)\n"
           "  --ep-overlap F           share of the MoE all-to-all hidden behind compute (default 0)\n"
           "  --dp-overlap F           share of gradient reduction hidden behind backward (default 1; 0 on\n"
           "                           a spec from calibrate: MPI without asynchronous progress)\n"
@@ -49,7 +50,8 @@ void plan_cli_simulate_usage(FILE *f) {
   fprintf(f,
           "usage: fivefold simulate --model M --cluster C --gpus N --seq S --global-batch B\n"
           "                         [--tp T --cp C --pp P --vpp V --ep E --etp X --mbs K] [options]\n"
-          "       fivefold simulate --plan FILE [options]\n\n"
+          "       fivefold simulate --plan FILE [options]\n"
+          "       fivefold simulate --net FILE --cluster C --gpus N --mbs B --global-batch G (a vision network)\n\n"
           "Predicts one parallel configuration: builds the per-rank program, prices every action with\n"
           "the cost model and evaluates it; prints step time, MFU, where the time goes and memory per stage.\n\n"
           "options:\n");
@@ -267,7 +269,10 @@ int plan_cli_parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       rc = parse_number_list(c, name, value, c->expert_load, MAX_EXPERT_LOAD, &c->opt.num_expert_load);
       c->opt.expert_load = c->expert_load;
     } else if (!strcmp(name, "--tp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.tp_overlap);
-    else if (!strcmp(name, "--cp-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
+    else if (!strcmp(name, "--cp-overlap")) {
+      rc = parse_fraction(c, name, value, 0, 1, &c->opt.cp_overlap);
+      c->given |= PLAN_GIVEN_CP_OVERLAP;
+    }
     else if (!strcmp(name, "--ep-overlap")) rc = parse_fraction(c, name, value, 0, 1, &c->opt.ep_overlap);
     else if (!strcmp(name, "--dp-overlap")) {
       rc = parse_fraction(c, name, value, 0, 1, &c->opt.dp_overlap);

@@ -32,7 +32,7 @@ static const Command COMMANDS[] = {
      cmd_export},
     {"import", "read a Hugging Face model directory into a run directory that training continues", cmd_import},
     {"plan", "search the parallel configuration for a model on a cluster", cmd_plan},
-    {"simulate", "predict step time, bubbles and memory of one parallel configuration", cmd_simulate},
+    {"simulate", "predict step time, bubbles and memory of one parallel configuration", cmd_simulate_any},
     {"calibrate", "measure this machine (or refit from a trace) and write a cluster spec for the planner", cmd_calibrate},
     {"schedule", "build, check, print and price the per-rank program of one iteration", cmd_schedule},
     {"trace", "record a run with eBPF, analyze a trace as a timing DAG (critical path, stragglers)", cmd_trace},

@@ -302,6 +302,12 @@ void vision_set_eval(Network *net, int eval) { ((Vision *)net->impl)->eval = eva
 
 const float *vision_probabilities(const Network *net) { return ((const Vision *)net->impl)->probs; }
 
+const Layer *vision_layers(const Network *net, int *count) {
+  const Vision *v = net->impl;
+  *count = v->num_layers;
+  return v->layers;
+}
+
 double vision_mults_per_sample(const Network *net) {
   const Vision *v = net->impl;
   double sum = 0;

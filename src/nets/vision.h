@@ -68,6 +68,9 @@ double vision_adds_per_sample(const Network *net);
  * (kern/op_count.h) rather than by their formulas; the loss is not
  * counted. The network's state is as after any forward of b. */
 int vision_count_mults(Network *net, const VisionBatch *b, int train, double *per_image, Error *err);
+/* The built layers in order (shapes, parameters, counts), for the cost
+ * model's description of the network (cli/cmd_simulate_net.c). */
+const struct Layer *vision_layers(const Network *net, int *count);
 /* A one-line description of the layers: "conv2d 4x3x3 -> relu -> ...". */
 void vision_describe(const Network *net, char *buf, size_t cap);
 

@@ -227,6 +227,33 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
         cJSON_AddItemToArray(curve_bf16, pt);
       }
     }
+    const PlanConvCurves *convs[2] = {&s->conv_efficiency, &s->conv_efficiency_bf16};
+    static const char *const conv_names[2] = {"conv_efficiency", "conv_efficiency_bf16"};
+    for (int v = 0; v < 2; v++) {
+      if (convs[v]->n <= 0) continue;
+      cJSON *list = cJSON_AddArrayToObject(comp, conv_names[v]);
+      for (int b = 0; list && b < convs[v]->n; b++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "batch", convs[v]->batch[b]);
+        cJSON *cv = cJSON_AddArrayToObject(e, "curve");
+        for (int i = 0; cv && i < convs[v]->curve[b].n; i++) {
+          cJSON *pt = cJSON_CreateArray();
+          cJSON_AddItemToArray(pt, cJSON_CreateNumber(convs[v]->curve[b].x[i]));
+          cJSON_AddItemToArray(pt, cJSON_CreateNumber(convs[v]->curve[b].y[i]));
+          cJSON_AddItemToArray(cv, pt);
+        }
+        cJSON_AddItemToArray(list, e);
+      }
+    }
+    if (s->num_layer_seconds > 0) {
+      cJSON *ls = cJSON_AddObjectToObject(comp, "layer_seconds");
+      for (int i = 0; ls && i < s->num_layer_seconds; i++) {
+        cJSON *pt = cJSON_CreateArray();
+        cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->layer_seconds[i].fwd));
+        cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->layer_seconds[i].bwd));
+        cJSON_AddItemToObject(ls, s->layer_seconds[i].kind, pt);
+      }
+    }
     cJSON *att = cJSON_AddObjectToObject(comp, "attention_efficiency");
     if (att) {
       cJSON_AddNumberToObject(att, "forward", s->attention_fwd_efficiency);

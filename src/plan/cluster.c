@@ -197,6 +197,63 @@ static int parse_curve(const Ctx *c, const cJSON *v, const char *path, PlanCurve
   return 0;
 }
 
+/* [{batch, curve}, ...] with increasing batches. */
+static int parse_conv_curves(const Ctx *c, const cJSON *v, const char *path, PlanConvCurves *out) {
+  out->n = 0;
+  if (!v) return 0;
+  int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  if (n < 1 || n > PLAN_MAX_CONV_BATCHES)
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an array of 1 to %d {batch, curve} objects",
+                     c->origin, path, PLAN_MAX_CONV_BATCHES);
+  const cJSON *e;
+  cJSON_ArrayForEach(e, v) {
+    char where[96];
+    snprintf(where, sizeof where, "%s[%d]", path, out->n);
+    static const char *const fields[] = {"batch", "curve"};
+    if (!cJSON_IsObject(e))
+      return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an object {batch, curve}", c->origin, where);
+    TRY(check_fields(c, e, where, fields, 2));
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "batch");
+    if (!cJSON_IsNumber(b) || b->valuedouble < 1 || b->valuedouble > 1e6 ||
+        (out->n > 0 && !(b->valuedouble > out->batch[out->n - 1])))
+      return error_set(c->err, ERR_CONFIG, "%s: field \"%s.batch\": expected an integer >= 1, larger than the "
+                       "entry before", c->origin, where);
+    char cpath[112];
+    snprintf(cpath, sizeof cpath, "%s.curve", where);
+    const cJSON *curve = cJSON_GetObjectItemCaseSensitive(e, "curve");
+    if (!curve) return error_set(c->err, ERR_CONFIG, "%s: field \"%s\" is required", c->origin, cpath);
+    TRY(parse_curve(c, curve, cpath, &out->curve[out->n]));
+    out->batch[out->n++] = (int)b->valuedouble;
+  }
+  return 0;
+}
+
+/* compute.layer_seconds: {kind: [forward, backward]}, seconds per input element. */
+static int parse_layer_seconds(const Ctx *c, const cJSON *v, ClusterSpec *s) {
+  s->num_layer_seconds = 0;
+  if (!v) return 0;
+  if (!cJSON_IsObject(v))
+    return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds\": expected an object {kind: [forward, "
+                     "backward]}, got %s", c->origin, json_type_name(v));
+  const cJSON *k;
+  cJSON_ArrayForEach(k, v) {
+    const cJSON *f = cJSON_IsArray(k) && cJSON_GetArraySize(k) == 2 ? cJSON_GetArrayItem(k, 0) : NULL;
+    const cJSON *b = f ? cJSON_GetArrayItem(k, 1) : NULL;
+    if (!f || !cJSON_IsNumber(f) || !cJSON_IsNumber(b) || !(f->valuedouble >= 0) || !(b->valuedouble >= 0) ||
+        !isfinite(f->valuedouble) || !isfinite(b->valuedouble) || strlen(k->string) >= sizeof s->layer_seconds[0].kind)
+      return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds.%s\": expected [forward, backward] "
+                       "seconds per element >= 0 (kind names under 24 characters)", c->origin, k->string);
+    if (s->num_layer_seconds >= PLAN_MAX_LAYER_KINDS)
+      return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds\": at most %d kinds", c->origin,
+                       PLAN_MAX_LAYER_KINDS);
+    int i = s->num_layer_seconds++;
+    snprintf(s->layer_seconds[i].kind, sizeof s->layer_seconds[i].kind, "%s", k->string);
+    s->layer_seconds[i].fwd = f->valuedouble;
+    s->layer_seconds[i].bwd = b->valuedouble;
+  }
+  return 0;
+}
+
 static int parse_matrix(const Ctx *c, const cJSON *v, const char *path, int n_expected, double scale, double **out,
                         int *n_out) {
   if (!cJSON_IsArray(v))
@@ -371,8 +428,14 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
   TRY(get_object(c, json, "compute", 0, &o));
   if (o) {
     static const char *const comp[] = {"gemm_efficiency", "gemm_efficiency_bf16", "attention_efficiency",
-                                       "kernel_floor_us"};
+                                       "kernel_floor_us", "conv_efficiency", "conv_efficiency_bf16",
+                                       "layer_seconds"};
     TRY(check_fields(c, o, "compute", comp, COUNT(comp)));
+    TRY(parse_conv_curves(c, cJSON_GetObjectItemCaseSensitive(o, "conv_efficiency"), "compute.conv_efficiency",
+                          &s->conv_efficiency));
+    TRY(parse_conv_curves(c, cJSON_GetObjectItemCaseSensitive(o, "conv_efficiency_bf16"),
+                          "compute.conv_efficiency_bf16", &s->conv_efficiency_bf16));
+    TRY(parse_layer_seconds(c, cJSON_GetObjectItemCaseSensitive(o, "layer_seconds"), s));
     const cJSON *curve = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency");
     if (curve) TRY(parse_curve(c, curve, "compute.gemm_efficiency", &s->gemm_efficiency));
     const cJSON *curve_bf16 = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency_bf16");

@@ -18,7 +18,12 @@
  *                       attention_efficiency: {forward, backward,
  *                                              reference_tokens, length_exponent,
  *                                              [ring_forward, ring_backward, ring_query_tokens]},
- *                       kernel_floor_us}
+ *                       kernel_floor_us,
+ *                       conv_efficiency, conv_efficiency_bf16: [{batch, curve: [[flops,
+ *                           fraction of peak], ...]}, ...] convolution passes measured at
+ *                           each batch (optional; absent: the GEMM curves),
+ *                       layer_seconds: {kind: [forward, backward]} seconds per input element
+ *                           of the other layers of nets/ (optional; absent: memory traffic)}
  *   collectives (optional, written by calibration) {all_reduce | reduce_scatter |
  *       all_gather | all_to_all | p2p: {intra_node | inter_node:
  *       {bandwidth_GBps, latency_us}}}: effective alpha-beta per collective,
@@ -69,6 +74,8 @@ const char *plan_dtype_name(PlanDtype dtype); /* "bf16", ... */
 int plan_dtype_from_name(const char *name, PlanDtype *dtype); /* 0 or -1 */
 
 #define PLAN_MAX_CURVE_POINTS 32
+#define PLAN_MAX_LAYER_KINDS 12
+#define PLAN_MAX_CONV_BATCHES 4
 
 /* A piecewise curve interpolated linearly in log(x), clamped at the ends. */
 typedef struct PlanCurve {
@@ -77,6 +84,16 @@ typedef struct PlanCurve {
 } PlanCurve;
 
 double plan_curve_eval(const PlanCurve *curve, double x);
+
+/* Efficiency curves of one kernel measured at several batch sizes
+ * (increasing): a direct convolution's rate depends on the batch at equal
+ * FLOPs (its activations leave the caches), so a pass is priced from the
+ * curves of the batches around its own (plan/net_sim.c). */
+typedef struct PlanConvCurves {
+  int n;
+  int batch[PLAN_MAX_CONV_BATCHES];
+  PlanCurve curve[PLAN_MAX_CONV_BATCHES];
+} PlanConvCurves;
 
 /* Alpha-beta parameters of one link or collective: time = latency + bytes / bandwidth. */
 typedef struct PlanLink {
@@ -158,6 +175,17 @@ typedef struct ClusterSpec {
    * kernel over the chunks. */
   double attention_ring_fwd_efficiency, attention_ring_bwd_efficiency, attention_ring_query_tokens;
   double kernel_floor; /* s: shortest time any kernel takes */
+  /* Optional (n 0: absent), measured by calibrate on the kernels of nets/:
+   * convolution passes (forward, data and weight gradients with the bias)
+   * by FLOPs against the peak of their dtype, and the other layer kinds'
+   * forward and backward seconds per input element (pooling, activations),
+   * which plan/net_sim.h prices CNNs with. */
+  PlanConvCurves conv_efficiency, conv_efficiency_bf16;
+  int num_layer_seconds;
+  struct {
+    char kind[24];
+    double fwd, bwd;
+  } layer_seconds[PLAN_MAX_LAYER_KINDS];
   /* Optional device-by-device matrix (link_devices x link_devices), nominal. */
   int link_devices;
   double *link_bandwidth; /* bytes/s */

@@ -44,6 +44,9 @@ double plan_p2p_time(const ClusterSpec *cluster, int device_a, int device_b, dou
 /* ---- compute primitives ---- */
 
 int plan_dtype_bytes(PlanDtype dtype);
+/* Bytes of an activation, message or weight copy: the dtype's, or 4 under
+ * PlanOptions.fp32_activations. */
+int plan_activation_bytes(const PlanOptions *opt, PlanDtype dtype);
 double plan_peak_flops(const ClusterSpec *cluster, PlanDtype dtype);
 /* C[m x n] = A[m x k] B[k x n]. */
 double plan_gemm_time(const ClusterSpec *cluster, PlanDtype dtype, double m, double n, double k);

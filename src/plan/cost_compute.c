@@ -15,6 +15,10 @@ int plan_dtype_bytes(PlanDtype dtype) {
   }
 }
 
+int plan_activation_bytes(const PlanOptions *opt, PlanDtype dtype) {
+  return opt && opt->fp32_activations ? 4 : plan_dtype_bytes(dtype);
+}
+
 double plan_peak_flops(const ClusterSpec *cl, PlanDtype dtype) {
   double p = cl->peak_flops[dtype];
   return p > 0 ? p : cl->peak_flops[PLAN_DTYPE_BF16];

@@ -59,7 +59,7 @@ static Dims dims_of(const PlanCostModel *cm) {
   const ModelConfig *m = cm->model;
   const PlanConfig *c = cm->cfg;
   Dims D;
-  D.e = plan_dtype_bytes(c->dtype);
+  D.e = plan_activation_bytes(cm->opt, c->dtype);
   D.b = c->micro_batch_size;
   D.s = c->seq_len;
   D.h = m->hidden_size;

@@ -84,8 +84,13 @@ void plan_options_from_runtime(const PlanRuntimeFacts *rt, unsigned given, PlanO
   if (!rt || !rt->given) return;
   if (dtype && !(given & PLAN_GIVEN_DTYPE)) *dtype = rt->dtype;
   if (!(given & PLAN_GIVEN_MOE_TP)) o->moe_tp_replicated = rt->moe_tp_replicated;
+  o->fp32_activations = !strcmp(rt->device, "cpu");
   if (!(given & PLAN_GIVEN_DP_OVERLAP)) o->dp_overlap = rt->async_progress ? 1.0 : 0.0;
   if (!(given & PLAN_GIVEN_PARAM_GATHER)) o->param_gather_overlap = rt->async_progress ? 1.0 : 0.0;
+  /* The ring's K/V shift is started before the block's attention and
+   * waited for after it (model/attention_cp.c): without a progress thread
+   * its rendezvous transfer moves only inside the wait. */
+  if (!(given & PLAN_GIVEN_CP_OVERLAP)) o->cp_overlap = rt->async_progress ? 1.0 : 0.0;
   if (!(given & PLAN_GIVEN_DROPLESS_SYNC)) o->dropless_sync = rt->device_sync ? rt->dropless_sync : 0.0;
   if (!(given & PLAN_GIVEN_BUCKET) && rt->bucket_bytes > 0) {
     o->bucket_params = rt->bucket_bytes / o->grad_reduce_bytes;

@@ -167,6 +167,12 @@ typedef struct PlanOptions {
    * holds one of its experts (RDMA) and is forwarded to their GPUs over
    * NVLink there; inside the node it goes over NVLink directly. */
   int moe_node_dedup;
+  /* fp32_activations: a low precision covers only the GEMM inputs (and
+   * attention's matmuls); activations, communication, gradients and the
+   * optimizer stay fp32 (fivefold's CPU runtime, kern/precision.h). 0: the
+   * mixed precision of Megatron-Core (bf16 activations and messages, a
+   * bf16 copy of the weights). Set from a spec's runtime facts ("cpu"). */
+  int fp32_activations;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);
@@ -178,13 +184,14 @@ enum {
   PLAN_GIVEN_DP_OVERLAP = 1 << 2,
   PLAN_GIVEN_PARAM_GATHER = 1 << 3,
   PLAN_GIVEN_DROPLESS_SYNC = 1 << 4,
-  PLAN_GIVEN_BUCKET = 1 << 5
+  PLAN_GIVEN_BUCKET = 1 << 5,
+  PLAN_GIVEN_CP_OVERLAP = 1 << 6
 };
 
 /* The defaults a calibrated spec's runtime facts (cluster.h) imply, set in
  * opt and *dtype except where `given` has the option's bit: the runtime's
- * precision, MoE placement under TP, dp and parameter-gather overlap 1 with
- * asynchronous progress and 0 without, the dropless sync, the default
+ * precision, MoE placement under TP, dp, parameter-gather and CP-ring
+ * overlap 1 with asynchronous progress and 0 without, the dropless sync, the default
  * bucket and its cap. Nothing changes when the spec has no facts. */
 void plan_options_from_runtime(const PlanRuntimeFacts *rt, unsigned given, PlanOptions *opt, PlanDtype *dtype);
 

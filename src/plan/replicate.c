@@ -121,9 +121,9 @@ int plan_stage_costs_replicate(const PlanCostModel *cm, PlanStageCosts *sc, Erro
                      cfg->num_stage_widths, P, sc->vpp);
   int *off = malloc((size_t)P * sizeof *off);
   if (!off) return error_set(err, ERR_NOMEM, "stage replication: out of memory");
-  int mixed = cfg->dtype != PLAN_DTYPE_FP32 && cfg->dtype != PLAN_DTYPE_TF32;
+  int mixed = cfg->dtype != PLAN_DTYPE_FP32 && cfg->dtype != PLAN_DTYPE_TF32 && !o->fp32_activations;
   double update_bytes = mixed ? 4 + 3 * 8 + 2 : 4 + 3 * 8;
-  double elt = plan_dtype_bytes(cfg->dtype);
+  double elt = plan_activation_bytes(o, cfg->dtype);
   for (int s = 0, at = 0; s < P; s++) {
     off[s] = at;
     at += cfg->stage_width[s];

@@ -103,11 +103,11 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
     return error_set(err, ERR_NOMEM, "simulate: out of memory");
   }
   double d_dense = (double)cfg->par.dp * cfg->par.cp, d_expert = cfg->par.edp;
-  int mixed = cfg->dtype != PLAN_DTYPE_FP32 && cfg->dtype != PLAN_DTYPE_TF32;
+  int mixed = cfg->dtype != PLAN_DTYPE_FP32 && cfg->dtype != PLAN_DTYPE_TF32 && !o->fp32_activations;
   /* Adam streams per local parameter: grad read, master, m and v read and
    * written, and (mixed precision) the low-precision copy written. */
   double update_bytes = mixed ? 4 + 3 * 8 + 2 : 4 + 3 * 8;
-  double elt = plan_dtype_bytes(cfg->dtype);
+  double elt = plan_activation_bytes(o, cfg->dtype);
   double bucket = runtime_bucket(cm, effective_bucket(cm, &sc->part));
   sc->bucket_params = bucket;
   for (int s = 0; s < S; s++) {

@@ -3,7 +3,11 @@
 # planner loads and simulates with, with the collectives section when run
 # on 2 ranks under mpirun and without it on one rank; on a CPU with
 # avx512_bf16 also the bf16 GEMM curve, and simulate --dtype bf16 then
-# predicts a faster step than --dtype fp32 (the bf16 peak is measured).
+# predicts a faster step than --dtype fp32 (the bf16 peak is measured);
+# the rates of the CNN kernels (convolution curves at two batches, the
+# pooling and activation layers), with which `simulate --net` prices
+# configs/vision/lenet5.json (more ranks add the gradient reduction, a
+# tropical network is refused naming the layer).
 # usage: calibrate_smoke.sh FIVEFOLD NP [MPIEXEC]     (NP 0: no mpirun)
 set -eu
 FIVEFOLD=$1
@@ -55,4 +59,22 @@ if grep -qw avx512_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}${DNNL_MAX
   awk -v a="$(step "$WORK/sim16")" -v b="$(step "$WORK/sim")" 'BEGIN { exit !(a > 0 && a < b) }' ||
     { echo "bf16 step $(step "$WORK/sim16") not below fp32 step $(step "$WORK/sim")"; exit 1; }
 fi
+grep -q '"conv_efficiency"' "$WORK/spec.json" || { echo "no compute.conv_efficiency in the spec"; exit 1; }
+grep -Eq '"maxpool":[[:space:]]*\[' "$WORK/spec.json" || { echo "no compute.layer_seconds.maxpool in the spec"; exit 1; }
+net_step() { # GPUS: LeNet-5's predicted step at 32 images per rank
+  "$FIVEFOLD" simulate --net "$ROOT/configs/vision/lenet5.json" --cluster "$WORK/spec.json" --gpus "$1" --mbs 32 \
+    --global-batch $((32 * $1)) >"$WORK/net$1" 2>&1 || { cat "$WORK/net$1"; exit 1; }
+  grep -q "0 conv2d 6x28x28" "$WORK/net$1" || { cat "$WORK/net$1"; echo "simulate --net lists no conv2d layer"; exit 1; }
+  sed -n 's/^predicted: step \([0-9.]*\) ms.*/\1/p' "$WORK/net$1"
+}
+one=$(net_step 1)
+cat "$WORK/net1"
+if [ "$GPUS" -gt 1 ]; then
+  many=$(net_step "$GPUS")
+  grep -Eq "gradient reduction [0-9.]+ ms exposed \([1-9][0-9]* bucket" "$WORK/net$GPUS" || { cat "$WORK/net$GPUS"; exit 1; }
+  awk -v a="$many" -v b="$one" 'BEGIN { exit !(a > b) }' || { echo "dp $GPUS step $many not above one rank's $one"; exit 1; }
+fi
+if "$FIVEFOLD" simulate --net "$ROOT/configs/vision/tlenet5.json" --cluster "$WORK/spec.json" --gpus 1 --mbs 8 \
+  --global-batch 8 >"$WORK/tnet" 2>&1; then echo "simulate --net priced a tropical network"; exit 1; fi
+grep -q "model.layers\[0\].type: the simulator prices conv2d" "$WORK/tnet" || { cat "$WORK/tnet"; exit 1; }
 echo "calibrate smoke test passed ($NP ranks)"

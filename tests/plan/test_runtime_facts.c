@@ -3,7 +3,8 @@
  * asynchronous progress, no device sync, its buckets), they load back
  * field for field, the planner's options default from them while explicit
  * flags win, a TP run priced from the facts alone equals one priced with
- * every flag spelled out, and the bottleneck names the largest part of the
+ * every flag spelled out, bf16 there rounds only the GEMM inputs (fp32
+ * activations and messages), and the bottleneck names the largest part of the
  * step, GEMMs included. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -77,10 +78,11 @@ static void test_options_default_from_facts(void **state) {
   plan_options_from_runtime(&s.runtime, 0, &o, &dtype);
   assert_int_equal(dtype, PLAN_DTYPE_FP32);
   assert_int_equal(o.moe_tp_replicated, 1);
-  assert_true(o.dp_overlap == 0 && o.param_gather_overlap == 0);
+  assert_true(o.dp_overlap == 0 && o.param_gather_overlap == 0 && o.cp_overlap == 0);
   assert_true(o.dropless_sync == 0);
   assert_true(fabs(o.bucket_params - 25.0 * 1024 * 1024 / 4) < 1);
   assert_true(o.bucket_max_share == 0.25);
+  assert_int_equal(o.fp32_activations, 1); /* bf16 on the CPU runtime rounds only the GEMM inputs */
   /* Flags given on the command line win. */
   plan_options_default(&o);
   o.dp_overlap = 0.5;
@@ -152,6 +154,30 @@ static void test_tp_priced_as_the_runtime_runs(void **state) {
   assert_true(dp_facts > simulate_step(&m, &s, &overlapped, dtype, 1, 2));
 }
 
+/* bf16 on the CPU runtime (the facts' fp32_activations): the GEMMs at the
+ * bf16 rate, every byte at fp32, so the step lies between fp32's and
+ * Megatron-style mixed precision's (2-byte activations, messages and
+ * elementwise traffic). TP2 x DP1 moves activations over TP. */
+static void test_bf16_keeps_fp32_activations(void **state) {
+  (void)state;
+  ModelConfig m = plan_test_tiny_moe();
+  ClusterSpec s;
+  calibrated_spec(&s, 2);
+  s.peak_flops[PLAN_DTYPE_BF16] = 2 * s.peak_flops[PLAN_DTYPE_FP32];
+  PlanOptions facts;
+  plan_options_default(&facts);
+  PlanDtype dtype = PLAN_DTYPE_FP32;
+  plan_options_from_runtime(&s.runtime, 0, &facts, &dtype);
+  PlanOptions mixed = facts;
+  mixed.fp32_activations = 0;
+  double fp32 = simulate_step(&m, &s, &facts, PLAN_DTYPE_FP32, 2, 1);
+  double cpu_bf16 = simulate_step(&m, &s, &facts, PLAN_DTYPE_BF16, 2, 1);
+  double mixed_bf16 = simulate_step(&m, &s, &mixed, PLAN_DTYPE_BF16, 2, 1);
+  print_message("TP2: fp32 %.4f s, bf16 GEMMs %.4f s, mixed bf16 %.4f s\n", fp32, cpu_bf16, mixed_bf16);
+  assert_true(cpu_bf16 < fp32);
+  assert_true(mixed_bf16 < cpu_bf16);
+}
+
 /* The bottleneck is the largest component, GEMMs included: on a cluster
  * where only GEMMs and attention take time, Mixtral's expert GEMMs. */
 static void test_bottleneck_names_the_largest_part(void **state) {
@@ -186,6 +212,7 @@ int main(void) {
       cmocka_unit_test(test_facts_round_trip),
       cmocka_unit_test(test_options_default_from_facts),
       cmocka_unit_test(test_tp_priced_as_the_runtime_runs),
+      cmocka_unit_test(test_bf16_keeps_fp32_activations),
       cmocka_unit_test(test_bottleneck_names_the_largest_part),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,72 @@
+/* The timing rule of `fivefold calibrate` (calibrate_timing.h): the
+ * fastest of repetitions, optionally in windows every rank shares, and the
+ * barrier oversubscribed ranks take turns at. */
+#include "cli/calibrate_timing.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "base/timer.h"
+#include "comm/collectives.h"
+#include "comm/world.h"
+
+/* Fastest time of fn over repetitions for about `budget` seconds (at least
+ * `min_reps`, at most 64) after one warm-up call. The fastest, because on a
+ * shared machine other processes only ever add time: it is the rate of the
+ * hardware, which the core share then divides (see the top of the file).
+ *
+ * With g_together (several ranks of a node, each on cores of its own) every
+ * measurement is a window all ranks share: they start it at a barrier and
+ * each keeps calling fn after its own repetitions until every rank has
+ * finished its own, so each repetition (the fastest included) ran while the
+ * other ranks computed the same kernel, contending for the shared cache and
+ * memory bandwidth as the ranks of a run do. Measured apart, a repetition
+ * can fall where a neighbour was between kernels and miss that contention. */
+static int g_together;
+
+void calib_set_together(int on) { g_together = on; }
+
+static void busy_barrier(CommRequest *req, CalibTimedFn fn, void *ctx) {
+  Error err = {0};
+  int done = 0, rc = comm_barrier(comm_world(), req, &err);
+  while (!rc && !done) {
+    rc = comm_test(req, &done, &err);
+    if (!rc && !done && fn) fn(ctx);
+  }
+  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
+}
+
+double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_reps) {
+  double t[64];
+  CommRequest req;
+  if (g_together) {
+    comm_request_init(&req);
+    busy_barrier(&req, NULL, NULL);
+  }
+  fn(ctx);
+  int n = 0;
+  double start = timer_now();
+  while (n < 64 && (n < min_reps || timer_now() - start < budget)) {
+    double t0 = timer_now();
+    fn(ctx);
+    t[n++] = timer_now() - t0;
+  }
+  if (g_together) busy_barrier(&req, fn, ctx); /* the others may still be timing */
+  double best = t[0];
+  for (int i = 1; i < n; i++) best = fmin(best, t[i]);
+  return best;
+}
+
+/* A barrier that sleeps while it waits, so that the ranks taking turns
+ * leave their cores to the one measuring. */
+void calib_sleeping_barrier(void) {
+  CommRequest req;
+  comm_request_init(&req);
+  Error err = {0};
+  int done = 0, rc = comm_barrier(comm_world(), &req, &err);
+  while (!rc && !done) {
+    rc = comm_test(&req, &done, &err);
+    if (!rc && !done) usleep(2000);
+  }
+  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
+}

@@ -1,0 +1,20 @@
+/* How `fivefold calibrate` times a kernel: the fastest of repetitions
+ * within a budget (other processes only add time), and with several ranks
+ * of a node on cores of their own, in windows all ranks share, so that the
+ * fastest repetition still ran while the neighbours computed
+ * (calib_set_together). calib_sleeping_barrier is the barrier of ranks
+ * that take turns on shared cores. */
+#ifndef FIVEFOLD_CLI_CALIBRATE_TIMING_H
+#define FIVEFOLD_CLI_CALIBRATE_TIMING_H
+
+typedef void (*CalibTimedFn)(void *ctx);
+
+/* Fastest time of fn over repetitions for about `budget` seconds (at least
+ * min_reps, at most 64) after one warm-up call. */
+double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_reps);
+/* 1: every rank of the world measures each kernel in a shared window
+ * (MPI must be initialised; every rank makes the same calls). */
+void calib_set_together(int on);
+void calib_sleeping_barrier(void);
+
+#endif
