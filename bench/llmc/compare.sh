@@ -58,6 +58,7 @@ gflops() { awk -v f="$1" -v ms="$2" 'BEGIN { if (f > 0 && ms > 0) printf "%.1f",
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.1f", 100 * a / b; else print "n/a" }'; }
 
 echo "GPT-2 124M ($MODEL), batch $B x sequence $T, $THREADS thread(s), $STEPS timed step(s)"
+load_start=$(cut -d' ' -f1 /proc/loadavg)
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) core(s); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 for bin in bench_train bench_machine; do
@@ -165,7 +166,13 @@ summary() {
   else
     echo "10x llm.c: not computed (llm.c did not run)"
   fi
-  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (figures taken under load are not comparable: llm.c loses most)"
+  local load
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) core(s)"
+  if awk -v l="$load" -v start="$load_start" -v n="$(nproc)" 'BEGIN { exit !(l > n || start > n) }'; then
+    echo "WARNING: the load average exceeded the core count: other programs shared the cores, and the figures" \
+      "above are not comparable (llm.c loses most); rerun on an idle machine"
+  fi
 }
 
 
