@@ -136,7 +136,7 @@ else
   echo "bf16: not run (LLMC_BF16=0)"
 fi
 ours_tps=$tps_fp32
-llmc_tps=""
+llmc_tps="" llmc_ms=""
 
 # The table of every side that ran, the ratios against the issue's marks
 # (10x llm.c, 1.5x PyTorch in each precision), and what 10x llm.c would
@@ -159,8 +159,8 @@ summary() {
     "fivefold fp32 / llm.c = $(ratio "$tps_fp32" "$llmc_tps") (mark 10), fivefold bf16 / llm.c fp32 = $(ratio "$tps_bf16" "$llmc_tps")"
   if [ -n "$llmc_tps" ]; then
     local need need_gf
-    need=$(awk -v t="$llmc_tps" 'BEGIN { printf "%.0f", 10 * t }')
-    need_gf=$(awk -v n="$need" -v f="$gflop_step" -v bt=$((B * T)) 'BEGIN { printf "%.1f", n * f / bt }')
+    need=$(awk -v ms="$llmc_ms" -v bt=$((B * T)) 'BEGIN { printf "%.0f", 10 * bt / (ms / 1000) }')
+    need_gf=$(awk -v ms="$llmc_ms" -v f="$gflop_step" 'BEGIN { printf "%.1f", 10 * f / (ms / 1000) }')
     echo "10x llm.c: $need tokens/s = $need_gf GFLOP/s = $(pct "$need_gf" "$fp32_peak")% of the fp32 FMA peak," \
       "$(pct "$need_gf" "$bf16_peak")% of the bf16 peak, for the whole step (every non-GEMM operation included)"
   else
