@@ -1,6 +1,8 @@
 /* bench_train: training throughput of one model config on random tokens —
  * forward, backward and the AdamW update, exactly the work of a training step
- * without data loading. Prints tokens/s, model GFLOP/s, MFU against the peak
+ * without data loading. Prints tokens/s, the model FLOPs of a step
+ * (model_flops_per_sequence: matmuls only, 6 per weight and token plus
+ * attention's scores), model GFLOP/s, MFU against the peak
  * of the precision used (fp32: the FMA loop; bf16: the vdpbf16ps loop)
  * measured in the same process, and peak resident memory.
  * Usage: bench_train MODEL.json [batch seq steps threads [fp32|bf16 [onednn|openblas]]]
@@ -140,10 +142,10 @@ int main(int argc, char **argv) {
   double tok_s = (double)B * T / dt;
   double gflops = flops_step / dt * 1e-9;
   printf("train model=%s precision=%s backend=%s isa=%s threads=%d batch=%d seq=%d params=%zu ms_per_step=%.1f "
-         "tokens_per_s=%.0f model_gflops=%.1f %s_peak_gflops=%.1f mfu_pct=%.1f cpu_ms_per_step=%.1f mfu_cpu_pct=%.1f peak_rss_mb=%.0f "
+         "gflop_per_step=%.2f tokens_per_s=%.0f model_gflops=%.1f %s_peak_gflops=%.1f mfu_pct=%.1f cpu_ms_per_step=%.1f mfu_cpu_pct=%.1f peak_rss_mb=%.0f "
          "mean_loss=%.3f init_ms=%.0f\n",
          argv[1], kern_precision_name(precision), kern_gemm_backend_name(backend), kern_gemm_isa_name(), threads, B,
-         T, m.num_params, dt * 1e3, tok_s, gflops, precision == KERN_PRECISION_BF16 ? "bf16" : "fma", peak, 100.0 * gflops / peak, cpu_dt * 1e3,
+         T, m.num_params, dt * 1e3, flops_step * 1e-9, tok_s, gflops, precision == KERN_PRECISION_BF16 ? "bf16" : "fma", peak, 100.0 * gflops / peak, cpu_dt * 1e3,
          100.0 * flops_step / cpu_dt * 1e-9 / (peak / threads),
          (double)alloc_peak_rss_bytes() / 1048576.0, loss_sum / (warmup + steps), init_s * 1e3);
   model_free(&m);
