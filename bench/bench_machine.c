@@ -1,5 +1,5 @@
 /* bench_machine: the machine's measured peaks and GEMM speeds at a given
- * thread count: the fp32 FMA peak and the bf16 dot-product (vdpbf16ps)
+ * thread count: the fp32 FMA peak and the bf16 product (vdpbf16ps, or AMX)
  * peak, the denominators of every MFU figure the other benchmarks print;
  * square sgemm through OpenBLAS and through oneDNN, and oneDNN's bf16
  * matmul (bf16 inputs, fp32 accumulation). Names the oneDNN ISA and the
@@ -30,7 +30,8 @@ int main(int argc, char **argv) {
          kern_gemm_backend_name(kern_gemm_backend()), kern_gemm_isa_name(), bf16 ? "yes" : why);
   double fma = peak_fma_gflops(threads, 0.5);
   double bf16_peak = bf16 ? peak_bf16_gflops(threads, 0.5) : 0.0;
-  printf("machine threads=%d fma_peak_gflops=%.1f bf16_peak_gflops=%.1f\n", threads, fma, bf16_peak);
+  printf("machine threads=%d fma_peak_gflops=%.1f bf16_peak_gflops=%.1f bf16_peak_source=\"%s\"\n", threads, fma, bf16_peak,
+         bf16 ? peak_bf16_source() : "none");
   if (peaks_only) return 0;
   static const int sizes[] = {256, 512, 1024, 2048};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {

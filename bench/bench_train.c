@@ -3,7 +3,7 @@
  * without data loading. Prints tokens/s, the model FLOPs of a step
  * (model_flops_per_sequence: matmuls only, 6 per weight and token plus
  * attention's scores), model GFLOP/s, MFU against the peak
- * of the precision used (fp32: the FMA loop; bf16: the vdpbf16ps loop)
+ * of the precision used (fp32: the FMA loop; bf16: the vdpbf16ps loop, or AMX's)
  * measured in the same process, and peak resident memory.
  * Usage: bench_train MODEL.json [batch seq steps threads [fp32|bf16 [onednn|openblas]]]
  *

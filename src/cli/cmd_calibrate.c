@@ -520,7 +520,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       sgemm = peak_sgemm_gflops(c->quick ? 256 : 768, c->quick ? 0.03 : 0.2) * 1e9;
       ns = measure_gemms(c->quick, samples, &fl);
       if (bf16) {
-        /* The bf16 peak (vdpbf16ps loop) and the same shapes in bf16, so that
+        /* The bf16 peak (vdpbf16ps loop, or AMX's tile product) and the same shapes in bf16, so that
          * plan/simulate --dtype bf16 price a bf16 run on this CPU. */
         peak_bf16 = peak_bf16_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
         kern_set_precision(KERN_PRECISION_BF16, NULL, 0);
@@ -563,7 +563,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   for (int i = 0; i < ns_bf16; i++) samples_bf16[i].seconds = v[12 + ns + i];
 
   for (int d = 0; d < PLAN_NUM_DTYPES; d++) spec.peak_flops[d] = 0;
-  /* fp32 at the FMA peak; bf16 at the measured vdpbf16ps peak with its own
+  /* fp32 at the FMA peak; bf16 at the measured bf16 peak with its own
    * GEMM curve where the CPU has it, else (the field every spec needs) the
    * fp32 figure, so that either dtype is priced at a measured rate. */
   spec.peak_flops[PLAN_DTYPE_FP32] = spec.peak_flops[PLAN_DTYPE_BF16] = peak * mc.share;
@@ -626,8 +626,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     fprintf(out, "  (%d shapes, %s, oneDNN ISA %s)\n", ns, kern_gemm_backend_name(kern_gemm_backend()),
             kern_gemm_isa_name());
     if (spec.gemm_efficiency_bf16.n > 0) {
-      fprintf(out, "  bf16 peak       %8.1f GFLOP/s per rank (vdpbf16ps loop x core share %.2f)\n",
-              peak_bf16 * mc.share / 1e9, mc.share);
+      fprintf(out, "  bf16 peak       %8.1f GFLOP/s per rank (%s loop x core share %.2f)\n",
+              peak_bf16 * mc.share / 1e9, peak_bf16_source(), mc.share);
       fprintf(out, "  bf16 GEMM eff.  ");
       for (int i = 0; i < spec.gemm_efficiency_bf16.n; i++)
         fprintf(out, "%s%.2g: %.2f", i ? ", " : "", spec.gemm_efficiency_bf16.x[i], spec.gemm_efficiency_bf16.y[i]);

@@ -1,5 +1,6 @@
 /* The machine's measured peaks: a register-resident fp32 FMA loop and a
- * bf16 dot-product loop (vdpbf16ps) run on every thread of the OpenMP pool.
+ * bf16 product loop (vdpbf16ps, or AMX's tdpbf16ps) run on every thread of
+ * the OpenMP pool.
  * These are the "stated peaks" MFU is measured against when no peak is
  * given: fp32 runs against the FMA peak, bf16 runs against the bf16 one. */
 #ifndef FIVEFOLD_KERN_PEAK_H
@@ -19,11 +20,16 @@ double peak_fma_gflops(int threads, double seconds);
  * 0 if n <= 0 or the three matrices cannot be allocated. */
 double peak_sgemm_gflops(int n, double seconds);
 
-/* GFLOP/s of the bf16 dot-product instruction (vdpbf16ps: 2 FLOPs per bf16
- * pair, fp32 accumulation), measured as peak_fma_gflops measures the FMA.
- * 0 where bf16 compute cannot run (kern_bf16_supported()) or the build has
- * no AVX-512 BF16. */
+/* GFLOP/s of bf16 products with fp32 accumulation (2 FLOPs per bf16 pair),
+ * measured as peak_fma_gflops measures the FMA: the AMX tile product
+ * (tdpbf16ps) where the CPU has AMX and oneDNN uses it (its bf16 GEMMs run
+ * there, far above the vector instruction), else the vector dot product
+ * (vdpbf16ps). 0 where bf16 compute cannot run (kern_bf16_supported()) or
+ * the build has no AVX-512 BF16. */
 double peak_bf16_gflops(int threads, double seconds);
+/* Which instruction the last peak_bf16_gflops measured: "vdpbf16ps" or
+ * "tdpbf16ps (AMX)". */
+const char *peak_bf16_source(void);
 
 /* As peak_sgemm_gflops, on an explicit GEMM backend and precision. 0 if
  * that combination cannot run here. */

@@ -139,12 +139,11 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           bf16 ? "bf16 (bf16 GEMM and attention inputs, fp32 accumulation; fp32 weights, gradients, optimizer, "
                  "norms, softmax, router, loss; bf16 GEMMs on oneDNN)"
                : "fp32");
-  fprintf(out, "  compute  %s FLOP per %s (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s",
+  fprintf(out, "  compute  %s FLOP per %s (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s%s%s",
           fmt_si(d, sizeof d, tr->net.flops_per_unit), tr->net.ops->unit.one, tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
-          peak,
-          !peak_measured ? "stated: training.peak_gflops"
-          : bf16         ? "measured: vdpbf16ps loop on every thread"
-                         : "measured: FMA loop on every thread");
+          peak, !peak_measured ? "stated: training.peak_gflops" : "measured: ",
+          !peak_measured ? "" : bf16 ? peak_bf16_source() : "FMA",
+          !peak_measured ? "" : " loop on every thread");
   if (tr->cfg->world_ranks > 1)
     fprintf(out, "; per thread, times the %d core%s the job's ranks can use", job_cores, job_cores == 1 ? "" : "s");
   fprintf(out, ")\n");
