@@ -8,6 +8,7 @@
 #include "base/op_probe.h"
 #include "comm/collectives.h"
 #include "comm/timeout.h"
+#include "comm/waits.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -104,16 +105,31 @@ static int started(int mpi_rc, CommRequest *req, const char *op, const CommGroup
   return comm_check(mpi_rc, op, g, err);
 }
 
-/* A blocking operation under the collective timeout: the non-blocking form
- * that was just started (start_rc) waited for with the deadline. */
+/* MPI_Wait as a loop of tests with the pauses of comm/waits.h (waits that
+ * sleep without the collective timeout armed). */
+static int paced_wait(MPI_Request *req) {
+  WaitPacer pacer;
+  comm_wait_pacer_start(&pacer);
+  for (;;) {
+    int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    comm_wait_pace(&pacer);
+  }
+}
+
+/* A blocking operation under the collective timeout, or while waits sleep:
+ * the non-blocking form that was just started (start_rc) waited for with the
+ * deadline, or with pauses only. */
 static int polled(int start_rc, MPI_Request *r, const CommGroup *g, const char *op) {
-  return start_rc != MPI_SUCCESS ? start_rc : comm_timeout_wait(r, g, op);
+  if (start_rc != MPI_SUCCESS) return start_rc;
+  return comm_timeout_armed() ? comm_timeout_wait(r, g, op) : paced_wait(r);
 }
 
 /* The end every wrapper shares. With a request (req): starts the
  * non-blocking form on it. Without: the blocking call as one probe span or,
- * while the collective timeout is armed (comm/timeout.h), the non-blocking
- * form on a local request waited for with the deadline, as the same span.
+ * while the collective timeout is armed (comm/timeout.h) or waits sleep
+ * (comm/waits.h), the non-blocking form on a local request waited for with
+ * the deadline or the pauses, as the same span.
  * The non-blocking call names its request mpi_req_; req, name and err are
  * the wrapper's. */
 #define RUN_MPI(kind, g, bytes, peer, blocking_call, nonblocking_call)                                 \
@@ -123,7 +139,7 @@ static int polled(int start_rc, MPI_Request *r, const CommGroup *g, const char *
     int run_rc_;                                                                                       \
     if (req)                                                                                           \
       run_rc_ = started((nonblocking_call), req, name, g, err);                                        \
-    else if (!comm_timeout_armed())                                                                    \
+    else if (!comm_timeout_armed() && !comm_waits_sleeping())                                          \
       run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, (blocking_call)), name, g, err);           \
     else                                                                                               \
       run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, polled((nonblocking_call), mpi_req_, g, name)), \
@@ -141,8 +157,9 @@ void comm_request_init(CommRequest *req) {
 int comm_wait(CommRequest *req, Error *err) {
   if (!req || !req->active) return ERR_OK;
   comm_set_operation(req->operation);
-  int rc = comm_timeout_armed() ? comm_timeout_wait(&req->mpi, req->group, req->operation)
-                                : MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
+  int rc = comm_timeout_armed()   ? comm_timeout_wait(&req->mpi, req->group, req->operation)
+           : comm_waits_sleeping() ? paced_wait(&req->mpi)
+                                   : MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
   req->active = 0;
   return comm_check(rc, req->operation, NULL, err);
 }

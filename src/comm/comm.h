@@ -46,6 +46,7 @@
 #include "comm/grid_math.h"
 #include "comm/host.h"
 #include "comm/timeout.h"
+#include "comm/waits.h"
 #include "comm/world.h"
 
 #endif

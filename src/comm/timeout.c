@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/timer.h"
+#include "comm/waits.h"
 
 enum { PING_TAG = 1, REPLY_TAG = 2 };
 /* Tests between two looks at the clock and at pings (a clock read costs
@@ -207,11 +208,15 @@ static int diagnose(MPI_Request *req, const CommGroup *g, const char *operation,
 
 int comm_timeout_wait(MPI_Request *req, const CommGroup *g, const char *operation) {
   double start = timer_now(), deadline = start + g_timeout_s;
+  WaitPacer pacer;
+  comm_wait_pacer_start(&pacer);
   for (unsigned spin = 1;; spin++) {
     int done = 0;
     int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || done) return rc;
-    if (spin % TESTS_PER_LOOK) continue;
+    /* A rank that slept looks at once; a spinning one every few hundred
+     * tests. */
+    if (!comm_wait_pace(&pacer) && spin % TESTS_PER_LOOK) continue;
     double now = timer_now();
     answer_pings(g, operation, now - start);
     if (now >= deadline) return diagnose(req, g, operation, start);

@@ -19,6 +19,7 @@
 #include "kern/precision.h"
 #include "sched/partition.h"
 #include "ckpt/checkpoint_dist.h"
+#include "comm/waits.h"
 #include "train/nonfinite.h"
 #include "train/stop_request.h"
 #include "train/trace_session.h"
@@ -473,6 +474,7 @@ static void run_print_header(const Trainer *tr, const RunState *rs) {
             g->overlap ? "overlapped with backward" : "blocking where the program reduces", g->overlap_reason,
             1e3 * g->calibrated_seconds);
   }
+  if (tr->world > 1) fprintf(out, "  waits    %s between MPI tests\n", comm_waits_reason());
   if (rs->opts->write_run_files) fprintf(out, "  output   %s (config.json, metrics.jsonl)\n", cfg->out_dir);
   if (rs->opts->save_checkpoints) {
     char every[64] = "";

@@ -10,6 +10,7 @@
 
 #include "base/timer.h"
 #include "comm/timeout.h"
+#include "comm/waits.h"
 #include "kern/vecops.h"
 #include "model/flops.h"
 #include "sched/builders.h"
@@ -399,6 +400,10 @@ static int create_optimizer(Trainer *tr, Error *err) {
   CommHostLayout host;
   int rc = comm_host_layout(peers, tr->threads, &host, err);
   if (rc) return rc;
+  /* Ranks whose threads outnumber their host's cores sleep while they wait
+   * (FIVEFOLD_WAIT_SLEEP=auto), so a waiting rank hands its core to one
+   * that computes. */
+  if ((rc = comm_waits_decide(host.host_threads, host.host_cores, err))) return rc;
   if (tr->reduce_grads && (rc = setup_data_parallel(tr, &oc, &host, err))) return rc;
   if (!tr->zero) rc = optimizer_create(&tr->opt, tr->net.num_values, &oc, err);
   return rc;

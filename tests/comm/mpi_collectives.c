@@ -3,9 +3,13 @@
  * (from 4 ranks) on grid groups of other sizes. Values are small integers in
  * floats so results must match exactly. Also: asynchronous handles really
  * are asynchronous (a receive is still pending while its rank goes on to
- * other collectives) and complete; argument errors are reported locally. */
+ * other collectives) and complete; argument errors are reported locally;
+ * every wrapper again with sleeping waits (comm/waits.h), with the
+ * collective timeout disarmed and armed, and a sleeping wait hands its core
+ * back (its thread's CPU time is a small part of the time it waited). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "mpi_test_util.h"
 
@@ -341,6 +345,45 @@ static void run_all(const CommGroup *g) {
   test_argument_errors(g);
 }
 
+static double clock_s(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* FIVEFOLD_WAIT_SLEEP's values, and a wait of 400 ms on a late sender: a
+ * sleeping receiver's thread spends a small part of it on the CPU (a
+ * spinning one spends all the core it is given). CPU time, not wall time,
+ * so the check does not depend on the machine's speed or load. */
+static void test_waits(const CommGroup *g) {
+  WaitSleepMode mode = WAIT_SLEEP_OFF;
+  CHECK_OK(comm_waits_parse(NULL, "V", &mode, err));
+  CHECK(mode == WAIT_SLEEP_AUTO, "unset is auto");
+  CHECK_OK(comm_waits_parse("on", "V", &mode, err));
+  CHECK(mode == WAIT_SLEEP_ON, "on");
+  CHECK_OK(comm_waits_parse("off", "V", &mode, err));
+  CHECK(mode == WAIT_SLEEP_OFF, "off");
+  CHECK_FAILS(ERR_ARG, "FIVEFOLD_WAIT_SLEEP=\"yes\": expected on, off or auto",
+              comm_waits_parse("yes", "FIVEFOLD_WAIT_SLEEP", &mode, err));
+  if (g->size < 2) return;
+  comm_waits_set_sleeping(1);
+  float v = 0;
+  if (g->rank == 1) {
+    struct timespec late = {0, 400 * 1000 * 1000};
+    nanosleep(&late, NULL);
+    v = 42;
+    CHECK_OK(comm_send_f32(g, 0, 5, &v, 1, NULL, err));
+  } else if (g->rank == 0) {
+    double wall = clock_s(CLOCK_MONOTONIC), cpu = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    CHECK_OK(comm_recv_f32(g, 1, 5, &v, 1, NULL, err));
+    wall = clock_s(CLOCK_MONOTONIC) - wall;
+    cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - cpu;
+    CHECK(v == 42, "late receive got %g", v);
+    CHECK(wall > 0.3 && cpu < 0.25 * wall, "a sleeping wait of %.3f s took %.3f s of CPU", wall, cpu);
+  }
+  comm_waits_set_sleeping(0);
+}
+
 int main(int argc, char **argv) {
   Error err = {0};
   if (comm_init(&argc, &argv, &err)) {
@@ -349,6 +392,14 @@ int main(int argc, char **argv) {
   }
   const int w = comm_world_size();
   run_all(comm_world());
+  test_waits(comm_world());
+  /* Sleeping waits, without and with the collective timeout. */
+  comm_waits_set_sleeping(1);
+  run_all(comm_world());
+  if (comm_set_collective_timeout(60, &err)) comm_abort(2, "%s", err.msg);
+  run_all(comm_world());
+  if (comm_set_collective_timeout(0, &err)) comm_abort(2, "%s", err.msg);
+  comm_waits_set_sleeping(0);
   if (w >= 4) {
     /* Groups of other sizes and strides than the world: tp pairs of
      * neighbours, dp groups of every other rank, and (8 ranks) a 4-rank

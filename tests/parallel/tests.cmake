@@ -97,6 +97,13 @@ endforeach()
 # losses are held to the relative tolerance, not to an absolute one.
 add_test(NAME parallel.compare_rule COMMAND /usr/bin/python3 ${PARALLEL_TEST_DIR}/compare_runs_test.py)
 set_tests_properties(parallel.compare_rule PROPERTIES TIMEOUT 60)
+# Sleeping waits leave every number as it was (tests/parallel/waits_test.sh):
+# PP2 x DP2 on 4 ranks and EP2 on 2 with FIVEFOLD_WAIT_SLEEP on, off and
+# auto give identical checkpoints; the banner states the choice.
+add_test(NAME parallel.waits_golden
+         COMMAND bash ${PARALLEL_TEST_DIR}/waits_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.waits_golden PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")
 # Logs that read well in a file (tests/parallel/log_file_test.sh): no
 # progress line in mpirun's redirected output, one with --progress always,
 # dp in the banner's batch line, the warning for MFU above a stated peak.
