@@ -144,7 +144,7 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
     Bf16WeightStats ws;
     bf16_weights_stats(&ws);
     if (bf16_weights_enabled())
-      fprintf(out, "  bf16     weight cache on: %ld matrices, %.1f MB of bf16 copies (half their fp32 size), "
+      fprintf(out, "  bf16     weight cache on: %ld matrices, up to %.1f MB of bf16 copies (half their fp32 size), "
                    "converted once per optimizer step\n", ws.tensors, (double)ws.registered_bytes / 1e6);
     else
       fprintf(out, "  bf16     weight cache off (FIVEFOLD_BF16_WEIGHT_CACHE=off): weights converted at every GEMM\n");

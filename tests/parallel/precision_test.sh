@@ -173,7 +173,7 @@ case "$MODE" in
     cached_matches 2 pp2-dense dense --grad-accum 4 --pp 2
     cached_matches 2 dp2-moe moe --grad-accum 2
     cached_matches 2 zero2-dense dense --grad-accum 2 --distributed-optimizer
-    # A resumed run loads weights into a model whose copies may exist.
+    # A cached run resumed from an uncached one ends where that one does.
     train 0 resumed-gpt2 gpt2 --precision bf16 --grad-accum 2 --resume "$(ckpt one-gpt2-off 3)" || exit 1
     for f in model optimizer; do
       cmp -s "$(ckpt one-gpt2-off 5)/$f.safetensors" "$(ckpt resumed-gpt2 5)/$f.safetensors" ||
