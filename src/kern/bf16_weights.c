@@ -93,7 +93,7 @@ static long first_ending_after(const float *p) {
 static void remove_overlapping(const float *base, size_t n) {
   long i = first_ending_after(base), j = i;
   while (j < num_entries && overlaps(entries[j], base, n)) entry_free(entries[j++]);
-  memmove(entries + i, entries + j, (size_t)(num_entries - j) * sizeof *entries);
+  if (j > i && j < num_entries) memmove(entries + i, entries + j, (size_t)(num_entries - j) * sizeof *entries);
   num_entries -= j - i;
 }
 
@@ -120,7 +120,7 @@ int bf16_weights_register(const float *w, long rows, long cols) {
   }
   if (rc == 0) {
     long at = first_ending_after(w);
-    memmove(entries + at + 1, entries + at, (size_t)(num_entries - at) * sizeof *entries);
+    if (at < num_entries) memmove(entries + at + 1, entries + at, (size_t)(num_entries - at) * sizeof *entries);
     entries[at] = e;
     num_entries++;
   }
