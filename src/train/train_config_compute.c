@@ -4,6 +4,7 @@
  * (kern_set_precision), before the first step. */
 #include <string.h>
 
+#include "kern/bf16_weights.h"
 #include "kern/gemm.h"
 #include "kern/precision.h"
 #include "train/train_config.h"
@@ -34,5 +35,6 @@ int train_config_apply_compute(const TrainConfig *cfg, Error *err) {
                      cfg->gemm_backend, why);
   if (kern_set_precision(precision, why, sizeof why) != 0)
     return error_set(err, ERR_CONFIG, "training.precision \"%s\" cannot run here: %s", cfg->precision, why);
+  if (bf16_weights_check_env(why, sizeof why) != 0) return error_set(err, ERR_CONFIG, "%s", why);
   return 0;
 }
