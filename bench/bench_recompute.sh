@@ -11,14 +11,14 @@
 # bit-identical). The load average before and after is printed with the
 # figures. Figures only, nothing passes or fails.
 # Usage: bench/bench_recompute.sh [BUILD]   (env BENCH_RC_BATCH 8,
-#        BENCH_RC_SEQ 256, BENCH_RC_STEPS 6, BENCH_RC_THREADS 2)
+#        BENCH_RC_SEQ 256, BENCH_RC_STEPS 4, BENCH_RC_THREADS 2)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 FIVEFOLD=$(cd "$BUILD" && pwd)/fivefold
 B=${BENCH_RC_BATCH:-8}
 T=${BENCH_RC_SEQ:-256}
-STEPS=${BENCH_RC_STEPS:-6}
+STEPS=${BENCH_RC_STEPS:-4}
 THREADS=${BENCH_RC_THREADS:-2}
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"

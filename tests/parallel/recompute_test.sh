@@ -12,7 +12,8 @@
 #            and the step-5 model and optimizer files bit-identical to the
 #            run without recomputation; the banner names the setting and
 #            reports fewer activation bytes; a recomputing run resumed from
-#            its step-3 checkpoint ends bit for bit where it did
+#            its step-3 checkpoint, with or without recomputation, ends bit
+#            for bit where it did
 #   golden   PP2 (1F1B), TP2 and DP2 with recomputation against the one-rank
 #            run without it; PP2 with and without recomputation bit-identical
 #   more     interleaved PP2 x VPP2, zb-h1 PP2 (split backward), ZeRO-1 DP2,
@@ -74,6 +75,10 @@ case "$MODE" in
     rm -rf resumed
     mkdir -p resumed/checkpoints && cp -r "$(ckpt rc1-dense 3)" resumed/checkpoints/
     train 0 resumed dense --grad-accum 4 --recompute full --resume && identical resumed rc1-dense
+    # ... and without it: recomputation is not part of what a checkpoint fixes.
+    rm -rf resumed-none
+    mkdir -p resumed-none/checkpoints && cp -r "$(ckpt rc1-dense 3)" resumed-none/checkpoints/
+    train 0 resumed-none dense --grad-accum 4 --resume && identical resumed-none one-dense
     # bf16, where the CPU runs it.
     if train 0 one-bf16 moe --grad-accum 4 --precision bf16 2>/dev/null; then
       train 0 rc-bf16 moe --grad-accum 4 --precision bf16 --recompute full --recompute-num-layers 2 &&
