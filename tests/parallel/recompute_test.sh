@@ -17,8 +17,8 @@
 #   golden   PP2 (1F1B), TP2 and DP2 with recomputation against the one-rank
 #            run without it; PP2 with and without recomputation bit-identical
 #   more     interleaved PP2 x VPP2, zb-h1 PP2 (split backward), ZeRO-1 DP2,
-#            MoE EP2, CP2 and TP2, GPT-2 TP2 and dense TP2 x PP2 (4 ranks)
-#            with recomputation against one rank
+#            MoE EP2, CP2 and TP2, GPT-2 TP2, dense TP2 x PP2 (4 ranks) and
+#            stage widths 2,1 (3 ranks) with recomputation against one rank
 #   config   selective, unknown names and counts refused naming the file
 #            and field; --help lists the flags
 set -u
@@ -113,6 +113,8 @@ case "$MODE" in
       same tp2-gpt2-rc one-gpt2 5
     train 4 tp2pp2-rc dense --grad-accum 4 --tp 2 --pp 2 --recompute full --recompute-method block \
       --recompute-num-layers 1 && same tp2pp2-rc one-dense 5
+    # Stage replication: stage 0 on 2 ranks that split every micro-batch.
+    train 3 w21-rc dense --grad-accum 4 --stage-widths 2,1 --recompute full && same w21-rc one-dense 5
     ;;
   config)
     expect nonzero 'run-dense.json: training.recompute "selective" is not run' -- \
