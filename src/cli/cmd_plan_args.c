@@ -120,7 +120,7 @@ void plan_cli_plan_usage(FILE *f) {
           "  --explore-recompute L    recomputation choices per group (default none,full)\n"
           "  --no-distributed-optimizer  never shard optimizer state\n"
           "  --distributed-optimizer  always shard optimizer state\n"
-          "  --runtime R              fivefold (default): only what `fivefold train` runs (no recomputation);\n"
+          "  --runtime R              fivefold (default): only what `fivefold train` runs (no selective recomputation);\n"
           "                           any: every layout the rules allow, for another runtime\n");
 }
 

@@ -151,20 +151,18 @@ static int check_plan_model(const TrainConfig *cfg, const char *path, const Plan
 
 /* The plan's layout as overrides, applied before the command line's so
  * that explicit flags win: all five dimensions with the MoE grid's ep and
- * etp. What the runtime cannot run yet (recomputation) is refused rather
- * than dropped: the plan's prediction would not be what runs. */
+ * etp, and full recomputation with its method and count. What the runtime
+ * cannot run (selective recomputation) is refused rather than dropped: the
+ * plan's prediction would not be what runs. */
 static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   PlanChoice pc;
   if (plan_file_read(path, &pc, err)) return error_wrap(err, "--plan");
   if (check_plan_model(cfg, path, &pc, err)) return err->code;
-  const char *why = NULL;
-  char what[128];
-  if (pc.recompute != PLAN_RECOMPUTE_NONE) snprintf(what, sizeof what, "recompute (activation recomputation)"), why = what;
-  if (why)
+  if (pc.recompute == PLAN_RECOMPUTE_SELECTIVE)
     return error_set(err, ERR_CONFIG,
-                     "--plan %s: the plan uses %s, which fivefold train does not run yet (re-plan with "
-                     "--recompute-list none)",
-                     path, why);
+                     "--plan %s: field \"parallel.recompute\": the plan uses selective recomputation, which fivefold "
+                     "train does not run (it runs full recomputation; re-plan with --recompute-list none,full)",
+                     path);
   char v[TRAIN_MAX_STAGES * 8];
   /* The planner mirrors attention in a dense model's MoE grid (etp = tp);
    * the runtime has no MoE grid without experts. */
@@ -181,6 +179,15 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
     if (train_config_override(cfg, ints[i].flag, v, err)) return error_wrap(err, "--plan %s", path);
   }
   if (train_config_override(cfg, "--schedule", pc.schedule_name, err)) return error_wrap(err, "--plan %s", path);
+  if (pc.recompute == PLAN_RECOMPUTE_FULL) {
+    snprintf(v, sizeof v, "%d", pc.recompute_num_layers);
+    if (train_config_override(cfg, "--recompute", "full", err) ||
+        train_config_override(cfg, "--recompute-method", pc.recompute_method == 1 ? "block" : "uniform", err) ||
+        train_config_override(cfg, "--recompute-num-layers", v, err))
+      return error_wrap(err, "--plan %s", path);
+  } else if (train_config_override(cfg, "--recompute", "none", err)) {
+    return error_wrap(err, "--plan %s", path);
+  }
   /* The bucket search's size (the runtime runs uniform buckets only). */
   if (pc.bucket_mb > 0) {
     snprintf(v, sizeof v, "%.9g", pc.bucket_mb);

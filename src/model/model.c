@@ -41,74 +41,105 @@ static size_t max3(size_t a, size_t b, size_t c) {
 
 static int layer_is_moe(const ModelActs *A, const ModelConfig *c, int l) { return A->moe.E > 0 && c->is_moe_layer[l]; }
 
-/* One (chunk, slot): the residual stream of its layers ([Nl, C] rows),
- * what each layer keeps for backward, the head's buffers, and the running
- * gradient. */
-static void layout_acts(ModelActs *A, const ModelConfig *c, Carver *cv) {
+/* Whether block l of A's chunk is recomputed, and its group [*gb, *ge)
+ * (ModelShard.recompute_method). */
+static int rc_group(const ModelActs *A, int l, int *gb, int *ge) {
+  const int b = A->layer_begin, e = A->layer_end, k = A->rc_num > 1 ? A->rc_num : 1;
+  if (A->rc_method == MODEL_RECOMPUTE_UNIFORM) {
+    *gb = b + (l - b) / k * k;
+    *ge = *gb + k < e ? *gb + k : e;
+    return 1;
+  }
+  if (A->rc_method == MODEL_RECOMPUTE_BLOCK && l - b < A->rc_num) {
+    *gb = l;
+    *ge = l + 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* What one block keeps for backward besides its residual rows: the
+ * normed inputs, q/k/v, the attention output, and the MLP's (dense) or the
+ * MoE layer's (moe) state. */
+static void layout_layer_body(LayerActs *la, const ModelActs *A, int dense, int moe, Carver *cv) {
   const size_t N = (size_t)A->max_N, Nl = N / (size_t)A->tp, C = A->C;
   const int E = A->moe.E, K = A->moe.K;
   const size_t rows = A->max_rows;
-  const int nl = A->layer_end - A->layer_begin;
+  la->ln1 = CARVE_F(cv, N * C);
+  la->rstd1 = CARVE_F(cv, Nl);
+  la->q = CARVE_F(cv, N * A->QD);
+  la->k = CARVE_F(cv, N * A->KVD);
+  la->v = CARVE_F(cv, N * A->KVD);
+  la->att = CARVE_F(cv, N * A->QD);
+  la->lse = CARVE_F(cv, N * A->Hq);
+  la->ln2 = CARVE_F(cv, N * C);
+  la->rstd2 = CARVE_F(cv, Nl);
+  if (moe && A->moe_folded) {
+    const int max_tokens = (int)Nl;
+    if (A->dispatcher == MODEL_MOE_ALLTOALL) {
+      void *mem = carve(cv, moe_a2a_sizes(&A->moe, &A->ep, max_tokens).acts_bytes);
+      if (mem) moe_a2a_bind_acts(&la->a2a, mem, &A->moe, &A->ep, max_tokens);
+    } else {
+      void *mem = carve(cv, moe_ag_sizes(&A->moe, &A->ep, max_tokens).acts_bytes);
+      if (mem) moe_ag_bind_acts(&la->ag, mem, &A->moe, &A->ep, max_tokens);
+    }
+  } else if (moe) {
+    MoeLayerActs *ma = &la->moe;
+    ma->routing.logits = CARVE_F(cv, N * E);
+    ma->routing.scores = CARVE_F(cv, N * E);
+    ma->routing.lse = CARVE_F(cv, N);
+    ma->routing.topk_idx = CARVE_I(cv, N * K);
+    ma->routing.topk_w = CARVE_F(cv, N * K);
+    ma->routing.counts = carve(cv, (size_t)E * sizeof(long));
+    ma->routing.prob_sum = carve(cv, (size_t)E * sizeof(double));
+    ma->routing.aux_dq = carve(cv, (size_t)E * sizeof(double));
+    ma->perm.row_of = CARVE_I(cv, N * K);
+    ma->perm.token_of_row = CARVE_I(cv, rows);
+    ma->perm.expert_offset = CARVE_I(cv, (size_t)E + 1);
+    ma->perm.kept = CARVE_I(cv, E);
+    ma->xp = CARVE_F(cv, rows * C);
+    ma->h = CARVE_F(cv, rows * 2 * A->moe.Fe);
+    ma->y = CARVE_F(cv, rows * C);
+    if (A->moe.Fs > 0) ma->shared_h = CARVE_F(cv, N * 2 * A->moe.Fs);
+  }
+  if (dense) la->mlp_h = CARVE_F(cv, N * 2 * A->F);
+}
+
+/* One (chunk, slot): the residual stream of its layers ([Nl, C] rows),
+ * what each layer keeps for backward, the head's buffers, and the running
+ * gradient. A recomputed block keeps only its group's checkpoint (the
+ * first block's input); bind_recompute points the rest at the workspace. */
+static void layout_acts(ModelActs *A, const ModelConfig *c, Carver *cv) {
+  const size_t N = (size_t)A->max_N, Nl = N / (size_t)A->tp, C = A->C;
   A->tokens = CARVE_I(cv, N);
   A->pos = CARVE_I(cv, N);
-  float *residual = CARVE_F(cv, (2 * (size_t)nl + 1) * Nl * C);
   for (int l = A->layer_begin; l < A->layer_end; l++) {
     LayerActs *la = &A->layers[l];
-    const size_t i = (size_t)(l - A->layer_begin);
     memset(la, 0, sizeof *la);
-    la->res_attn = residual ? residual + (2 * i) * Nl * C : NULL;
-    la->res_mlp = residual ? residual + (2 * i + 1) * Nl * C : NULL;
-    la->ln1 = CARVE_F(cv, N * C);
-    la->rstd1 = CARVE_F(cv, Nl);
-    la->q = CARVE_F(cv, N * A->QD);
-    la->k = CARVE_F(cv, N * A->KVD);
-    la->v = CARVE_F(cv, N * A->KVD);
-    la->att = CARVE_F(cv, N * A->QD);
-    la->lse = CARVE_F(cv, N * A->Hq);
-    la->ln2 = CARVE_F(cv, N * C);
-    la->rstd2 = CARVE_F(cv, Nl);
-    if (layer_is_moe(A, c, l) && A->moe_folded) {
-      const int max_tokens = (int)Nl;
-      if (A->dispatcher == MODEL_MOE_ALLTOALL) {
-        void *mem = carve(cv, moe_a2a_sizes(&A->moe, &A->ep, max_tokens).acts_bytes);
-        if (mem) moe_a2a_bind_acts(&la->a2a, mem, &A->moe, &A->ep, max_tokens);
-      } else {
-        void *mem = carve(cv, moe_ag_sizes(&A->moe, &A->ep, max_tokens).acts_bytes);
-        if (mem) moe_ag_bind_acts(&la->ag, mem, &A->moe, &A->ep, max_tokens);
-      }
-    } else if (layer_is_moe(A, c, l)) {
-      MoeLayerActs *ma = &la->moe;
-      ma->routing.logits = CARVE_F(cv, N * E);
-      ma->routing.scores = CARVE_F(cv, N * E);
-      ma->routing.lse = CARVE_F(cv, N);
-      ma->routing.topk_idx = CARVE_I(cv, N * K);
-      ma->routing.topk_w = CARVE_F(cv, N * K);
-      ma->routing.counts = carve(cv, (size_t)E * sizeof(long));
-      ma->routing.prob_sum = carve(cv, (size_t)E * sizeof(double));
-      ma->routing.aux_dq = carve(cv, (size_t)E * sizeof(double));
-      ma->perm.row_of = CARVE_I(cv, N * K);
-      ma->perm.token_of_row = CARVE_I(cv, rows);
-      ma->perm.expert_offset = CARVE_I(cv, (size_t)E + 1);
-      ma->perm.kept = CARVE_I(cv, E);
-      ma->xp = CARVE_F(cv, rows * C);
-      ma->h = CARVE_F(cv, rows * 2 * A->moe.Fe);
-      ma->y = CARVE_F(cv, rows * C);
-      if (A->moe.Fs > 0) ma->shared_h = CARVE_F(cv, N * 2 * A->moe.Fs);
-    } else {
-      la->mlp_h = CARVE_F(cv, N * 2 * A->F);
+    int gb, ge;
+    if (rc_group(A, l, &gb, &ge)) {
+      la->rc = 1;
+      la->rc_begin = gb;
+      la->rc_end = ge;
+      if (l == gb) la->res_attn = CARVE_F(cv, Nl * C);
+      continue;
     }
+    la->res_attn = CARVE_F(cv, Nl * C);
+    la->res_mlp = CARVE_F(cv, Nl * C);
+    const int moe = layer_is_moe(A, c, l);
+    layout_layer_body(la, A, !moe, moe, cv);
     if (A->split_ok) {
       la->keep_datt = CARVE_F(cv, N * C);
       la->keep_dq = CARVE_F(cv, N * A->QD);
       la->keep_dk = CARVE_F(cv, N * A->KVD);
       la->keep_dv = CARVE_F(cv, N * A->KVD);
-      if (!layer_is_moe(A, c, l) && !c->gpt2) {
+      if (!moe && !c->gpt2) {
         la->keep_dmlp = CARVE_F(cv, N * C);
         la->keep_dh = CARVE_F(cv, N * 2 * A->F);
       }
     }
   }
-  A->final_in = residual ? residual + 2 * (size_t)nl * Nl * C : NULL;
+  A->final_in = CARVE_F(cv, Nl * C);
   if (A->has_head) {
     A->lnf = CARVE_F(cv, N * C);
     A->rstdf = CARVE_F(cv, Nl);
@@ -117,9 +148,40 @@ static void layout_acts(ModelActs *A, const ModelConfig *c, Carver *cv) {
   A->dres = CARVE_F(cv, Nl * C);
 }
 
-/* What all chunks share; A supplies the (local) shapes. */
-static void layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int any_head, int kv_dw_floats,
-                           Carver *cv) {
+/* The recomputation workspace: rc_ws_n blocks' activations, each able to
+ * hold a dense or a MoE block (whichever this rank recomputes), and the
+ * rerun's output rows. */
+static void layout_recompute(ModelScratch *S, const ModelActs *A, int dense, int moe, Carver *cv) {
+  const size_t Nl = (size_t)A->max_N / (size_t)A->tp, C = A->C;
+  for (int j = 0; j < S->rc_ws_n; j++) {
+    LayerActs *w = &S->rc_ws[j];
+    memset(w, 0, sizeof *w);
+    if (j > 0) w->res_attn = CARVE_F(cv, Nl * C); /* position 0's input is the slot's checkpoint */
+    w->res_mlp = CARVE_F(cv, Nl * C);
+    layout_layer_body(w, A, dense, moe, cv);
+  }
+  S->rc_out = CARVE_F(cv, Nl * C);
+}
+
+/* Points every recomputed block of A at its workspace position, keeping
+ * the group's checkpoint and the block's group bounds. */
+static void bind_recompute(ModelActs *A) {
+  for (int l = A->layer_begin; l < A->layer_end; l++) {
+    LayerActs *la = &A->layers[l];
+    if (!la->rc) continue;
+    const LayerActs own = *la;
+    *la = A->s->rc_ws[l - own.rc_begin];
+    la->rc = 1;
+    la->rc_begin = own.rc_begin;
+    la->rc_end = own.rc_end;
+    if (l == own.rc_begin) la->res_attn = own.res_attn;
+  }
+}
+
+/* What all chunks share; A supplies the (local) shapes. Returns the bytes
+ * of the recomputation workspace among them. */
+static size_t layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int any_head, int kv_dw_floats,
+                             int rc_dense, int rc_moe, Carver *cv) {
   const size_t N = (size_t)A->max_N, Nl = N / (size_t)A->tp, C = A->C;
   const int E = A->moe.E, K = A->moe.K;
   const size_t rows = A->max_rows;
@@ -169,6 +231,9 @@ static void layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int a
     if (any_head) S->targets_local = CARVE_I(cv, N);
   }
   if (any_head) S->xent_scratch = CARVE_F(cv, (size_t)S->xent_chunk * A->V + (A->tp > 1 ? 3 * (size_t)S->xent_chunk : 0));
+  const size_t before = cv->used;
+  if (S->rc_ws_n > 0) layout_recompute(S, A, rc_dense, rc_moe, cv);
+  return cv->used - before;
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -293,6 +358,8 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     A->has_embedding = shard->has_embedding[ch] != 0;
     A->has_head = shard->has_head[ch] != 0;
     A->split_ok = shard->split_backward && d.t == 1;
+    A->rc_method = shard->recompute_method;
+    A->rc_num = shard->recompute_num_layers;
     A->embed = chunks[ch].embed;
     A->final_norm = chunks[ch].final_norm;
     A->final_norm_bias = chunks[ch].final_norm_bias;
@@ -311,6 +378,25 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     S->xent_chunk = (int)chunk;
   }
   const int kv_dw_floats = d.kv_ranks > 1 ? 2 * c->num_kv_heads * c->head_dim * c->hidden_size : 0;
+  /* The recomputation workspace: as many blocks as the longest group, of
+   * the kinds this rank recomputes. */
+  int rc_dense = 0, rc_moe = 0;
+  for (int ch = 0; ch < shard->num_chunks; ch++) {
+    const ModelActs *A = model_acts(m, ch, 0);
+    for (int l = A->layer_begin; l < A->layer_end; l++) {
+      int gb, ge;
+      if (!rc_group(A, l, &gb, &ge)) continue;
+      if (ge - gb > S->rc_ws_n) S->rc_ws_n = ge - gb;
+      if (layer_is_moe(A, c, l))
+        rc_moe = 1;
+      else
+        rc_dense = 1;
+    }
+  }
+  if (S->rc_ws_n > 0 && !(S->rc_ws = calloc((size_t)S->rc_ws_n, sizeof *S->rc_ws))) {
+    model_free(m);
+    return error_set(err, ERR_NOMEM, "model_create: out of memory");
+  }
 
   m->params = alloc_big(m->num_params * sizeof(float) + 64);
   m->grads = alloc_big(m->num_params * sizeof(float) + 64);
@@ -324,7 +410,7 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     if (!m->acts[i].arena) ok = 0;
   }
   Carver measure = {NULL, 0};
-  layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, &measure);
+  const size_t rc_bytes = layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, rc_dense, rc_moe, &measure);
   act_bytes += measure.used;
   if (ok) S->arena = alloc_big(measure.used);
   if (!ok || !S->arena) {
@@ -340,8 +426,11 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     layout_acts(&m->acts[i], c, &place);
   }
   Carver place = {S->arena, 0};
-  layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, &place);
+  layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, rc_dense, rc_moe, &place);
+  m->activation_bytes = act_bytes;
+  m->recompute_workspace_bytes = rc_bytes;
   for (int i = 0; i < num_acts; i++) {
+    bind_recompute(&m->acts[i]);
     m->acts[i].rope_cos = S->rope_cos;
     m->acts[i].rope_sin = S->rope_sin;
     m->acts[i].dropped = S->dropped;
@@ -358,7 +447,10 @@ void model_free(Model *m) {
       alloc_big_free(m->acts[i].arena);
       free(m->acts[i].layers);
     }
-    if (m->acts[0].s) alloc_big_free(m->acts[0].s->arena);
+    if (m->acts[0].s) {
+      alloc_big_free(m->acts[0].s->arena);
+      free(m->acts[0].s->rc_ws);
+    }
     free(m->acts[0].s);
     free((void *)m->acts[0].lt);
     free(m->acts);

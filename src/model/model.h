@@ -186,9 +186,27 @@ typedef struct ModelShard {
    * output gradients of the attention projections and of the dense MLP's
    * two matrices, about 2C + QD + 2 KVD + 2F floats per row and layer. */
   int split_backward;
+  /* Full activation recomputation (Megatron's --recompute-granularity full
+   * with --recompute-method and --recompute-num-layers), per chunk:
+   *   MODEL_RECOMPUTE_UNIFORM: the chunk's blocks in groups of
+   *     recompute_num_layers (0 or 1: every block alone; the last group may
+   *     be shorter), every block recomputed;
+   *   MODEL_RECOMPUTE_BLOCK: the first recompute_num_layers blocks of the
+   *     chunk, each alone; the others keep their activations.
+   * A slot keeps only the input of each group (the checkpoint); the
+   * group's internal activations live in one workspace every slot and chunk
+   * shares. The backward of a group first reruns the group's forward from
+   * its checkpoint (the same calls, collectives included, in the same
+   * order), then runs the ordinary backward, so gradients are bit-identical
+   * to a run without recomputation. A recomputed block's weight gradients
+   * are not deferred by a split backward (its workspace does not outlive
+   * the first part). */
+  int recompute_method;     /* MODEL_RECOMPUTE_NONE (0), _UNIFORM, _BLOCK */
+  int recompute_num_layers; /* group size (uniform) or blocks per chunk (block) */
 } ModelShard;
 
 enum { MODEL_MOE_ALLTOALL = 0, MODEL_MOE_ALLGATHER = 1 };
+enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_UNIFORM = 1, MODEL_RECOMPUTE_BLOCK = 2 };
 
 /* The collectives the model calls (the runtime binds them to its groups;
  * the model itself never links MPI). The four float ones act on the TP
@@ -250,6 +268,11 @@ typedef struct Model {
    * pipeline schedule, so its report is final. NULL calls nothing. */
   void (*on_grads_ready)(void *ctx, size_t offset, size_t count);
   void *on_grads_ready_ctx;
+  /* Bytes of activation memory the model holds: every (chunk, slot)'s
+   * arena plus the shared scratch (the recomputation workspace included).
+   * Allocated once at creation, so this is also its peak. */
+  size_t activation_bytes;
+  size_t recompute_workspace_bytes; /* the part of the scratch that rebuilds recomputed groups */
 } Model;
 
 /* The whole model on one rank: tp 1, one chunk with every block, the

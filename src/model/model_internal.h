@@ -51,6 +51,11 @@ typedef struct LayerActs {
   float *keep_datt;         /* [N, C] gradient of the attention output projection's output */
   float *keep_dq, *keep_dk, *keep_dv; /* [N, QD], [N, KVD] x 2: of q, k, v before RoPE */
   float *keep_dmlp, *keep_dh;         /* [N, C], [N, 2F]: of w_down's and w_gate_up's outputs */
+  /* Full recomputation (ModelShard.recompute_method): rc 1 when the block
+   * belongs to the recomputed group [rc_begin, rc_end). Only the group's
+   * first block owns its res_attn (the checkpoint); every other buffer of
+   * the group points into ModelScratch.rc_ws, position l - rc_begin. */
+  int rc, rc_begin, rc_end;
 } LayerActs;
 
 /* What every (chunk, slot) of one model shares: backward scratch and the
@@ -72,6 +77,13 @@ typedef struct ModelScratch {
   MoeAgScratch ag;
   float *moe_dw;             /* [E*C + 3*Fs*C] (dispatcher path, TP): router and shared-expert gradients to sum */
   void *cp_work;             /* (CP) ring attention workspace */
+  /* Full recomputation: the activations of one recomputed group (rc_ws_n
+   * blocks, the longest group of this rank), and where the rerun of a
+   * group's last block writes its output ([Nl, C]: the block after it, or
+   * the chunk's output, already holds the same values). */
+  LayerActs *rc_ws;
+  int rc_ws_n;
+  float *rc_out;
   int *targets_local;        /* [N] (CP) this rank's targets */
   void *arena;
 } ModelScratch;
@@ -104,6 +116,8 @@ struct ModelActs {
   int split_ok;         /* the slot keeps what a split backward defers (LayerActs.keep_*) */
   int deferring;        /* set during model_chunk_backward_input: weight GEMMs wait */
   int weights_pending;  /* a split backward's weight-gradient pass is due */
+  int rc_method, rc_num; /* ModelShard.recompute_method, recompute_num_layers */
+  int recomputing;       /* set while a backward reruns a group's forward: no statistics written */
   float grad_scale;
   int *tokens, *pos; /* [N] */
   float *rope_cos, *rope_sin; /* [max_T, D/2] */

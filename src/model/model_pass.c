@@ -220,6 +220,9 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
   if (t->bo != NO_TENSOR) bias_add_rows(la->res_mlp, P + t->bo, A->Nl, C);
 
   float *out = l + 1 < A->layer_end ? A->layers[l + 1].res_attn : A->final_in;
+  /* A rerun leaves the next block's input (or the chunk's output, maybe
+   * still being sent) alone: it holds these values already. */
+  if (A->recomputing && l == la->rc_end - 1) out = S->rc_out;
   if (is_moe(A, m, l) && A->moe_folded) {
     /* The dispatcher takes this rank's own rows: no gather. */
     OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, A->Nl, C, m->cfg.rms_norm_eps));
@@ -228,6 +231,7 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
     if (moe_folded_forward(m, A, la, t, out, &layer_aux, &layer_z, err)) return err ? err->code : ERR_INTERNAL;
     *aux += layer_aux;
     *z += layer_z;
+    if (A->recomputing) return 0; /* the statistics are the forward's */
     const long *counts = A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.group_counts : la->ag.group_counts;
     for (int e = 0; e < A->moe.E; e++) m->expert_counts[(size_t)l * A->moe.E + e] = counts[e];
     A->dropped[l] = A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.perm.dropped : la->ag.perm.dropped;
@@ -255,6 +259,7 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
     }
     *aux += layer_aux;
     *z += layer_z;
+    if (A->recomputing) return 0;
     for (int e = 0; e < A->moe.E; e++) m->expert_counts[(size_t)l * A->moe.E + e] = la->moe.routing.counts[e];
     A->dropped[l] = la->moe.perm.dropped;
   } else if (A->tp == 1) {
@@ -508,6 +513,22 @@ static size_t block_begin(const ModelActs *A, int l) {
   return A->has_head ? A->final_norm : A->param_end;
 }
 
+/* Full recomputation: reruns the forward of the group [gb, ge) from its
+ * checkpoint into the workspace, exactly as the training forward ran it
+ * (same calls and collectives in the same order, so the same values);
+ * losses and routing statistics stay those of that forward. */
+static int recompute_group(Model *m, ModelActs *A, int gb, int ge, Error *err) {
+  double aux = 0, z = 0;
+  A->recomputing = 1;
+  for (int l = gb; l < ge; l++)
+    if (block_forward(m, A, l, &aux, &z, err)) {
+      A->recomputing = 0;
+      return err ? err->code : ERR_INTERNAL;
+    }
+  A->recomputing = 0;
+  return 0;
+}
+
 int chunk_backward_pass(Model *m, int chunk, int slot, const float *dy, int defer, const char *who, Error *err) {
   if (check_chunk(m, chunk, slot, who, err)) return ERR_ARG;
   ModelActs *A = model_acts(m, chunk, slot);
@@ -532,8 +553,13 @@ int chunk_backward_pass(Model *m, int chunk, int slot, const float *dy, int defe
   } else {
     vec_copy(A->dres, dy, NlC);
   }
-  A->deferring = defer && A->split_ok;
   for (int l = A->layer_end - 1; l >= A->layer_begin; l--) {
+    const LayerActs *la = &A->layers[l];
+    if (la->rc && l == la->rc_end - 1 && recompute_group(m, A, la->rc_begin, la->rc_end, err))
+      return error_wrap(err, "%s: recomputing layers %d..%d", who, la->rc_begin, la->rc_end - 1);
+    /* A recomputed block's activations do not outlive this pass: its
+     * weight gradients are not deferred. */
+    A->deferring = defer && A->split_ok && !la->rc;
     if (block_backward(m, A, l, err)) {
       A->deferring = 0;
       return error_wrap(err, "%s: layer %d", who, l);

@@ -18,6 +18,7 @@ void block_backward_weights(Model *m, ModelActs *A, int l) {
   const float *P = m->params;
   float *G = m->grads;
   const int N = A->N, C = A->C;
+  if (!la->keep_datt) return; /* a recomputed block: nothing was deferred */
   OP_PROBE_LAYER(l);
   if (la->keep_dh) {
     /* The SwiGLU output is recomputed from h, as the unsplit backward does. */

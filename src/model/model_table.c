@@ -45,6 +45,12 @@ int model_shard_dims(const ModelConfig *c, const ModelShard *sh, ShardDims *d, E
                      sh->num_chunks, MODEL_MAX_CHUNKS);
   if (sh->num_slots < 1 || sh->num_slots > 4096)
     return error_set(err, ERR_CONFIG, "model shard: num_slots %d is out of range (1..4096)", sh->num_slots);
+  if (sh->recompute_method < MODEL_RECOMPUTE_NONE || sh->recompute_method > MODEL_RECOMPUTE_BLOCK)
+    return error_set(err, ERR_CONFIG, "model shard: recompute_method %d is not none (0), uniform (1) or block (2)",
+                     sh->recompute_method);
+  if (sh->recompute_num_layers < 0 || sh->recompute_num_layers > MODEL_MAX_LAYERS)
+    return error_set(err, ERR_CONFIG, "model shard: recompute_num_layers %d is out of range (0..%d)",
+                     sh->recompute_num_layers, MODEL_MAX_LAYERS);
   int embed_chunks = 0, head_chunks = 0;
   for (int i = 0; i < sh->num_chunks; i++) {
     const int b = sh->layer_begin[i], e = sh->layer_end[i];

@@ -81,6 +81,15 @@ static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
   if (name && plan_recompute_from_name(name, &p->recompute))
     return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.recompute\": \"%s\" is not one of none, selective, full",
                      c->origin, name);
+  /* Full recomputation's method and count (optional: uniform, 1). */
+  p->recompute_method = 0;
+  p->recompute_num_layers = 1;
+  TRY(get_string(c, par, S, "recompute_method", 1, &name));
+  if (name && strcmp(name, "uniform") && strcmp(name, "block"))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.recompute_method\": \"%s\" is not uniform or block",
+                     c->origin, name);
+  if (name) p->recompute_method = !strcmp(name, "block");
+  TRY(get_int(c, par, S, "recompute_num_layers", 0, 1, &p->recompute_num_layers));
   const cJSON *dist = cJSON_GetObjectItemCaseSensitive(par, "distributed_optimizer");
   if (dist && !cJSON_IsBool(dist))
     return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.distributed_optimizer\": expected true or false",

@@ -47,6 +47,8 @@ typedef struct PlanChoice {
   SchedScheduleKind schedule;
   char schedule_name[16]; /* "none", "gpipe", "1f1b", "zb-h1", "interleaved" */
   PlanRecompute recompute;
+  int recompute_method;     /* "parallel.recompute_method": 0 uniform (default), 1 block */
+  int recompute_num_layers; /* "parallel.recompute_num_layers" (default 1) */
   int distributed_optimizer;
   int num_stages;    /* pp x vpp */
   int layers_per_stage[PLAN_MAX_STAGES]; /* by virtual stage (chunk x pp + rank) */

@@ -17,9 +17,22 @@ const char *plan_runtime_name(PlanRuntime rt) { return rt == PLAN_RUNTIME_FIVEFO
 int plan_runtime_check(PlanRuntime rt, const ModelConfig *model, const PlanConfig *cfg, Error *err) {
   (void)model;
   if (rt == PLAN_RUNTIME_ANY) return 0;
-  if (cfg->recompute != PLAN_RECOMPUTE_NONE)
-    return error_set(err, ERR_CONFIG, "recompute %s: fivefold train does not run activation recomputation",
-                     plan_recompute_name(cfg->recompute));
+  /* Full recomputation runs (uniform groups, or the first blocks of each
+   * virtual stage: the block method's per-layer choices); selective does
+   * not, nor a per-layer mix neither method describes. */
+  int selective = cfg->recompute == PLAN_RECOMPUTE_SELECTIVE && cfg->num_layer_recompute == 0;
+  int mixed = 0;
+  for (int l = 0; l < cfg->num_layer_recompute; l++) {
+    selective |= cfg->layer_recompute[l] == PLAN_RECOMPUTE_SELECTIVE;
+    mixed |= cfg->layer_recompute[l] != cfg->layer_recompute[0];
+  }
+  if (selective)
+    return error_set(err, ERR_CONFIG,
+                     "recompute selective: fivefold train runs full recomputation of whole blocks, not selective");
+  if (mixed && cfg->recompute_method != 1)
+    return error_set(err, ERR_CONFIG,
+                     "per-layer recomputation: fivefold train runs full recomputation by Megatron's uniform or block "
+                     "method only");
   const PlanParallel *p = &cfg->par;
   long long rows = (long long)cfg->micro_batch_size * cfg->seq_len / (p->cp > 0 ? p->cp : 1);
   if (p->tp > 1 && rows % p->tp)

@@ -7,7 +7,8 @@
  *
  * fivefold's runtime (src/train/) runs every TP / CP / DP / PP / VPP / EP /
  * ETP layout the divisibility rules allow, both schedules and ZeRO-1 with
- * any of them; it does not run activation recomputation, and sequence
+ * any of them, and full activation recomputation (uniform or block, as
+ * Megatron); it does not run selective recomputation, and sequence
  * parallelism needs the rows of a micro-batch on a CP rank (B x S / CP) to
  * split over TP. */
 #ifndef FIVEFOLD_PLAN_RUNTIME_CAPS_H

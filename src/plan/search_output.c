@@ -165,6 +165,13 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     cJSON_AddNumberToObject(par, "microbatches", c->microbatches);
     cJSON_AddStringToObject(par, "schedule", sched_schedule_name(c->schedule));
     cJSON_AddStringToObject(par, "recompute", plan_recompute_name(c->recompute));
+    if (c->recompute == PLAN_RECOMPUTE_FULL) {
+      /* Megatron's method and count, as the trainer applies them. */
+      cJSON_AddStringToObject(par, "recompute_method", c->recompute_method == 1 ? "block" : "uniform");
+      cJSON_AddNumberToObject(par, "recompute_num_layers", c->recompute_num_layers > 0 || c->recompute_method == 1
+                                                               ? c->recompute_num_layers
+                                                               : 1);
+    }
     if (c->recompute == PLAN_RECOMPUTE_SELECTIVE) {
       char modules[80];
       cJSON_AddStringToObject(par, "recompute_modules",

@@ -66,6 +66,14 @@ static const FieldSpec FIELDS[] = {
      "matrix-product library: onednn (default) | openblas"},
     {"training", "precision", "--precision", "NAME", FIELD_TEXT, OFF(precision), 0, 0, 0, 0,
      "fp32 (default) | bf16: bf16 GEMM inputs with fp32 accumulation, fp32 master weights (needs avx512_bf16)"},
+    {"training", "recompute", "--recompute", "NAME", FIELD_TEXT, OFF(recompute), 0, 0, 0, 0,
+     "activation recomputation: none (default) | full: a recomputed block keeps only its input and reruns its "
+     "forward in backward (bit-identical, less activation memory); selective is refused"},
+    {"training", "recompute_method", "--recompute-method", "NAME", FIELD_TEXT, OFF(recompute_method), 0, 0, 0, 0,
+     "full recomputation as Megatron: uniform (default; every block, in groups of recompute_num_layers whose "
+     "input is kept) | block (only the first recompute_num_layers blocks of each virtual stage)"},
+    {"training", "recompute_num_layers", "--recompute-num-layers", "N", FIELD_INT, OFF(recompute_num_layers), 0,
+     512 /* MODEL_MAX_LAYERS */, 0, 0, "blocks per recomputed group (uniform) or recomputed per stage (block); default 1"},
     {"training", "nonfinite", NULL, "NAME", FIELD_TEXT, OFF(nonfinite), 0, 0, 0, 0,
      "a non-finite loss or gradient: skip (the step, weights untouched) | stop (the run, with an error)"},
     {"training", "max_nonfinite_skips", NULL, "N", FIELD_INT, OFF(max_nonfinite_skips), 0, 1 << 30, 0, 0,
@@ -180,6 +188,9 @@ void train_config_defaults(TrainConfig *cfg) {
   snprintf(cfg->gemm_backend, sizeof cfg->gemm_backend, "onednn");
   snprintf(cfg->precision, sizeof cfg->precision, "fp32");
   snprintf(cfg->nonfinite, sizeof cfg->nonfinite, "skip");
+  snprintf(cfg->recompute, sizeof cfg->recompute, "none");
+  snprintf(cfg->recompute_method, sizeof cfg->recompute_method, "uniform");
+  cfg->recompute_num_layers = 1;
   cfg->max_nonfinite_skips = 5;
   cfg->collective_timeout_s = 600;
   cfg->world_size = 1;

@@ -150,6 +150,7 @@ int train_config_finalize(TrainConfig *cfg, Error *err) {
   if ((rc = train_config_check_trace(cfg, origin, err))) return rc;
   if ((rc = train_config_check_fold(cfg, origin, 0, err))) return rc;
   if ((rc = train_config_check_compute(cfg, origin, err))) return rc;
+  if ((rc = train_config_check_recompute(cfg, origin, err))) return rc;
   if (cfg->min_lr < 0) cfg->min_lr = cfg->lr * 0.1f;
   if (cfg->min_lr > cfg->lr)
     return error_set(err, ERR_CONFIG,

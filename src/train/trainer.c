@@ -161,6 +161,19 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
   fflush(out);
 }
 
+/* Recomputation and the activation memory it leaves this rank (model.h:
+ * every slot's arena and the shared scratch, allocated once). */
+static void print_recompute(const Trainer *tr, FILE *out) {
+  const TrainConfig *cfg = tr->cfg;
+  const Model *m = &tr->model;
+  fprintf(out, "  memory   activations %.2f MiB on this rank", m->activation_bytes / 1048576.0);
+  if (strcmp(cfg->recompute, "full"))
+    fprintf(out, "; recompute none\n");
+  else
+    fprintf(out, "; recompute full, %s %d (a %.2f MiB workspace rebuilds a group in backward)\n",
+            cfg->recompute_method, cfg->recompute_num_layers, m->recompute_workspace_bytes / 1048576.0);
+}
+
 /* The layout: sizes, schedule and which blocks each stage holds. */
 static void print_parallel(const Trainer *tr, FILE *out) {
   const TrainConfig *cfg = tr->cfg;
@@ -472,6 +485,7 @@ static void run_print_header(const Trainer *tr, const RunState *rs) {
   FILE *out = rs->out;
   print_banner(tr, out, rs->peak, rs->peak_measured, rs->job_cores);
   if (tr->world > 1 && cfg->family == TRAIN_FAMILY_TRANSFORMER) print_parallel(tr, out);
+  if (cfg->family == TRAIN_FAMILY_TRANSFORMER) print_recompute(tr, out);
   if (tr->dp > 1) {
     const DpGrads *g = &tr->dp_grads;
     fprintf(out,

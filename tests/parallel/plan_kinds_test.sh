@@ -9,16 +9,19 @@
 #            data parallelism with the bucket search's size, a cap of 2
 #            chunks per rank, the device mapping search, stage replication,
 #            the explorer's run (its --out is the best uniform layout: a
-#            plan file has no per-layer fields), recomputation planned for
-#            another runtime (refused: fivefold does not recompute), and an
-#            MoE model's plan (2 blocks of 4 experts);
+#            plan file has no per-layer fields), selective recomputation
+#            planned for another runtime (refused: fivefold recomputes whole
+#            blocks only), full recomputation (trained), and an MoE
+#            model's plan (2 blocks of 4 experts);
 #   values   every value of the fields the writer emits that the search did
 #            not pick here, set on an emitted plan: each schedule (gpipe,
 #            1f1b and zb-h1 with warm-up depths, interleaved with vpp 2),
 #            an uneven partition, a device permutation, TP2, ZeRO-1 DP2 with
 #            a bucket size, widths 1,1, the MoE grid folded (TP2 attention,
 #            EP2 experts), zb-h1 and warm-up depths over replicated stages
-#            (refused), selective and full recomputation (refused), an fp32
+#            (refused), full recomputation (uniform 1, block 1, uniform
+#            groups of 2: trained, training.recompute* in its config.json),
+#            selective recomputation and an unknown method (refused), an fp32
 #            and a bf16 price, another sequence length, and a plan for 4
 #            GPUs (refused: its data parallelism does not fit the job).
 # A run must take 2 steps with the plan's fields in its config.json (tp,
@@ -92,6 +95,17 @@ def runs(name, plan, path, model="dense"):
         want["warmup"] = par["warmup"]
     if "buckets" in plan and par["dp"] > 1:
         want["bucket_mb"] = plan["buckets"]["bucket_mb"]
+    # Recomputation is a training field: full with the plan's method and count.
+    tr = json.load(open(f"run-{name}/config.json"))["training"]
+    rc_want = {"recompute": par.get("recompute", "none")}
+    if rc_want["recompute"] == "full":
+        rc_want["recompute_method"] = par.get("recompute_method", "uniform")
+        rc_want["recompute_num_layers"] = par.get("recompute_num_layers", 1)
+        if "recompute full" not in log:
+            failures.append(f"{name}: the banner does not say the run recomputes")
+    for k, v in rc_want.items():
+        if tr.get(k) != v:
+            failures.append(f"{name}: the plan's {k} {v!r} is not the run's ({tr.get(k)!r})")
     for k, v in want.items():
         g = got.get(k)
         same = abs(g - v) <= 1e-6 * abs(v) if isinstance(v, float) and isinstance(g, (int, float)) else g == v
@@ -122,12 +136,12 @@ def refused(name, path, *needles):
         print(f"{name}: refused: {line.strip()[:200]}")
 
 def check(name, plan, model="dense"):
-    """An emitted plan: trained, unless it recomputes (the one field fivefold refuses)."""
+    """An emitted plan: trained, unless it recomputes selectively (the one field fivefold refuses)."""
     if plan is None:
         return
     path = f"plan-{name}.json"
-    if plan["parallel"]["recompute"] != "none":
-        refused(name, path, "recompute", "does not run yet")
+    if plan["parallel"]["recompute"] == "selective":
+        refused(name, path, "parallel.recompute", "selective")
     else:
         runs(name, plan, path, model)
 
@@ -145,6 +159,7 @@ check("replicated", emit("replicated", "--replicate-stages", "--mbs-list", "2"))
 check("explored", emit("explored", "--min-pp", "2", "--max-tp", "1", "--max-vpp", "1", "--explore", "sa",
                        "--explore-budget", "40"))
 check("recompute", emit("recompute", "--runtime", "any", "--recompute-list", "selective", "--max-pp", "1"))
+check("recompute-full", emit("recompute-full", "--recompute-list", "full", "--max-pp", "1"))
 if dp is not None and dp["parallel"]["dp"] > 1 and "buckets" not in dp:
     failures.append("the data-parallel plan carries no bucket size")
 if pipe is None or dp is None:
@@ -207,8 +222,16 @@ refused("widths-warmup", write("widths-warmup", pp2(1, schedule="1f1b", stage_wi
 dp4 = variant(dp, dp=4, edp=4, micro_batch_size=1, microbatches=2)
 dp4["gpus"] = 4
 refused("gpus4", write("gpus4", dp4), "parallel.dp (--dp) is 4 but the job has 2 rank(s)")
-refused("full", write("full", pp2(2, schedule="1f1b", recompute="full")), "recompute", "does not run yet")
-refused("selective", write("selective", pp2(2, schedule="1f1b", recompute="selective")), "recompute")
+full = pp2(2, schedule="1f1b", recompute="full")
+runs("full", full, write("full", full))
+full_block = pp2(2, schedule="1f1b", recompute="full", recompute_method="block", recompute_num_layers=1)
+runs("full-block", full_block, write("full-block", full_block))
+full_groups = variant(dp, recompute="full", recompute_method="uniform", recompute_num_layers=2)
+runs("full-groups", full_groups, write("full-groups", full_groups))
+refused("selective", write("selective", pp2(2, schedule="1f1b", recompute="selective")), "parallel.recompute",
+        "selective")
+refused("bad-method", write("bad-method", variant(dp, recompute="full", recompute_method="blocks")),
+        "parallel.recompute_method")
 if failures:
     print("\n".join(failures))
     sys.exit(1)

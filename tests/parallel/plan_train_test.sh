@@ -4,10 +4,11 @@
 # models (MoE with 8 and 4 experts, dense with tied embeddings) and the
 # demo's model on 2 ranks writes its best plan, and `fivefold train --plan`
 # trains each for 2 steps with the plan's gradient bucket size (its
-# config.json and banner). A plan made with --runtime any and recomputation
-# is still refused by train, and the default (--runtime fivefold) never
-# emits one; a plan made for another model (same layer counts) is refused
-# naming both.
+# config.json and banner). A plan made with --runtime any and selective
+# recomputation is still refused by train, and the default (--runtime
+# fivefold) never emits one; one with full recomputation trains
+# recomputing; a plan made for another model (same layer counts) is
+# refused naming both.
 # usage: plan_train_test.sh FIVEFOLD MPIEXEC
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -38,8 +39,8 @@ for model in moe8 moe4 dense demo; do
   fi
   layout=$($PY -c 'import json, sys; p = json.load(open(sys.argv[1]))["parallel"]; print(" ".join(f"{k}={v}" for k, v in p.items()))' "plan-$model.json")
   echo "$model: $layout"
-  case " $layout " in *" recompute=none "*) ;; *) fail "$model: the plan recomputes";; esac
-  grep -Eq '(selective|full)' "plan-$model.log" && fail "$model: the table ranks recomputation"
+  case " $layout " in *" recompute=selective "*) fail "$model: the plan recomputes selectively";; esac
+  grep -q 'selective' "plan-$model.log" && fail "$model: the table ranks selective recomputation"
   train 2 "planned-$model" "$model" --plan "plan-$model.json" || continue
   [ "$(grep -c '^step ' "planned-$model.log")" -eq 2 ] || fail "planned-$model: expected 2 step lines"
   # The bucket search's size is what the run used (its config.json), and
@@ -72,14 +73,19 @@ $PY -c 'import json, sys; p = json.load(open(sys.argv[1])); del p["model_identit
   plan-moe8.json plan-anonymous.json
 refused 2 moe8 "has no model_identity" --plan plan-anonymous.json
 
-# Planned for another runtime, recomputation is refused by train with a message.
+# Planned for another runtime, selective recomputation is refused by train with a message.
 "$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
-  --recompute-list full --runtime any --out plan-full.json >plan-full.log 2>&1 || fail "plan --runtime any"
-refused 2 moe8 "does not run yet" --plan plan-full.json
-# For fivefold, recomputation alone leaves nothing to plan.
+  --recompute-list selective --runtime any --out plan-sel.json >plan-sel.log 2>&1 || fail "plan --runtime any"
+refused 2 moe8 "selective recomputation, which fivefold train does not run" --plan plan-sel.json
+# For fivefold, selective recomputation alone leaves nothing to plan.
 if "$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
-  --recompute-list full >plan-none.log 2>&1; then
-  fail "plan with --recompute-list full found a configuration fivefold runs"
+  --recompute-list selective >plan-none.log 2>&1; then
+  fail "plan with --recompute-list selective found a configuration fivefold runs"
 fi
-grep -q "not run by the runtime" plan-full.log || fail "the table does not count what the runtime does not run"
+grep -q "not run by the runtime" plan-sel.log || fail "the table does not count what the runtime does not run"
+# Full recomputation is planned for fivefold and trains.
+"$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
+  --recompute-list full --out plan-full.json >plan-full.log 2>&1 || fail "plan --recompute-list full"
+train 2 full-run moe8 --plan plan-full.json && grep -q "recompute full" full-run.log ||
+  fail "a plan with full recomputation did not train recomputing"
 finish plan_train_test

@@ -138,3 +138,12 @@ foreach(mode golden-pp golden-more)
   set_tests_properties(parallel.zb_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+# Full activation recomputation (tests/parallel/recompute_test.sh): one rank
+# bit-identical with and without it (dense, MoE, GPT-2, bf16, resume), PP2,
+# TP2 and DP2 against one rank, more layouts (release_only), refusals.
+foreach(mode one golden more config)
+  add_test(NAME parallel.recompute_${mode}
+           COMMAND bash ${PARALLEL_TEST_DIR}/recompute_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
+  set_tests_properties(parallel.recompute_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       ENVIRONMENT "${PARALLEL_MPI_ENV}")
+endforeach()

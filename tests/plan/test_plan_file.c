@@ -127,6 +127,9 @@ static void no_mbs(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(par(r), "
 static void bad_schedule(cJSON *r) { set_str(par(r), "schedule", "zigzag"); }
 static void schedule_misfit(cJSON *r) { set_str(par(r), "schedule", "none"); }
 static void bad_recompute(cJSON *r) { set_str(par(r), "recompute", "some"); }
+/* Fields the written (selective) plan lacks: added. */
+static void bad_recompute_method(cJSON *r) { cJSON_AddStringToObject(par(r), "recompute_method", "blocks"); }
+static void bad_recompute_layers(cJSON *r) { cJSON_AddNumberToObject(par(r), "recompute_num_layers", -1); }
 static void distopt_number(cJSON *r) { set_num(par(r), "distributed_optimizer", 1); }
 static void short_stages(cJSON *r) { cJSON_DeleteItemFromArray(cJSON_GetObjectItemCaseSensitive(par(r), "layers_per_stage"), 0); }
 static void zero_stage(cJSON *r) {
@@ -152,6 +155,8 @@ static void test_bad_fields(void **state) {
   expect_error(bad_schedule, "parallel.schedule");
   expect_error(schedule_misfit, "parallel.schedule");
   expect_error(bad_recompute, "parallel.recompute");
+  expect_error(bad_recompute_method, "parallel.recompute_method");
+  expect_error(bad_recompute_layers, "parallel.recompute_num_layers");
   expect_error(distopt_number, "parallel.distributed_optimizer");
   expect_error(short_stages, "parallel.layers_per_stage");
   expect_error(zero_stage, "parallel.layers_per_stage");
@@ -179,6 +184,61 @@ static void test_bad_fields(void **state) {
 /* The plan's model identity: written by plan_write_json_for_model, read
  * back, equal for two loads of one model and different for a model that
  * differs in one field (the layer count included or not). */
+/* Full recomputation: the writer records Megatron's method and count
+ * (uniform 1 for the default), the reader takes them back; a plan without
+ * them reads as uniform 1. */
+static void test_full_recompute(void **state) {
+  (void)state;
+  ModelConfig m;
+  ClusterSpec cl;
+  assert_int_equal(plan_test_load_model(&m, "mixtral-8x7b"), 0);
+  assert_int_equal(plan_test_load_cluster(&cl, "dgx-h100"), 0);
+  for (int k = 0; k < 2; k++) {
+    PlanConfig cfg;
+    plan_config_init(&cfg, 4096, 256, 2);
+    cfg.par.tp = 2, cfg.par.pp = 4, cfg.par.vpp = 1, cfg.par.ep = 8, cfg.par.dp = 0;
+    cfg.recompute = PLAN_RECOMPUTE_FULL;
+    cfg.recompute_num_layers = k ? 3 : 0; /* uniform: groups of 3, or every block */
+    Error err = {0, ""};
+    assert_int_equal(plan_config_finish(&cfg, &m, &cl, 64, &err), 0);
+    PlanOptions opt;
+    plan_options_default(&opt);
+    PlanResult r;
+    assert_int_equal(plan_simulate(&m, &cl, &opt, &cfg, NULL, NULL, &r, &err), 0);
+    assert_int_equal(plan_write_json(&r, NULL, "mixtral-8x7b", cl.name, g_path, &err), 0);
+    plan_result_free(&r);
+    PlanChoice p;
+    assert_int_equal(plan_file_read(g_path, &p, &err), 0);
+    assert_int_equal(p.recompute, PLAN_RECOMPUTE_FULL);
+    assert_int_equal(p.recompute_method, 0);
+    assert_int_equal(p.recompute_num_layers, k ? 3 : 1);
+  }
+  /* Without the two fields: uniform, 1. */
+  FILE *f = fopen(g_path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *text = calloc((size_t)n + 1, 1);
+  assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  cJSON *root = cJSON_Parse(text);
+  free(text);
+  cJSON_DeleteItemFromObjectCaseSensitive(par(root), "recompute_method");
+  cJSON_DeleteItemFromObjectCaseSensitive(par(root), "recompute_num_layers");
+  PlanChoice p;
+  Error err = {0, ""};
+  assert_int_equal(plan_file_from_json(root, "old-plan.json", &p, &err), 0);
+  assert_int_equal(p.recompute_method, 0);
+  assert_int_equal(p.recompute_num_layers, 1);
+  cJSON_AddStringToObject(par(root), "recompute_method", "block");
+  assert_int_equal(plan_file_from_json(root, "old-plan.json", &p, &err), 0);
+  assert_int_equal(p.recompute_method, 1);
+  cJSON_Delete(root);
+  cluster_spec_free(&cl);
+  unlink(g_path);
+}
+
 static void test_model_identity(void **state) {
   (void)state;
   ModelConfig m, again, wider;
@@ -236,6 +296,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reads_what_the_planner_writes),
       cmocka_unit_test(test_bad_fields),
+      cmocka_unit_test(test_full_recompute),
       cmocka_unit_test(test_model_identity),
       cmocka_unit_test(test_bad_identity),
   };
