@@ -2,8 +2,8 @@
  * (search_output.c writes it), as `fivefold train --plan FILE` needs it.
  *
  * The file (docs/planner.md):
- *   {"format": "fivefold.plan", "version": 1, "model", "cluster", "gpus",
- *    "seq_length", "dtype",
+ *   {"format": "fivefold.plan", "version": 1, "model", "family", "cluster",
+ *    "gpus", "seq_length", "dtype",
  *    "model_identity": {"name", "fingerprint", "summary"},
  *    "parallel": {tp, cp, dp, pp, vpp, ep, etp, edp, micro_batch_size,
  *                 global_batch_size, microbatches, schedule, recompute,
@@ -20,6 +20,10 @@
  * (plan_model_fingerprint), so that `train --plan` can refuse a plan made
  * for another model even when the layer counts agree. It is optional here
  * (has_identity 0); the trainer decides what a missing one means.
+ * "family" (optional, "transformer" when absent) is "vision" for a plan of
+ * `fivefold simulate --net ... --out` (data-parallel only: tp cp pp vpp ep
+ * etp 1, schedule none, layers_per_stage the network's layer count; its
+ * fingerprint is the vision config's, nets/vision.h).
  * Fields it does not know are ignored (prediction and search are for
  * people); missing or wrong ones are errors naming the file and the field. */
 #ifndef FIVEFOLD_PLAN_PLAN_FILE_H
@@ -36,6 +40,7 @@ typedef struct cJSON cJSON;
 
 typedef struct PlanChoice {
   char model[256];   /* as given to `fivefold plan` ("" when absent) */
+  char family[16];   /* "transformer" or "vision" */
   char cluster[64];
   int gpus;          /* world size the plan was made for */
   int seq_len;
