@@ -228,6 +228,16 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
     snprintf(v, sizeof v, "%.9g", pc.bucket_mb);
     if (train_config_override(cfg, "--bucket-mb", v, err)) return error_wrap(err, "--plan %s", path);
   }
+  /* The fused kernels the plan priced. */
+  const struct {
+    const char *flag;
+    int value;
+  } fuse[] = {{"--fuse-swiglu", pc.fuse_swiglu}, {"--fuse-bias-gelu", pc.fuse_bias_gelu}};
+  for (size_t i = 0; i < sizeof fuse / sizeof fuse[0]; i++) {
+    if (fuse[i].value < 0) continue;
+    snprintf(v, sizeof v, "%d", fuse[i].value);
+    if (train_config_override(cfg, fuse[i].flag, v, err)) return error_wrap(err, "--plan %s", path);
+  }
   if (pc.num_stages > 0) {
     size_t at = 0;
     for (int i = 0; i < pc.num_stages && at < sizeof v; i++)

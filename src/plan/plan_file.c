@@ -289,6 +289,22 @@ int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Er
                        "gradients per bucket)", c->origin);
     p->bucket_mb = mb->valuedouble;
   }
+  p->fuse_swiglu = p->fuse_bias_gelu = -1;
+  const cJSON *fusion = cJSON_GetObjectItemCaseSensitive(root, "fusion");
+  if (fusion) {
+    if (!cJSON_IsObject(fusion))
+      return error_set(c->err, ERR_FORMAT, "%s: field \"fusion\": expected an object", c->origin);
+    static const char *const KEYS[] = {"swiglu", "bias_gelu"};
+    int *dst[] = {&p->fuse_swiglu, &p->fuse_bias_gelu};
+    for (int k = 0; k < 2; k++) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(fusion, KEYS[k]);
+      if (!v) continue;
+      if (!cJSON_IsBool(v))
+        return error_set(c->err, ERR_FORMAT, "%s: field \"fusion.%s\": expected true (fused) or false", c->origin,
+                         KEYS[k]);
+      *dst[k] = cJSON_IsTrue(v) ? 1 : 0;
+    }
+  }
   return check_consistent(c, p);
 }
 

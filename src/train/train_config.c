@@ -66,6 +66,12 @@ static const FieldSpec FIELDS[] = {
      "matrix-product library: onednn (default) | openblas"},
     {"training", "precision", "--precision", "NAME", FIELD_TEXT, OFF(precision), 0, 0, 0, 0,
      "fp32 (default) | bf16: bf16 GEMM inputs with fp32 accumulation, fp32 master weights (needs avx512_bf16)"},
+    {"training", "fuse_swiglu", "--fuse-swiglu", "0|1", FIELD_INT, OFF(fuse_swiglu), 0, 1, 0, 0,
+     "1 (default): SwiGLU's silu(gate) * up as one kernel; 0: separate kernels with the intermediate written to "
+     "memory (bit-identical results; the planner prices the extra traffic)"},
+    {"training", "fuse_bias_gelu", "--fuse-bias-gelu", "0|1", FIELD_INT, OFF(fuse_bias_gelu), 0, 1, 0, 0,
+     "1 (default): GPT-2's fc bias add and GeLU (and their gradients) as one kernel; 0: separate kernels "
+     "(bit-identical results)"},
     {"training", "nonfinite", NULL, "NAME", FIELD_TEXT, OFF(nonfinite), 0, 0, 0, 0,
      "a non-finite loss or gradient: skip (the step, weights untouched) | stop (the run, with an error)"},
     {"training", "max_nonfinite_skips", NULL, "N", FIELD_INT, OFF(max_nonfinite_skips), 0, 1 << 30, 0, 0,
@@ -179,6 +185,7 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->eval_batches = 20;
   snprintf(cfg->gemm_backend, sizeof cfg->gemm_backend, "onednn");
   snprintf(cfg->precision, sizeof cfg->precision, "fp32");
+  cfg->fuse_swiglu = cfg->fuse_bias_gelu = 1;
   snprintf(cfg->nonfinite, sizeof cfg->nonfinite, "skip");
   cfg->max_nonfinite_skips = 5;
   cfg->collective_timeout_s = 600;

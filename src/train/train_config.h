@@ -94,6 +94,8 @@ typedef struct TrainConfig {
   /* compute (train_config_compute.c): checked at finalize */
   char gemm_backend[64]; /* "onednn" (default) | "openblas" */
   char precision[64];    /* "fp32" (default) | "bf16": GEMM inputs, fp32 accumulation */
+  int fuse_swiglu;       /* 1 (default): SwiGLU's silu(gate) * up in one kernel; 0: separate passes (kern/fusion.h) */
+  int fuse_bias_gelu;    /* 1 (default): GPT-2's fc bias and GeLU in one kernel; 0: separate passes */
   /* a non-finite loss or gradient (train/nonfinite.h) */
   char nonfinite[64];      /* "skip" (default) | "stop" */
   int max_nonfinite_skips; /* consecutive skipped steps before the run stops */
@@ -176,7 +178,7 @@ void train_config_free(TrainConfig *cfg);
 /* training.gemm_backend and training.precision are known names
  * (train_config_compute.c; called by finalize). */
 int train_config_check_compute(const TrainConfig *cfg, const char *origin, Error *err);
-/* Selects the GEMM backend and precision process-wide (kern); ERR_CONFIG
+/* Selects the GEMM backend, precision and fused kernels process-wide (kern); ERR_CONFIG
  * naming the missing CPU feature when bf16 cannot run here. */
 int train_config_apply_compute(const TrainConfig *cfg, Error *err);
 
