@@ -1,7 +1,9 @@
 /* GeLU (tanh approximation) forward and backward, and the row-bias helpers. */
 #include "kern/gelu.h"
 
+#include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kern/fusion.h"
 #include "kern/kern_util.h"
@@ -104,25 +106,33 @@ void bias_gelu_forward_fused(float *h, float *a, const float *b, int N, int F) {
   }
 }
 
-/* By column blocks as bias_backward_rows, each block's rows in order: the
- * same sums in the same order. */
+/* Each thread takes a contiguous range of columns and walks every row
+ * over it (one contiguous stretch per row: the rows stream through the
+ * cache as in gelu_backward), summing each column's rows in row order from
+ * 0 as bias_backward_rows does, so db is the same bit for bit and does not
+ * depend on the thread count. */
 void bias_gelu_backward_fused(float *dh, float *db, const float *da, const float *h, int N, int F) {
-  const int col_block = 64, n_blocks = (F + col_block - 1) / col_block;
-#pragma omp parallel for schedule(static) if ((long)N * F >= KERN_PAR_MIN_ELEMS)
-  for (int blk = 0; blk < n_blocks; blk++) {
-    const int c0 = blk * col_block, w = c0 + col_block < F ? col_block : F - c0;
-    float acc[64];
-    for (int c = 0; c < w; c++) acc[c] = 0.0f;
+  float *acc = calloc((size_t)F, sizeof *acc);
+  if (!acc) { /* no room for the sums: the two passes give the same bits */
+    gelu_backward(dh, da, h, (size_t)N * F);
+    bias_backward_rows(db, dh, N, F);
+    return;
+  }
+#pragma omp parallel if ((long)N * F >= KERN_PAR_MIN_ELEMS)
+  {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int c0 = (int)((long)F * t / nt), c1 = (int)((long)F * (t + 1) / nt);
     for (int r = 0; r < N; r++) {
-      const long at = (long)r * F + c0;
-      for (int c = 0; c < w; c++) {
+      const long at = (long)r * F;
+      for (int c = c0; c < c1; c++) {
         const float g = da[at + c] * gelu_grad_of(h[at + c]);
         dh[at + c] = g;
         acc[c] += g;
       }
     }
-    for (int c = 0; c < w; c++) db[c0 + c] += acc[c];
   }
+  for (int c = 0; c < F; c++) db[c] += acc[c];
+  free(acc);
 }
 
 void bias_gelu_forward(float *h, float *a, const float *b, int N, int F) {
