@@ -9,7 +9,9 @@
 #    uplink runs at RATE;
 # 2. calibrates it (`fivefold calibrate --quick` on 4 ranks under the
 #    cluster's mpirun): a tiered spec of 2 nodes x 2 devices with the
-#    measured shared-memory and uplink links;
+#    measured shared-memory and uplink links, and the uplink measured
+#    shared by a host's two ranks (topology.devices_per_nic, which the
+#    simulator's shared-port model prices: src/plan/link_share.h);
 # 3. plans PP x DP for a small dense model (hidden 64, 4 layers, vocabulary
 #    256, sequence 128, global batch 32; `plan --min-pp 2 --max-pp 2`): the
 #    planner's layout and its device mapping (the plan file), and a copy of

@@ -7,6 +7,12 @@
  * measured in the same process, and peak resident memory.
  * Usage: bench_train MODEL.json [batch seq steps threads [fp32|bf16 [onednn|openblas]]]
  *
+ * In bf16 the weight matrices are read from the bf16 weight cache
+ * (kern/bf16_weights.h), converted once per optimizer step as in training;
+ * FIVEFOLD_BF16_WEIGHT_CACHE=off converts them at every GEMM instead, and
+ * the line says which (bf16_weight_cache) and how much memory the copies
+ * take (bf16_cache_mb).
+ *
  * The machine is shared, so next to wall time it prints the process CPU time
  * per step (cpu_ms_per_step): at one thread that is what the step costs when
  * the core is ours alone, and mfu_cpu_pct is the MFU it implies.
@@ -24,6 +30,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "kern/adamw.h"
+#include "kern/bf16_weights.h"
 #include "kern/gemm.h"
 #include "kern/peak.h"
 #include "kern/vecops.h"
@@ -98,6 +105,12 @@ int main(int argc, char **argv) {
   double init0 = timer_now();
   model_init_weights(&m, 1234);
   double init_s = timer_now() - init0;
+  if (bf16_weights_check_env(why, sizeof why) != 0) {
+    fprintf(stderr, "bench_train: %s\n", why);
+    return 2;
+  }
+  const int cache = precision == KERN_PRECISION_BF16 && bf16_weights_enabled();
+  if (cache) model_cache_bf16_weights(&m);
 
   int *tokens = malloc(sizeof(int) * (size_t)B * (T + 1));
   Rng rng = rng_make(42, 7);
@@ -134,20 +147,24 @@ int main(int argc, char **argv) {
       adamw_update(m.params + pt->offset, m.grads + pt->offset, adam_m + pt->offset, adam_v + pt->offset,
                    pt->numel, s + 1, &h, scale);
     }
+    model_weights_changed(&m); /* the bf16 copies are stale: converted again at the next forward */
     loss_sum += loss.lm;
   }
   double dt = (timer_now() - t0) / steps;
   double cpu_dt = (cpu_seconds() - cpu0) / steps;
   perf_control("disable");
+  Bf16WeightStats ws;
+  bf16_weights_stats(&ws);
   double tok_s = (double)B * T / dt;
   double gflops = flops_step / dt * 1e-9;
   printf("train model=%s precision=%s backend=%s isa=%s threads=%d batch=%d seq=%d params=%zu ms_per_step=%.1f "
          "gflop_per_step=%.2f tokens_per_s=%.0f model_gflops=%.1f %s_peak_gflops=%.1f mfu_pct=%.1f cpu_ms_per_step=%.1f mfu_cpu_pct=%.1f peak_rss_mb=%.0f "
-         "mean_loss=%.3f init_ms=%.0f\n",
+         "mean_loss=%.3f init_ms=%.0f bf16_weight_cache=%s bf16_cache_mb=%.1f\n",
          argv[1], kern_precision_name(precision), kern_gemm_backend_name(backend), kern_gemm_isa_name(), threads, B,
          T, m.num_params, dt * 1e3, flops_step * 1e-9, tok_s, gflops, precision == KERN_PRECISION_BF16 ? "bf16" : "fma", peak, 100.0 * gflops / peak, cpu_dt * 1e3,
          100.0 * flops_step / cpu_dt * 1e-9 / (peak / threads),
-         (double)alloc_peak_rss_bytes() / 1048576.0, loss_sum / (warmup + steps), init_s * 1e3);
+         (double)alloc_peak_rss_bytes() / 1048576.0, loss_sum / (warmup + steps), init_s * 1e3,
+         precision != KERN_PRECISION_BF16 ? "n/a" : cache ? "on" : "off", (double)ws.resident_bytes / 1048576.0);
   model_free(&m);
   free(tokens);
   free(inp);

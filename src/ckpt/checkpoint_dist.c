@@ -755,6 +755,7 @@ int checkpoint_load_training_sharded(const char *ckpt_dir, Network *net, const c
     rc = agree(g, ckpt_join(path, sizeof path, ckpt_dir, CKPT_FILES[i], err), err);
     if (!rc) rc = transfer_slices(g, path, &lists[i], 0, err);
   }
+  network_weights_changed(net, -1); /* bf16 copies of the old values are stale (kern/bf16_weights.h) */
   if (!rc) {
     opt->step = ls.step;
     memset(st, 0, sizeof *st);

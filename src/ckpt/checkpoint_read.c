@@ -517,6 +517,7 @@ static int load_weights_from_state(const CkptState *st, Network *net, const cJSO
   if ((rc = open_checked(st, 0, &r, err))) return rc;
   static const char *const prefixes[] = {""};
   rc = load_param_tensors(r, net, "", net->values, err);
+  network_weights_changed(net, -1); /* bf16 copies of the old values are stale (kern/bf16_weights.h) */
   if (!rc) rc = check_no_foreign_tensors(r, net, prefixes, 1, 0, err);
   safetensors_close(r);
   return rc;

@@ -23,7 +23,9 @@
  * all-reduce, reduce-scatter, all-gather, all-to-all and send/recv over
  * message sizes, fitted to the cost model's alpha-beta (calibrate_fit.h);
  * with ranks on several nodes, among each node's ranks (intra_node) and
- * across nodes (inter_node) apart, and the spec is then tiered.
+ * across nodes (inter_node) apart, and whether a node's devices share one
+ * network port (topology.devices_per_nic); the spec is then tiered. The
+ * network part lives in calibrate_network.c.
  * One rank without MPI keeps the links of BASE or of the stated default. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <cjson/cJSON.h>
@@ -39,6 +41,7 @@
 #include "base/options.h"
 #include "base/timer.h"
 #include "cli/calibrate_nets.h"
+#include "cli/calibrate_network.h"
 #include "cli/calibrate_timing.h"
 #include "cli/cmd_calibrate.h"
 #include "comm/collectives.h"
@@ -299,124 +302,6 @@ static int measure_memory(int quick, double *bandwidth, double *efficiency) {
   return rc;
 }
 
-/* ------------------------------------------------------------ collectives */
-
-/* One collective of `bytes` (cost.h's meaning per kind) on all ranks. A
- * failure aborts the job (comm/world.h), so there is nothing to return. */
-static void run_collective(PlanCollective kind, const CommGroup *world, float *send, float *recv, size_t bytes) {
-  int n = world->size, rank = world->rank;
-  size_t count = bytes / sizeof(float);
-  size_t part = count / (size_t)n > 0 ? count / (size_t)n : 1;
-  Error err = {0};
-  int rc = 0;
-  switch (kind) {
-    case PLAN_COLL_ALL_REDUCE: rc = comm_allreduce_f32(world, recv, count, COMM_SUM, NULL, &err); break;
-    case PLAN_COLL_REDUCE_SCATTER: rc = comm_reduce_scatter_sum_f32(world, send, recv, part, NULL, &err); break;
-    case PLAN_COLL_ALL_GATHER: rc = comm_allgather_f32(world, send, recv, part, NULL, &err); break;
-    case PLAN_COLL_ALL_TO_ALL: rc = comm_alltoall_f32(world, send, recv, part, NULL, &err); break;
-    default: {
-      /* Ping-pong between even and odd neighbours; half the round trip. */
-      int peer = rank ^ 1;
-      if (peer >= n) break;
-      if (rank % 2 == 0) {
-        if (!(rc = comm_send_f32(world, peer, 7, send, count, NULL, &err)))
-          rc = comm_recv_f32(world, peer, 7, recv, count, NULL, &err);
-      } else {
-        if (!(rc = comm_recv_f32(world, peer, 7, recv, count, NULL, &err)))
-          rc = comm_send_f32(world, peer, 7, send, count, NULL, &err);
-      }
-      break;
-    }
-  }
-  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
-}
-
-/* Times every kind on group g over message sizes (the slowest rank's time
- * of each repetition over the whole world, the fastest repetition) and
- * fits alpha-beta for g's size at `level`. Every rank of the world runs its
- * own group's collective at the same time, so a node's groups share its
- * network as they do in a run. A kind whose timings do not fit (noise)
- * keeps the link model and is reported. */
-static int measure_level(const CommGroup *g, int level, int quick, ClusterSpec *spec, FILE *log, Error *err) {
-  static const double sizes_full[] = {4096, 32768, 262144, 1048576, 4194304, 16777216};
-  static const double sizes_quick[] = {4096, 65536, 1048576};
-  const double *sizes = quick ? sizes_quick : sizes_full;
-  int ns = quick ? 3 : 6, reps = quick ? 3 : 9, n = g->size;
-  size_t max_bytes = (size_t)sizes[ns - 1];
-  float *send = malloc(max_bytes), *recv = malloc(max_bytes);
-  if (!send || !recv) {
-    free(send);
-    free(recv);
-    return error_set(err, ERR_NOMEM, "calibrate: out of memory for %zu-byte message buffers", max_bytes);
-  }
-  fill(send, max_bytes / sizeof(float), 1.0f);
-  fill(recv, max_bytes / sizeof(float), 1.0f); /* the all-reduce runs in place on it */
-  int rc = 0;
-  if (log) fprintf(log, "  %s (groups of %d rank(s)):\n", level == PLAN_LEVEL_INTER ? "inter-node" : "intra-node", n);
-  for (int kind = 0; kind < PLAN_NUM_COLLECTIVES && !rc; kind++) {
-    double bytes[8], secs[8];
-    for (int s = 0; s < ns; s++) {
-      double t[16];
-      run_collective((PlanCollective)kind, g, send, recv, (size_t)sizes[s]);
-      for (int r = 0; r < reps; r++) {
-        if ((rc = comm_barrier(comm_world(), NULL, err))) break;
-        double t0 = now_s();
-        run_collective((PlanCollective)kind, g, send, recv, (size_t)sizes[s]);
-        double dt = now_s() - t0;
-        if (kind == PLAN_COLL_P2P) dt *= 0.5;
-        if ((rc = comm_allreduce_f64(comm_world(), &dt, 1, COMM_MAX, NULL, err))) break;
-        t[r] = dt;
-      }
-      if (rc) break;
-      bytes[s] = sizes[s];
-      secs[s] = t[0];
-      for (int r = 1; r < reps; r++) secs[s] = fmin(secs[s], t[r]);
-    }
-    if (rc) break;
-    PlanLink l;
-    Error ferr = {0, ""};
-    if (calib_fit_collective((PlanCollective)kind, n, bytes, secs, ns, &l, &ferr)) {
-      if (log) fprintf(log, "  %-15s not fitted, keeps the link model: %s\n", plan_collective_name((PlanCollective)kind),
-                       ferr.msg);
-      continue;
-    }
-    spec->collective[kind][level] = l;
-    spec->has_collective[kind][level] = 1;
-    if (log)
-      fprintf(log, "  %-15s %8.2f us latency, %8.4f GB/s   (%s..%s: %.1f..%.1f us)\n",
-              plan_collective_name((PlanCollective)kind), l.latency * 1e6, l.bandwidth / 1e9, "4 KB",
-              quick ? "1 MB" : "16 MB", secs[0] * 1e6, secs[ns - 1] * 1e6);
-  }
-  if (!rc && spec->has_collective[PLAN_COLL_P2P][level]) {
-    /* The nominal link is what send/recv reaches; collectives have their own. */
-    spec->link[level] = spec->collective[PLAN_COLL_P2P][level];
-    spec->link_efficiency[level] = 1.0;
-  }
-  free(send);
-  free(recv);
-  return rc;
-}
-
-/* The links of the machine: on one node, the world's collectives (intra
- * node). On several, two levels: the ranks of each node among themselves
- * (intra_node) and, across nodes, the groups of the ranks that have the
- * same place on their nodes (one per node; inter_node), all groups at
- * once: the inter-node figures are then each device's share of its node's
- * network when every device uses it, the per-device link the cost model
- * prices (one NIC per device). The node split is MPI's shared-memory one. */
-static int measure_collectives(const Machine *mc, int quick, ClusterSpec *spec, FILE *log, Error *err) {
-  if (mc->nodes <= 1) return measure_level(comm_world(), PLAN_LEVEL_INTRA, quick, spec, log, err);
-  CommGroup node, cross;
-  int rc = comm_host_groups(&node, &cross, err);
-  if (rc) return rc;
-  int ret = 0;
-  if (mc->ranks_on_node > 1) ret = measure_level(&node, PLAN_LEVEL_INTRA, quick, spec, log, err);
-  else if (log) fprintf(log, "  intra-node      not measured (one rank per node)\n");
-  if (!ret) ret = measure_level(&cross, PLAN_LEVEL_INTER, quick, spec, log, err);
-  comm_host_groups_free(&node, &cross);
-  return ret;
-}
-
 /* ------------------------------------------------------------ the command */
 
 /* Cores this process may run on. */
@@ -657,7 +542,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     }
   }
   if (mpi && mc.world > 1) {
-    rc = measure_collectives(&mc, c->quick, &spec, out, err);
+    rc = calib_measure_links(mc.nodes, mc.ranks_on_node, c->quick, &spec, out, err);
     if (rc) return rc;
   } else if (out) {
     fprintf(out, "  links           not measured (one rank): intra_node %.2f GB/s %.1f us, inter_node %.2f GB/s "

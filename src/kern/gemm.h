@@ -7,8 +7,11 @@
  * cblas_sgemm. The process-wide precision (kern/precision.h) decides whether
  * the inputs are multiplied in fp32 or rounded to bf16 with fp32
  * accumulation; bf16 always runs on oneDNN (OpenBLAS has no bf16 path we
- * use), whichever backend is selected for fp32. Safe to call from OpenMP
- * worker threads concurrently. */
+ * use), whichever backend is selected for fp32. In bf16 an operand that
+ * lies in a weight matrix registered in the bf16 weight cache
+ * (kern/bf16_weights.h) is read from its bf16 copy, converted once per
+ * optimizer step, with the same result bit for bit. Safe to call from
+ * OpenMP worker threads concurrently. */
 #ifndef FIVEFOLD_KERN_GEMM_H
 #define FIVEFOLD_KERN_GEMM_H
 

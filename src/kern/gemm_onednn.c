@@ -17,7 +17,9 @@
  *
  * bf16: A and B are converted (round-to-nearest-even) into dense bf16
  * copies in the thread's buffers, then multiplied with fp32 accumulation
- * into fp32 C; beta == 1 is a sum post-op, so gradients accumulate in fp32. */
+ * into fp32 C; beta == 1 is a sum post-op, so gradients accumulate in fp32.
+ * An operand that is a registered weight is read from the bf16 weight
+ * cache instead (kern/bf16_weights.h), converted once per optimizer step. */
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <pthread.h>
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #include "kern/bf16.h"
+#include "kern/bf16_weights.h"
 #include "kern/gemm_internal.h"
 
 typedef struct ThreadState {
@@ -173,6 +176,28 @@ static int ensure_bytes(void **buf, size_t *have, size_t bytes) {
   return 0;
 }
 
+/* The dense bf16 [rows, cols] form of the fp32 operand X (row stride ld):
+ * a registered weight's copy from the cache (kern/bf16_weights.h) when X
+ * lies in one, else X converted into the thread's buffer *buf. Either way
+ * the matrix oneDNN reads is dense with the same bf16 values, so cached
+ * and uncached products are the same bit for bit. */
+static int bf16_operand(const void **out, kern_bf16 **buf, size_t *have, const float *X, long rows, long cols,
+                        long ld) {
+  const kern_bf16 *cached = bf16_weights_lookup(X, rows, cols, ld);
+  if (cached && ld == cols) {
+    *out = cached;
+    return 0;
+  }
+  if (ensure_bytes((void **)buf, have, (size_t)rows * cols * sizeof(kern_bf16)) != 0) return -1;
+  if (cached) {
+    for (long r = 0; r < rows; r++) memcpy(*buf + r * cols, cached + r * ld, (size_t)cols * sizeof(kern_bf16));
+  } else {
+    bf16_pack_rows(*buf, X, rows, cols, ld);
+  }
+  *out = *buf;
+  return 0;
+}
+
 static int make_memory(dnnl_memory_t *mem, dnnl_data_type_t type, int trans, int rows, int cols, int ld,
                        const void *data, char *err, size_t err_len) {
   dnnl_dims_t dims, strides;
@@ -201,15 +226,11 @@ int gemm_onednn(int bf16, int transA, int transB, int M, int N, int K, float alp
   if (bf16) {
     /* Stored shapes: A is [M, K] or, transposed, [K, M]; B [K, N] or [N, K]. */
     const long a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-    if (ensure_bytes((void **)&ts->a16, &ts->a16_bytes, (size_t)a_rows * a_cols * sizeof(kern_bf16)) != 0 ||
-        ensure_bytes((void **)&ts->b16, &ts->b16_bytes, (size_t)b_rows * b_cols * sizeof(kern_bf16)) != 0) {
+    if (bf16_operand(&a_data, &ts->a16, &ts->a16_bytes, A, a_rows, a_cols, lda) != 0 ||
+        bf16_operand(&b_data, &ts->b16, &ts->b16_bytes, B, b_rows, b_cols, ldb) != 0) {
       if (err && err_len) snprintf(err, err_len, "out of memory for bf16 GEMM operands");
       return -1;
     }
-    bf16_pack_rows(ts->a16, A, a_rows, a_cols, lda);
-    bf16_pack_rows(ts->b16, B, b_rows, b_cols, ldb);
-    a_data = ts->a16;
-    b_data = ts->b16;
     lda = (int)a_cols;
     ldb = (int)b_cols;
   }

@@ -12,6 +12,7 @@
 
 #include "base/alloc.h"
 #include "base/rng.h"
+#include "kern/bf16_weights.h"
 #include "kern/rope.h"
 #include "kern/vecops.h"
 #include "model/model_internal.h"
@@ -362,6 +363,7 @@ void model_free(Model *m) {
     free((void *)m->acts[0].lt);
     free(m->acts);
   }
+  if (m->params) bf16_weights_forget(m->params, m->num_params);
   alloc_big_free(m->params);
   alloc_big_free(m->grads);
   free(m->tensors);
@@ -417,7 +419,18 @@ void model_init_weights(Model *m, uint64_t seed) {
       for (long j = 0; j < inner; j++) row[j] = (float)(std * rng_normal(seed, stream, g + (uint64_t)j));
     }
   }
+  model_weights_changed(m);
 }
+
+void model_cache_bf16_weights(const Model *m) {
+  for (int i = 0; i < m->num_tensors; i++) {
+    const ParamTensor *t = &m->tensors[i];
+    if (t->no_weight_decay || t->ndim < 2) continue;
+    bf16_weights_register_tensor(m->params + t->offset, t->ndim, t->shape[0], t->shape[1], t->numel);
+  }
+}
+
+void model_weights_changed(const Model *m) { bf16_weights_invalidate(m->params, m->num_params); }
 
 const ParamTensor *model_find_tensor(const Model *m, const char *name) {
   for (int i = 0; i < m->num_tensors; i++)

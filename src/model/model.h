@@ -339,6 +339,14 @@ void model_init_weights(Model *m, uint64_t seed);
 
 const ParamTensor *model_find_tensor(const Model *m, const char *name);
 
+/* The bf16 weight cache (kern/bf16_weights.h) for a model used without a
+ * bound network (benchmarks, sampling): registers its weight matrices, so
+ * its bf16 GEMMs read them converted once until the next
+ * model_weights_changed (model_init_weights calls it; so does every
+ * checkpoint load, through the network's table). model_free forgets them. */
+void model_cache_bf16_weights(const Model *m);
+void model_weights_changed(const Model *m);
+
 /* Forward over tokens [B, T] (B <= max_B, T <= max_T): chunk 0, slot 0 of a
  * shard whose chunk 0 holds embedding and head (ERR_ARG otherwise); under TP
  * B*T must be divisible by tp_size.

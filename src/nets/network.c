@@ -1,10 +1,13 @@
 /* The parts of the network interface that do not depend on a family:
- * lookups over the parameter table and the metrics. */
+ * lookups over the parameter table, the metrics, and the table's weight
+ * matrices in the bf16 weight cache. */
 #include "nets/network.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kern/bf16_weights.h"
 
 const NetParam *network_find_param(const Network *net, const char *name) {
   for (int i = 0; i < net->num_tensors; i++)
@@ -64,4 +67,26 @@ void network_free(Network *net) {
   if (net->ops && net->ops->free) net->ops->free(net);
   free(net->params);
   memset(net, 0, sizeof *net);
+}
+
+void network_cache_bf16_weights(const Network *net) {
+  for (int i = 0; i < net->num_tensors; i++) {
+    const NetParam *p = &net->params[i];
+    if (p->no_weight_decay || p->ndim < 2) continue;
+    bf16_weights_register_tensor(net->values + p->offset, p->ndim, (long)p->shape[0], (long)p->shape[1], p->numel);
+  }
+}
+
+void network_forget_bf16_weights(const Network *net) {
+  if (net->values) bf16_weights_forget(net->values, net->num_values);
+}
+
+void network_weights_changed(const Network *net, int group) {
+  if (group < 0 || net->num_param_groups <= 1) {
+    bf16_weights_invalidate(net->values, net->num_values);
+    return;
+  }
+  for (int i = 0; i < net->num_tensors; i++)
+    if (net->params[i].param_group == group)
+      bf16_weights_invalidate(net->values + net->params[i].offset, net->params[i].numel);
 }

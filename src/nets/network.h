@@ -181,6 +181,15 @@ int network_reduce_ranges(const Network *net, NetReduceGroup group, size_t *begi
  * adjacent tensors merged, in buffer order (cap entries each); returns how
  * many there are (possibly more than cap). */
 int network_group_ranges(const Network *net, int group, size_t *begin, size_t *end, int cap);
+/* The bf16 weight cache (kern/bf16_weights.h) over the table: registers
+ * every weight matrix (ndim >= 2, not a norm or bias), so the bf16 GEMMs
+ * read them converted once per optimizer update; forget before the values
+ * buffer is freed. */
+void network_cache_bf16_weights(const Network *net);
+void network_forget_bf16_weights(const Network *net);
+/* After writing values (an optimizer update of parameter group `group`,
+ * -1: all, or a load): the cached bf16 copies of those tensors are stale. */
+void network_weights_changed(const Network *net, int group);
 /* The value of the metric `name` among metrics[0, n), or NAN. */
 double network_metric(const NetMetric *metrics, int n, const char *name);
 void network_free(Network *net);

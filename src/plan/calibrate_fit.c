@@ -294,6 +294,7 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
       cJSON_AddNumberToObject(topo, "devices_per_island", t->devices_per_island);
       cJSON_AddItemToObject(topo, "cross_island", link_json(t->cross_island, 1, 0));
     }
+    if (t->devices_per_nic > 0) cJSON_AddNumberToObject(topo, "devices_per_nic", t->devices_per_nic);
     cJSON *slow = t->num_slow_nodes > 0 ? cJSON_AddArrayToObject(topo, "slow_nodes") : NULL;
     for (int i = 0; slow && i < t->num_slow_nodes; i++) {
       cJSON *e = link_json(t->slow_link[i], 1, 0);

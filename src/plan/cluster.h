@@ -34,7 +34,9 @@
  *   topology (optional, topology.c) tiers without a matrix: nodes_per_switch
  *       and oversubscription or inter_switch between switches, PCIe islands
  *       in a node (devices_per_island, cross_island), slow_nodes with their
- *       own network link; expanded to the link between any two devices.
+ *       own network link, devices_per_nic (devices sharing one network
+ *       port, whose transfers the simulator prices together, link_share.h);
+ *       expanded to the link between any two devices.
  *       `links` and `topology` exclude each other.
  *   runtime (optional, written by `fivefold calibrate`) {device, host, dtype,
  *       moe_tp_replicated, async_progress, device_sync, dropless_sync_us,
@@ -127,6 +129,14 @@ typedef struct PlanTiers {
   int num_slow_nodes;
   int slow_node[PLAN_MAX_SLOW_NODES];
   PlanLink slow_link[PLAN_MAX_SLOW_NODES]; /* that node's network link, capping every off-node pair */
+  /* How many devices of a node share one network port (NIC, uplink): 0 or
+   * absent, one each (no contention model); k > 0, devices_per_node / k
+   * NICs per node, device d on NIC (d mod devices_per_node) / k, whose
+   * rate is k times the per-device inter_node link (calibrate measures
+   * that link with every device of a node using the network at once, so
+   * it is a device's share). The simulator then prices the transfers that
+   * cross a NIC together (plan/link_share.h). */
+  int devices_per_nic;
 } PlanTiers;
 
 /* The runtime a calibrated machine runs: facts the simulator's options

@@ -10,6 +10,7 @@
 #include "model/flops.h"
 #include "plan/buckets.h"
 #include "plan/core_share.h"
+#include "plan/link_share.h"
 #include "plan/replicate.h"
 #include "plan/stages.h"
 #include "sched/builders.h"
@@ -413,7 +414,14 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   /* Ranks sharing cores: a rank computes faster while others wait. */
   PlanCoreShare share;
   rc = plan_core_share_init(&share, cl, cfg, prog, action_work, &sc, err);
-  if (!rc)
+  /* Devices sharing a network port: the transfers that cross one run on
+   * it inside the evaluation (link_share.h); else each on an idle link. */
+  PlanLinkShare links;
+  memset(&links, 0, sizeof links);
+  if (!rc) rc = plan_link_share_init(&links, cl, cfg, prog, cm.p2p_bytes, err);
+  if (!rc && links.active)
+    rc = plan_link_share_evaluate(&links, prog, &eo, share.active ? &share.opts : NULL, action_work, &sc, &ev, err);
+  else if (!rc)
     rc = share.active ? sched_evaluate_shared(prog, &eo, &share.opts, &ev, err) : sched_evaluate(prog, &eo, &ev, err);
   double exposed_p2p = 0;
   if (!rc && sim->exposed_p2p) {
@@ -465,6 +473,7 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   out->fits = out->peak_memory <= plan_memory_capacity(cl);
   plan_result_bottleneck(out, out->bottleneck, sizeof out->bottleneck);
 done:
+  plan_link_share_free(&links);
   plan_core_share_free(&share);
   sched_eval_free(&ev);
   sched_program_free(prog);

@@ -123,7 +123,7 @@ static int link(const ClusterSpec *s, const cJSON *obj, const char *path, PlanLi
 
 int cluster_tiers_from_json(ClusterSpec *s, const cJSON *o, Error *err) {
   static const char *const keys[] = {"nodes_per_switch", "oversubscription", "switch_latency_us", "inter_switch",
-                                     "devices_per_island", "cross_island", "slow_nodes"};
+                                     "devices_per_island", "cross_island", "slow_nodes", "devices_per_nic"};
   PlanTiers *t = &s->tiers;
   memset(t, 0, sizeof *t);
   int rc = check_keys(s, o, "", keys, (int)(sizeof keys / sizeof keys[0]), err);
@@ -171,6 +171,11 @@ int cluster_tiers_from_json(ClusterSpec *s, const cJSON *o, Error *err) {
     }
     t->num_slow_nodes = n;
   }
+  int has_nic = 0;
+  if ((rc = integer(s, o, "", "devices_per_nic", 1, s->devices_per_node, 0, &t->devices_per_nic, &has_nic, err)))
+    return rc;
+  if (has_nic && s->devices_per_node % t->devices_per_nic)
+    return field_error(s, err, "devices_per_nic", "a divisor of devices_per_node (devices sharing one network port)");
   t->given = 1;
   return 0;
 }

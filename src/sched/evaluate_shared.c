@@ -55,6 +55,7 @@ static Event heap_pop(Heap *h) {
 typedef struct Sim {
   const SchedProgram *prog;
   const SchedShareOptions *sh;
+  const SchedLinkModel *links; /* NULL: none */
   SchedEvalGraph g;
   SchedEval *out;
   double *ready;    /* per node: latest predecessor finish (+ edge weight) so far */
@@ -66,18 +67,43 @@ typedef struct Sim {
   double *left;     /* per rank: that node's CPU work still to do */
   double *speed;    /* per rank: its current fraction of a dedicated core */
   double *node_busy; /* per cluster node: devices of the computing ranks (+ waiting_load x the others) */
+  char *held;       /* per node: a RECV whose transfer a link model releases (still counted in indeg) */
   int finished;
 } Sim;
+
+/* A node's indegree fell: start it when nothing is left, or tell the link
+ * model that a RECV it holds was posted. */
+static void released(Sim *s, int v) {
+  if (s->g.indeg[v] == 0) heap_push(&s->pending, s->ready[v], v);
+  else if (s->g.indeg[v] == 1 && s->held[v] == 1) {
+    s->held[v] = 2; /* posted once */
+    s->links->posted(s->links->ctx, v, s->ready[v]);
+  }
+}
+
+static void deliver(void *arg, int v, double t) {
+  Sim *s = arg;
+  if (v < 0 || v >= s->g.n || !s->held[v]) return;
+  s->held[v] = 0;
+  if (t > s->ready[v]) s->ready[v] = t;
+  --s->g.indeg[v];
+  released(s, v);
+}
 
 static void finish_node(Sim *s, int u, double t) {
   s->out->finish[u] = t;
   s->finished++;
+  const SchedAction *a = &s->prog->actions[u];
+  int claimed_recv = s->links && sched_kind_is_send(a->kind) && a->match >= 0 && s->held[a->match] ? a->match : -1;
   for (int e = s->g.edge_begin[u]; e < s->g.edge_begin[u + 1]; e++) {
     int v = s->g.edges[e].to;
+    if (v == claimed_recv) continue; /* the link model releases it */
     double at = t + s->g.edges[e].weight;
     if (at > s->ready[v]) s->ready[v] = at;
-    if (--s->g.indeg[v] == 0) heap_push(&s->pending, s->ready[v], v);
+    --s->g.indeg[v];
+    released(s, v);
   }
+  if (claimed_recv >= 0) s->links->sent(s->links->ctx, u, t);
 }
 
 /* The CPU part is done at t: the rest follows, or the node finishes. */
@@ -151,6 +177,7 @@ static void sim_free(Sim *s) {
   free(s->left);
   free(s->speed);
   free(s->node_busy);
+  free(s->held);
 }
 
 /* Runs the events until none is left. */
@@ -165,7 +192,12 @@ static int run(Sim *s, Error *err) {
     if (s->resting.n) next = fmin(next, s->resting.e[0].t);
     for (int r = 0; r < R; r++)
       if (s->computing[r] >= 0) next = fmin(next, now + s->left[r] / s->speed[r]);
+    const SchedLinkModel *lm = s->links;
+    if (lm) next = fmin(next, lm->next(lm->ctx, s->computing));
     if (isinf(next)) return ERR_OK;
+    /* The links run to `next` under the ranks' state since `now`; what
+     * they deliver by then starts below. */
+    if (lm) lm->advance(lm->ctx, next, s->computing, deliver, s);
     /* CPU parts advance at their speeds; the ones due at `next` end there. */
     int changed = 0;
     for (int r = 0; r < R; r++) {
@@ -197,6 +229,11 @@ static int run(Sim *s, Error *err) {
 
 int sched_evaluate_shared(const SchedProgram *prog, const SchedEvalOptions *opts, const SchedShareOptions *sh,
                           SchedEval *out, Error *err) {
+  return sched_evaluate_shared_links(prog, opts, sh, NULL, out, err);
+}
+
+int sched_evaluate_shared_links(const SchedProgram *prog, const SchedEvalOptions *opts, const SchedShareOptions *sh,
+                                const SchedLinkModel *links, SchedEval *out, Error *err) {
   memset(out, 0, sizeof *out);
   if (!opts || !opts->cost) return error_set(err, ERR_ARG, "sched_evaluate: a cost callback is required");
   int rc = check_options(prog, sh, err);
@@ -205,6 +242,7 @@ int sched_evaluate_shared(const SchedProgram *prog, const SchedEvalOptions *opts
   memset(&s, 0, sizeof s);
   s.prog = prog;
   s.sh = sh;
+  s.links = links;
   s.out = out;
   int n = prog->num_actions, R = prog->num_ranks;
   size_t nn = n ? (size_t)n : 1, nr = R ? (size_t)R : 1;
@@ -223,8 +261,9 @@ int sched_evaluate_shared(const SchedProgram *prog, const SchedEvalOptions *opts
   s.left = calloc(nr, sizeof *s.left);
   s.speed = malloc(nr * sizeof *s.speed);
   s.node_busy = calloc((size_t)sh->num_nodes, sizeof *s.node_busy);
+  s.held = calloc(nn, 1);
   if (!s.ready || !s.work || !s.rest || !s.pending.e || !s.resting.e || !s.computing || !s.left || !s.speed ||
-      !s.node_busy) {
+      !s.node_busy || !s.held) {
     sim_free(&s);
     return error_set(err, ERR_NOMEM, "sched_evaluate_shared: out of memory");
   }
@@ -242,6 +281,20 @@ int sched_evaluate_shared(const SchedProgram *prog, const SchedEvalOptions *opts
     if (cpu > s.g.dur[u]) cpu = s.g.dur[u];
     s.work[u] = cpu * sh->priced_share;
     s.rest[u] = s.g.dur[u] - cpu;
+  }
+  if (links) {
+    if (opts->send_mode != SCHED_SEND_EAGER) {
+      sim_free(&s);
+      return error_set(err, ERR_ARG, "sched_evaluate_shared: a link model needs eager sends");
+    }
+    for (int u = 0; u < n; u++) {
+      const SchedAction *a = &prog->actions[u];
+      if (sched_kind_is_send(a->kind) && a->match >= 0 && a->match < n && links->claims(links->ctx, a))
+        s.held[a->match] = 1;
+    }
+    /* A held RECV with nothing but its transfer to wait for is posted at 0. */
+    for (int v = 0; v < n; v++)
+      if (s.held[v] && s.g.indeg[v] == 1) released(&s, v);
   }
   rc = run(&s, err);
   if (!rc && s.finished == nodes) rc = sched_eval_finish(prog, opts, &s.g, out, err);

@@ -36,6 +36,30 @@
 /* The CPU part of an action's cost (seconds at the priced share, 0 to cost). */
 typedef double (*SchedWorkFn)(const SchedAction *action, void *ctx);
 
+/* The evaluator's side of a transfer released by a link model: the RECV of
+ * `recv_id` may start at t (its data has arrived). */
+typedef void (*SchedDeliverFn)(void *arg, int recv_id, double t);
+
+/* Transfers whose times depend on what else runs (plan/link_share.h: a
+ * node's shared network port, messages held while their ranks compute).
+ * For every SEND it claims (`claims`), the SEND -> RECV edge carries no
+ * fixed transfer time: the evaluator tells the model when the SEND
+ * finished (`sent`) and when the RECV was posted (every other dependency
+ * of the RECV done: `posted`), and the model releases the RECV through
+ * `advance`'s deliver callback. `computing[r]` >= 0 while rank r is in the
+ * CPU part of an action (-1 otherwise); it is constant between the calls:
+ * `next` returns the earliest moment the model's state changes on its own
+ * under it (INFINITY: never), and `advance` runs the model to t under it,
+ * delivering what arrives by then. */
+typedef struct SchedLinkModel {
+  void *ctx;
+  int (*claims)(void *ctx, const SchedAction *send);
+  void (*sent)(void *ctx, int send_id, double t);
+  void (*posted)(void *ctx, int recv_id, double t);
+  double (*next)(void *ctx, const int *computing);
+  void (*advance)(void *ctx, double t, const int *computing, SchedDeliverFn deliver, void *arg);
+} SchedLinkModel;
+
 typedef struct SchedShareOptions {
   SchedWorkFn work; /* required */
   void *work_ctx;
@@ -56,5 +80,9 @@ typedef struct SchedShareOptions {
  * Always call sched_eval_free afterwards. */
 int sched_evaluate_shared(const SchedProgram *prog, const SchedEvalOptions *opts, const SchedShareOptions *share,
                           SchedEval *out, Error *err);
+/* The same with a link model for the transfers it claims (NULL: none, as
+ * sched_evaluate_shared). Eager sends only. */
+int sched_evaluate_shared_links(const SchedProgram *prog, const SchedEvalOptions *opts, const SchedShareOptions *share,
+                                const SchedLinkModel *links, SchedEval *out, Error *err);
 
 #endif

@@ -147,6 +147,7 @@ int dist_optimizer_apply_group(DistOptimizer *opt, Network *net, int group, doub
     rc = comm_allgather_f32(k->group, NULL, k->stage, k->block, NULL, err);
     if (!rc) memcpy(net->values + k->begin, k->stage, (k->end - k->begin) * sizeof(float));
   }
+  network_weights_changed(net, group); /* updated and gathered: the bf16 copies are stale */
   if (rc) return error_wrap(err, "distributed optimizer: parameter all-gather");
   if (info) {
     info->lr = lr;

@@ -87,6 +87,7 @@ int optimizer_apply_group(Optimizer *opt, Network *net, int group, double sumsq,
     adamw_update(net->values + p->offset, net->grads + p->offset, opt->m + p->offset, opt->v + p->offset,
                  p->numel, t, h, clip);
   }
+  network_weights_changed(net, group); /* the bf16 copies of these weights are stale now */
   if (info) {
     info->lr = lr;
     info->grad_norm = sqrt(sumsq);

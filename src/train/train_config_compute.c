@@ -5,6 +5,7 @@
  * (kern_set_precision), before the first step. */
 #include <string.h>
 
+#include "kern/bf16_weights.h"
 #include "kern/fusion.h"
 #include "kern/gemm.h"
 #include "kern/precision.h"
@@ -36,6 +37,7 @@ int train_config_apply_compute(const TrainConfig *cfg, Error *err) {
                      cfg->gemm_backend, why);
   if (kern_set_precision(precision, why, sizeof why) != 0)
     return error_set(err, ERR_CONFIG, "training.precision \"%s\" cannot run here: %s", cfg->precision, why);
+  if (bf16_weights_check_env(why, sizeof why) != 0) return error_set(err, ERR_CONFIG, "%s", why);
   kern_set_fusion((KernFusion){.swiglu = cfg->fuse_swiglu, .bias_gelu = cfg->fuse_bias_gelu});
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "kern/bf16_weights.h"
 #include "kern/gemm.h"
 #include "kern/peak.h"
 #include "kern/precision.h"
@@ -140,6 +141,15 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
           bf16 ? "bf16 (bf16 GEMM and attention inputs, fp32 accumulation; fp32 weights, gradients, optimizer, "
                  "norms, softmax, router, loss; bf16 GEMMs on oneDNN)"
                : "fp32");
+  if (bf16) {
+    Bf16WeightStats ws;
+    bf16_weights_stats(&ws);
+    if (bf16_weights_enabled())
+      fprintf(out, "  bf16     weight cache on: %ld matrices, up to %.1f MB of bf16 copies (half their fp32 size), "
+                   "converted once per optimizer step\n", ws.tensors, (double)ws.registered_bytes / 1e6);
+    else
+      fprintf(out, "  bf16     weight cache off (FIVEFOLD_BF16_WEIGHT_CACHE=off): weights converted at every GEMM\n");
+  }
   fprintf(out, "  compute  %s FLOP per %s (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s%s%s",
           fmt_si(d, sizeof d, tr->net.flops_per_unit), tr->net.ops->unit.one, tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",
           peak, !peak_measured ? "stated: training.peak_gflops" : "measured: ",

@@ -11,6 +11,7 @@
 #include "base/timer.h"
 #include "comm/timeout.h"
 #include "comm/waits.h"
+#include "kern/precision.h"
 #include "kern/vecops.h"
 #include "model/flops.h"
 #include "sched/builders.h"
@@ -459,6 +460,13 @@ static int alloc_batches(Trainer *tr, Error *err) {
   return 0;
 }
 
+/* Under bf16 the GEMMs read the weight matrices from the bf16 weight cache
+ * (kern/bf16_weights.h), converted once after each optimizer update (or
+ * load) instead of at every GEMM of every micro-batch. */
+static void cache_bf16_weights(Trainer *tr) {
+  if (kern_precision() == KERN_PRECISION_BF16) network_cache_bf16_weights(&tr->net);
+}
+
 int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
@@ -466,6 +474,7 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   if (cfg->family != TRAIN_FAMILY_TRANSFORMER) {
     int rc = trainer_net_create(tr, cfg, err);
     if (rc) trainer_free(tr);
+    else cache_bf16_weights(tr);
     return rc;
   }
   int rc = create_layout(tr, err);
@@ -479,10 +488,12 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
     return rc;
   }
   tr->net.flops_per_unit = model_flops_per_sequence(&cfg->model, cfg->seq_len) / cfg->seq_len;
+  cache_bf16_weights(tr);
   return 0;
 }
 
 void trainer_free(Trainer *tr) {
+  if (tr->net.values) network_forget_bf16_weights(&tr->net);
   trace_session_free(tr->trace);
   pipeline_free(&tr->pipe);
   executor_free(&tr->exec);

@@ -19,7 +19,10 @@
 #              intra- and inter-node links and collectives, the measured
 #              1 MB send/recv across the hosts no faster than the tbf rate
 #              (100 Mbit/s: 12.5 MB/s, which no measurement can exceed),
-#              the fitted uplink below the shared-memory link
+#              the fitted uplink below the shared-memory link and pricing
+#              1 MB no faster than it was measured, and devices_per_nic 2
+#              (the two ranks of a host share its one uplink: 1 MB alone
+#              takes about half as long as both hosts' pairs at once)
 #   placement-local  the same on plain mpirun on this machine (no cluster,
 #              no root): the ranks are renumbered (launch rank 2 becomes
 #              rank 1) and train the same losses
@@ -169,6 +172,11 @@ assert t, "no inter-node p2p line in the calibrate output"
 rate = 1048576 / (float(t.group(1)) * 1e-6)
 print(f"1 MB across the hosts at {rate / 1e6:.2f} MB/s (uplink 12.5 MB/s per direction)")
 assert rate <= 12.5e6 * 1.1, f"1 MB crossed at {rate / 1e6:.1f} MB/s, above the uplink's rate: not over it"
+fit = p2p["inter_node"]["latency_us"] * 1e-6 + 1048576 / (p2p["inter_node"]["bandwidth_GBps"] * 1e9)
+assert fit >= float(t.group(1)) * 1e-6 * 0.999, f"the fit prices 1 MB at {fit * 1e6:.0f} us, faster than measured"
+nic = s["topology"].get("devices_per_nic")
+print(f"devices_per_nic {nic}")
+assert nic == 2, f"topology.devices_per_nic is {nic}: the two ranks of a host share its one uplink"
 PY
     # The planner reads it and searches the mapping on it by default.
     "$FIVEFOLD" plan --model dense.json --cluster spec.json --gpus 4 --seq 16 --global-batch 8 --dtype fp32 \

@@ -38,6 +38,15 @@
 #                    optimizer); a bf16 checkpoint continues in fp32 and that
 #                    one in bf16 again (the checkpoint format is the same
 #                    fp32 master weights)
+#   cache-bf16       the bf16 weight cache (kern/bf16_weights.h) changes
+#                    nothing: with it on (the default) and off
+#                    (FIVEFOLD_BF16_WEIGHT_CACHE=off) a bf16 run gives bit
+#                    for bit the same losses, model and optimizer state, on
+#                    one rank (dense with a tied head, MoE, GPT-2), under
+#                    TP2, PP2, DP2 and DP2 with ZeRO-1, and across a resume;
+#                    a cache never invalidated after an optimizer step
+#                    (FIVEFOLD_TEST_BF16_CACHE_STALE=1) must be caught by the
+#                    same comparison; a bad value of the variable is refused
 #   refuse-bf16      with oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2),
 #                    --precision bf16 stops before training with a message
 #                    naming avx512_bf16; fp32 still trains; bad names for
@@ -138,6 +147,50 @@ case "$MODE" in
     SAME_RTOL=2e-3
     SAME_ATOL=1e-3
     same to-fp32 straight 6 # fp32 steps 4-6 stay near the bf16 ones
+    ;;
+  cache-bf16)
+    bf16_or_skip
+    # cached_matches NP NAME MODEL [flags]: the run NAME with the cache on
+    # and NAME-off with it off are the same bit for bit.
+    cached_matches() {
+      local np=$1 name=$2 model=$3 f
+      shift 3
+      train "$np" "$name" "$model" --precision bf16 "$@" || return 1
+      FIVEFOLD_BF16_WEIGHT_CACHE=off train "$np" "$name-off" "$model" --precision bf16 "$@" || return 1
+      grep -q "bf16     weight cache on: [1-9][0-9]* matrices" "$name.log" ||
+        fail "$name: the banner does not say the bf16 weight cache is on"
+      grep -q "bf16     weight cache off" "$name-off.log" || fail "$name-off: the banner does not say the cache is off"
+      $PY "$COMPARE" losses "$name" "$name-off" 0 || fail "$name: losses differ with the bf16 weight cache off"
+      for f in model optimizer; do
+        cmp -s "$(ckpt "$name" 5)/$f.safetensors" "$(ckpt "$name-off" 5)/$f.safetensors" ||
+          fail "$name: $f.safetensors differs with the bf16 weight cache off"
+      done
+    }
+    cached_matches 0 one-dense dense --grad-accum 2
+    cached_matches 0 one-moe moe --grad-accum 2
+    cached_matches 0 one-gpt2 gpt2 --grad-accum 2
+    cached_matches 2 tp2-gpt2 gpt2 --grad-accum 2 --tp 2
+    cached_matches 2 pp2-dense dense --grad-accum 4 --pp 2
+    cached_matches 2 dp2-moe moe --grad-accum 2
+    cached_matches 2 zero2-dense dense --grad-accum 2 --distributed-optimizer
+    # A cached run resumed from an uncached one ends where that one does.
+    train 0 resumed-gpt2 gpt2 --precision bf16 --grad-accum 2 --resume "$(ckpt one-gpt2-off 3)" || exit 1
+    for f in model optimizer; do
+      cmp -s "$(ckpt one-gpt2-off 5)/$f.safetensors" "$(ckpt resumed-gpt2 5)/$f.safetensors" ||
+        fail "a cached run resumed from an uncached one: $f.safetensors differs"
+    done
+    # The comparison catches a stale cache: copies kept across optimizer
+    # steps make step 2 on run with step 1's weights.
+    FIVEFOLD_TEST_BF16_CACHE_STALE=1 train 0 stale-gpt2 gpt2 --precision bf16 --grad-accum 2 || exit 1
+    if $PY "$COMPARE" losses stale-gpt2 one-gpt2-off 0 >/dev/null; then
+      fail "a bf16 weight cache left stale after each step trained the same losses: the check cannot fail"
+    fi
+    if FIVEFOLD_BF16_WEIGHT_CACHE=maybe "$FIVEFOLD" train --config run-gpt2.json --out badenv --no-progress \
+      --precision bf16 >badenv.log 2>&1; then
+      fail "FIVEFOLD_BF16_WEIGHT_CACHE=maybe was accepted"
+    fi
+    grep -q 'FIVEFOLD_BF16_WEIGHT_CACHE must be "on" or "off", got "maybe"' badenv.log ||
+      { cat badenv.log; fail "no clear message for FIVEFOLD_BF16_WEIGHT_CACHE=maybe"; }
     ;;
   refuse-bf16)
     if ONEDNN_MAX_CPU_ISA=AVX2 "$FIVEFOLD" train --config run-moe.json --out capped --no-progress --precision bf16 \

@@ -7,7 +7,9 @@
  * .tmp-step directory never counts; a run refuses a directory holding another
  * history; the run config's checkpoint and tokenizer fields parse; and
  * N steps + save + resume in a fresh trainer + N steps equals 2N steps, bit
- * for bit. */
+ * for bit; in bf16, loading weights into a model whose bf16 weight cache
+ * holds copies of its old weights makes the next forward use the loaded
+ * ones (kern/bf16_weights.h). */
 #define _GNU_SOURCE /* nftw */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +32,9 @@
 #include "base/rng.h"
 #include "base/safetensors.h"
 #include "ckpt/checkpoint.h"
+#include "kern/bf16.h"
+#include "kern/bf16_weights.h"
+#include "kern/precision.h"
 #include "data/token_shard.h"
 #include "train/net_transformer.h"
 #include "train/trainer.h"
@@ -770,6 +775,51 @@ static int setup(void **state) {
   return 0;
 }
 
+/* ---- the bf16 weight cache across a load ---- */
+
+static double bf16_loss(Model *m) {
+  const int tokens[8] = {1, 5, 9, 13, 17, 21, 25, 29}, targets[8] = {5, 9, 13, 17, 21, 25, 29, 33};
+  ModelLoss loss;
+  Error err = {0};
+  if (model_forward(m, tokens, targets, 1, 8, 1, 1.0f, &loss, &err)) fail_msg("%s", err.msg);
+  return loss.lm;
+}
+
+static void test_bf16_cache_after_load(void **state) {
+  (void)state;
+  char why[512];
+  if (!kern_bf16_supported(why, sizeof why)) {
+    print_message("bf16 unsupported here: %s\n", why);
+    skip();
+  }
+  Fixture a, b;
+  fixture_make(&a, 5, 1);
+  const char *run = path_of("bf16-cache");
+  save_step(&a, run, 1, 0);
+  fixture_make(&b, 9, 0);
+  assert_int_equal(kern_set_precision(KERN_PRECISION_BF16, why, sizeof why), 0);
+  const double want = bf16_loss(&a.model); /* a is not cached: converted at every GEMM */
+  model_cache_bf16_weights(&b.model);
+  const double before = bf16_loss(&b.model); /* b's copies now hold its seed-9 weights */
+  Bf16WeightStats s0, s1;
+  bf16_weights_stats(&s0);
+  assert_true(s0.resident_bytes > 0);
+  assert_true(before != want);
+  char dir[CHECKPOINT_PATH_MAX];
+  Error err = {0};
+  if (checkpoint_resolve(run, dir, sizeof dir, &err)) fail_msg("%s", err.msg);
+  if (net_transformer_load_weights(dir, &b.model, &err)) fail_msg("%s", err.msg);
+  const double after = bf16_loss(&b.model);
+  bf16_weights_stats(&s1);
+  assert_true(s1.conversions > s0.conversions); /* the load made the copies stale */
+  assert_memory_equal(&after, &want, sizeof want);
+  assert_int_equal(kern_set_precision(KERN_PRECISION_FP32, why, sizeof why), 0);
+  fixture_free(&a);
+  fixture_free(&b);
+  bf16_weights_stats(&s1);
+  assert_int_equal(s1.tensors, 0); /* model_free forgot them */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_crc32),
@@ -782,6 +832,7 @@ int main(void) {
       cmocka_unit_test(test_run_dir_holding_another_history),
       cmocka_unit_test(test_config_fields),
       cmocka_unit_test(test_trainer_resume_is_bit_exact),
+      cmocka_unit_test(test_bf16_cache_after_load),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
