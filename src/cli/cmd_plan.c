@@ -67,6 +67,28 @@ static int plan_search_buckets_cli(PlanCli *c, PlanResult *best, const ModelConf
   return 0;
 }
 
+/* The fusion search on the best configuration (fusion.h), unless the
+ * command line fixed the switches: the chosen kernels replace the
+ * options' and the best is simulated again with them. */
+static int plan_search_fusion_cli(PlanCli *c, PlanResult *best, const ModelConfig *model, const ClusterSpec *cluster,
+                                  Error *err) {
+  ClusterSpec view = plan_result_cluster_view(cluster, best);
+  PlanOptions chosen;
+  int rc = plan_fusion_search(model, &view, &c->opt, &best->cfg, &c->fusion, &chosen, err);
+  if (rc) return rc;
+  c->opt = chosen;
+  PlanSimOptions sim = {1, NULL};
+  PlanResult r;
+  PlanConfig cfg = best->cfg;
+  rc = plan_simulate(model, &view, &c->opt, &cfg, &sim, NULL, &r, err);
+  if (rc) return rc;
+  plan_result_replace_keep_mapping(best, &r);
+  best->fusion_choice = &c->fusion;
+  printf("\n");
+  plan_fusion_explain(&c->fusion, stdout);
+  return 0;
+}
+
 /* --plan FILE (either form) sets what the plan chose before parse_args
  * reads the command line, so that options given as well override it. */
 static int apply_plan_option(int argc, char **argv, PlanCli *c) {
@@ -80,6 +102,11 @@ static int apply_plan_option(int argc, char **argv, PlanCli *c) {
   PlanChoice *pc = &c->plan;
   if (plan_file_read(path, pc, &err)) {
     fprintf(stderr, "fivefold simulate: --plan: %s\n", err.msg);
+    return -1;
+  }
+  if (!strcmp(pc->family, "vision")) {
+    fprintf(stderr, "fivefold simulate: --plan %s: a vision network's plan (field \"family\"); price it with "
+            "fivefold simulate --net %s\n", path, pc->model[0] ? pc->model : "FILE");
     return -1;
   }
   if (!pc->model[0]) {
@@ -109,6 +136,8 @@ static int apply_plan_option(int argc, char **argv, PlanCli *c) {
   memcpy(c->cfg.layers_per_stage, pc->layers_per_stage, (size_t)c->cfg.num_given_layers * sizeof(int));
   c->cfg.num_stage_widths = pc->num_stage_widths;
   memcpy(c->cfg.stage_width, pc->stage_width, (size_t)pc->num_stage_widths * sizeof(int));
+  if (pc->fuse_swiglu >= 0) c->opt.fuse_swiglu = pc->fuse_swiglu, c->fusion_given = 1;
+  if (pc->fuse_bias_gelu >= 0) c->opt.fuse_bias_gelu = pc->fuse_bias_gelu, c->fusion_given = 1;
   return 0;
 }
 
@@ -348,6 +377,10 @@ int cmd_plan(int argc, char **argv) {
     goto out;
   }
   if (!c->no_bucket_search && plan_search_buckets_cli(c, &res.top[0], &model, &cluster, &err)) {
+    fprintf(stderr, "fivefold plan: %s\n", err.msg);
+    goto out;
+  }
+  if (res.num_top > 0 && !c->fusion_given && plan_search_fusion_cli(c, &res.top[0], &model, &cluster, &err)) {
     fprintf(stderr, "fivefold plan: %s\n", err.msg);
     goto out;
   }

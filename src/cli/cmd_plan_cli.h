@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "cli/cmd_plan_accuracy.h"
 #include "plan/buckets.h"
+#include "plan/fusion.h"
 #include "plan/plan_file.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
@@ -40,6 +41,9 @@ typedef struct PlanCli {
   int no_refine_partition, no_search_order, replicate_stages, no_bucket_search, search_buckets;
   PlanBucketChoice buckets;
   int have_buckets;
+  /* operator fusion: --fuse-swiglu / --fuse-bias-gelu (or a --plan's) fix the switches; else plan searches them */
+  int fusion_given;
+  PlanFusionChoice fusion;
   /* --explore: per-layer plans around the best layout (explore_space.h) */
   const char *explore, *explore_groups, *explore_recompute;
   int explore_budget, explore_seed, explore_shift;

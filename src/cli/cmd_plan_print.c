@@ -35,6 +35,9 @@ void plan_cli_print_simulate_line(const PlanCli *c, const PlanConfig *best) {
   for (int s = 0; s < best->num_stage_widths; s++)
     printf("%s%d", s ? "," : " --stage-widths ", best->stage_width[s]);
   if (c->have_buckets) printf(" --bucket-params %.0f", c->buckets.bucket_params);
+  /* Unfused kernels, when that is what was priced (fused is the default). */
+  if (!c->opt.fuse_swiglu) printf(" --fuse-swiglu 0");
+  if (!c->opt.fuse_bias_gelu) printf(" --fuse-bias-gelu 0");
   printf("\n");
 }
 

@@ -6,7 +6,10 @@
  * x output positions by output channels, multiplications per output as
  * the inner size), pooling, activations, normalisation and standardisation
  * as memory traffic. Tropical and transposed layers are refused: their
- * kernels are not GEMMs and the spec has no rate for them. */
+ * kernels are not GEMMs and the spec has no rate for them.
+ * --search-buckets searches the gradient bucket size (plan/net_buckets.h)
+ * and --out writes the plan file `fivefold train --plan` applies
+ * (cli/net_plan_write.h). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +19,12 @@
 #include "base/options.h"
 #include "cli/cmd_plan.h"
 #include "cli/cli_util.h"
+#include "cli/net_plan_write.h"
 #include "nets/layer.h"
 #include "nets/network.h"
 #include "nets/vision.h"
 #include "plan/config_paths.h"
+#include "plan/net_buckets.h"
 #include "plan/net_sim.h"
 
 static void usage(FILE *f) {
@@ -29,13 +34,22 @@ static void usage(FILE *f) {
           "trained data-parallel over N ranks with B images per micro-batch and G images per step.\n\n"
           "  --dtype D                 fp32 or bf16: the precision of the GEMM inputs (default: the spec's runtime)\n"
           "  --distributed-optimizer   ZeRO-1: reduce-scatter, shard the update, all-gather the parameters\n"
-          "  --bucket-params P         gradient bucket size in elements (default: the spec's runtime)\n"
+          "  --bucket-params P         gradient bucket size in elements (default: a quarter of the gradient, as the\n"
+          "                            nets runtime cuts it)\n"
+          "  --search-buckets          search the bucket size with the simulator (every bucket count up to 64,\n"
+          "                            then golden section; docs/planner.md) and price the winner\n"
+          "  --dp-overlap F            share of each bucket's reduction that may run behind backward (default 0:\n"
+          "                            the nets runtime reduces after the last backward; 1 prices a runtime that\n"
+          "                            starts each bucket as backward completes it)\n"
+          "  --out FILE                write the plan file (layout, prediction, chosen buckets) for\n"
+          "                            `fivefold train --plan FILE`\n"
           "  --quiet                   only the summary line\n");
 }
 
 static const char *const KNOWN[] = {"--net",          "--cluster", "--gpus",  "--mbs",
                                     "--global-batch", "--dtype",   "--distributed-optimizer",
-                                    "--bucket-params", "--quiet",  "--help"};
+                                    "--bucket-params", "--quiet",  "--help",
+                                    "--search-buckets", "--dp-overlap", "--out"};
 
 /* Kinds priced as their forward's implicit GEMM; every other accepted kind
  * is memory traffic. */
@@ -105,9 +119,9 @@ static int load_vision(const char *path, VisionConfig *vc, Error *err) {
 }
 
 static int cmd_simulate_net(int argc, char **argv) {
-  const char *net_path = NULL, *cluster_name = NULL, *dtype_name = NULL;
-  double gpus = 0, mbs = 0, global = 0, bucket = 0;
-  int zero = 0, quiet = 0;
+  const char *net_path = NULL, *cluster_name = NULL, *dtype_name = NULL, *out_path = NULL;
+  double gpus = 0, mbs = 0, global = 0, bucket = 0, overlap = 0;
+  int zero = 0, quiet = 0, search = 0;
   Error err = {0, ""};
   OptionParser op;
   option_parser_init(&op, "simulate", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
@@ -128,12 +142,18 @@ static int cmd_simulate_net(int argc, char **argv) {
       rc = option_value(&op, &v, &err) || cli_parse_number(&op, v, 1, 1e15, 0, &bucket, &err);
     else if (option_is(&op, "--distributed-optimizer")) rc = option_switch(&op, &err), zero = 1;
     else if (option_is(&op, "--quiet")) rc = option_switch(&op, &err), quiet = 1;
+    else if (option_is(&op, "--search-buckets")) rc = option_switch(&op, &err), search = 1;
+    else if (option_is(&op, "--dp-overlap"))
+      rc = option_value(&op, &v, &err) || cli_parse_number(&op, v, 0, 1, 0, &overlap, &err);
+    else if (option_is(&op, "--out")) rc = option_value(&op, &out_path, &err);
     else rc = option_unknown(&op, &err);
     if (rc) return cli_fail("simulate", 2, "%s", err.msg);
   }
   if (!net_path || !cluster_name || gpus < 1 || mbs < 1 || global < 1)
     return cli_fail("simulate", 2, "--net, --cluster, --gpus, --mbs and --global-batch are required (see --help)");
-  PlanNetConfig cfg = {(int)gpus, (int)mbs, 0, zero, PLAN_DTYPE_FP32, 0};
+  if (search && bucket > 0)
+    return cli_fail("simulate", 2, "--search-buckets searches the size --bucket-params gives: give one of them");
+  PlanNetConfig cfg = {(int)gpus, (int)mbs, 0, zero, PLAN_DTYPE_FP32, 0, overlap};
   long per_step = (long)cfg.dp * cfg.micro_batch_size;
   if ((long)global % per_step)
     return cli_fail("simulate", 2, "--global-batch %.0f is not a multiple of --gpus %d x --mbs %d", global, cfg.dp,
@@ -150,6 +170,9 @@ static int cmd_simulate_net(int argc, char **argv) {
   unsigned given = (dtype_name ? PLAN_GIVEN_DTYPE : 0) | (bucket > 0 ? PLAN_GIVEN_BUCKET : 0);
   if (bucket > 0) opt.bucket_params = bucket, opt.bucket_max_share = 0;
   plan_options_from_runtime(&cluster.runtime, given, &opt, &cfg.dtype);
+  /* The nets runtime's default bucket is a quarter of the gradient,
+   * whatever its size (train/trainer_net.c), not the transformer's 25 MB. */
+  if (bucket <= 0) opt.bucket_params = 0, opt.bucket_max_share = 0.25;
   if (dtype_name && (plan_dtype_from_name(dtype_name, &cfg.dtype) ||
                      (cfg.dtype != PLAN_DTYPE_FP32 && cfg.dtype != PLAN_DTYPE_BF16))) {
     cluster_spec_free(&cluster);
@@ -168,6 +191,14 @@ static int cmd_simulate_net(int argc, char **argv) {
     goto out;
   }
   cfg.classes = vc.classes;
+  PlanNetBucketChoice choice;
+  if (search) {
+    if (plan_net_search_buckets(layers, n, &cluster, &opt, &cfg, &choice, &err)) {
+      fprintf(stderr, "fivefold simulate: %s\n", err.msg);
+      goto out;
+    }
+    opt.bucket_params = choice.bucket_params, opt.bucket_max_share = 0;
+  }
   if (plan_net_simulate(layers, n, &cluster, &opt, &cfg, &r, &err)) {
     fprintf(stderr, "fivefold simulate: %s\n", err.msg);
     goto out;
@@ -178,7 +209,16 @@ static int cmd_simulate_net(int argc, char **argv) {
     plan_net_explain(layers, n, &cfg, &r, stdout);
     printf("\n");
   }
+  if (search) plan_net_bucket_explain(&choice, &cfg, stdout);
   printf("predicted: step %.2f ms, %.0f images/s\n", r.step_time * 1e3, global / r.step_time);
+  if (out_path) {
+    NetPlanOut po = {net_path, cluster_name, &vc, &cfg, n, &r, search ? &choice : NULL};
+    if (net_plan_write(&po, out_path, &err)) {
+      fprintf(stderr, "fivefold simulate: %s\n", err.msg);
+      goto out;
+    }
+    printf("plan written to %s (fivefold train --plan %s)\n", out_path, out_path);
+  }
   code = 0;
 out:
   network_free(&net);

@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "comm/host.h"
 #include "comm/world.h"
+#include "nets/vision.h"
 #include "plan/plan_file.h"
 #include "ckpt/checkpoint.h"
 #include "train/train_config.h"
@@ -149,6 +150,45 @@ static int check_plan_model(const TrainConfig *cfg, const char *path, const Plan
   return 0;
 }
 
+/* A vision network's plan (`fivefold simulate --net ... --out`): its
+ * data-parallel layout, batch and bucket size, for the network it was made
+ * for (the vision config's fingerprint). */
+static int apply_net_plan(TrainConfig *cfg, const char *path, const PlanChoice *pc, Error *err) {
+  if (cfg->family != TRAIN_FAMILY_VISION || strcmp(pc->family, "vision"))
+    return error_set(err, ERR_CONFIG,
+                     "--plan %s: the plan is for a %s (field \"family\"), but %s trains %s; plans are made for "
+                     "transformers by `fivefold plan --out` and for vision networks by `fivefold simulate --net ... "
+                     "--out`", path, pc->family, cfg->config_path,
+                     cfg->family == TRAIN_FAMILY_VISION ? "a vision network"
+                     : cfg->family == TRAIN_FAMILY_TRANSFORMER ? "a transformer" : "another network family");
+  char fp[PLAN_FINGERPRINT_MAX], summary[160];
+  vision_config_fingerprint(&cfg->vision, fp, sizeof fp);
+  vision_config_summary(&cfg->vision, summary, sizeof summary);
+  if (!pc->has_identity || strcmp(pc->model_fingerprint, fp))
+    return error_set(err, ERR_CONFIG,
+                     "--plan %s: the plan was made for network %s (%s, fingerprint %s), but %s trains %s "
+                     "(fingerprint %s); re-plan with `fivefold simulate --net %s ... --out`",
+                     path, pc->model[0] ? pc->model : "?", pc->model_summary[0] ? pc->model_summary : "?",
+                     pc->has_identity ? pc->model_fingerprint : "none", cfg->config_path, summary, fp,
+                     cfg->config_path);
+  char v[64];
+  struct {
+    const char *flag;
+    int value;
+  } ints[] = {{"--dp", pc->dp}, {"--micro-batch-size", pc->micro_batch_size},
+              {"--global-batch-size", pc->global_batch_size},
+              {"--distributed-optimizer", pc->distributed_optimizer != 0}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+    snprintf(v, sizeof v, "%d", ints[i].value);
+    if (train_config_override(cfg, ints[i].flag, v, err)) return error_wrap(err, "--plan %s", path);
+  }
+  if (pc->bucket_mb > 0) {
+    snprintf(v, sizeof v, "%.9g", pc->bucket_mb);
+    if (train_config_override(cfg, "--bucket-mb", v, err)) return error_wrap(err, "--plan %s", path);
+  }
+  return 0;
+}
+
 /* The plan's layout as overrides, applied before the command line's so
  * that explicit flags win: all five dimensions with the MoE grid's ep and
  * etp, and full recomputation with its method and count. What the runtime
@@ -157,6 +197,8 @@ static int check_plan_model(const TrainConfig *cfg, const char *path, const Plan
 static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   PlanChoice pc;
   if (plan_file_read(path, &pc, err)) return error_wrap(err, "--plan");
+  if (cfg->family != TRAIN_FAMILY_TRANSFORMER || strcmp(pc.family, "transformer"))
+    return apply_net_plan(cfg, path, &pc, err);
   if (check_plan_model(cfg, path, &pc, err)) return err->code;
   if (pc.recompute == PLAN_RECOMPUTE_SELECTIVE)
     return error_set(err, ERR_CONFIG,
@@ -192,6 +234,16 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   if (pc.bucket_mb > 0) {
     snprintf(v, sizeof v, "%.9g", pc.bucket_mb);
     if (train_config_override(cfg, "--bucket-mb", v, err)) return error_wrap(err, "--plan %s", path);
+  }
+  /* The fused kernels the plan priced. */
+  const struct {
+    const char *flag;
+    int value;
+  } fuse[] = {{"--fuse-swiglu", pc.fuse_swiglu}, {"--fuse-bias-gelu", pc.fuse_bias_gelu}};
+  for (size_t i = 0; i < sizeof fuse / sizeof fuse[0]; i++) {
+    if (fuse[i].value < 0) continue;
+    snprintf(v, sizeof v, "%d", fuse[i].value);
+    if (train_config_override(cfg, fuse[i].flag, v, err)) return error_wrap(err, "--plan %s", path);
   }
   if (pc.num_stages > 0) {
     size_t at = 0;

@@ -29,8 +29,7 @@ void swiglu_mlp_backward(float *dx, int accumulate_dx, float *dw_gate_up, float 
 void gelu_mlp_forward(float *out, int accumulate, float *h, float *a, const float *x, const float *w_fc,
                       const float *b_fc, const float *w_proj, int N, int C, int F) {
   OP_PROBED_GEMM(N, F, C, linear_forward(h, x, w_fc, N, C, F, 0));
-  bias_add_rows(h, b_fc, N, F);
-  gelu_forward(a, h, (size_t)N * F);
+  bias_gelu_forward(h, a, b_fc, N, F);
   OP_PROBED_GEMM(N, C, F, linear_forward(out, a, w_proj, N, F, C, accumulate));
 }
 
@@ -40,7 +39,6 @@ void gelu_mlp_backward(float *dx, float *dw_fc, float *db_fc, float *dw_proj, co
                        int C, int F) {
   gelu_forward(a, h, (size_t)N * F);
   OP_PROBED_GEMM(N, C, 2 * F, linear_backward(da, dw_proj, dout, a, w_proj, N, F, C, 0));
-  gelu_backward(dh, da, h, (size_t)N * F);
-  bias_backward_rows(db_fc, dh, N, F);
+  bias_gelu_backward(dh, db_fc, da, h, N, F);
   OP_PROBED_GEMM(N, F, 2 * C, linear_backward(dx, dw_fc, dh, x, w_fc, N, C, F, 0));
 }

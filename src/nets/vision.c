@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/crc32.h"
 #include "base/json_util.h"
 #include "kern/op_count.h"
 #include "nets/layer.h"
@@ -119,6 +120,20 @@ cJSON *vision_config_to_json(const VisionConfig *cfg) {
   cJSON_AddNumberToObject(o, "classes", cfg->classes);
   cJSON_AddItemToObject(o, "layers", cJSON_Parse(cfg->layers_json));
   return o;
+}
+
+void vision_config_fingerprint(const VisionConfig *cfg, char *out, size_t n) {
+  cJSON *j = vision_config_to_json(cfg);
+  char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+  uint32_t crc = text ? crc32_update(0, text, strlen(text)) : 0;
+  snprintf(out, n, "crc32:%08x", (unsigned)crc);
+  free(text);
+  cJSON_Delete(j);
+}
+
+void vision_config_summary(const VisionConfig *cfg, char *out, size_t n) {
+  snprintf(out, n, "input %dx%dx%d, %d layers, %d classes", cfg->in_c, cfg->in_h, cfg->in_w, cfg->num_layers,
+           cfg->classes);
 }
 
 /* ---- forward, backward, loss ---- */

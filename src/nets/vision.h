@@ -48,6 +48,12 @@ typedef struct VisionBatch {
  * model.layers[i].field. */
 int vision_config_from_json(VisionConfig *cfg, const struct cJSON *obj, const char *origin, Error *err);
 struct cJSON *vision_config_to_json(const VisionConfig *cfg);
+/* "crc32:xxxxxxxx" of vision_config_to_json's unformatted text: what a plan
+ * file's model_identity.fingerprint holds for a vision network, so that
+ * `train --plan` refuses a plan made for another network. */
+void vision_config_fingerprint(const VisionConfig *cfg, char *out, size_t n);
+/* "input 1x28x28, 8 layers, 10 classes", for messages. */
+void vision_config_summary(const VisionConfig *cfg, char *out, size_t n);
 
 /* net gets the network's table and zeroed buffers; micro-batches hold at
  * most max_batch images. network_free frees it. */

@@ -284,6 +284,47 @@ double plan_stage_reduce_time(const void *ctx, int group, double elements) {
 #define MAX_BUCKETS_PER_STAGE 64
 #define MIN_BUCKET_ELEMENTS 1024
 
+int plan_buckets_search_sizes(const double *segments, int num_segments, int max_buckets, double min_size,
+                              PlanStepAtSizeFn step, void *ctx, PlanSizeSearch *out, Error *err) {
+  memset(out, 0, sizeof *out);
+  out->best_size = -1;
+  double *sizes = malloc(MAX_CANDIDATES * sizeof *sizes);
+  if (!sizes) return error_set(err, ERR_NOMEM, "buckets: out of memory");
+  int n = plan_bucket_candidate_sizes(segments, num_segments, max_buckets, min_size, sizes, MAX_CANDIDATES);
+  out->num_candidates = n;
+  double best = -1, best_time = 0, t = 0;
+  int best_i = -1, rc = ERR_OK;
+  for (int i = 0; i < n; i++) {
+    if ((rc = step(ctx, sizes[i], &t, err))) break;
+    out->simulations++;
+    /* Sizes come largest first: a tie keeps the larger (fewer messages). */
+    if (best < 0 || t < best_time * (1 - 1e-12)) best = sizes[i], best_time = t, best_i = i;
+  }
+  /* Within a bucket count the boundaries still move with the size; between
+   * the sizes where a boundary crosses a layer end the step is convex in
+   * the size (a max-plus of linear terms), so a golden-section search over
+   * the sizes between the best count's neighbours finds that stretch's
+   * minimum. */
+  if (!rc && best_i >= 0) {
+    double lo = best_i + 1 < n ? sizes[best_i + 1] : min_size, hi = best_i > 0 ? sizes[best_i - 1] : best;
+    const double phi = 0.6180339887498949;
+    double a = lo, b = hi;
+    for (int it = 0; it < 40 && b - a > 2; it++) {
+      double x1 = round(b - phi * (b - a)), x2 = round(a + phi * (b - a)), t1 = 0, t2 = 0;
+      if ((rc = step(ctx, x1, &t1, err)) || (rc = step(ctx, x2, &t2, err))) break;
+      out->simulations += 2;
+      if (t1 < best_time * (1 - 1e-12)) best = x1, best_time = t1;
+      if (t2 < best_time * (1 - 1e-12)) best = x2, best_time = t2;
+      if (t1 <= t2) b = x2;
+      else a = x1;
+    }
+  }
+  free(sizes);
+  out->best_size = best;
+  out->best_time = best_time;
+  return rc;
+}
+
 /* Simulates cfg with buckets of `size` elements (0: the options' own). */
 static int simulate_with(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *base, const PlanConfig *cfg,
                          double size, PlanResult *r, Error *err) {
@@ -293,6 +334,23 @@ static int simulate_with(const ModelConfig *m, const ClusterSpec *cl, const Plan
     o.bucket_max_share = 0;
   }
   return plan_simulate(m, cl, &o, cfg, NULL, NULL, r, err);
+}
+
+typedef struct SimulateAt {
+  const ModelConfig *m;
+  const ClusterSpec *cl;
+  const PlanOptions *opt;
+  const PlanConfig *cfg;
+} SimulateAt;
+
+static int step_at_size(void *ctx, double size, double *step_time, Error *err) {
+  const SimulateAt *a = ctx;
+  PlanResult r;
+  int rc = simulate_with(a->m, a->cl, a->opt, a->cfg, size, &r, err);
+  if (rc) return rc;
+  *step_time = r.step_time;
+  plan_result_free(&r);
+  return ERR_OK;
 }
 
 /* The free-boundary search on the stage whose exposed reduction is the
@@ -337,9 +395,9 @@ int plan_buckets_search_uniform(const ModelConfig *m, const ClusterSpec *cl, con
   int S = sc.num_stages, max_layers = 0, num_segments = 0;
   for (int s = 0; s < S; s++) max_layers = sc.part.layers[s] > max_layers ? sc.part.layers[s] : max_layers;
   size_t seg_cap = (size_t)S * (2 * (size_t)max_layers + 2);
-  double *segments = malloc(seg_cap * sizeof *segments), *sizes = malloc(MAX_CANDIDATES * sizeof *sizes);
+  double *segments = malloc(seg_cap * sizeof *segments);
   PlanGradLayer *gl = malloc((2 * (size_t)max_layers + 2) * sizeof *gl);
-  if (!segments || !sizes || !gl) rc = error_set(err, ERR_NOMEM, "buckets: out of memory");
+  if (!segments || !gl) rc = error_set(err, ERR_NOMEM, "buckets: out of memory");
   for (int s = 0; !rc && s < S; s++) {
     int nl = plan_stage_grad_layers(&cm, &sc.part, s, gl);
     double acc = 0;
@@ -355,54 +413,20 @@ int plan_buckets_search_uniform(const ModelConfig *m, const ClusterSpec *cl, con
   }
   free(gl);
   plan_stage_costs_free(&sc);
-  int n = rc ? 0 : plan_bucket_candidate_sizes(segments, num_segments, MAX_BUCKETS_PER_STAGE, MIN_BUCKET_ELEMENTS,
-                                               sizes, MAX_CANDIDATES);
-  out->num_candidates = n;
   PlanResult r;
   if (!rc) rc = simulate_with(m, cl, opt, cfg, 0, &r, err);
   if (!rc) {
     out->default_step_time = r.step_time;
     plan_result_free(&r);
-    out->simulations = 1;
   }
-  double best = -1, best_time = 0;
-  int best_i = -1;
-  for (int i = 0; !rc && i < n; i++) {
-    rc = simulate_with(m, cl, opt, cfg, sizes[i], &r, err);
-    if (rc) break;
-    out->simulations++;
-    /* Sizes come largest first: a tie keeps the larger (fewer messages). */
-    if (best < 0 || r.step_time < best_time * (1 - 1e-12)) best = sizes[i], best_time = r.step_time, best_i = i;
-    plan_result_free(&r);
-  }
-  /* Within a bucket count the boundaries still move with the size; between
-   * the sizes where a boundary crosses a layer end the step is convex in
-   * the size (a max-plus of linear terms), so a golden-section search over
-   * the sizes between the best count's neighbours finds that stretch's
-   * minimum. */
-  if (!rc && best_i >= 0) {
-    double lo = best_i + 1 < n ? sizes[best_i + 1] : MIN_BUCKET_ELEMENTS, hi = best_i > 0 ? sizes[best_i - 1] : best;
-    const double phi = 0.6180339887498949;
-    double a = lo, b = hi;
-    for (int it = 0; !rc && it < 40 && b - a > 2; it++) {
-      double x1 = round(b - phi * (b - a)), x2 = round(a + phi * (b - a)), t1 = 0, t2 = 0;
-      rc = simulate_with(m, cl, opt, cfg, x1, &r, err);
-      if (rc) break;
-      t1 = r.step_time;
-      plan_result_free(&r);
-      rc = simulate_with(m, cl, opt, cfg, x2, &r, err);
-      if (rc) break;
-      t2 = r.step_time;
-      plan_result_free(&r);
-      out->simulations += 2;
-      if (t1 < best_time * (1 - 1e-12)) best = x1, best_time = t1;
-      if (t2 < best_time * (1 - 1e-12)) best = x2, best_time = t2;
-      if (t1 <= t2) b = x2;
-      else a = x1;
-    }
-  }
+  SimulateAt at = {m, cl, opt, cfg};
+  PlanSizeSearch found = {0};
+  if (!rc) rc = plan_buckets_search_sizes(segments, num_segments, MAX_BUCKETS_PER_STAGE, MIN_BUCKET_ELEMENTS,
+                                          step_at_size, &at, &found, err);
+  out->num_candidates = found.num_candidates;
+  out->simulations = 1 + found.simulations;
+  double best = found.best_size, best_time = found.best_time;
   free(segments);
-  free(sizes);
   if (rc) return rc;
   if (best < 0 || !(best_time < out->default_step_time * (1 - 1e-12))) {
     best = out->default_params; /* nothing beats the default: keep it */

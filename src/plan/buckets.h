@@ -104,6 +104,26 @@ int plan_buckets_search_boundaries(const PlanBucketModel *bm, long node_budget, 
 int plan_bucket_candidate_sizes(const double *segment_elements, int n, int max_buckets, double min_size,
                                 double *sizes, int capacity);
 
+/* The step time at uniform buckets of `size` elements, from any simulator
+ * (the transformer's plan_simulate, the nets' plan_net_simulate). */
+typedef int (*PlanStepAtSizeFn)(void *ctx, double size, double *step_time, Error *err);
+
+typedef struct PlanSizeSearch {
+  double best_size; /* elements; < 0 when there was no candidate */
+  double best_time; /* s */
+  int num_candidates;
+  long simulations;
+} PlanSizeSearch;
+
+/* The uniform-size search both simulators share: every candidate size of
+ * segment_elements[0..n) (plan_bucket_candidate_sizes: every bucket count
+ * up to max_buckets per segment, at least min_size) priced by `step`, then
+ * a golden-section search between the best candidate's neighbours (the
+ * step is convex in the size between the sizes where a boundary crosses a
+ * layer end). Ties go to the larger size (fewer messages). */
+int plan_buckets_search_sizes(const double *segment_elements, int n, int max_buckets, double min_size,
+                              PlanStepAtSizeFn step, void *ctx, PlanSizeSearch *out, Error *err);
+
 /* ---- driven by the simulator ---- */
 
 /* The gradient layers of stage s of a priced configuration (backward

@@ -182,6 +182,24 @@ static void attention_block(const PlanCostModel *cm, const Dims *D, PlanPassCost
   }
 }
 
+/* What an unfused activation adds over the fused kernel, on `elements` of
+ * [tokens, ffn] (one rank's): each intermediate written to memory and read
+ * back by the next kernel (kern/swiglu.h, kern/gelu.h). SwiGLU: forward
+ * silu(gate) written and read again (5 floats per element instead of 3);
+ * backward its four passes read and write 11 instead of 5, and the
+ * activation it recomputes pays the forward's 2 again. Bias + GeLU: the
+ * biased h read again by the GeLU, and dh read again by the bias gradient. */
+static void unfused_traffic(const PlanCostModel *cm, const Dims *D, double elements, int gelu, PlanPassCost *pc) {
+  const PlanOptions *o = cm->opt;
+  if (gelu && !o->fuse_bias_gelu) {
+    pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * elements);
+    pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * elements);
+  } else if (!gelu && !o->fuse_swiglu) {
+    pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 2 * elements);
+    pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 8 * elements);
+  }
+}
+
 /* The MLP with FFN width ffn split over TP, on n tokens (dense layers and
  * the shared expert): SwiGLU's three matrices (gate and up fused, down),
  * or GPT-2's two (fc, proj) with a GeLU between and biases on both. */
@@ -201,6 +219,7 @@ static void mlp_block(const PlanCostModel *cm, const Dims *D, double ffn, int ge
     pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->n * f_t);
     pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 5 * D->n * f_t);
   }
+  unfused_traffic(cm, D, D->n * f_t, gelu, pc);
   double tp = tp_pair(cm, D);
   pc->fwd.t[PLAN_COMP_TP_COMM] += tp;
   pc->bwd.t[PLAN_COMP_TP_COMM] += tp;
@@ -318,6 +337,7 @@ static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) 
   b->t[PLAN_COMP_EXPERT_GEMM] += 2 * g;
   f->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * rows * f_e);
   b->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 5 * rows * f_e);
+  unfused_traffic(cm, D, rows * f_e, 0, pc);
   if (m->shared_expert_intermediate_size > 0) mlp_block(cm, D, m->shared_expert_intermediate_size, 0, pc);
 }
 

@@ -273,6 +273,7 @@ void plan_result_replace_keep_mapping(PlanResult *r, PlanResult *with) {
   r->mapping_exhaustive = keep.mapping_exhaustive;
   memcpy(r->mapping_method, keep.mapping_method, sizeof r->mapping_method);
   r->bucket_choice = keep.bucket_choice;
+  r->fusion_choice = keep.fusion_choice;
 }
 
 int plan_result_map_devices(PlanResult *r, const ModelConfig *model, const ClusterSpec *cluster,

@@ -121,16 +121,19 @@ int plan_net_simulate(const PlanNetLayer *layers, int n, const ClusterSpec *cl, 
   int rcode = plan_group_topology(cl, &pc, PLAN_GROUP_DP, &rc.dp);
   if (rcode) return rcode;
   if (cfg->dp > 1) {
-    /* The runtime reduces once, after the last backward: overlap 0. */
-    PlanBucketModel bm = {grads, n, 0.0, reduce_time, &rc};
+    PlanBucketModel bm = {grads, n, cfg->overlap, reduce_time, &rc};
     PlanBucketPrice price;
     double total = plan_buckets_total_elements(&bm);
     double size = opt->bucket_params > 0 ? opt->bucket_params : total;
     if (opt->bucket_max_share > 0 && size > opt->bucket_max_share * total) size = opt->bucket_max_share * total;
-    if (size < 1) size = 1;
+    /* The runtime takes whole floats and rounds up to whole blocks of the
+     * group (dp_grads_create). */
+    size = ceil(floor(size) / cfg->dp) * cfg->dp;
+    if (size < cfg->dp) size = cfg->dp;
     if ((rcode = plan_buckets_price_uniform(&bm, size, &price, err))) return rcode;
     out->reduce = price.exposed;
     out->buckets = price.buckets;
+    out->bucket_params = size;
   }
   /* Adam streams per local parameter: gradient read, master, m and v read
    * and written; zeroing the gradient and its norm read it once more. */

@@ -19,7 +19,8 @@
  * The program of one step with one pipeline stage is the micro-batches'
  * forwards and backwards, the gradient reduction and the update in
  * sequence (the runtime reduces after the last backward: one chunk, the
- * whole gradient ready at once), so its makespan is their sum:
+ * whole gradient ready at once, PlanNetConfig.overlap 0), so its makespan
+ * is their sum:
  *   step = m x (fwd + bwd) + reduction (buckets.h, each bucket with its own
  *          latency, over DP: all-reduce, or reduce-scatter with ZeRO-1)
  *        + optimizer (Adam streamed through memory, the shard with ZeRO-1,
@@ -51,6 +52,11 @@ typedef struct PlanNetConfig {
   int distributed_optimizer; /* ZeRO-1 */
   PlanDtype dtype;           /* GEMM precision; activations, gradients and the optimizer stay fp32 */
   int classes;               /* logits per sample */
+  /* Share of each bucket's reduction that may run behind the last
+   * backward (buckets.h). 0: fivefold's nets runtime, which reduces after
+   * it; up to 1 prices a runtime that starts each bucket as backward
+   * completes it, on a machine with asynchronous progress. */
+  double overlap;
 } PlanNetConfig;
 
 typedef struct PlanNetResult {
@@ -58,6 +64,7 @@ typedef struct PlanNetResult {
   double fwd, bwd;  /* s, one micro-batch */
   double reduce, optimizer;
   int buckets;
+  double bucket_params;       /* the bucket size priced (elements, rounded up to whole blocks of dp as the runtime does) */
   double gemm_fwd, other_fwd; /* s, one micro-batch: GEMM layers and the rest */
   double layer_fwd[PLAN_NET_MAX_LAYERS], layer_bwd[PLAN_NET_MAX_LAYERS];
   double params;

@@ -173,6 +173,12 @@ typedef struct PlanOptions {
    * mixed precision of Megatron-Core (bf16 activations and messages, a
    * bf16 copy of the weights). Set from a spec's runtime facts ("cpu"). */
   int fp32_activations;
+  /* Fused elementwise kernels (kern/fusion.h; default 1, the runtime's
+   * default). 0 prices the unfused chain by its extra memory traffic, each
+   * intermediate written and read again (cost_layer.c): SwiGLU 2 elements
+   * of [tokens, ffn] forward and 8 backward (its chain and the recomputed
+   * activation), bias + GeLU 1 forward and 1 backward. */
+  int fuse_swiglu, fuse_bias_gelu;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);

@@ -257,10 +257,14 @@ int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Er
     return error_set(c->err, ERR_FORMAT, "%s: field \"version\" is %d; this build reads version 1", c->origin, version);
   TRY(get_string(c, root, "", "model", 1, &s));
   if (s) snprintf(p->model, sizeof p->model, "%s", s);
+  TRY(get_string(c, root, "", "family", 1, &s));
+  if (s && strcmp(s, "transformer") && strcmp(s, "vision"))
+    return error_set(c->err, ERR_FORMAT, "%s: field \"family\": \"%s\" is not one of transformer, vision", c->origin, s);
+  snprintf(p->family, sizeof p->family, "%s", s ? s : "transformer");
   TRY(get_string(c, root, "", "cluster", 1, &s));
   if (s) snprintf(p->cluster, sizeof p->cluster, "%s", s);
   TRY(get_int(c, root, "", "gpus", 1, 1, &p->gpus));
-  TRY(get_int(c, root, "", "seq_length", 1, 0, &p->seq_len));
+  TRY(get_int(c, root, "", "seq_length", 1, !strcmp(p->family, "vision"), &p->seq_len)); /* a vision plan has none */
   TRY(get_string(c, root, "", "dtype", 1, &s));
   if (s && plan_dtype_from_name(s, &p->dtype))
     return error_set(c->err, ERR_FORMAT, "%s: field \"dtype\": \"%s\" is not one of bf16, fp16, tf32, fp32, fp8",
@@ -293,6 +297,22 @@ int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Er
       return error_set(c->err, ERR_CONFIG, "%s: field \"buckets.bucket_mb\": expected a number > 0 (MB of fp32 "
                        "gradients per bucket)", c->origin);
     p->bucket_mb = mb->valuedouble;
+  }
+  p->fuse_swiglu = p->fuse_bias_gelu = -1;
+  const cJSON *fusion = cJSON_GetObjectItemCaseSensitive(root, "fusion");
+  if (fusion) {
+    if (!cJSON_IsObject(fusion))
+      return error_set(c->err, ERR_FORMAT, "%s: field \"fusion\": expected an object", c->origin);
+    static const char *const KEYS[] = {"swiglu", "bias_gelu"};
+    int *dst[] = {&p->fuse_swiglu, &p->fuse_bias_gelu};
+    for (int k = 0; k < 2; k++) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(fusion, KEYS[k]);
+      if (!v) continue;
+      if (!cJSON_IsBool(v))
+        return error_set(c->err, ERR_FORMAT, "%s: field \"fusion.%s\": expected true (fused) or false", c->origin,
+                         KEYS[k]);
+      *dst[k] = cJSON_IsTrue(v) ? 1 : 0;
+    }
   }
   return check_consistent(c, p);
 }

@@ -2,15 +2,17 @@
  * (search_output.c writes it), as `fivefold train --plan FILE` needs it.
  *
  * The file (docs/planner.md):
- *   {"format": "fivefold.plan", "version": 1, "model", "cluster", "gpus",
- *    "seq_length", "dtype",
+ *   {"format": "fivefold.plan", "version": 1, "model", "family", "cluster",
+ *    "gpus", "seq_length", "dtype",
  *    "model_identity": {"name", "fingerprint", "summary"},
  *    "parallel": {tp, cp, dp, pp, vpp, ep, etp, edp, micro_batch_size,
  *                 global_batch_size, microbatches, schedule, recompute,
  *                 distributed_optimizer, layers_per_stage, stage_widths}, "prediction": {...},
  *    "mapping": {device_of_rank: [...], method, rank_order_step_time_s,
  *                step_time_s, simulations} (optional),
- *    "buckets": {bucket_mb, ...} (optional: the bucket search's size)}
+ *    "buckets": {bucket_mb, ...} (optional: the bucket search's size),
+ *    "fusion": {swiglu, bias_gelu} (optional booleans: the fused kernels
+ *               priced, training.fuse_swiglu / fuse_bias_gelu)}
  * The reader checks what a trainer relies on: every size >= 1, the grids
  * multiply to gpus (tp cp dp pp = etp ep edp pp), the global batch splits
  * into dp x micro-batch x microbatches, the schedule is one the scheduler
@@ -20,6 +22,10 @@
  * (plan_model_fingerprint), so that `train --plan` can refuse a plan made
  * for another model even when the layer counts agree. It is optional here
  * (has_identity 0); the trainer decides what a missing one means.
+ * "family" (optional, "transformer" when absent) is "vision" for a plan of
+ * `fivefold simulate --net ... --out` (data-parallel only: tp cp pp vpp ep
+ * etp 1, schedule none, layers_per_stage the network's layer count; its
+ * fingerprint is the vision config's, nets/vision.h).
  * Fields it does not know are ignored (prediction and search are for
  * people); missing or wrong ones are errors naming the file and the field. */
 #ifndef FIVEFOLD_PLAN_PLAN_FILE_H
@@ -36,6 +42,7 @@ typedef struct cJSON cJSON;
 
 typedef struct PlanChoice {
   char model[256];   /* as given to `fivefold plan` ("" when absent) */
+  char family[16];   /* "transformer" or "vision" */
   char cluster[64];
   int gpus;          /* world size the plan was made for */
   int seq_len;
@@ -56,6 +63,7 @@ typedef struct PlanChoice {
   int warmup[SCHED_MAX_WARMUP_RANKS];    /* forwards per pipeline rank before its first backward */
   double predicted_step_time; /* s; 0 when the file has no prediction */
   double bucket_mb;           /* "buckets.bucket_mb": the searched gradient bucket size; 0 when absent */
+  int fuse_swiglu, fuse_bias_gelu; /* "fusion.swiglu", "fusion.bias_gelu": 1 fused, 0 unfused, -1 absent */
   int has_identity;           /* model_identity present */
   char model_fingerprint[PLAN_FINGERPRINT_MAX];
   char model_summary[160];

@@ -7,6 +7,7 @@
 
 #include "plan/plan_file.h"
 #include "plan/buckets.h"
+#include "plan/fusion.h"
 #include "plan/search.h"
 #include "sched/program.h"
 
@@ -241,6 +242,21 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
       }
       bad |= !per;
     }
+    /* The fused kernels priced (train --plan sets training.fuse_*). */
+    cJSON *fu = cJSON_AddObjectToObject(root, "fusion");
+    if (fu) {
+      cJSON_AddBoolToObject(fu, "swiglu", r->fuse_swiglu != 0);
+      cJSON_AddBoolToObject(fu, "bias_gelu", r->fuse_bias_gelu != 0);
+      const PlanFusionChoice *fc = r->fusion_choice;
+      if (fc) {
+        cJSON_AddStringToObject(fu, "method", "every combination of the model's switches simulated; the unfused "
+                                "chains priced by their extra memory traffic");
+        cJSON_AddNumberToObject(fu, "step_time_s", fc->step_time);
+        cJSON_AddNumberToObject(fu, "unfused_step_time_s", fc->unfused_step_time);
+        cJSON_AddNumberToObject(fu, "simulations", fc->simulations);
+      }
+    }
+    bad |= !fu;
     if (stats) {
       cJSON *s = cJSON_AddObjectToObject(root, "search");
       if (s) {

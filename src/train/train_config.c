@@ -74,6 +74,12 @@ static const FieldSpec FIELDS[] = {
      "input is kept) | block (only the first recompute_num_layers blocks of each virtual stage)"},
     {"training", "recompute_num_layers", "--recompute-num-layers", "N", FIELD_INT, OFF(recompute_num_layers), 0,
      512 /* MODEL_MAX_LAYERS */, 0, 0, "blocks per recomputed group (uniform) or recomputed per stage (block); default 1"},
+    {"training", "fuse_swiglu", "--fuse-swiglu", "0|1", FIELD_INT, OFF(fuse_swiglu), 0, 1, 0, 0,
+     "1 (default): SwiGLU's silu(gate) * up as one kernel; 0: separate kernels with the intermediate written to "
+     "memory (bit-identical results; the planner prices the extra traffic)"},
+    {"training", "fuse_bias_gelu", "--fuse-bias-gelu", "0|1", FIELD_INT, OFF(fuse_bias_gelu), 0, 1, 0, 0,
+     "1 (default): GPT-2's fc bias add and GeLU (and their gradients) as one kernel; 0: separate kernels "
+     "(bit-identical results)"},
     {"training", "nonfinite", NULL, "NAME", FIELD_TEXT, OFF(nonfinite), 0, 0, 0, 0,
      "a non-finite loss or gradient: skip (the step, weights untouched) | stop (the run, with an error)"},
     {"training", "max_nonfinite_skips", NULL, "N", FIELD_INT, OFF(max_nonfinite_skips), 0, 1 << 30, 0, 0,
@@ -187,6 +193,7 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->eval_batches = 20;
   snprintf(cfg->gemm_backend, sizeof cfg->gemm_backend, "onednn");
   snprintf(cfg->precision, sizeof cfg->precision, "fp32");
+  cfg->fuse_swiglu = cfg->fuse_bias_gelu = 1;
   snprintf(cfg->nonfinite, sizeof cfg->nonfinite, "skip");
   snprintf(cfg->recompute, sizeof cfg->recompute, "none");
   snprintf(cfg->recompute_method, sizeof cfg->recompute_method, "uniform");

@@ -98,6 +98,8 @@ typedef struct TrainConfig {
   char recompute[64];        /* "none" (default) | "full"; "selective" is refused */
   char recompute_method[64]; /* "uniform" (default) | "block" (Megatron's --recompute-method) */
   int recompute_num_layers;  /* group size (uniform) or blocks per virtual stage (block); default 1 */
+  int fuse_swiglu;       /* 1 (default): SwiGLU's silu(gate) * up in one kernel; 0: separate passes (kern/fusion.h) */
+  int fuse_bias_gelu;    /* 1 (default): GPT-2's fc bias and GeLU in one kernel; 0: separate passes */
   /* a non-finite loss or gradient (train/nonfinite.h) */
   char nonfinite[64];      /* "skip" (default) | "stop" */
   int max_nonfinite_skips; /* consecutive skipped steps before the run stops */
@@ -188,7 +190,7 @@ int train_config_check_recompute(const TrainConfig *cfg, const char *origin, Err
 /* The model shard's recompute_method (MODEL_RECOMPUTE_*) and
  * recompute_num_layers of a checked config. */
 void train_config_recompute_shard(const TrainConfig *cfg, int *method, int *num_layers);
-/* Selects the GEMM backend and precision process-wide (kern); ERR_CONFIG
+/* Selects the GEMM backend, precision and fused kernels process-wide (kern); ERR_CONFIG
  * naming the missing CPU feature when bf16 cannot run here. */
 int train_config_apply_compute(const TrainConfig *cfg, Error *err);
 

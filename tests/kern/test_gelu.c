@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kern/fusion.h"
 #include "kern/gelu.h"
 #include "kern/kern_test_util.h"
 
@@ -139,6 +140,79 @@ static void test_bias_rows(void **state) {
   free(c.y0), free(c.y), free(c.b), free(c.r), free(db);
 }
 
+/* The fused bias + GeLU: forward = bias_add_rows then gelu_forward and
+ * backward = gelu_backward then bias_backward_rows bit for bit (fused or
+ * through the switch, at sizes on both sides of the parallel threshold and
+ * past one column block), and its gradients in the pre-bias input and the
+ * bias by finite differences. */
+typedef struct BiasGeluCase {
+  int N, F;
+  float *h0, *h, *a, *b, *r;
+} BiasGeluCase;
+
+static double bias_gelu_loss(void *ctx) {
+  BiasGeluCase *c = ctx;
+  for (int i = 0; i < c->N * c->F; i++) c->h[i] = c->h0[i];
+  bias_gelu_forward_fused(c->h, c->a, c->b, c->N, c->F);
+  return test_dot_loss(c->a, c->r, (size_t)c->N * c->F);
+}
+
+static void test_bias_gelu_fused(void **state) {
+  (void)state;
+  const int sizes[][2] = {{7, 131}, {96, 520}, {1, 1}};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    int N = sizes[k][0], F = sizes[k][1];
+    size_t nf = (size_t)N * F;
+    float *h0 = test_alloc(nf), *b = test_alloc(F), *da = test_alloc(nf);
+    test_fill_normal(h0, nf, 60 + k, 2.0f);
+    test_fill_normal(b, F, 70 + k, 1.0f);
+    test_fill_normal(da, nf, 80 + k, 1.0f);
+    float *h1 = test_alloc(nf), *h2 = test_alloc(nf), *h3 = test_alloc(nf);
+    float *a1 = test_alloc(nf), *a2 = test_alloc(nf), *a3 = test_alloc(nf);
+    for (size_t i = 0; i < nf; i++) h1[i] = h2[i] = h3[i] = h0[i];
+    bias_gelu_forward_fused(h1, a1, b, N, F);
+    bias_add_rows(h2, b, N, F);
+    gelu_forward(a2, h2, nf);
+    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 0});
+    bias_gelu_forward(h3, a3, b, N, F);
+    assert_memory_equal(h1, h2, nf * sizeof(float));
+    assert_memory_equal(h1, h3, nf * sizeof(float));
+    assert_memory_equal(a1, a2, nf * sizeof(float));
+    assert_memory_equal(a1, a3, nf * sizeof(float));
+    float *d1 = test_alloc(nf), *d2 = test_alloc(nf), *d3 = test_alloc(nf);
+    float *db1 = test_alloc(F), *db2 = test_alloc(F), *db3 = test_alloc(F);
+    for (int c = 0; c < F; c++) db1[c] = db2[c] = db3[c] = 0.5f; /* accumulates */
+    bias_gelu_backward(d3, db3, da, h1, N, F); /* unfused, by the switch */
+    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 1});
+    bias_gelu_backward_fused(d1, db1, da, h1, N, F);
+    gelu_backward(d2, da, h1, nf);
+    bias_backward_rows(db2, d2, N, F);
+    assert_memory_equal(d1, d2, nf * sizeof(float));
+    assert_memory_equal(d1, d3, nf * sizeof(float));
+    assert_memory_equal(db1, db2, (size_t)F * sizeof(float));
+    assert_memory_equal(db1, db3, (size_t)F * sizeof(float));
+    free(h0), free(b), free(da), free(h1), free(h2), free(h3), free(a1), free(a2), free(a3);
+    free(d1), free(d2), free(d3), free(db1), free(db2), free(db3);
+  }
+  /* Gradients: dh (the pre-bias input's) and db against finite differences. */
+  BiasGeluCase c = {.N = 5, .F = 70};
+  size_t nf = (size_t)c.N * c.F;
+  c.h0 = test_alloc(nf), c.h = test_alloc(nf), c.a = test_alloc(nf), c.b = test_alloc(c.F), c.r = test_alloc(nf);
+  test_fill_normal(c.h0, nf, 90, 2.0f);
+  test_fill_normal(c.b, c.F, 91, 1.0f);
+  test_fill_normal(c.r, nf, 92, 1.0f);
+  bias_gelu_loss(&c);
+  float *dh = test_alloc(nf), *db = test_alloc(c.F);
+  for (int k = 0; k < c.F; k++) db[k] = 0.0f;
+  bias_gelu_backward_fused(dh, db, c.r, c.h, c.N, c.F);
+  const double eh = test_gradcheck(c.h0, dh, nf, bias_gelu_loss, &c, 1e-2f, 1000);
+  const double eb = test_gradcheck(c.b, db, (size_t)c.F, bias_gelu_loss, &c, 1e-2f, 1000);
+  print_message("bias+gelu gradcheck: dh %.3g, db %.3g\n", eh, eb);
+  assert_true(eh < 2e-3);
+  assert_true(eb < 2e-3);
+  free(c.h0), free(c.h), free(c.a), free(c.b), free(c.r), free(dh), free(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gelu_forward_matches_formula),
@@ -146,6 +220,7 @@ int main(void) {
       cmocka_unit_test(test_gelu_saturation),
       cmocka_unit_test(test_gelu_backward_gradcheck),
       cmocka_unit_test(test_bias_rows),
+      cmocka_unit_test(test_bias_gelu_fused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,7 @@
 /* SwiGLU: forward against a double reference (including saturated gates),
- * backward by finite differences, and the parallel path. */
+ * backward by finite differences, the parallel path, and the unfused
+ * chains (kern/fusion.h) bit-identical to the fused kernels at sizes on
+ * both sides of the parallel threshold, through the switch too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +9,7 @@
 #include <cmocka.h>
 
 #include "kern/kern_test_util.h"
+#include "kern/fusion.h"
 #include "kern/swiglu.h"
 
 static void swiglu_reference(double *out, double *dh, const float *h, const float *dy, int N, int F) {
@@ -83,11 +86,40 @@ static void test_swiglu_parallel_sizes_match_reference(void **state) {
   free(h), free(dy), free(out), free(dh), free(ref), free(ref_dh);
 }
 
+static void test_swiglu_unfused_bit_identical(void **state) {
+  (void)state;
+  const int sizes[][2] = {{3, 17}, {64, 600}, {1, 1}};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    int N = sizes[k][0], F = sizes[k][1];
+    size_t nf = (size_t)N * F;
+    float *h = test_alloc(2 * nf), *dy = test_alloc(nf);
+    test_fill_normal(h, 2 * nf, 40 + k, 3.0f);
+    test_fill_normal(dy, nf, 50 + k, 1.0f);
+    float *o1 = test_alloc(nf), *o2 = test_alloc(nf), *o3 = test_alloc(nf);
+    float *d1 = test_alloc(2 * nf), *d2 = test_alloc(2 * nf), *d3 = test_alloc(2 * nf);
+    swiglu_forward_fused(o1, h, N, F);
+    swiglu_forward_unfused(o2, h, N, F);
+    swiglu_backward_fused(d1, dy, h, N, F);
+    swiglu_backward_unfused(d2, dy, h, N, F);
+    kern_set_fusion((KernFusion){.swiglu = 0, .bias_gelu = 1});
+    swiglu_forward(o3, h, N, F);
+    swiglu_backward(d3, dy, h, N, F);
+    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 1});
+    assert_int_equal(kern_fusion().swiglu, 1);
+    assert_memory_equal(o1, o2, nf * sizeof(float));
+    assert_memory_equal(o1, o3, nf * sizeof(float));
+    assert_memory_equal(d1, d2, 2 * nf * sizeof(float));
+    assert_memory_equal(d1, d3, 2 * nf * sizeof(float));
+    free(h), free(dy), free(o1), free(o2), free(o3), free(d1), free(d2), free(d3);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_swiglu_forward_matches_reference),
       cmocka_unit_test(test_swiglu_backward_gradcheck),
       cmocka_unit_test(test_swiglu_parallel_sizes_match_reference),
+      cmocka_unit_test(test_swiglu_unfused_bit_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,7 +64,7 @@ static void test_by_hand(void **state) {
   plan_test_free_options(&opt);
   PlanNetLayer L[3] = {gemm_layer("linear", 1000, 1000, 1000, 1e6, 1e6, 1e6, 0), memory_layer("relu", 1e6, 1e6),
                        gemm_layer("linear", 1000, 1000, 1000, 1e6, 1e6, 1e6 + 1000, 1000)};
-  PlanNetConfig cfg = {1, 10, 3, 0, PLAN_DTYPE_FP32, 100};
+  PlanNetConfig cfg = {1, 10, 3, 0, PLAN_DTYPE_FP32, 100, 0};
   PlanNetResult r;
   Error err = {0, ""};
   assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &cfg, &r, &err), 0);
@@ -135,7 +135,7 @@ static void test_conv_batches(void **state) {
     double b = batches[i];
     /* 1000 positions x 10 channels x 50 taps per image: 1e6 FLOPs. */
     PlanNetLayer L[2] = {memory_layer("relu", b, b), gemm_layer("conv2d", b * 1000, 10, 50, b, b, 500, 0)};
-    PlanNetConfig cfg = {1, (int)b, 1, 0, PLAN_DTYPE_FP32, 1};
+    PlanNetConfig cfg = {1, (int)b, 1, 0, PLAN_DTYPE_FP32, 1, 0};
     PlanNetResult r;
     Error err = {0, ""};
     assert_int_equal(plan_net_simulate(L, 2, &cl, &opt, &cfg, &r, &err), 0);
@@ -146,7 +146,7 @@ static void test_conv_batches(void **state) {
   }
   /* bf16 without its own curves: the GEMM curve (0.5 here). */
   PlanNetLayer L[1] = {gemm_layer("conv2d", 1000, 10, 50, 1, 1, 500, 0)};
-  PlanNetConfig cfg = {1, 1, 1, 0, PLAN_DTYPE_BF16, 1};
+  PlanNetConfig cfg = {1, 1, 1, 0, PLAN_DTYPE_BF16, 1, 0};
   PlanNetResult r;
   Error err = {0, ""};
   assert_int_equal(plan_net_simulate(L, 1, &cl, &opt, &cfg, &r, &err), 0);
@@ -160,7 +160,7 @@ static void test_refusals(void **state) {
   PlanOptions opt;
   plan_test_free_options(&opt);
   PlanNetLayer L[1] = {memory_layer("relu", 1, 1)};
-  PlanNetConfig cfg = {0, 1, 1, 0, PLAN_DTYPE_FP32, 1};
+  PlanNetConfig cfg = {0, 1, 1, 0, PLAN_DTYPE_FP32, 1, 0};
   PlanNetResult r;
   Error err = {0, ""};
   assert_int_not_equal(plan_net_simulate(L, 1, &cl, &opt, &cfg, &r, &err), 0);

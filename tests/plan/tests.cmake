@@ -14,3 +14,10 @@ add_test(NAME plan.calibrate_quick_np2
          COMMAND bash ${PLAN_TEST_DIR}/calibrate_smoke.sh $<TARGET_FILE:fivefold> 2 ${MPIEXEC_EXECUTABLE})
 set_tests_properties(plan.calibrate_quick_np2 PROPERTIES LABELS mpi TIMEOUT 180 PROCESSORS 2
                      ENVIRONMENT "${PLAN_MPI_ENV}")
+
+# A vision network's bucket search applied by train --plan on 2 ranks,
+# against one rank (tests/plan/net_buckets_train_test.sh).
+add_test(NAME plan.net_buckets_train
+         COMMAND bash ${PLAN_TEST_DIR}/net_buckets_train_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(plan.net_buckets_train PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PLAN_MPI_ENV}")

@@ -137,3 +137,13 @@ foreach(mode none schedule bias)
   set_tests_properties(${name} PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+
+# The fused elementwise chains (GPT-2's bias + GeLU, SwiGLU), fused and
+# unfused, against torch.nn.functional (tests/tools/fused_act_dump), and
+# proof that the comparison can fail.
+add_test(NAME torch_ref.fused_act
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/fused_act_parity.py $<TARGET_FILE:fused_act_dump>)
+add_test(NAME torch_ref.fused_act_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/fused_act_parity.py $<TARGET_FILE:fused_act_dump> --self-check)
+set_tests_properties(torch_ref.fused_act torch_ref.fused_act_self_check PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")

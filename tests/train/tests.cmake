@@ -16,3 +16,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/ckpt_dist.cmake)
 # MPI world, whose allocations Open MPI never frees (tests/comm/lsan.supp).
 set_tests_properties(train.param_groups PROPERTIES ENVIRONMENT
                      "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/../comm/lsan.supp:fast_unwind_on_malloc=0")
+# The fused elementwise kernels switched off and on, and applied from a plan:
+# bit-identical training (tests/train/fusion_test.sh).
+add_test(NAME train.fusion COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fusion_test.sh $<TARGET_FILE:fivefold>)
+set_tests_properties(train.fusion PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE" TIMEOUT 300)
