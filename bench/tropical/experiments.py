@@ -20,7 +20,9 @@ recorded in their metrics.jsonl and banners.
 The networks chosen for the issue's targets (mixed-lenet-conv3-tconv5-wide
 and its conv twin lenet-conv3-conv5-wide in table 1, mmp-192-linear-out in
 table 3) train for their configs' own steps unless TARGET_EPOCHS is set, so
-that the rows are what the shipped configs train.
+that the rows are what the shipped configs train. NAME-e20 (the two mixed
+ones) is NAME's config trained for 20 epochs; mlp-relu-eN is mlp-relu.json
+trained as long as mmp-192-linear-out.
 
 Multiplications per image are counted: tropical_count (bench/tropical/
 count.c) runs a forward pass of each run's config with the instrumented
@@ -71,10 +73,16 @@ SMALL = ["tcnn-small-conv", "tcnn-small-conv-relu", "tcnn-max-sum", "tcnn-min-su
          "tcnn-min-max", "tcnn-max-min", "tcnn-min-min"]
 LENET = ["lenet5", "tlenet5", "tlenet5-std"]
 MIXED = ["mixed-lenet-conv3-tconv5-wide", "lenet-conv3-conv5-wide"]  # the target network and its conv twin
+# Each also at MIXED_ALT_EPOCHS (a name's suffix -eN): the other training length compared on validation.
+MIXED_ALT_EPOCHS = 20.0
+ALT = {f"{n}-e{MIXED_ALT_EPOCHS:g}": n for n in MIXED}
+MIXED = [m for n in MIXED for m in (n, f"{n}-e{MIXED_ALT_EPOCHS:g}")]
 MMP_TARGET = "mmp-192-linear-out"
 COUNTERPART = {name: "tcnn-small-conv" for name in SMALL} | {"tlenet5": "lenet5", "tlenet5-std": "lenet5",
                                                              "lenet5": "lenet5"} | {n: "lenet5" for n in MIXED}
-TWIN = {"mixed-lenet-conv3-tconv5-wide": "lenet-conv3-conv5-wide"}
+TWIN = {"mixed-lenet-conv3-tconv5-wide": "lenet-conv3-conv5-wide",
+        f"mixed-lenet-conv3-tconv5-wide-e{MIXED_ALT_EPOCHS:g}": "lenet-conv3-conv5-wide"}
+TWINS = {"lenet-conv3-conv5-wide", f"lenet-conv3-conv5-wide-e{MIXED_ALT_EPOCHS:g}"}
 
 
 CONFIG_STEPS = "(their configs' steps)"
@@ -86,12 +94,15 @@ def selected(name):
 
 def config_epochs(name):
     """A target network's epochs: TARGET_EPOCHS or its config's steps."""
+    if name in ALT:
+        return MIXED_ALT_EPOCHS
     if TARGET_EPOCHS is not None:
         return TARGET_EPOCHS
     return load_config(name)["training"]["steps"] * 64 / TRAIN_IMAGES
 
 
 def load_config(name):
+    name = ALT.get(name, name)
     with open(os.path.join(CONFIGS, name + ".json")) as f:
         return json.load(f)
 
@@ -147,9 +158,10 @@ def train(name, cfg, seed, epochs):
     cfg["checkpoint"] = {"interval": steps - 1, "keep_last": 0}
     path = out + ".json"
     same = False
-    if os.path.exists(path):
+    if os.path.exists(path):  # the description does not change what trains
         with open(path) as f:
-            same = json.load(f) == cfg
+            same = {k: v for k, v in json.load(f).items() if k != "description"} == {
+                k: v for k, v in cfg.items() if k != "description"}
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
     if not same or not os.path.exists(os.path.join(out, "done")):  # a finished run of this very config is reused
@@ -328,7 +340,7 @@ def main():
         for name in table1:
             recs = runs[name]
             fewer = 100.0 * (1 - recs[0]["mults"] / count_config(COUNTERPART[name]))
-            vs = ("—" if COUNTERPART[name] == name or name in ("tcnn-small-conv-relu", "lenet-conv3-conv5-wide")
+            vs = ("—" if COUNTERPART[name] == name or name == "tcnn-small-conv-relu" or name in TWINS
                   else f"{fewer:.1f}% fewer")
             if name in TWIN:
                 vs += f" ({100.0 * (1 - recs[0]['mults'] / count_config(TWIN[name])):.1f}% fewer than {TWIN[name]})"
@@ -339,7 +351,9 @@ def main():
         say("Accuracies are mean ± standard deviation over the seeds at the last step. The vs-counterpart "
             "column compares with the conv net of the same architecture (tcnn-small-conv for the small nets, "
             "lenet5 for tlenet5, tlenet5-std and the mixed nets; in brackets the mixed net against its conv twin, "
-            "the same network with an ordinary conv in place of its tropical one). Multiplications are counted in a forward pass "
+            "the same network with an ordinary conv in place of its tropical one; a name ending in "
+            f"-e{MIXED_ALT_EPOCHS:g} is that config trained for {MIXED_ALT_EPOCHS:g} epochs instead of its own steps). "
+            "Multiplications are counted in a forward pass "
             "(tropical_count, kern/op_count.h) and equal the layers' analytic sums (checked by the script).")
         say("")
         png = plot(os.path.join(OUT, "tropical-tcnn-val.png"),
