@@ -17,6 +17,13 @@ recorded in their metrics.jsonl and banners.
      multiplications), with each normalisation candidate and both: epochs
      until the validation accuracy first reaches 85%.
 
+The networks chosen for the issue's targets (mixed-lenet-conv3-tconv5-wide
+and its conv twin lenet-conv3-conv5-wide in table 1, mmp-192-linear-out in
+table 3) train for their configs' own steps unless TARGET_EPOCHS is set, so
+that the rows are what the shipped configs train. NAME-e20 (the two mixed
+ones) is NAME's config trained for 20 epochs; mlp-relu-eN is mlp-relu.json
+trained as long as mmp-192-linear-out.
+
 Multiplications per image are counted: tropical_count (bench/tropical/
 count.c) runs a forward pass of each run's config with the instrumented
 counter of kern/op_count.h on, and the script stops if that count differs
@@ -28,8 +35,11 @@ and the only selection (the best TCNN) uses validation accuracy.
 
 Usage: experiments.py FIVEFOLD CONFIG_DIR WORK_DIR OUT_DIR
 Environment: EPOCHS (small nets), LENET_EPOCHS, MMP_EPOCHS (MMP-NN and MLPs),
+TARGET_EPOCHS (the target networks; their configs' steps by default),
 SEEDS, LENET_SEEDS (comma-separated), EVALS_PER_EPOCH, EXPERIMENTS (a subset
-of "1,2,3"), JOBS (runs trained at once, each on 1 thread; 1).
+of "1,2,3"), NETS (comma-separated network names: train and tabulate only
+these; experiment 2 needs all of its four and is skipped otherwise), JOBS
+(runs trained at once, each on 1 thread; 1).
 """
 import concurrent.futures
 import copy
@@ -49,7 +59,9 @@ LENET_EPOCHS = float(os.environ.get("LENET_EPOCHS", os.environ.get("EPOCHS", "10
 SEEDS = [int(s) for s in os.environ.get("SEEDS", "1,2,3").split(",")]
 LENET_SEEDS = [int(s) for s in os.environ.get("LENET_SEEDS", ",".join(map(str, SEEDS))).split(",")]
 MMP_EPOCHS = float(os.environ.get("MMP_EPOCHS", os.environ.get("EPOCHS", "10")))
+TARGET_EPOCHS = float(os.environ["TARGET_EPOCHS"]) if os.environ.get("TARGET_EPOCHS") else None
 JOBS = int(os.environ.get("JOBS", "1"))
+NETS = set(os.environ["NETS"].split(",")) if os.environ.get("NETS") else None
 COUNTER = os.path.join(os.path.dirname(os.path.abspath(FIVEFOLD)), "bench", "tropical_count")
 EVALS_PER_EPOCH = int(os.environ.get("EVALS_PER_EPOCH", "4"))
 EXPERIMENTS = set(os.environ.get("EXPERIMENTS", "1,2,3").split(","))
@@ -60,11 +72,37 @@ SALT_PEPPER = [0.02, 0.05, 0.1, 0.2, 0.3]
 SMALL = ["tcnn-small-conv", "tcnn-small-conv-relu", "tcnn-max-sum", "tcnn-min-sum", "tcnn-max-max",
          "tcnn-min-max", "tcnn-max-min", "tcnn-min-min"]
 LENET = ["lenet5", "tlenet5", "tlenet5-std"]
+MIXED = ["mixed-lenet-conv3-tconv5-wide", "lenet-conv3-conv5-wide"]  # the target network and its conv twin
+# Each also at MIXED_ALT_EPOCHS (a name's suffix -eN): the other training length compared on validation.
+MIXED_ALT_EPOCHS = 20.0
+ALT = {f"{n}-e{MIXED_ALT_EPOCHS:g}": n for n in MIXED}
+MIXED = [m for n in MIXED for m in (n, f"{n}-e{MIXED_ALT_EPOCHS:g}")]
+MMP_TARGET = "mmp-192-linear-out"
 COUNTERPART = {name: "tcnn-small-conv" for name in SMALL} | {"tlenet5": "lenet5", "tlenet5-std": "lenet5",
-                                                             "lenet5": "lenet5"}
+                                                             "lenet5": "lenet5"} | {n: "lenet5" for n in MIXED}
+TWIN = {"mixed-lenet-conv3-tconv5-wide": "lenet-conv3-conv5-wide",
+        f"mixed-lenet-conv3-tconv5-wide-e{MIXED_ALT_EPOCHS:g}": "lenet-conv3-conv5-wide"}
+TWINS = {"lenet-conv3-conv5-wide", f"lenet-conv3-conv5-wide-e{MIXED_ALT_EPOCHS:g}"}
+
+
+CONFIG_STEPS = "(their configs' steps)"
+
+
+def selected(name):
+    return NETS is None or name in NETS
+
+
+def config_epochs(name):
+    """A target network's epochs: TARGET_EPOCHS or its config's steps."""
+    if name in ALT:
+        return MIXED_ALT_EPOCHS
+    if TARGET_EPOCHS is not None:
+        return TARGET_EPOCHS
+    return load_config(name)["training"]["steps"] * 64 / TRAIN_IMAGES
 
 
 def load_config(name):
+    name = ALT.get(name, name)
     with open(os.path.join(CONFIGS, name + ".json")) as f:
         return json.load(f)
 
@@ -80,7 +118,7 @@ def mmp_variants():
     for layer in standardize["model"]["layers"]:
         layer.pop("recenter", None)
     return {"mmp": plain, "mmp+recenter": recenter, "mmp+standardize": standardize, "mmp-norm": both,
-            "mmp-wide": load_config("mmp-wide")}
+            "mmp-wide": load_config("mmp-wide"), MMP_TARGET: load_config(MMP_TARGET)}
 
 
 def mlp_variants():
@@ -92,7 +130,14 @@ def mlp_variants():
         cfg = load_config("mlp-relu")
         cfg["model"]["layers"][0]["out"] = hidden
         out[tag] = cfg
+    out[long_mlp()] = load_config("mlp-relu")  # trained as long as mmp-192-linear-out
     return out
+
+
+def long_mlp():
+    """mlp-relu.json at the epochs of mmp-192-linear-out: the ReLU MLP given
+    the same training as the MMP-NN it is compared with."""
+    return f"mlp-relu-e{config_epochs(MMP_TARGET):.3g}"
 
 
 def run_dir(name, seed):
@@ -103,7 +148,7 @@ def train(name, cfg, seed, epochs):
     """Trains cfg into WORK/name-sSEED unless a finished run is there;
     returns its record (evals, test, params, mults, steps, seconds)."""
     out = run_dir(name, seed)
-    steps = math.ceil(epochs * TRAIN_IMAGES / 64)
+    steps = math.ceil(epochs * TRAIN_IMAGES / 64 - 1e-9)  # a config's own steps give back its steps
     cfg = copy.deepcopy(cfg)
     cfg.setdefault("data", {})["test_at_end"] = True
     t = cfg["training"]
@@ -113,9 +158,10 @@ def train(name, cfg, seed, epochs):
     cfg["checkpoint"] = {"interval": steps - 1, "keep_last": 0}
     path = out + ".json"
     same = False
-    if os.path.exists(path):
+    if os.path.exists(path):  # the description does not change what trains
         with open(path) as f:
-            same = json.load(f) == cfg
+            same = {k: v for k, v in json.load(f).items() if k != "description"} == {
+                k: v for k, v in cfg.items() if k != "description"}
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
     if not same or not os.path.exists(os.path.join(out, "done")):  # a finished run of this very config is reused
@@ -153,8 +199,15 @@ def read_run(name, out, steps):
         sys.exit(f"{out}: {counted} multiplications per image counted, the banner's analytic figure is {m.group(2)}")
     return {"name": name, "out": out, "steps": steps, "evals": evals, "test": test["test_accuracy"],
             "val": evals[-1][1], "params": int(m.group(1).replace(",", "")),
-            "mults": counted, "seconds": seconds,
+            "mults": counted, "seconds": seconds, "epochs": steps * 64 / TRAIN_IMAGES,
             "train_seconds": summary["train_seconds"]}
+
+
+def count_config(name):
+    """Multiplications per image of configs/vision/NAME.json, counted."""
+    out = subprocess.run([COUNTER, os.path.join(CONFIGS, name + ".json")], check=True, capture_output=True,
+                         text=True).stdout
+    return int(re.search(r" counted=(\d+) ", out).group(1))
 
 
 def train_many(jobs):
@@ -262,15 +315,19 @@ def main():
     say = lines.append
     started = time.time()
     say(f"Settings: EPOCHS={EPOCHS:g} (small nets), LENET_EPOCHS={LENET_EPOCHS:g}, MMP_EPOCHS={MMP_EPOCHS:g} "
-        f"(MMP-NN, MLPs), JOBS={JOBS}, "
+        f"(MMP-NN, MLPs), TARGET_EPOCHS={TARGET_EPOCHS or CONFIG_STEPS} (the target networks), JOBS={JOBS}, "
+        f"{'NETS=' + ','.join(sorted(NETS)) + ', ' if NETS else ''}"
         f"SEEDS={','.join(map(str, SEEDS))}, LENET_SEEDS={','.join(map(str, LENET_SEEDS))}, "
         f"EVALS_PER_EPOCH={EVALS_PER_EPOCH}; batch 64, 1 thread, {TRAIN_IMAGES:,} training / 5,000 validation / "
         f"10,000 test images; learning rates and schedules as in the configs (cosine over the run's steps).")
     say("")
     runs = {}
+    table1 = [n for n in SMALL + LENET + MIXED if selected(n)]
     if EXPERIMENTS & {"1", "2"}:
-        jobs = [(name, load_config(name), s, LENET_EPOCHS if name in LENET else EPOCHS)
-                for name in SMALL + LENET for s in (LENET_SEEDS if name in LENET else SEEDS)]
+        def epochs(name):
+            return config_epochs(name) if name in MIXED else LENET_EPOCHS if name in LENET else EPOCHS
+        jobs = [(name, load_config(name), s, epochs(name))
+                for name in table1 for s in (LENET_SEEDS if name in LENET + MIXED else SEEDS)]
         recs = train_many(jobs)
         for (name, *_), rec in zip(jobs, recs):
             runs.setdefault(name, []).append(rec)
@@ -280,26 +337,35 @@ def main():
         say("| network | parameters | multiplications / image | vs conv counterpart | epochs | seeds | "
             "validation accuracy % | test accuracy % |")
         say("|---|---|---|---|---|---|---|---|")
-        for name in SMALL + LENET:
-            recs, base = runs[name], runs[COUNTERPART[name]][0]
-            fewer = 100.0 * (1 - recs[0]["mults"] / base["mults"])
-            vs = "—" if COUNTERPART[name] == name or name == "tcnn-small-conv-relu" else f"{fewer:.1f}% fewer"
+        for name in table1:
+            recs = runs[name]
+            fewer = 100.0 * (1 - recs[0]["mults"] / count_config(COUNTERPART[name]))
+            vs = ("—" if COUNTERPART[name] == name or name == "tcnn-small-conv-relu" or name in TWINS
+                  else f"{fewer:.1f}% fewer")
+            if name in TWIN:
+                vs += f" ({100.0 * (1 - recs[0]['mults'] / count_config(TWIN[name])):.1f}% fewer than {TWIN[name]})"
             say(f"| {name} | {fmt(recs[0]['params'])} | {fmt(recs[0]['mults'])} | {vs} | "
                 f"{recs[0]['steps'] * 64 / TRAIN_IMAGES:.2f} | {len(recs)} | {mean_sd([r['val'] for r in recs])} | "
                 f"{mean_sd([r['test'] for r in recs])} |")
         say("")
         say("Accuracies are mean ± standard deviation over the seeds at the last step. The vs-counterpart "
             "column compares with the conv net of the same architecture (tcnn-small-conv for the small nets, "
-            "lenet5 for tlenet5 and tlenet5-std). Multiplications are counted in a forward pass "
+            "lenet5 for tlenet5, tlenet5-std and the mixed nets; in brackets the mixed net against its conv twin, "
+            "the same network with an ordinary conv in place of its tropical one; a name ending in "
+            f"-e{MIXED_ALT_EPOCHS:g} is that config trained for {MIXED_ALT_EPOCHS:g} epochs instead of its own steps). "
+            "Multiplications are counted in a forward pass "
             "(tropical_count, kern/op_count.h) and equal the layers' analytic sums (checked by the script).")
         say("")
         png = plot(os.path.join(OUT, "tropical-tcnn-val.png"),
-                   [(n, mean_curve(runs[n]), "-o" if "conv" in n or n == "lenet5" else "--.") for n in SMALL + LENET],
+                   [(n, mean_curve(runs[n]), "-o" if "conv" in n or n == "lenet5" else "--.") for n in table1],
                    "epoch", "validation accuracy %", "Fashion-MNIST validation accuracy (mean over seeds)")
         if png:
             say(f"![validation accuracy against epochs]({png})")
             say("")
-    if "2" in EXPERIMENTS:
+    if "2" in EXPERIMENTS and not all(selected(n) for n in SMALL + LENET):
+        say("(Experiment 2 skipped: NETS leaves out networks it compares.)")
+        say("")
+    elif "2" in EXPERIMENTS:
         tropical = SMALL[2:]
         best = max(tropical, key=lambda n: statistics.mean(r["val"] for r in runs[n]))
         say("### 2. Robustness to noise on the test images")
@@ -337,8 +403,9 @@ def main():
                 say(f"![test accuracy against {kind} noise]({png})")
                 say("")
     if "3" in EXPERIMENTS:
-        nets = mmp_variants() | mlp_variants()
-        jobs = [(name, cfg, s, MMP_EPOCHS) for name, cfg in nets.items() for s in SEEDS]
+        nets = {n: cfg for n, cfg in (mmp_variants() | mlp_variants()).items() if selected(n)}
+        jobs = [(name, cfg, s, config_epochs(MMP_TARGET) if name in (MMP_TARGET, long_mlp()) else MMP_EPOCHS)
+                for name, cfg in nets.items() for s in SEEDS]
         mruns = {}
         for (name, *_), rec in zip(jobs, train_many(jobs)):
             mruns.setdefault(name, []).append(rec)
@@ -358,7 +425,7 @@ def main():
             f"{1 / EVALS_PER_EPOCH:.2f} epoch (of {TRAIN_IMAGES:,} images). mmp+recenter and mmp+standardize "
             "are mmp.json with one candidate each (made by the script); mlp-relu-h69, -h64 and -h128 are mlp-relu.json "
             "with 69, 64 and 128 hidden units: about MMP-NN's parameters, its multiplications, and mmp-wide's "
-            "multiplications.")
+            f"multiplications; {long_mlp()} is mlp-relu.json trained as long as {MMP_TARGET}.")
         say("")
         png = plot(os.path.join(OUT, "tropical-mmp-val.png"),
                    [(n, mean_curve(r), "-o" if n.startswith("mmp") else "--.") for n, r in mruns.items()],

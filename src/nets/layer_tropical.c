@@ -140,11 +140,12 @@ typedef struct TropDense {
   int32_t *winner; /* [max_batch, out] (first: TropImpl) */
   TropicalSemiring semiring;
   int in, out, has_bias, recenter;
+  float init_range; /* weights start uniform in [-init_range, init_range) */
 } TropDense;
 
 static void dense_init(Layer *l, uint64_t seed, uint64_t stream) {
   TropDense *d = l->impl;
-  fill_uniform(l->param[0], l->params[0].numel, -1.0f, 1.0f, seed, stream);
+  fill_uniform(l->param[0], l->params[0].numel, -d->init_range, d->init_range, seed, stream);
   if (d->has_bias) memset(l->param[1], 0, l->params[1].numel * sizeof(float));
 }
 
@@ -200,13 +201,17 @@ static const LayerOps MINPLUS_OPS = {.kind = "minplus",
 
 static int create_dense(Layer *l, const LayerOps *ops, TropicalSemiring semiring, const struct cJSON *spec,
                         LayerShape in, int max_batch, const char *origin, Error *err) {
-  static const char *const KNOWN[] = {"out", "bias", "recenter", NULL};
+  static const char *const KNOWN[] = {"out", "bias", "recenter", "init_range", NULL};
   memset(l, 0, sizeof *l);
   int out = 0, has_bias = 1, recenter = 0;
+  double init_range = 1.0;
   int rc = layer_spec_check_fields(spec, KNOWN, origin, err);
   if (!rc) rc = layer_spec_int(spec, "out", 1, 0, 1, 1 << 20, &out, origin, err);
   if (!rc) rc = layer_spec_bool(spec, "bias", 1, &has_bias, origin, err);
   if (!rc) rc = layer_spec_bool(spec, "recenter", 0, &recenter, origin, err);
+  /* a half-width: above 0 (equal weights would make every output the same function) and
+   * far below float's range (x + w must stay exact enough to pick winners) */
+  if (!rc) rc = layer_spec_double(spec, "init_range", 1.0, 1e-6, 1e3, &init_range, origin, err);
   if (rc) return rc;
   if (recenter && !has_bias)
     return error_set(err, ERR_CONFIG, "%s.recenter: true needs \"bias\": true (the bias absorbs the shift)", origin);
@@ -217,6 +222,7 @@ static int create_dense(Layer *l, const LayerOps *ops, TropicalSemiring semiring
   TropDense *d = calloc(1, sizeof *d);
   if (!d) return error_set(err, ERR_NOMEM, "%s: out of memory", origin);
   d->semiring = semiring, d->in = (int)fan_in, d->out = out, d->has_bias = has_bias, d->recenter = recenter;
+  d->init_range = (float)init_range;
   d->winner = malloc((size_t)max_batch * (size_t)out * sizeof *d->winner);
   if (!d->winner) {
     free(d);

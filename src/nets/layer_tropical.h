@@ -8,9 +8,10 @@
  *       variants of the TCNN paper. Zero padding (padded taps take part
  *       with the value 0 + w), padding < kernel, stride defaults to 1,
  *       padding to 0. No bias. Parameter "weight" [C, Cin, kh, kw].
- *   {"type":"maxplus"|"minplus","out":N,"bias":true,"recenter":false}
+ *   {"type":"maxplus"|"minplus","out":N,"bias":true,"recenter":false,"init_range":1}
  *       y_j = max|min_i (x_i + w_ji) + b_j on the flattened input.
  *       Parameters "weight" [N, in] and, when bias (default true), "bias" [N].
+ *       init_range r (1e-6..1000) sets the initial weights (below).
  *   {"type":"standardize","eps":1e-5}
  *       y = (x - mean) / sqrt(var + eps), mean and (biased) variance over
  *       the features of each sample; no parameters.
@@ -21,11 +22,13 @@
  * lowest channel, in a convolution).
  *
  * Initialisation (layer.h's init). Tropical conv weights uniform in [0, 1),
- * as the TCNN authors do. Dense tropical weights uniform in [-1, 1): zero
- * centred so that max-plus and min-plus layers start symmetric, and spread
- * as much as standardised inputs are, so that different outputs pick
- * different winners from the first step (equal weights would make every
- * output of a row the same function). Biases start at 0.
+ * as the TCNN authors do. Dense tropical weights uniform in [-r, r), r the
+ * "init_range" (default 1): zero centred so that max-plus and min-plus
+ * layers start symmetric, and by default spread as much as standardised
+ * inputs are, so that different outputs pick different winners from the
+ * first step (equal weights would make every output of a row the same
+ * function). A smaller r lets the inputs rather than the weights decide
+ * the winners at the start. Biases start at 0.
  *
  * Counting. mults_per_sample is 0 for all three tropical kinds except
  * standardize, which counts its squares and its scaling (2 per feature).

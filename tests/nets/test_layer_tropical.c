@@ -2,8 +2,9 @@
  * differences of every variant's input and parameter gradients on
  * tie-free data, the first-index tie rule through the layers, the
  * backward contract (dx overwritten, parameter gradients added), the
- * re-centring hook leaving the function unchanged, the standardisation's
- * gradient, the operation counts and the config errors. */
+ * re-centring hook leaving the function unchanged, the initial weights
+ * staying within "init_range", the standardisation's gradient, the
+ * operation counts and the config errors. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -288,6 +289,39 @@ static void test_recenter_keeps_function(void **state) {
   unbind(&plain);
 }
 
+/* Dense tropical weights start uniform in [-r, r): inside the range and
+ * spread over it (min and max near its ends, mean near 0), the default r
+ * being 1; the bias starts at 0. */
+static void test_init_range(void **state) {
+  (void)state;
+  static const struct {
+    const char *json;
+    double r;
+  } cases[] = {
+      {"{\"type\":\"maxplus\",\"out\":40}", 1.0},
+      {"{\"type\":\"maxplus\",\"out\":40,\"init_range\":0.05}", 0.05},
+      {"{\"type\":\"minplus\",\"out\":40,\"init_range\":3}", 3.0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    Bound b;
+    must_make(&b, strstr(cases[c].json, "minplus") ? layer_create_minplus : layer_create_maxplus, cases[c].json,
+              (LayerShape){50, 1, 1}, 2);
+    const size_t n = b.l.params[0].numel;
+    double lo = INFINITY, hi = -INFINITY, sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+      double w = b.param[0][i];
+      lo = fmin(lo, w), hi = fmax(hi, w), sum += w;
+    }
+    const double r = cases[c].r;
+    if (!(lo >= -r && hi < r)) fail_msg("%s: weights in [%g, %g], expected inside [-%g, %g)", cases[c].json, lo, hi, r, r);
+    /* 2000 uniform draws: the extremes lie within 1% of the ends (a chance of about e^-20 otherwise) */
+    if (!(lo < -0.99 * r && hi > 0.99 * r)) fail_msg("%s: weights in [%g, %g], not spread over +-%g", cases[c].json, lo, hi, r);
+    assert_true(fabs(sum / (double)n) < 0.1 * r);
+    for (int j = 0; j < 40; j++) assert_true(b.param[1][j] == 0.0f);
+    unbind(&b);
+  }
+}
+
 static void test_standardize(void **state) {
   (void)state;
   Bound b;
@@ -347,6 +381,12 @@ static void test_config_errors(void **state) {
   expect_error(layer_create_maxplus, "{\"type\":\"maxplus\"}", img, "test.out");
   expect_error(layer_create_minplus, "{\"type\":\"minplus\",\"out\":3,\"bias\":false,\"recenter\":true}", img,
                "test.recenter");
+  expect_error(layer_create_maxplus, "{\"type\":\"maxplus\",\"out\":3,\"init_range\":0}", img, "test.init_range");
+  expect_error(layer_create_maxplus, "{\"type\":\"maxplus\",\"out\":3,\"init_range\":-0.5}", img, "test.init_range");
+  expect_error(layer_create_minplus, "{\"type\":\"minplus\",\"out\":3,\"init_range\":\"small\"}", img,
+               "test.init_range");
+  expect_error(layer_create_minplus, "{\"type\":\"minplus\",\"out\":3,\"init_range\":1e9}", img, "test.init_range");
+  expect_error(layer_create_maxplus, "{\"type\":\"maxplus\",\"out\":3,\"init\":0.1}", img, "test.init:");
   expect_error(layer_create_standardize, "{\"type\":\"standardize\",\"eps\":-1}", img, "test.eps");
 }
 
@@ -355,6 +395,7 @@ int main(void) {
       cmocka_unit_test(test_conv_gradients),      cmocka_unit_test(test_dense_gradients),
       cmocka_unit_test(test_conv_tie_rule),       cmocka_unit_test(test_dense_tie_rule),
       cmocka_unit_test(test_backward_contract),   cmocka_unit_test(test_recenter_keeps_function),
+      cmocka_unit_test(test_init_range),
       cmocka_unit_test(test_standardize),         cmocka_unit_test(test_counts),
       cmocka_unit_test(test_config_errors),
   };
