@@ -41,6 +41,19 @@ static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluste
   return 0;
 }
 
+/* The best configuration simulated again with the options a search chose
+ * (its device mapping kept). */
+static int resimulate_best(const PlanCli *c, PlanResult *best, const ModelConfig *model, const ClusterSpec *view,
+                           Error *err) {
+  PlanSimOptions sim = {1, NULL};
+  PlanResult r;
+  PlanConfig cfg = best->cfg;
+  int rc = plan_simulate(model, view, &c->opt, &cfg, &sim, NULL, &r, err);
+  if (rc) return rc;
+  plan_result_replace_keep_mapping(best, &r);
+  return 0;
+}
+
 /* The bucket search on the best configuration (buckets.h), when it reduces
  * gradients at all: the chosen size replaces the options' for what follows
  * (explain, the simulate line, the plan file) and the best is simulated
@@ -55,12 +68,7 @@ static int plan_search_buckets_cli(PlanCli *c, PlanResult *best, const ModelConf
   if (rc) return rc;
   c->opt = chosen;
   c->have_buckets = 1;
-  PlanSimOptions sim = {1, NULL};
-  PlanResult r;
-  PlanConfig cfg = best->cfg;
-  rc = plan_simulate(model, &view, &c->opt, &cfg, &sim, NULL, &r, err);
-  if (rc) return rc;
-  plan_result_replace_keep_mapping(best, &r);
+  if ((rc = resimulate_best(c, best, model, &view, err))) return rc;
   best->bucket_choice = &c->buckets;
   printf("\n");
   plan_bucket_explain(&c->buckets, stdout);
@@ -77,12 +85,7 @@ static int plan_search_fusion_cli(PlanCli *c, PlanResult *best, const ModelConfi
   int rc = plan_fusion_search(model, &view, &c->opt, &best->cfg, &c->fusion, &chosen, err);
   if (rc) return rc;
   c->opt = chosen;
-  PlanSimOptions sim = {1, NULL};
-  PlanResult r;
-  PlanConfig cfg = best->cfg;
-  rc = plan_simulate(model, &view, &c->opt, &cfg, &sim, NULL, &r, err);
-  if (rc) return rc;
-  plan_result_replace_keep_mapping(best, &r);
+  if ((rc = resimulate_best(c, best, model, &view, err))) return rc;
   best->fusion_choice = &c->fusion;
   printf("\n");
   plan_fusion_explain(&c->fusion, stdout);
