@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "base/rng.h"
 #include "model/model.h"
 
 /* Dense: 3 layers, hidden 32, 4 heads over 2 KV heads, vocab 64. */
@@ -133,6 +134,33 @@ static inline void expect_create_failed(int rc, Model *m, const Error *err, int 
   }
   assert_int_equal(rc, code);
   if (!strstr(err->msg, needle)) fail_msg("error '%s' does not mention '%s'", err->msg, needle);
+}
+
+/* Two pipeline chunks on one rank, two slots (chunk 0: embedding + layer
+ * 0; chunk 1: the other layers + head): the layout of the split-backward
+ * and recomputation tests, whose forwards of both micro-batches run before
+ * either backward. */
+static inline void shard_two_chunks(const ModelConfig *c, ModelShard *sh) {
+  model_shard_default(c, sh);
+  sh->num_chunks = 2;
+  sh->layer_begin[0] = 0;
+  sh->layer_end[0] = 1;
+  sh->layer_begin[1] = 1;
+  sh->layer_end[1] = c->num_layers;
+  sh->has_embedding[0] = 1;
+  sh->has_embedding[1] = 0;
+  sh->has_head[0] = 0;
+  sh->has_head[1] = 1;
+  sh->num_slots = 2;
+}
+
+/* Biases start at zero; seeded values make their gradients (and a wrong
+ * one) visible. */
+static inline void shard_seed_biases(Model *m, uint64_t seed) {
+  for (int i = 0; i < m->num_tensors; i++)
+    if (m->tensors[i].is_bias)
+      for (size_t j = 0; j < m->tensors[i].numel; j++)
+        m->params[m->tensors[i].offset + j] = 0.2f * (float)rng_normal(seed, 5, m->tensors[i].offset + j);
 }
 
 #endif

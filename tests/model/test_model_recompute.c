@@ -43,27 +43,14 @@ static void make_batches(int V) {
 /* Chunk 0: embedding + layer 0; chunk 1: layers 1..L-1 + head; two slots. */
 static void make_model(Model *m, const ModelConfig *c, int method, int num, int split) {
   ModelShard sh;
-  model_shard_default(c, &sh);
-  sh.num_chunks = 2;
-  sh.layer_begin[0] = 0;
-  sh.layer_end[0] = 1;
-  sh.layer_begin[1] = 1;
-  sh.layer_end[1] = c->num_layers;
-  sh.has_embedding[0] = 1;
-  sh.has_embedding[1] = 0;
-  sh.has_head[0] = 0;
-  sh.has_head[1] = 1;
-  sh.num_slots = 2;
+  shard_two_chunks(c, &sh);
   sh.split_backward = split;
   sh.recompute_method = method;
   sh.recompute_num_layers = num;
   Error err = {0, ""};
   if (model_create_shard(m, c, &sh, NULL, B, T, &err)) fail_msg("%s", err.msg);
   model_init_weights(m, SEED);
-  for (int i = 0; i < m->num_tensors; i++) /* biases start at zero: give them values */
-    if (m->tensors[i].is_bias)
-      for (size_t j = 0; j < m->tensors[i].numel; j++)
-        m->params[m->tensors[i].offset + j] = 0.2f * (float)rng_normal(SEED, 5, m->tensors[i].offset + j);
+  shard_seed_biases(m, SEED);
   model_zero_grad(m);
 }
 
