@@ -19,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "base/options.h"
 #include "cli/cli.h"
 #include "comm/host.h"
@@ -330,6 +332,35 @@ static int place_ranks(const char *path, Error *err) {
   return 0;
 }
 
+/* otherData.plan of the run's trace: the plan's path, cluster and world,
+ * and the device mapping place_ranks placed the ranks by (only when the
+ * plan has one and there was a world to place), so that `trace compare`
+ * prices every rank on the device it ran on. NULL with err set on failure. */
+static cJSON *plan_record(const char *path, Error *err) {
+  PlanChoice pc;
+  int *map = NULL, n = 0;
+  if (plan_file_read(path, &pc, err) || plan_file_read_mapping(path, &map, &n, err)) {
+    error_wrap(err, "--plan");
+    return NULL;
+  }
+  cJSON *o = cJSON_CreateObject();
+  int ok = o && cJSON_AddStringToObject(o, "file", path) && cJSON_AddStringToObject(o, "cluster", pc.cluster) &&
+           cJSON_AddNumberToObject(o, "gpus", pc.gpus);
+  if (ok && map && comm_initialized() && comm_world_size() > 1) {
+    cJSON *m = cJSON_AddObjectToObject(o, "mapping");
+    cJSON *perm = cJSON_CreateIntArray(map, n);
+    ok = m && perm && cJSON_AddItemToObject(m, "device_of_rank", perm);
+    if (!ok && !m) cJSON_Delete(perm);
+  }
+  free(map);
+  if (!ok) {
+    cJSON_Delete(o);
+    error_set(err, ERR_NOMEM, "out of memory recording the plan");
+    return NULL;
+  }
+  return o;
+}
+
 /* A config-field flag and its value, in command-line order. */
 typedef struct Override {
   const char *value;
@@ -434,8 +465,13 @@ static int run_training(Trainer *tr, const TrainArgs *a, Error *err) {
   if (a->no_progress) opts.progress = 0;
   opts.stop = &g_stop;
   opts.save_checkpoints = 1;
+  cJSON *plan = NULL;
+  if (a->plan && tr->cfg->trace_path[0] && !(plan = plan_record(a->plan, err))) return err->code;
+  opts.trace_plan = plan;
   TrainSummary summary;
-  return trainer_run(tr, &opts, &summary, err);
+  int rc = trainer_run(tr, &opts, &summary, err);
+  cJSON_Delete(plan);
+  return rc;
 }
 
 int cmd_train(int argc, char **argv) {

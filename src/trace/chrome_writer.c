@@ -212,6 +212,7 @@ static cJSON *other_data(const Writer *w, const TraceRunMeta *meta) {
   if (meta->config) cJSON_AddItemToObject(o, "config", cJSON_Duplicate(meta->config, 1));
   if (meta->model) cJSON_AddItemToObject(o, "model", cJSON_Duplicate(meta->model, 1));
   if (meta->session) cJSON_AddItemToObject(o, "session", cJSON_Duplicate(meta->session, 1));
+  if (meta->plan) cJSON_AddItemToObject(o, "plan", cJSON_Duplicate(meta->plan, 1));
   if (w->prog) {
     cJSON *p = sched_program_to_json(w->prog);
     if (!p) {

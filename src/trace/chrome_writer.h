@@ -16,6 +16,8 @@
  *                 "origin_ns", "grid": {...}, "ranks": [{"world_rank", "pipeline_rank",
  *                 "tp", "cp", "dp", "pp", "etp", "ep", "edp", "host", "clock_offset_ns",
  *                 "events", "dropped"}], "config": {...}, "model": {...}, "session": {...},
+ *                 "plan": {"file", "cluster", "gpus", "mapping": {"device_of_rank": [...]}}
+ *                 (a run of `train --plan`; mapping only when the plan has one),
  *                 "program": <sched program JSON, program.h>}}
  *
  * Times are µs since the earliest stamp of the run (origin_ns, on rank 0's

@@ -51,6 +51,8 @@ typedef struct TraceRunMeta {
   const cJSON *config;         /* run configuration (any JSON), may be NULL */
   const cJSON *model;          /* model configuration, may be NULL */
   const cJSON *session;        /* how the recording went (clock sync, window), may be NULL */
+  const cJSON *plan;           /* the plan file the run was laid out and placed by (its path, cluster and
+                                  device mapping: what `trace compare` prices it with), may be NULL */
   TraceGridSizes grid;
   const char *source;          /* "recorder" or "ebpf"; NULL = "recorder" */
   const char *clock;           /* clock the stamps came from; NULL = this process's */

@@ -56,6 +56,7 @@ struct TraceSession {
   int op_hook_held;        /* this session counts among the op hook's users */
   int first_traced;        /* iteration the window's first step ran as; -1 before */
   int sized_from_count;    /* the buffer was sized from that step's count */
+  const cJSON *plan;       /* otherData.plan (trace_session_set_plan; not owned), or NULL */
 };
 
 static void load_test_delays(TraceSession *ts);
@@ -482,13 +483,18 @@ static int write_trace(TraceSession *ts, const TraceRankInfo *infos, const int *
     offset += (size_t)bytes[r];
   }
   cJSON *session = session_json(ts, infos);
-  TraceRunMeta meta = {.program = ts->prog, .config = config, .model = model, .session = session, .source = "recorder"};
+  TraceRunMeta meta = {.program = ts->prog, .config = config, .model = model, .session = session, .plan = ts->plan,
+                       .source = "recorder"};
   meta.grid = (TraceGridSizes){ts->sizes.world, ts->sizes.tp, ts->sizes.cp, ts->sizes.dp,
                                ts->sizes.pp,    ts->sizes.etp, ts->sizes.ep, ts->sizes.edp};
   int rc = trace_chrome_write(ts->path, &meta, bufs, ts->world_size, err);
   cJSON_Delete(session);
   free(bufs);
   return rc;
+}
+
+void trace_session_set_plan(TraceSession *ts, const cJSON *plan) {
+  if (ts) ts->plan = plan;
 }
 
 int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *model, Error *err) {

@@ -113,6 +113,11 @@ int trace_session_world_rank(const TraceSession *ts);
  * Every rank returns rank 0's verdict. */
 int trace_session_finish(TraceSession *ts, const cJSON *config, const cJSON *model, Error *err);
 
+/* The plan file the run was laid out and placed by (its path, cluster and
+ * device mapping: TraceRunMeta.plan), written as otherData.plan by finish
+ * on rank 0. Not copied: it must live until finish. NULL: none. */
+void trace_session_set_plan(TraceSession *ts, const cJSON *plan);
+
 /* What finish measured (valid on rank 0 after finish; 0 elsewhere). */
 typedef struct TraceClockSync {
   int64_t measured_offset_ns; /* add to the rank's stamps to get rank 0's clock */

@@ -358,8 +358,9 @@ static int start_trace(Trainer *tr, FILE *out, Error *err) {
 }
 
 /* Collective: gathers and writes the trace with the run and model
- * configurations as metadata (what `trace compare` prices), then detaches. */
-static int finish_trace(Trainer *tr, FILE *out, Error *err) {
+ * configurations and the plan (NULL: none) as metadata (what `trace
+ * compare` prices), then detaches. */
+static int finish_trace(Trainer *tr, const cJSON *plan, FILE *out, Error *err) {
   if (!tr->trace) return 0;
   if (!trace_session_records(tr->trace)) { /* probes only */
     tr->exec.trace = NULL;
@@ -370,6 +371,7 @@ static int finish_trace(Trainer *tr, FILE *out, Error *err) {
   }
   cJSON *config = train_config_to_json(tr->cfg);
   cJSON *model = model_config_to_json(&tr->cfg->model);
+  trace_session_set_plan(tr->trace, plan);
   int rc = trace_session_finish(tr->trace, config, model, err);
   cJSON_Delete(config);
   cJSON_Delete(model);
@@ -742,7 +744,7 @@ int trainer_run(Trainer *tr, const TrainerOptions *opts, TrainSummary *summary, 
   if (!rc) {
     run_print_end(tr, &rs);
     run_write_summary(tr, &rs);
-    rc = finish_trace(tr, rs.out, err);
+    rc = finish_trace(tr, opts->trace_plan, rs.out, err);
   }
   if (rs.progress.f) progress_clear(&rs.progress);
   if (rs.jsonl) fclose(rs.jsonl);

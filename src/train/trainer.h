@@ -196,6 +196,11 @@ typedef struct TrainerOptions {
   int eval_at_start;      /* validation before the first step too */
   volatile sig_atomic_t *stop; /* non-zero (a signal number, train/stop_request.h): finish the step,
                                   save, evaluate, return */
+  /* The plan the run was laid out and placed by, as `train --plan` read it
+   * ({"file", "cluster", "gpus", "mapping": {"device_of_rank"}}): the trace
+   * records it as otherData.plan, so that `trace compare` prices the ranks
+   * on the devices they ran on. Opaque here; NULL: no plan. */
+  const struct cJSON *trace_plan;
   /* Called after every step (tests use it to watch lr, losses). */
   void (*on_step)(void *ctx, const TrainStepResult *res);
   void *ctx;
