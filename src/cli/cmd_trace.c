@@ -2,8 +2,9 @@
  *   record --ebpf   run a command under bpftrace and write its trace file
  *   analyze         the measured DAG: critical path, bubble, exposed
  *                   communication, straggler, timing statistics, DOT
- *   compare         simulate the traced configuration and print predicted
- *                   against measured time per action kind
+ *   compare         simulate the traced configuration, its ranks on the
+ *                   devices the run's plan mapped them to, and print
+ *                   predicted against measured time per action kind
  *   compare-ready   check that a trace holds everything needed to be laid
  *                   side by side with a prediction, action by action
  * Option parsing is hand-rolled so tests can call the command repeatedly in
@@ -24,6 +25,8 @@
 #include "model/config.h"
 #include "plan/cluster.h"
 #include "plan/config_paths.h"
+#include "plan/mapping.h"
+#include "plan/plan_file.h"
 #include "plan/simulate.h"
 #include "sched/evaluate.h"
 #include "trace/chrome_writer.h"
@@ -59,7 +62,7 @@ static void trace_usage(FILE *f) {
           "        --dot FILE         write the DAG of the first analyzed iteration as Graphviz DOT\n"
           "        --critical-only    with --dot: only the critical path\n"
           "        --all-path         list every segment of the critical path (default: 40 lines)\n"
-          "  compare FILE [--cluster NAME|FILE] [--iteration N]\n"
+          "  compare FILE [--cluster NAME|FILE] [--plan PLAN] [--iteration N]\n"
           "      simulate the configuration the trace recorded and print, per action kind, the\n"
           "      measured and predicted mean time and the error. With a model in the trace\n"
           "      (otherData.model) the planner's simulator prices it on the cluster spec named by\n"
@@ -67,7 +70,11 @@ static void trace_usage(FILE *f) {
           "      BWD 2) scaled to the measured FWD, and the output says so. The simulator uses the\n"
           "      spec's runtime facts (a spec from calibrate: fp32, MoE replicated over TP, no\n"
           "      asynchronous progress) and the run's precision, dispatcher and buckets; a spec not\n"
-          "      calibrated on the trace's host gets a warning and no error column\n"
+          "      calibrated on the trace's host gets a warning and no error column. Every rank is\n"
+          "      priced on the device it ran on: the device mapping of the plan the run was trained\n"
+          "      with (train --plan records it as otherData.plan), or PLAN's for a trace that records\n"
+          "      none (a mapping that disagrees with the trace's is refused), else rank r on device r;\n"
+          "      the cluster spec defaults to the plan's. The output prints the mapping used\n"
           "  compare-ready FILE [--predicted PRED]\n"
           "      check that the trace can be compared with a prediction action by action: it holds\n"
           "      the program, every action of every recorded iteration on every rank, no dropped\n"
@@ -542,20 +549,155 @@ static int apply_run_facts(const cJSON *config, PlanOptions *opt, PlanDtype *dty
   return ERR_OK;
 }
 
+/* The device mapping the traced ranks ran on: rank r on device
+ * device_of_rank[r] (NULL: rank order), where it came from, and the
+ * cluster spec the plan was made for. */
+typedef struct RunMapping {
+  int *device_of_rank;
+  int n;
+  char source[600];   /* "the plan the run was trained with (P, otherData.plan)", "--plan P (...)", ... */
+  char cluster[4096]; /* the plan's cluster spec ("" when no plan) */
+} RunMapping;
+
+static void mapping_list(const int *map, int n, char *out, size_t size) {
+  size_t len = 0;
+  out[0] = '\0';
+  for (int i = 0; i < n && len + 16 < size; i++)
+    len += (size_t)snprintf(out + len, size - len, "%s%d", i ? " " : "", map[i]);
+  if (n > 0 && len + 16 >= size) snprintf(out + len, size - len, " ...");
+}
+
+/* otherData.plan.mapping.device_of_rank: a permutation of the run's world. */
+static int trace_plan_mapping(const char *file, const cJSON *plan, int world, int **map, int *n, Error *err) {
+  *map = NULL;
+  *n = 0;
+  const cJSON *mp = cJSON_GetObjectItemCaseSensitive(plan, "mapping");
+  if (!mp) return ERR_OK;
+  const cJSON *perm = cJSON_IsObject(mp) ? cJSON_GetObjectItemCaseSensitive(mp, "device_of_rank") : NULL;
+  int count = cJSON_IsArray(perm) ? cJSON_GetArraySize(perm) : -1;
+  if (count < 1 || (world > 0 && count != world))
+    return error_set(err, ERR_FORMAT,
+                     "%s: field \"otherData.plan.mapping.device_of_rank\": expected an array with the device of each "
+                     "of the run's %d ranks",
+                     file, world);
+  int *m = malloc((size_t)count * sizeof *m);
+  if (!m) return error_set(err, ERR_NOMEM, "out of memory");
+  int i = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, perm) {
+    if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int)e->valuedouble) break;
+    m[i++] = (int)e->valuedouble;
+  }
+  if (i != count || !plan_mapping_is_permutation(m, count)) {
+    free(m);
+    return error_set(err, ERR_FORMAT,
+                     "%s: field \"otherData.plan.mapping.device_of_rank\": expected a permutation of the devices 0 .. "
+                     "%d",
+                     file, count - 1);
+  }
+  *map = m;
+  *n = count;
+  return ERR_OK;
+}
+
+/* The mapping the run was placed by: the trace's record of its plan
+ * (otherData.plan, written by `train --plan`) or, for a trace without
+ * one, plan_path's; both given and not the same placement: refused, naming
+ * both. Neither: rank order. */
+static int resolve_mapping(const char *file, const TraceRun *run, const char *plan_path, RunMapping *m, Error *err) {
+  memset(m, 0, sizeof *m);
+  int world = run->grid.world > 0 ? run->grid.world : run->num_ranks;
+  const cJSON *plan = cJSON_GetObjectItemCaseSensitive(run->other_data, "plan");
+  if (plan && !cJSON_IsObject(plan))
+    return error_set(err, ERR_FORMAT, "%s: field \"otherData.plan\": expected an object (the plan the run was "
+                     "trained with)", file);
+  int *given = NULL, given_n = 0;
+  if (plan_path) {
+    PlanChoice pc;
+    if (plan_file_read(plan_path, &pc, err) || plan_file_read_mapping(plan_path, &given, &given_n, err))
+      return error_wrap(err, "--plan");
+    if (given && world > 0 && given_n != world) {
+      free(given);
+      return error_set(err, ERR_CONFIG, "--plan %s: its mapping places %d ranks, the trace %s ran %d", plan_path,
+                       given_n, file, world);
+    }
+    snprintf(m->cluster, sizeof m->cluster, "%s", pc.cluster);
+  }
+  if (!plan) {
+    m->device_of_rank = given;
+    m->n = given_n;
+    if (plan_path)
+      snprintf(m->source, sizeof m->source, "--plan %s (the trace records no plan)", plan_path);
+    else
+      snprintf(m->source, sizeof m->source, "the trace records no plan (otherData.plan) and no --plan was given");
+    return ERR_OK;
+  }
+  const char *recorded_file = json_string(plan, "file");
+  int *rec = NULL, rec_n = 0;
+  if (trace_plan_mapping(file, plan, world, &rec, &rec_n, err)) {
+    free(given);
+    return err->code;
+  }
+  if (plan_path) {
+    int rec_identity = plan_mapping_is_identity(rec, rec_n), given_identity = plan_mapping_is_identity(given, given_n);
+    int same = rec_identity && given_identity;
+    if (!rec_identity && !given_identity && rec_n == given_n)
+      same = !memcmp(rec, given, (size_t)rec_n * sizeof *rec);
+    if (!same) {
+      char a[512], b[512];
+      if (rec_identity) snprintf(a, sizeof a, "rank order");
+      else mapping_list(rec, rec_n, a, sizeof a);
+      if (given_identity) snprintf(b, sizeof b, "rank order");
+      else mapping_list(given, given_n, b, sizeof b);
+      error_set(err, ERR_CONFIG,
+                "the run of %s was placed by plan %s with device of rank 0..%d: %s (otherData.plan), but --plan %s "
+                "maps them %s: give the plan the run was trained with, or leave --plan out",
+                file, recorded_file ? recorded_file : "(unnamed)", world - 1, a, plan_path, b);
+      free(rec);
+      free(given);
+      return err->code;
+    }
+  }
+  free(given);
+  m->device_of_rank = rec;
+  m->n = rec_n;
+  const char *cluster = json_string(plan, "cluster");
+  if (cluster) snprintf(m->cluster, sizeof m->cluster, "%s", cluster);
+  snprintf(m->source, sizeof m->source, "the plan the run was trained with (%s, otherData.plan)%s%s%s",
+           recorded_file ? recorded_file : "unnamed", plan_path ? "; --plan " : "", plan_path ? plan_path : "",
+           plan_path ? " agrees" : "");
+  return ERR_OK;
+}
+
+/* "device mapping: ..." for the output. */
+static void print_mapping(const RunMapping *m, int priced) {
+  if (m->device_of_rank && !plan_mapping_is_identity(m->device_of_rank, m->n)) {
+    char list[1024];
+    mapping_list(m->device_of_rank, m->n, list, sizeof list);
+    printf("device mapping: device of rank 0..%d: %s, from %s%s.\n", m->n - 1, list, m->source,
+           priced ? "" : "; not priced: unit costs price no links");
+  } else {
+    printf("device mapping: rank order (rank r on device r), %s%s.\n",
+           m->device_of_rank ? "the mapping of " : "", m->source);
+  }
+}
+
 /* With a model: the planner's simulator (plan/simulate.h) on the same
  * configuration, its predicted timeline read back action by action. */
-static int predict_plan(const TraceRun *run, const cJSON *model_json, const char *cluster_name, Prediction *p,
-                        Error *err) {
+static int predict_plan(const TraceRun *run, const cJSON *model_json, const char *cluster_name,
+                        const RunMapping *mapping, Prediction *p, Error *err) {
   const cJSON *config = cJSON_GetObjectItemCaseSensitive(run->other_data, "config");
   const cJSON *training = cJSON_GetObjectItemCaseSensitive(config, "training");
   if (!cluster_name) {
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(config, "cluster");
     cluster_name = cJSON_IsString(c) ? c->valuestring : NULL;
   }
+  int from_plan = !cluster_name && mapping->cluster[0];
+  if (from_plan) cluster_name = mapping->cluster; /* the spec the plan was made for */
   if (!cluster_name)
     return error_set(err, ERR_ARG,
-                     "the trace has a model but names no cluster spec (otherData.config.cluster): pass --cluster NAME "
-                     "or FILE (configs/clusters/)");
+                     "the trace has a model but names no cluster spec (otherData.config.cluster, or the cluster of "
+                     "its plan): pass --cluster NAME or FILE (configs/clusters/)");
   ModelConfig model;
   model_config_defaults(&model);
   if (model_config_from_json(&model, model_json, "otherData.model", err)) return err->code;
@@ -563,7 +705,9 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
   memset(&cluster, 0, sizeof cluster);
   char path[4096];
   if (plan_find_config("clusters", cluster_name, path, sizeof path, err) || cluster_spec_load(&cluster, path, err))
-    return err->code;
+    return from_plan ? error_wrap(err, "the cluster spec of the run's plan (field \"cluster\" of %s); pass --cluster "
+                                       "NAME or FILE", mapping->source)
+                     : err->code;
   const SchedConfig *sc = &run->program->config;
   int seq = json_int(training, "seq_len", json_int(config, "seq_len", 0));
   int mbs = json_int(training, "micro_batch_size", json_int(config, "micro_batch_size", 1));
@@ -598,6 +742,18 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
   memset(&res, 0, sizeof res);
   PlanSimOptions sim = {0, pred_path};
   if (!rc) rc = plan_config_finish(&cfg, &model, &cluster, plan_config_world(&cfg), err);
+  /* Every group and transfer on the devices the ranks ran on, as
+   * `simulate --plan` prices the plan's mapping. */
+  if (!rc && mapping->device_of_rank && !plan_mapping_is_identity(mapping->device_of_rank, mapping->n)) {
+    if (mapping->n != plan_config_world(&cfg) || mapping->n > cluster_spec_total_devices(&cluster))
+      rc = error_set(err, ERR_CONFIG,
+                     "the device mapping from %s places %d ranks, but the traced configuration has %d and cluster %s "
+                     "%d devices",
+                     mapping->source, mapping->n, plan_config_world(&cfg), cluster.name,
+                     cluster_spec_total_devices(&cluster));
+    cluster.device_of_rank = mapping->device_of_rank;
+    cluster.num_mapped = mapping->n;
+  }
   if (!rc) rc = plan_simulate(&model, &cluster, &opt, &cfg, &sim, NULL, &res, err);
   if (!rc) {
     TraceRun pred;
@@ -633,14 +789,15 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
   }
   remove(pred_path);
   plan_result_free(&res);
+  cluster.device_of_rank = NULL; /* the mapping's, not the spec's */
   cluster_spec_free(&cluster);
   return rc;
 }
 
 static int cmd_compare(int argc, char **argv) {
-  const char *file = NULL, *cluster = NULL;
+  const char *file = NULL, *cluster = NULL, *plan = NULL;
   int iteration = -1;
-  static const char *const KNOWN[] = {"--cluster", "--iteration", "--help"};
+  static const char *const KNOWN[] = {"--cluster", "--plan", "--iteration", "--help"};
   OptionParser op;
   Error perr = {0};
   option_parser_init(&op, "trace compare", argc, argv, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]));
@@ -652,6 +809,8 @@ static int cmd_compare(int argc, char **argv) {
     }
     if (option_is(&op, "--cluster")) {
       if (option_value(&op, &cluster, &perr)) return usage_error("compare: %s", perr.msg);
+    } else if (option_is(&op, "--plan")) {
+      if (option_value(&op, &plan, &perr)) return usage_error("compare: %s", perr.msg);
     } else if (option_is(&op, "--iteration")) {
       if (option_value(&op, &v, &perr)) return usage_error("compare: %s", perr.msg);
       if (parse_int(v, &iteration)) return usage_error("compare: --iteration '%s': expected an iteration number", v);
@@ -670,7 +829,12 @@ static int cmd_compare(int argc, char **argv) {
   Prediction p = {.ms = calloc((size_t)run.program->num_actions + 1, sizeof(double))};
   int rc = p.ms ? ERR_OK : error_set(&err, ERR_NOMEM, "out of memory");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(run.other_data, "model");
-  if (!rc) rc = cJSON_IsObject(model) ? predict_plan(&run, model, cluster, &p, &err) : predict_unit(&run, &rep, &p, &err);
+  RunMapping mapping;
+  memset(&mapping, 0, sizeof mapping);
+  if (!rc) rc = resolve_mapping(file, &run, plan, &mapping, &err);
+  if (!rc)
+    rc = cJSON_IsObject(model) ? predict_plan(&run, model, cluster, &mapping, &p, &err)
+                               : predict_unit(&run, &rep, &p, &err);
   if (rc) {
     error_wrap(&err, "%s: predicting", file);
   } else {
@@ -678,6 +842,7 @@ static int cmd_compare(int argc, char **argv) {
            rep.num_iterations == 1 ? "" : "s", run.num_ranks, run.num_ranks == 1 ? "" : "s",
            sched_schedule_name(run.program->config.schedule));
     printf("prediction: %s.\n", p.how);
+    print_mapping(&mapping, cJSON_IsObject(model));
     if (p.other_machine) {
       printf("warning: %s.\n", p.warning);
       fprintf(stderr, "fivefold trace compare: warning: %s\n", p.warning);
@@ -713,6 +878,7 @@ static int cmd_compare(int argc, char **argv) {
            p.other_machine ? "; n/a: the spec describes another machine (see the warning)" : "");
   }
   free(p.ms);
+  free(mapping.device_of_rank);
   trace_report_free(&rep);
   trace_run_free(&run);
   return rc ? report_failure(&err) : 0;

@@ -38,6 +38,14 @@ foreach(mode same-1 same-pp dag steps plan)
   set_tests_properties(parallel.trace_${name} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+# `trace compare` prices a run of `train --plan` on the plan's device
+# mapping, as `simulate --plan` does (tests/parallel/trace_mapping_test.sh:
+# PP4 on 4 ranks of a 2-node spec, mapped and in rank order; --plan that
+# disagrees with the trace refused).
+add_test(NAME parallel.trace_mapping
+         COMMAND bash ${PARALLEL_TEST_DIR}/trace_mapping_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.trace_mapping PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")
 # MoE parallel folding and context parallelism (tests/parallel/fold_test.sh):
 # EP, EP x ETP, TP attention folded onto EP, TP x CP attention with EP4 MoE,
 # CP (dense, MoE), PP x EP, TP x PP x EP on 8 ranks and both dispatchers

@@ -241,6 +241,29 @@ static void test_compare(void **state) {
   assert_non_null(strstr(it, " n/a"));
   assert_true(strstr(it, " n/a") < eol);
   free(out);
+  /* A recorded plan whose mapping is not a permutation is refused naming
+   * the field; a --plan that cannot be read is refused naming the file. */
+  {
+    char *txt = read_text(json);
+    assert_non_null(txt);
+    cJSON *tr = cJSON_Parse(txt);
+    free(txt);
+    cJSON *plan = cJSON_AddObjectToObject(cJSON_GetObjectItem(tr, "otherData"), "plan");
+    cJSON_AddStringToObject(plan, "file", "recorded-plan.json");
+    cJSON *mp = cJSON_AddObjectToObject(plan, "mapping");
+    int twice[2] = {0, 0};
+    cJSON_AddItemToObject(mp, "device_of_rank", cJSON_CreateIntArray(twice, 2));
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s_plan.json", tmp);
+    write_json(bad, tr);
+    cJSON_Delete(tr);
+    snprintf(here, sizeof here, "%s", __FILE__);
+    snprintf(cluster, sizeof cluster, "compare %%s_plan.json --cluster %s/../../configs/clusters/dgx-h100.json",
+             dirname(here));
+    expect(cluster, 1, "otherData.plan.mapping.device_of_rank");
+    expect("compare %s.json --plan no-such-plan.json", 1, "no-such-plan.json");
+    remove(bad);
+  }
   /* The same spec with a calibrated machine's runtime facts: no warning,
    * errors in per cent, and the facts priced (fp32). */
   char spec_path[160], spec_src[4200];
