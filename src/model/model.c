@@ -371,8 +371,12 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     A->s = S;
   }
   {
-    /* Logit chunk: about 16 MiB of scratch, at least 32 rows. */
-    long chunk = (4L << 20) / d.V;
+    /* Logit chunk: at most about 64 MiB of scratch, a multiple of 32 rows
+     * (the row blocks of oneDNN's AMX kernels), at least 32. Why that
+     * much: each chunk's three products read the whole head matrix (V x C,
+     * 77 MB in bf16 for GPT-2) and oneDNN's fixed-shape kernels repack it
+     * per call, so few large chunks beat many small ones. */
+    long chunk = (16L << 20) / d.V / 32 * 32;
     if (chunk < 32) chunk = 32;
     if (chunk > max_N) chunk = max_N;
     S->xent_chunk = (int)chunk;
