@@ -33,9 +33,36 @@ int kern_gemm_backend_parse(const char *name, GemmBackend *out);
 /* The instruction set oneDNN runs with here, e.g. "avx512_core_bf16"
  * (after ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA caps). */
 const char *kern_gemm_isa_name(void);
-/* How many oneDNN matmul primitives exist (each made once, on first use
- * of its transpose/beta/alpha/precision kind): shapes never add any. */
+/* How many run-time-shape oneDNN matmul primitives exist (each made once,
+ * on first use of its transpose/beta/alpha/precision kind): shapes never
+ * add any. */
 int kern_gemm_primitive_count(void);
+
+/* Fixed-shape primitives for bf16 products (gemm_onednn_shapes.c): each
+ * shape gets a primitive of its own, which oneDNN can run on the AMX tile
+ * unit. FIVEFOLD_GEMM_FIXED_SHAPES=auto (the default: only where oneDNN's
+ * ISA has AMX), on or off, read at first use. Results agree with the
+ * run-time primitive to fp32 rounding of the bf16 products (the kernels
+ * sum in other orders), not bit for bit; which kernel a product gets
+ * depends only on its shape and the rows-vary mark, so runs repeat bit for
+ * bit. */
+typedef enum { GEMM_FIXED_SHAPES_AUTO = 0, GEMM_FIXED_SHAPES_ON = 1, GEMM_FIXED_SHAPES_OFF = 2 } GemmFixedShapes;
+GemmFixedShapes kern_gemm_fixed_shapes_mode(void);
+/* Overrides the variable for the rest of the process (tests, benchmarks). */
+void kern_gemm_set_fixed_shapes(GemmFixedShapes mode);
+/* Whether bf16 products use fixed-shape primitives now (auto resolved). */
+int kern_gemm_fixed_shapes_active(void);
+/* Fixed-shape primitives made and kept so far. */
+int kern_gemm_fixed_shape_count(void);
+/* Marks the calling thread's products, until the matching end, as having
+ * row counts that change from call to call (dropless MoE experts): they
+ * keep the run-time primitive, since a fixed one would be compiled for
+ * nearly every call. Nests; end takes what begin returned. */
+int kern_gemm_rows_vary_begin(void);
+void kern_gemm_rows_vary_end(int previous);
+/* 0 when FIVEFOLD_GEMM_FIXED_SHAPES is unset, auto, on, off, 1 or 0; else
+ * -1 with `err` naming the variable, its value and what is expected. */
+int kern_gemm_fixed_shapes_check_env(char *err, size_t err_len);
 
 /* C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op = transpose if
  * trans*, on the selected backend in the process-wide precision. beta == 0

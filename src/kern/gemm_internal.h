@@ -23,6 +23,23 @@ const char *gemm_onednn_isa_name(void);
 /* Primitives created so far (gemm_onednn.c). */
 int gemm_onednn_primitive_count(void);
 
+/* One bf16 product's shape, the key of the fixed-shape primitives
+ * (gemm_onednn_shapes.c); A and B are dense in the bf16 path, so their
+ * strides follow from the dimensions. */
+typedef struct GemmShapeKey {
+  int ta, tb, beta_sum, alpha_scaled;
+  int M, N, K, ldc;
+} GemmShapeKey;
+/* Makes the primitive for a key (an opaque pointer), or NULL on failure. */
+typedef void *(*GemmShapeCreate)(const GemmShapeKey *key);
+/* The fixed-shape primitive for `key`, made by `create` on first use and
+ * kept; NULL when oneDNN could not make one (the caller then uses the
+ * run-time primitive). *owned is 1 when the table was full and the
+ * primitive was made for this call only: the caller destroys it. */
+void *gemm_shape_primitive(const GemmShapeKey *key, GemmShapeCreate create, int *owned);
+/* Whether the calling thread is inside kern_gemm_rows_vary_begin/end. */
+int gemm_shape_rows_vary(void);
+
 /* Direct kernels for linear layers with N <= 16 outputs (gemm_skinny.c);
  * gemm_skinny_applies() is 0 where the build has no AVX2. */
 int gemm_skinny_applies(int M, int K, int N);

@@ -1,4 +1,6 @@
-/* The oneDNN backend of gemm(): matmul primitives with run-time shapes.
+/* The oneDNN backend of gemm(): matmul primitives with run-time shapes,
+ * and for bf16 on AMX CPUs fixed-shape ones (gemm_onednn_shapes.c says when
+ * and why).
  *
  * Why run-time dimensions: the dropless expert GEMMs change their row count
  * every step, and a primitive per shape would be created (JIT-compiled, a
@@ -31,6 +33,7 @@
 
 #include "kern/bf16.h"
 #include "kern/bf16_weights.h"
+#include "kern/gemm.h"
 #include "kern/gemm_internal.h"
 
 typedef struct ThreadState {
@@ -75,20 +78,25 @@ static void operand_dims(int trans, dnnl_dim_t rows, dnnl_dim_t cols, dnnl_dim_t
   strides[1] = trans ? ld : 1;
 }
 
-static int create_primitive(Primitive *out, int bf16, int ta, int tb, int beta_sum, int alpha_scaled, char *err,
-                            size_t err_len) {
+/* A primitive for one kind of product. `shape` NULL: every dimension and
+ * stride is a run-time value; else the shape's own, with A and B dense (as
+ * the bf16 path always makes them). */
+static int create_primitive(Primitive *out, int bf16, int ta, int tb, int beta_sum, int alpha_scaled,
+                            const GemmShapeKey *shape, char *err, size_t err_len) {
   const dnnl_dim_t R = DNNL_RUNTIME_DIM_VAL;
+  const dnnl_dim_t M = shape ? shape->M : R, N = shape ? shape->N : R, K = shape ? shape->K : R;
+  const dnnl_dim_t lda = shape ? (ta ? M : K) : R, ldb = shape ? (tb ? K : N) : R, ldc = shape ? shape->ldc : R;
   const dnnl_data_type_t in_type = bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_dims_t dims, strides;
   dnnl_memory_desc_t a_md, b_md, c_md;
   dnnl_status_t st;
-  operand_dims(ta, R, R, R, dims, strides);
+  operand_dims(ta, M, K, lda, dims, strides);
   if ((st = dnnl_memory_desc_init_by_strides(&a_md, 2, dims, in_type, strides)) != dnnl_success)
     return fail(err, err_len, "memory descriptor", st);
-  operand_dims(tb, R, R, R, dims, strides);
+  operand_dims(tb, K, N, ldb, dims, strides);
   if ((st = dnnl_memory_desc_init_by_strides(&b_md, 2, dims, in_type, strides)) != dnnl_success)
     return fail(err, err_len, "memory descriptor", st);
-  operand_dims(0, R, R, R, dims, strides);
+  operand_dims(0, M, N, ldc, dims, strides);
   if ((st = dnnl_memory_desc_init_by_strides(&c_md, 2, dims, dnnl_f32, strides)) != dnnl_success)
     return fail(err, err_len, "memory descriptor", st);
   dnnl_matmul_desc_t desc;
@@ -133,7 +141,7 @@ static const Primitive *get_primitive(int bf16, int ta, int tb, int beta_sum, in
     Primitive *fresh = calloc(1, sizeof *fresh);
     if (!fresh) {
       if (err && err_len) snprintf(err, err_len, "out of memory creating a oneDNN primitive");
-    } else if (create_primitive(fresh, bf16, ta, tb, beta_sum, alpha_scaled, err, err_len) != 0) {
+    } else if (create_primitive(fresh, bf16, ta, tb, beta_sum, alpha_scaled, NULL, err, err_len) != 0) {
       free(fresh);
     } else {
       atomic_store_explicit(slot, fresh, memory_order_release);
@@ -143,6 +151,18 @@ static const Primitive *get_primitive(int bf16, int ta, int tb, int beta_sum, in
   }
   pthread_mutex_unlock(&create_lock);
   return p;
+}
+
+/* gemm_shape_primitive's creator: a bf16 primitive for exactly this shape,
+ * or NULL (the caller then keeps the run-time primitive). */
+static void *create_fixed(const GemmShapeKey *key) {
+  Primitive *fresh = calloc(1, sizeof *fresh);
+  if (!fresh) return NULL;
+  if (create_primitive(fresh, 1, key->ta, key->tb, key->beta_sum, key->alpha_scaled, key, NULL, 0) != 0) {
+    free(fresh);
+    return NULL;
+  }
+  return fresh;
 }
 
 static ThreadState *thread_state(char *err, size_t err_len) {
@@ -217,8 +237,6 @@ int gemm_onednn(int bf16, int transA, int transB, int M, int N, int K, float alp
     return -1;
   }
   const int ta = transA != 0, tb = transB != 0;
-  const Primitive *prim = get_primitive(bf16 != 0, ta, tb, beta != 0.0f, alpha != 1.0f, err, err_len);
-  if (!prim) return -1;
   ThreadState *ts = thread_state(err, err_len);
   if (!ts) return -1;
 
@@ -234,6 +252,16 @@ int gemm_onednn(int bf16, int transA, int transB, int M, int N, int K, float alp
     lda = (int)a_cols;
     ldb = (int)b_cols;
   }
+  const Primitive *prim = NULL;
+  Primitive *owned_prim = NULL;
+  if (bf16 && !gemm_shape_rows_vary() && kern_gemm_fixed_shapes_active()) {
+    const GemmShapeKey key = {ta, tb, beta != 0.0f, alpha != 1.0f, M, N, K, ldc};
+    int owned = 0;
+    prim = gemm_shape_primitive(&key, create_fixed, &owned);
+    if (owned) owned_prim = (Primitive *)prim;
+  }
+  if (!prim) prim = get_primitive(bf16 != 0, ta, tb, beta != 0.0f, alpha != 1.0f, err, err_len);
+  if (!prim) return -1;
   if (prim->scratchpad_bytes && ensure_bytes(&ts->scratchpad, &ts->scratchpad_bytes, prim->scratchpad_bytes) != 0) {
     if (err && err_len) snprintf(err, err_len, "out of memory for the oneDNN scratchpad");
     return -1;
@@ -272,6 +300,10 @@ int gemm_onednn(int bf16, int transA, int transB, int M, int N, int K, float alp
 out:
   for (int i = 0; i < 5; i++)
     if (mem[i]) dnnl_memory_destroy(mem[i]);
+  if (owned_prim) {
+    dnnl_primitive_destroy(owned_prim->primitive);
+    free(owned_prim);
+  }
   return rc;
 }
 

@@ -58,9 +58,11 @@ static int expert_schedule(int *order, const int *expert_offset, int num_experts
 static void expert_forward(float *y, float *h, float *a, const float *xp, int r0, int n, const float *w_gate_up,
                            const float *w_down, int C, int F) {
   float *h_e = h + (size_t)r0 * 2 * F, *a_e = a + (size_t)r0 * F;
+  const int vary = kern_gemm_rows_vary_begin(); /* the expert's row count changes every step */
   linear_forward(h_e, xp + (size_t)r0 * C, w_gate_up, n, C, 2 * F, 0);
   swiglu_forward(a_e, h_e, n, F);
   linear_forward(y + (size_t)r0 * C, a_e, w_down, n, F, C, 0);
+  kern_gemm_rows_vary_end(vary);
 }
 
 void moe_experts_forward(float *y, float *h, float *a, const float *xp, const int *expert_offset, int num_experts,
@@ -91,10 +93,12 @@ static void expert_backward(float *dxp, float *dw_gate_up, float *dw_down, const
                             const float *w_down, int C, int F) {
   const float *h_e = h + (size_t)r0 * 2 * F;
   float *a_e = a + (size_t)r0 * F, *da_e = da + (size_t)r0 * F, *dh_e = dh + (size_t)r0 * 2 * F;
+  const int vary = kern_gemm_rows_vary_begin();
   swiglu_forward(a_e, h_e, n, F);
   linear_backward(da_e, dw_down, dy + (size_t)r0 * C, a_e, w_down, n, F, C, 0);
   swiglu_backward(dh_e, da_e, h_e, n, F);
   linear_backward(dxp + (size_t)r0 * C, dw_gate_up, dh_e, xp + (size_t)r0 * C, w_gate_up, n, C, 2 * F, 0);
+  kern_gemm_rows_vary_end(vary);
 }
 
 void moe_experts_backward(float *dxp, float *dw_gate_up, float *dw_down, const float *dy, const float *xp,

@@ -38,6 +38,7 @@ int train_config_apply_compute(const TrainConfig *cfg, Error *err) {
   if (kern_set_precision(precision, why, sizeof why) != 0)
     return error_set(err, ERR_CONFIG, "training.precision \"%s\" cannot run here: %s", cfg->precision, why);
   if (bf16_weights_check_env(why, sizeof why) != 0) return error_set(err, ERR_CONFIG, "%s", why);
+  if (kern_gemm_fixed_shapes_check_env(why, sizeof why) != 0) return error_set(err, ERR_CONFIG, "%s", why);
   kern_set_fusion((KernFusion){.swiglu = cfg->fuse_swiglu, .bias_gelu = cfg->fuse_bias_gelu});
   return 0;
 }

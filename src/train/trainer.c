@@ -149,6 +149,16 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
                    "converted once per optimizer step\n", ws.tensors, (double)ws.registered_bytes / 1e6);
     else
       fprintf(out, "  bf16     weight cache off (FIVEFOLD_BF16_WEIGHT_CACHE=off): weights converted at every GEMM\n");
+    const GemmFixedShapes fs = kern_gemm_fixed_shapes_mode();
+    const char *why = fs == GEMM_FIXED_SHAPES_ON    ? "FIVEFOLD_GEMM_FIXED_SHAPES=on"
+                      : fs == GEMM_FIXED_SHAPES_OFF ? "FIVEFOLD_GEMM_FIXED_SHAPES=off"
+                      : kern_gemm_fixed_shapes_active() ? "auto: oneDNN's ISA has AMX"
+                                                        : "auto: no AMX, where they do not pay";
+    if (kern_gemm_fixed_shapes_active())
+      fprintf(out, "  bf16     GEMM primitives per shape (%s): a shape seen twice gets its own, run on the tile unit "
+                   "where there is one\n", why);
+    else
+      fprintf(out, "  bf16     GEMM primitives with run-time shapes (%s)\n", why);
   }
   fprintf(out, "  compute  %s FLOP per %s (fwd+bwd), %d thread%s per rank, %s peak %.0f GFLOP/s (%s%s%s",
           fmt_si(d, sizeof d, tr->net.flops_per_unit), tr->net.ops->unit.one, tr->threads, tr->threads == 1 ? "" : "s", bf16 ? "bf16" : "fp32",

@@ -2,7 +2,7 @@
  * reference: every transpose, tiny and odd shapes, leading dimensions
  * wider than the rows, alpha != 1, beta 0 / 1 / other, K = 0; bf16
  * rounding; oneDNN called from OpenMP workers concurrently; primitives not
- * multiplying with the shapes. Registered twice: as is, and with
+ * multiplying with the shapes; the fixed-shape bf16 primitives. Registered twice: as is, and with
  * ONEDNN_MAX_CPU_ISA=AVX2 (kern.gemm_backends_avx2), where fp32 must still
  * pass and bf16 must be refused with a message naming the cause.
  *
@@ -236,6 +236,63 @@ static void test_concurrent_and_cached(void **state) {
   free(x), free(w), free(y), free(y_alone);
 }
 
+/* Fixed-shape bf16 primitives (FIVEFOLD_GEMM_FIXED_SHAPES): forced on, a
+ * shape's first product makes its own primitive, kept for the next, and
+ * every product still meets the bounds; products marked as varying rows
+ * make none; forced off, none is made; a bad value of the variable is
+ * refused naming it. On a CPU without bf16 only the variable is checked. */
+static void test_fixed_shapes(void **state) {
+  (void)state;
+  char why[512] = "";
+  const int env_set = getenv("FIVEFOLD_GEMM_FIXED_SHAPES") != NULL; /* read once, at the first product */
+  setenv("FIVEFOLD_GEMM_FIXED_SHAPES", "sometimes", 1);
+  assert_int_equal(kern_gemm_fixed_shapes_check_env(why, sizeof why), -1);
+  assert_non_null(strstr(why, "FIVEFOLD_GEMM_FIXED_SHAPES"));
+  assert_non_null(strstr(why, "sometimes"));
+  setenv("FIVEFOLD_GEMM_FIXED_SHAPES", "on", 1);
+  assert_int_equal(kern_gemm_fixed_shapes_check_env(why, sizeof why), 0);
+  unsetenv("FIVEFOLD_GEMM_FIXED_SHAPES");
+  print_message("fixed shapes by default here: %s (oneDNN ISA %s)\n", kern_gemm_fixed_shapes_active() ? "on" : "off",
+                kern_gemm_isa_name());
+  if (!env_set) assert_int_equal(kern_gemm_fixed_shapes_active(), strstr(kern_gemm_isa_name(), "amx") != NULL);
+  if (!kern_bf16_supported(NULL, 0)) skip();
+  const GemmFixedShapes was = kern_gemm_fixed_shapes_mode();
+  kern_gemm_set_fixed_shapes(GEMM_FIXED_SHAPES_OFF);
+  const int none = kern_gemm_fixed_shape_count();
+  sweep(GEMM_BACKEND_ONEDNN, KERN_PRECISION_BF16);
+  sweep(GEMM_BACKEND_ONEDNN, KERN_PRECISION_BF16);
+  assert_int_equal(kern_gemm_fixed_shape_count(), none);
+  kern_gemm_set_fixed_shapes(GEMM_FIXED_SHAPES_ON);
+  assert_true(kern_gemm_fixed_shapes_active());
+  const int runtime_before = kern_gemm_primitive_count();
+  /* A shape no other test uses: its first call makes its primitive, later
+   * calls reuse it. Marked as varying rows, another new shape makes none. */
+  const Shape fresh = {37, 29, 53}, varying = {41, 29, 53};
+  for (int call = 1; call <= 3; call++) {
+    const int before = kern_gemm_fixed_shape_count();
+    const double r = check_case(GEMM_BACKEND_ONEDNN, KERN_PRECISION_BF16, 1, 0, fresh, 1.0f, 1.0f, 900 + call);
+    if (r > 1.0) fail_msg("fixed-shape bf16 product, call %d: error %.3g x the bound", call, r);
+    assert_int_equal(kern_gemm_fixed_shape_count() - before, call == 1);
+  }
+  const int outer = kern_gemm_rows_vary_begin(), inner = kern_gemm_rows_vary_begin();
+  kern_gemm_rows_vary_end(inner); /* nested: still marked */
+  const int before_vary = kern_gemm_fixed_shape_count();
+  if (check_case(GEMM_BACKEND_ONEDNN, KERN_PRECISION_BF16, 0, 1, varying, 1.0f, 0.0f, 950) > 1.0)
+    fail_msg("varying-rows bf16 product out of bounds");
+  assert_int_equal(kern_gemm_fixed_shape_count(), before_vary);
+  kern_gemm_rows_vary_end(outer);
+  assert_int_equal(outer, 0);
+  /* Every kind of the sweep on fixed primitives. */
+  sweep(GEMM_BACKEND_ONEDNN, KERN_PRECISION_BF16);
+  const int made = kern_gemm_fixed_shape_count();
+  print_message("fixed-shape primitives made: %d\n", made);
+  assert_true(made > 1);
+  sweep(GEMM_BACKEND_ONEDNN, KERN_PRECISION_BF16);
+  assert_int_equal(kern_gemm_fixed_shape_count(), made);
+  assert_int_equal(kern_gemm_primitive_count(), runtime_before);
+  kern_gemm_set_fixed_shapes(was);
+}
+
 static void test_backend_selection(void **state) {
   (void)state;
   GemmBackend b;
@@ -266,7 +323,7 @@ int main(void) {
       cmocka_unit_test(test_backend_selection), cmocka_unit_test(test_openblas_fp32),
       cmocka_unit_test(test_onednn_fp32),       cmocka_unit_test(test_onednn_bf16),
       cmocka_unit_test(test_empty_products),    cmocka_unit_test(test_bf16_rounding),
-      cmocka_unit_test(test_concurrent_and_cached),
+      cmocka_unit_test(test_concurrent_and_cached), cmocka_unit_test(test_fixed_shapes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
