@@ -122,6 +122,11 @@ static double predicted_compute(const TraceRun *run, const ClusterSpec *spec, FI
     cfg.warmup_set = sc->warmup_set;
     memcpy(cfg.warmup, sc->warmup, sizeof cfg.warmup);
   }
+  /* The order costs the traced program was built with: the program priced
+   * is then the one that ran, action for action (0: the defaults). */
+  cfg.order_given = 1;
+  cfg.order_fwd_cost = sc->order_fwd_cost;
+  cfg.order_bwd_cost = sc->order_bwd_cost;
   int gpus = cfg.par.tp * cfg.par.cp * dp * cfg.par.pp;
   ClusterSpec big = *spec;
   big.link_devices = 0, big.link_bandwidth = big.link_latency = NULL;

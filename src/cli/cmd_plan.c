@@ -45,7 +45,7 @@ static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluste
  * (its device mapping kept). */
 static int resimulate_best(const PlanCli *c, PlanResult *best, const ModelConfig *model, const ClusterSpec *view,
                            Error *err) {
-  PlanSimOptions sim = {1, NULL};
+  PlanSimOptions sim = {.exposed_p2p = 1};
   PlanResult r;
   PlanConfig cfg = best->cfg;
   int rc = plan_simulate(model, view, &c->opt, &cfg, &sim, NULL, &r, err);
@@ -135,6 +135,10 @@ static int apply_plan_option(int argc, char **argv, PlanCli *c) {
   c->cfg.schedule_given = 1;
   c->cfg.warmup_set = pc->num_warmup;
   memcpy(c->cfg.warmup, pc->warmup, sizeof c->cfg.warmup);
+  /* The order costs the plan's program was built with (0: the defaults). */
+  c->cfg.order_given = 1;
+  c->cfg.order_fwd_cost = pc->order_fwd_cost;
+  c->cfg.order_bwd_cost = pc->order_bwd_cost;
   c->cfg.num_given_layers = pc->num_stages < PLAN_MAX_STAGES ? pc->num_stages : PLAN_MAX_STAGES;
   memcpy(c->cfg.layers_per_stage, pc->layers_per_stage, (size_t)c->cfg.num_given_layers * sizeof(int));
   c->cfg.num_stage_widths = pc->num_stage_widths;
@@ -238,7 +242,7 @@ int cmd_simulate(int argc, char **argv) {
     }
   }
   if (plan_accuracy_apply_block(&model, &cluster, &c->opt, &c->cfg)) goto out;
-  PlanSimOptions sim = {1, c->trace_path};
+  PlanSimOptions sim = {.exposed_p2p = 1, .trace_path = c->trace_path, .program_path = c->program_path};
   PlanResult r;
   if (plan_simulate(&model, &cluster, &c->opt, &c->cfg, &sim, NULL, &r, &err)) {
     fprintf(stderr, "fivefold simulate: %s\n", err.msg);
@@ -255,6 +259,7 @@ int cmd_simulate(int argc, char **argv) {
   }
   plan_accuracy_print_mfu(&c->accuracy, &r, &model, &cluster, c->gpus);
   if (c->trace_path) printf("trace written to %s\n", c->trace_path);
+  if (c->program_path) printf("program written to %s\n", c->program_path);
   plan_result_free(&r);
   if (c->search_buckets) {
     PlanOptions chosen;

@@ -74,6 +74,11 @@ void plan_cli_simulate_usage(FILE *f) {
           "  --schedule S             none, gpipe, 1f1b, zb-h1 or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
           "  --warmup LIST            1f1b / zb-h1: forwards each pipeline rank runs before its first backward\n"
+          "  --order-fwd-cost X, --order-bwd-cost Y\n"
+          "                           the relative forward and backward durations the pipeline program places\n"
+          "                           its sends by, as `train --order-fwd-cost/--order-bwd-cost` (default: a\n"
+          "                           plan's, else 1 and 2 as `fivefold train` builds)\n"
+          "  --program FILE           write the priced pipeline program as JSON (fivefold schedule --json's form)\n"
           "  --layers-per-stage LIST  blocks per virtual stage, e.g. 7,7,7,7,7,7,7,7 (default: balanced by cost)\n"
           "  --stage-widths LIST      stage replication: data-parallel replicas per pipeline stage, e.g. 2,1 (their\n"
           "                           sum is --gpus; tp, cp, ep 1, vpp 1)\n"
@@ -190,7 +195,8 @@ static const char *const kCommonOptions[] = {
     "--no-moe-tp-replicated", "--attention-unfused", "--fuse-swiglu", "--fuse-bias-gelu", "--help"};
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
-                                               "--trace", "--quiet", "--search-buckets", "--stage-widths", "--warmup"};
+                                               "--trace", "--quiet", "--search-buckets", "--stage-widths", "--warmup",
+                                               "--order-fwd-cost", "--order-bwd-cost", "--program"};
 static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--recompute-list", "--max-tp",
                                            "--max-cp", "--max-pp", "--max-vpp", "--max-ep", "--max-etp",
                                            "--min-pp", "--no-distributed-optimizer", "--no-folding", "--runtime",
@@ -367,7 +373,12 @@ int plan_cli_parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--stage-widths")) c->widths_list = value;
       else if (plan_accuracy_option(&c->accuracy, &c->cfg, c->cmd, name, value, &rc)) {
       }
-      else if (!strcmp(name, "--trace")) c->trace_path = value;
+      else if (!strcmp(name, "--order-fwd-cost") || !strcmp(name, "--order-bwd-cost")) {
+        rc = parse_fraction(c, name, value, 1e-9, 1e9,
+                            !strcmp(name, "--order-fwd-cost") ? &c->cfg.order_fwd_cost : &c->cfg.order_bwd_cost);
+        c->cfg.order_given = 1;
+      } else if (!strcmp(name, "--trace")) c->trace_path = value;
+      else if (!strcmp(name, "--program")) c->program_path = value;
       else if (!strcmp(name, "--plan")) c->plan_path = value; /* applied before the other options */
       else known = 0;
     } else if (!known) {
@@ -414,6 +425,9 @@ void plan_cli_init(PlanCli *c, const char *cmd) {
   plan_options_default(&c->opt);
   plan_config_init(&c->cfg, 0, 0, 1);
   c->cfg.par.dp = 0;
+  /* simulate prices the program `fivefold train` builds for the same
+   * flags (the scheduler's order costs); a search prices its own. */
+  c->cfg.order_given = !strcmp(cmd, "simulate");
   c->top = 10;
   c->explore_shift = -1;
 }

@@ -28,6 +28,7 @@ typedef struct PlanCli {
   /* simulate */
   PlanConfig cfg;
   const char *trace_path, *layers_list, *plan_path, *widths_list;
+  const char *program_path; /* simulate --program */
   PlanAccuracyOptions accuracy; /* simulate's layout, recomputation and FLOPs options */
   PlanChoice plan; /* --plan FILE: its model and cluster names live here */
   int explain, quiet;

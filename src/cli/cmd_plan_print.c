@@ -54,7 +54,7 @@ void plan_cli_print_summary(const PlanResult *r, FILE *f) {
 int plan_cli_explain_best(const PlanCli *c, const PlanResult *best, double unreplicated, const ModelConfig *model,
                           const ClusterSpec *cluster, Error *err) {
   /* Simulate the winner again with the exposed-transfer measurement. */
-  PlanSimOptions sim = {1, NULL};
+  PlanSimOptions sim = {.exposed_p2p = 1};
   PlanResult r;
   PlanConfig cfg = best->cfg;
   ClusterSpec view = plan_result_cluster_view(cluster, best);

@@ -470,6 +470,9 @@ typedef struct Prediction {
   char how[768];
   int other_machine;   /* the spec does not describe the machine the trace ran on */
   char warning[1024];
+  /* With a model: "" or a line saying whether the priced program is the
+   * traced one action for action (the per-kind means pair them by id). */
+  char program_note[320];
 } Prediction;
 
 /* Without a model: sched's unit costs (FWD 1, BWD 2, the rest free, free
@@ -495,6 +498,33 @@ static int predict_unit(const TraceRun *run, const TraceReport *rep, Prediction 
            "construction and only the other kinds and the iteration are predictions",
            unit_ms);
   return rc;
+}
+
+/* Whether the program the simulator priced (written to path) is the
+ * traced one action for action: the per-kind means pair them by id, so a
+ * difference (another order of sends, say) is said, with where it starts. */
+static void compare_programs(const SchedProgram *traced, const char *path, Prediction *p) {
+  SchedProgram *priced = NULL;
+  Error err = {0, ""};
+  if (sched_program_read_json(path, &priced, &err)) {
+    snprintf(p->program_note, sizeof p->program_note, "warning: the priced program could not be read back (%s)",
+             err.msg);
+    return;
+  }
+  int d = sched_program_first_difference(traced, priced);
+  if (d < 0) {
+    snprintf(p->program_note, sizeof p->program_note,
+             "program: the priced program is the traced one, action for action (%d actions)", traced->num_actions);
+  } else {
+    char a[96] = "none", b[96] = "none";
+    if (d < traced->num_actions) sched_action_describe(&traced->actions[d], a, sizeof a);
+    if (d < priced->num_actions) sched_action_describe(&priced->actions[d], b, sizeof b);
+    snprintf(p->program_note, sizeof p->program_note,
+             "warning: the priced program differs from the traced one from id %d (traced %s, priced %s): the "
+             "per-kind means pair actions by id",
+             d, a, b);
+  }
+  sched_program_free(priced);
 }
 
 static int json_int(const cJSON *obj, const char *key, int fallback) {
@@ -731,16 +761,22 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
     cfg.warmup_set = sc->warmup_set;
     memcpy(cfg.warmup, sc->warmup, sizeof cfg.warmup);
   }
+  /* The order costs the traced program was built with: the program priced
+   * is then the one that ran, action for action (0: the defaults). */
+  cfg.order_given = 1;
+  cfg.order_fwd_cost = sc->order_fwd_cost;
+  cfg.order_bwd_cost = sc->order_bwd_cost;
   PlanOptions opt;
   plan_options_default(&opt);
   plan_options_from_runtime(&cluster.runtime, 0, &opt, &cfg.dtype);
   if (!rc) rc = apply_run_facts(config, &opt, &cfg.dtype, err);
   check_machine(run, &cluster, p);
-  char pred_path[64];
+  char pred_path[64], prog_path[80];
   snprintf(pred_path, sizeof pred_path, "/tmp/fivefold-compare-%d.json", (int)getpid());
+  snprintf(prog_path, sizeof prog_path, "/tmp/fivefold-compare-%d.program.json", (int)getpid());
   PlanResult res;
   memset(&res, 0, sizeof res);
-  PlanSimOptions sim = {0, pred_path};
+  PlanSimOptions sim = {.trace_path = pred_path, .program_path = prog_path};
   if (!rc) rc = plan_config_finish(&cfg, &model, &cluster, plan_config_world(&cfg), err);
   /* Every group and transfer on the devices the ranks ran on, as
    * `simulate --plan` prices the plan's mapping. */
@@ -777,6 +813,7 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
                        seen, run->program->num_actions);
       trace_run_free(&pred);
     }
+    if (!rc) compare_programs(run->program, prog_path, p);
     p->iteration_ms = res.step_time * 1e3;
     char desc[160], facts[320];
     plan_runtime_facts_describe(&cluster.runtime, facts, sizeof facts);
@@ -788,6 +825,7 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
              facts);
   }
   remove(pred_path);
+  remove(prog_path);
   plan_result_free(&res);
   cluster.device_of_rank = NULL; /* the mapping's, not the spec's */
   cluster_spec_free(&cluster);
@@ -842,6 +880,7 @@ static int cmd_compare(int argc, char **argv) {
            rep.num_iterations == 1 ? "" : "s", run.num_ranks, run.num_ranks == 1 ? "" : "s",
            sched_schedule_name(run.program->config.schedule));
     printf("prediction: %s.\n", p.how);
+    if (p.program_note[0]) printf("%s.\n", p.program_note);
     print_mapping(&mapping, cJSON_IsObject(model));
     if (p.other_machine) {
       printf("warning: %s.\n", p.warning);

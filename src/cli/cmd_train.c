@@ -266,6 +266,17 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
       at += (size_t)snprintf(v + at, sizeof v - at, "%s%d", i ? "," : "", pc.warmup[i]);
     if (train_config_override(cfg, "--warmup", v, err)) return error_wrap(err, "--plan %s", path);
   }
+  /* The order costs the plan's program was priced with, to the last digit:
+   * they place its sends, so the program built is the program priced. */
+  const struct {
+    const char *flag;
+    double value;
+  } order[] = {{"--order-fwd-cost", pc.order_fwd_cost}, {"--order-bwd-cost", pc.order_bwd_cost}};
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    if (order[i].value <= 0) continue;
+    snprintf(v, sizeof v, "%.17g", order[i].value);
+    if (train_config_override(cfg, order[i].flag, v, err)) return error_wrap(err, "--plan %s", path);
+  }
   return 0;
 }
 

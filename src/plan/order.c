@@ -149,6 +149,10 @@ int plan_order_search_explained(PlanResult *r, const ModelConfig *model, const C
 
 void plan_order_print_flags(const PlanConfig *cfg, FILE *f) {
   for (int q = 0; q < cfg->warmup_set; q++) fprintf(f, "%s%d", q ? "," : " --warmup ", cfg->warmup[q]);
+  /* The order costs the program was priced with (simulate's own are the
+   * scheduler's defaults), to the last digit: they place its sends. */
+  if (cfg->par.pp > 1 && cfg->order_fwd_cost > 0 && cfg->order_bwd_cost > 0)
+    fprintf(f, " --order-fwd-cost %.17g --order-bwd-cost %.17g", cfg->order_fwd_cost, cfg->order_bwd_cost);
 }
 
 int plan_order_parse_warmup(const char *text, PlanConfig *cfg, Error *err) {

@@ -48,7 +48,8 @@ void plan_order_explain(const PlanOrderStats *stats, const PlanResult *r, FILE *
 int plan_order_search_explained(PlanResult *r, const ModelConfig *model, const ClusterSpec *cluster,
                                 const PlanOptions *opt, FILE *f, Error *err);
 
-/* " --warmup 4,2,1,0" for a simulate line, nothing without depths. */
+/* " --warmup 4,2,1,0" for a simulate line, nothing without depths, then
+ * the order costs of a pipeline (" --order-fwd-cost 1 --order-bwd-cost 2.07"). */
 void plan_order_print_flags(const PlanConfig *cfg, FILE *f);
 
 /* Parses "4,2,1,0" into cfg's warm-up depths; 0 or -1 with err set. */

@@ -368,4 +368,6 @@ void plan_config_sched(const PlanConfig *cfg, SchedConfig *out) {
   out->microbatches = cfg->microbatches;
   out->warmup_set = cfg->warmup_set;
   memcpy(out->warmup, cfg->warmup, sizeof out->warmup);
+  out->order_fwd_cost = cfg->order_fwd_cost;
+  out->order_bwd_cost = cfg->order_bwd_cost;
 }

@@ -94,6 +94,16 @@ typedef struct PlanConfig {
    * before its first backward; 0: the schedule's own p - r - 1. */
   int warmup_set;
   int warmup[SCHED_MAX_WARMUP_RANKS];
+  /* The relative forward/backward durations the schedule builder places
+   * sends and receives by (SchedConfig.order_fwd_cost/order_bwd_cost): they
+   * decide the program, so the program priced is the program trained only
+   * when both build with the same two. order_given 0 (a search): priced by
+   * plan_simulate as 1 and the stages' backward/forward time, and recorded
+   * in PlanResult.cfg (the plan file carries them, `train --plan` builds
+   * with them); 1: the two as set, 0 meaning the scheduler's defaults
+   * (1 and 2, what `fivefold train` builds without a plan). */
+  int order_given;
+  double order_fwd_cost, order_bwd_cost;
 } PlanConfig;
 
 static inline unsigned plan_config_recompute_modules(const PlanConfig *cfg) {
@@ -101,7 +111,7 @@ static inline unsigned plan_config_recompute_modules(const PlanConfig *cfg) {
 }
 
 /* The schedule part of cfg as a sched configuration (schedule, pp, vpp,
- * micro-batches, warm-up depths); order costs and groups left 0. */
+ * micro-batches, warm-up depths, order costs); groups left 0. */
 void plan_config_sched(const PlanConfig *cfg, SchedConfig *out);
 
 /* The recomputation block `layer` runs under. */

@@ -55,6 +55,34 @@ static int get_string(const Ctx *c, const cJSON *obj, const char *section, const
     if ((x) != 0) return c->err->code;           \
   } while (0)
 
+/* "parallel.order_fwd_cost" and "order_bwd_cost" (optional, both or
+ * neither): the relative durations the pipeline program was built with
+ * (sends placed by them), numbers > 0; 0 in *p when absent. */
+static int read_order_costs(const Ctx *c, const cJSON *par, PlanChoice *p) {
+  static const char *const keys[2] = {"order_fwd_cost", "order_bwd_cost"};
+  double *dst[2] = {&p->order_fwd_cost, &p->order_bwd_cost};
+  const cJSON *v[2];
+  for (int k = 0; k < 2; k++) {
+    *dst[k] = 0;
+    v[k] = cJSON_GetObjectItemCaseSensitive(par, keys[k]);
+    if (v[k] && (!cJSON_IsNumber(v[k]) || !isfinite(v[k]->valuedouble) || v[k]->valuedouble <= 0 ||
+                 v[k]->valuedouble > 1e9))
+      return error_set(c->err, ERR_FORMAT,
+                       "%s: field \"parallel.%s\": expected a number > 0 (the %s's relative duration the "
+                       "pipeline program placed its sends by)",
+                       c->origin, keys[k], k ? "backward" : "forward");
+  }
+  for (int k = 0; k < 2; k++)
+    if (v[k] && !v[1 - k])
+      return error_set(c->err, ERR_FORMAT,
+                       "%s: field \"parallel.%s\": missing, expected a number > 0 with parallel.%s (the two "
+                       "go together)",
+                       c->origin, keys[1 - k], keys[k]);
+  for (int k = 0; k < 2; k++)
+    if (v[k]) *dst[k] = v[k]->valuedouble;
+  return 0;
+}
+
 static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
   static const char *const S = "parallel";
   TRY(get_int(c, par, S, "tp", 1, 0, &p->tp));
@@ -127,6 +155,7 @@ static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
     }
     p->num_warmup = nw;
   }
+  TRY(read_order_costs(c, par, p));
   /* Stage replication (plan/replicate.h): one width per stage, pp x
    * per-stage data parallelism only (the trainer checks the rest). */
   const cJSON *widths = cJSON_GetObjectItemCaseSensitive(par, "stage_widths");

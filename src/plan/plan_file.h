@@ -7,7 +7,8 @@
  *    "model_identity": {"name", "fingerprint", "summary"},
  *    "parallel": {tp, cp, dp, pp, vpp, ep, etp, edp, micro_batch_size,
  *                 global_batch_size, microbatches, schedule, recompute,
- *                 distributed_optimizer, layers_per_stage, stage_widths}, "prediction": {...},
+ *                 distributed_optimizer, layers_per_stage, stage_widths, warmup,
+ *                 order_fwd_cost, order_bwd_cost}, "prediction": {...},
  *    "mapping": {device_of_rank: [...], method, rank_order_step_time_s,
  *                step_time_s, simulations} (optional),
  *    "buckets": {bucket_mb, ...} (optional: the bucket search's size),
@@ -61,6 +62,10 @@ typedef struct PlanChoice {
   int layers_per_stage[PLAN_MAX_STAGES]; /* by virtual stage (chunk x pp + rank) */
   int num_warmup;                        /* "parallel.warmup": 0 (absent) or pp depths */
   int warmup[SCHED_MAX_WARMUP_RANKS];    /* forwards per pipeline rank before its first backward */
+  /* "parallel.order_fwd_cost", "parallel.order_bwd_cost" (optional, both
+   * or neither; 0 when absent: the scheduler's defaults): the relative
+   * durations the priced program placed its sends by (PlanConfig). */
+  double order_fwd_cost, order_bwd_cost;
   double predicted_step_time; /* s; 0 when the file has no prediction */
   double bucket_mb;           /* "buckets.bucket_mb": the searched gradient bucket size; 0 when absent */
   int fuse_swiglu, fuse_bias_gelu; /* "fusion.swiglu", "fusion.bias_gelu": 1 fused, 0 unfused, -1 absent */

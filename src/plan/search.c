@@ -261,7 +261,7 @@ int plan_search(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *
       candidate_config(S, &S->cand[i], &cfg);
       rc = plan_config_finish(&cfg, m, cl, space->gpus, err);
       PlanResult r;
-      PlanSimOptions sim = {1, NULL}; /* measure exposed transfers: the table names the bottleneck */
+      PlanSimOptions sim = {.exposed_p2p = 1}; /* measure exposed transfers: the table names the bottleneck */
       if (!rc) rc = plan_simulate(m, cl, opt, &cfg, &sim, &S->cache, &r, err);
       if (rc) break;
       S->stats.simulated++;

@@ -9,6 +9,7 @@
 #include "plan/buckets.h"
 #include "plan/fusion.h"
 #include "plan/search.h"
+#include "sched/evaluate.h"
 #include "sched/program.h"
 
 #define GIB 1073741824.0
@@ -186,6 +187,13 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
       cJSON *w = cJSON_AddArrayToObject(par, "warmup");
       for (int r = 0; w && r < c->warmup_set; r++) cJSON_AddItemToArray(w, cJSON_CreateNumber(c->warmup[r]));
       bad |= !w;
+    }
+    if (c->par.pp > 1) {
+      /* The relative durations the program's sends were placed by: the
+       * trainer builds with them, so it runs the program priced here. */
+      SchedUnitCosts dflt = sched_unit_costs_default();
+      cJSON_AddNumberToObject(par, "order_fwd_cost", c->order_fwd_cost > 0 ? c->order_fwd_cost : dflt.fwd);
+      cJSON_AddNumberToObject(par, "order_bwd_cost", c->order_bwd_cost > 0 ? c->order_bwd_cost : dflt.bwd);
     }
     if (c->num_stage_widths) {
       /* Stage replication: pipeline stage s on stage_width[s] replicas. */

@@ -381,17 +381,18 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   cfg->num_given_layers = S;
   for (int s = 0; s < S; s++) cfg->layers_per_stage[s] = sc.part.layers[s];
 
+  /* A search places sends for the costs the program is priced with, and
+   * records them (the plan file carries them to the trainer). */
+  if (!cfg->order_given) {
+    double fsum = 0, bsum = 0;
+    for (int s = 0; s < S; s++) fsum += sc.stage[s].fwd_total, bsum += sc.stage[s].bwd_total;
+    cfg->order_fwd_cost = fsum > 0 && bsum > 0 ? 1.0 : 0.0;
+    cfg->order_bwd_cost = fsum > 0 && bsum > 0 ? bsum / fsum : 0.0;
+  }
   SchedConfig sched;
   plan_config_sched(cfg, &sched);
   sched.pp = P;
   sched.vpp = sc.vpp;
-  double fsum = 0, bsum = 0;
-  for (int s = 0; s < S; s++) fsum += sc.stage[s].fwd_total, bsum += sc.stage[s].bwd_total;
-  /* Sends are placed for the costs the program is priced with. */
-  if (fsum > 0 && bsum > 0) {
-    sched.order_fwd_cost = 1.0;
-    sched.order_bwd_cost = bsum / fsum;
-  }
   SchedProgram *prog = NULL;
   /* Stage replication: the program of every replica, its transfers in
    * pieces priced by their sequences (replicate.h). */
@@ -434,6 +435,7 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
     sched_eval_free(&ev_free);
   }
   if (!rc && sim->trace_path) rc = sched_trace_write(prog, &ev, 1e6, sim->trace_path, err);
+  if (!rc && sim->program_path) rc = sched_program_write_json(prog, sim->program_path, err);
   if (rc) goto done;
 
   out->step_time = ev.makespan;

@@ -71,6 +71,7 @@ double plan_stage_costs_lower_bound(const PlanStageCosts *sc, int microbatches);
 typedef struct PlanSimOptions {
   int exposed_p2p;        /* evaluate again with free transfers to measure exposed pipeline transfers */
   const char *trace_path; /* write the predicted timeline as a Chrome trace */
+  const char *program_path; /* write the priced program (sched_program_write_json) */
 } PlanSimOptions;
 
 typedef struct PlanResult {

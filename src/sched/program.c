@@ -328,6 +328,26 @@ nomem:
   return error_set(err, ERR_NOMEM, "sched builder: out of memory finishing the program");
 }
 
+static int same_action(const SchedAction *x, const SchedAction *y) {
+  if (x->rank != y->rank || x->index != y->index || x->kind != y->kind || x->stream != y->stream ||
+      x->microbatch != y->microbatch || x->chunk != y->chunk || x->stage != y->stage || x->peer != y->peer ||
+      x->peer_chunk != y->peer_chunk || x->peer_stage != y->peer_stage || x->match != y->match ||
+      x->bucket != y->bucket || x->layer != y->layer || x->group != y->group || x->seq_begin != y->seq_begin ||
+      x->seq_count != y->seq_count || x->phase != y->phase || x->num_deps != y->num_deps)
+    return 0;
+  for (int d = 0; d < x->num_deps; d++)
+    if (x->deps[d] != y->deps[d]) return 0;
+  return 1;
+}
+
+int sched_program_first_difference(const SchedProgram *a, const SchedProgram *b) {
+  int n = a->num_actions < b->num_actions ? a->num_actions : b->num_actions;
+  for (int i = 0; i < n; i++)
+    if (!same_action(&a->actions[i], &b->actions[i])) return i;
+  if (a->num_actions != b->num_actions || a->num_ranks != b->num_ranks) return n;
+  return -1;
+}
+
 void sched_program_free(SchedProgram *prog) {
   if (!prog) return;
   free(prog->actions);

@@ -231,6 +231,12 @@ int sched_program_parse_text(const SchedConfig *config, const char *text, SchedP
 
 void sched_program_free(SchedProgram *prog);
 
+/* -1 when a and b are the same program action for action (ranks, every
+ * field of every action, its dependencies); else the first id where they
+ * differ (the shorter one's count when one is a prefix of the other). The
+ * configs are not compared: two configs may build one program. */
+int sched_program_first_difference(const SchedProgram *a, const SchedProgram *b);
+
 /* ---- reading ---- */
 
 static inline int sched_action_id(const SchedProgram *prog, int rank, int index) {

@@ -137,6 +137,10 @@ typedef struct TrainConfig {
   int warmup[TRAIN_MAX_STAGES]; /* forwards each pipeline rank runs before its first backward (1f1b,
                                    zb-h1; SchedConfig.warmup); num 0: the schedule's p - r - 1 */
   int num_warmup;
+  /* The relative forward/backward durations the pipeline program places
+   * its sends by (SchedConfig.order_fwd_cost/order_bwd_cost); 0: the
+   * scheduler's 1 and 2. A plan sets the ones it priced (train --plan). */
+  double order_fwd_cost, order_bwd_cost;
   double bucket_mb;          /* gradient bucket size; 0: default (trainer) */
   int overlap_grad_reduce;   /* 1: non-blocking buckets started during backward; 0: blocking at GRAD_REDUCE;
                                 TRAIN_AUTO: chosen at startup (dp_grads_choose_overlap) */
@@ -215,8 +219,11 @@ SchedScheduleKind train_config_schedule(const TrainConfig *cfg);
  * holds neither the embedding nor the head has blocks. origin names the
  * file in messages. */
 int train_config_check_pipeline(const TrainConfig *cfg, const char *origin, Error *err);
-/* parallel.warmup into sc's warm-up depths (one per pipeline rank, or none). */
-int train_config_sched_warmup(const TrainConfig *cfg, SchedConfig *sc, Error *err);
+/* The schedule config the trainer builds its program from, for pp pipeline
+ * ranks with vpp chunks each: the schedule, the micro-batches of a step,
+ * parallel.warmup (one depth per pipeline rank, or none) and the order
+ * costs. `fivefold train` and the tests build from this one place. */
+int train_config_sched(const TrainConfig *cfg, int pp, int vpp, SchedConfig *sc, Error *err);
 /* Part of finalize: trace.steps parses and lies inside the run, and only
  * comes with trace.path. */
 int train_config_check_trace(const TrainConfig *cfg, const char *origin, Error *err);

@@ -45,11 +45,19 @@ SchedScheduleKind train_config_schedule(const TrainConfig *cfg) {
   return cfg->vpp > 1 ? SCHED_SCHEDULE_INTERLEAVED : SCHED_SCHEDULE_1F1B;
 }
 
-int train_config_sched_warmup(const TrainConfig *cfg, SchedConfig *sc, Error *err) {
+int train_config_sched(const TrainConfig *cfg, int pp, int vpp, SchedConfig *sc, Error *err) {
+  memset(sc, 0, sizeof *sc);
+  sc->schedule = train_config_schedule(cfg);
+  sc->pp = pp;
+  sc->vpp = vpp;
+  sc->microbatches = cfg->grad_accum_steps;
+  /* The order costs place the sends: a plan's make this the program it priced. */
+  sc->order_fwd_cost = cfg->order_fwd_cost;
+  sc->order_bwd_cost = cfg->order_bwd_cost;
   if (cfg->num_warmup == 0) return 0;
-  if (cfg->num_warmup != cfg->pp || cfg->num_warmup > SCHED_MAX_WARMUP_RANKS)
-    return error_set(err, ERR_CONFIG, "%d warm-up depths for pp %d: give one per pipeline rank", cfg->num_warmup,
-                     cfg->pp);
+  if (cfg->num_warmup != pp || cfg->num_warmup > SCHED_MAX_WARMUP_RANKS)
+    return error_set(err, ERR_CONFIG, "parallel.warmup: %d warm-up depths for pp %d: give one per pipeline rank",
+                     cfg->num_warmup, pp);
   sc->warmup_set = cfg->num_warmup;
   memcpy(sc->warmup, cfg->warmup, (size_t)cfg->num_warmup * sizeof *cfg->warmup);
   return 0;
@@ -59,9 +67,8 @@ int train_config_check_pipeline(const TrainConfig *cfg, const char *origin, Erro
   if (cfg->vpp > 1 && cfg->pp < 2)
     return error_set(err, ERR_CONFIG, "%s: parallel.vpp %d needs pp >= 2 (model chunks interleave over pipeline ranks)",
                      origin, cfg->vpp);
-  SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = cfg->pp, .vpp = cfg->vpp,
-                    .microbatches = cfg->grad_accum_steps};
-  if (train_config_sched_warmup(cfg, &sc, err)) return error_wrap(err, "%s: parallel.warmup", origin);
+  SchedConfig sc;
+  if (train_config_sched(cfg, cfg->pp, cfg->vpp, &sc, err)) return error_wrap(err, "%s", origin);
   int rc = sched_config_validate(&sc, err);
   if (rc)
     return error_wrap(err, "%s: parallel.schedule %s with pp %d, vpp %d and %d micro-batches per step", origin,

@@ -113,8 +113,8 @@ int trainer_replication_layout(Trainer *tr, Error *err) {
   tr->dp_group = &x->group;
   tr->pp_group = comm_world();
   tr->tp_group = tr->mp_group = NULL;
-  SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = x->r.stages, .vpp = 1,
-                    .microbatches = cfg->grad_accum_steps};
+  SchedConfig sc;
+  if ((rc = train_config_sched(cfg, x->r.stages, 1, &sc, err))) return rc;
   rc = sched_build_replicated(&sc, &x->r, &tr->prog, err);
   return rc ? error_wrap(err, "parallel.stage_widths") : 0;
 }

@@ -341,8 +341,8 @@ static int create_layout(Trainer *tr, Error *err) {
   /* Armed before the first collective of the run; every rank reads the same value. */
   if (tr->world > 1 && (rc = comm_set_collective_timeout(cfg->collective_timeout_s, err))) return rc;
   if (tr->world > 1 && (rc = setup_grid(tr, err))) return rc;
-  SchedConfig sc = {.schedule = train_config_schedule(cfg), .pp = tr->pp, .vpp = tr->vpp, .microbatches = accum};
-  if ((rc = train_config_sched_warmup(cfg, &sc, err))) return rc;
+  SchedConfig sc;
+  if ((rc = train_config_sched(cfg, tr->pp, tr->vpp, &sc, err))) return rc;
   return sched_build(&sc, &tr->prog, err);
 }
 

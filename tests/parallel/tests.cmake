@@ -46,6 +46,15 @@ add_test(NAME parallel.trace_mapping
          COMMAND bash ${PARALLEL_TEST_DIR}/trace_mapping_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(parallel.trace_mapping PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                      ENVIRONMENT "${PARALLEL_MPI_ENV}")
+# The program priced is the program trained (tests/parallel/trace_order_test.sh):
+# the planner's zero-bubble plan for PP4 on 4 ranks, its order costs carried
+# by the plan file, run by `train --plan` action for action as `simulate
+# --plan` priced it, and priced so by `trace compare`; without a plan, the
+# same flags build one program in both.
+add_test(NAME parallel.trace_order
+         COMMAND bash ${PARALLEL_TEST_DIR}/trace_order_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.trace_order PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")
 # MoE parallel folding and context parallelism (tests/parallel/fold_test.sh):
 # EP, EP x ETP, TP attention folded onto EP, TP x CP attention with EP4 MoE,
 # CP (dense, MoE), PP x EP, TP x PP x EP on 8 ranks and both dispatchers

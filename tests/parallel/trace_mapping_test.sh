@@ -37,9 +37,9 @@ JSON
   --min-pp 4 --max-tp 1 --max-cp 1 --mbs-list 2 --recompute-list none --out plan.json >plan.log 2>&1 ||
   { cat plan.log; fail "fivefold plan"; finish trace_mapping_test; }
 # The same plan in rank order and with every pipeline transfer across
-# nodes, pinned to 1F1B with its default warm-up (the order both the
-# trainer and the simulator build action by action, so that the per-kind
-# means are comparable as well as the iteration).
+# nodes, pinned to 1F1B with its default warm-up (the figures of
+# docs/tracing.md; the planner's own zero-bubble order, its order costs
+# carried from plan to trainer, is trace_order_test.sh's).
 $PY - <<'PY' || fail "writing the plans"
 import json
 p = json.load(open("plan.json"))
@@ -91,6 +91,8 @@ for kind in mapped order; do
   echo "$kind: simulate --plan: $(tr '\n' ' ' <"want-$kind.txt")"
   echo "$kind: trace compare:   $(tr '\n' ' ' <"got-$kind.txt")"
   grep '^device mapping' "compare-$kind.txt"
+  grep -q '^program: the priced program is the traced one, action for action' "compare-$kind.txt" ||
+    fail "$kind: trace compare did not price the traced program"
   cmp -s "want-$kind.txt" "got-$kind.txt" ||
     { cat "compare-$kind.txt"; fail "$kind: trace compare's prediction is not simulate --plan's"; }
 done

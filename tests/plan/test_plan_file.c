@@ -80,6 +80,14 @@ static void test_reads_what_the_planner_writes(void **state) {
   }
   assert_int_equal(total, 32);
   assert_true(p.predicted_step_time > 0);
+  /* The order costs the search priced the program with (1 and the stages'
+   * backward/forward time), recorded in the result and read back exactly:
+   * `train --plan` builds its program with them. */
+  assert_int_equal(c.order_given, 0);
+  assert_true(c.order_fwd_cost == 1.0);
+  assert_true(c.order_bwd_cost > 1.0 && c.order_bwd_cost != 2.0);
+  assert_true(p.order_fwd_cost == c.order_fwd_cost);
+  assert_true(p.order_bwd_cost == c.order_bwd_cost);
   unlink(g_path);
 }
 
@@ -141,6 +149,11 @@ static void gpus_misfit(cJSON *r) { set_num(r, "gpus", 32); }
 static void moe_misfit(cJSON *r) { set_num(par(r), "edp", 4); }
 static void bad_dtype(cJSON *r) { set_str(r, "dtype", "int4"); }
 static void no_seq(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(r, "seq_length"); }
+static void order_bwd_string(cJSON *r) { set_str(par(r), "order_bwd_cost", "2"); }
+static void order_bwd_zero(cJSON *r) { set_num(par(r), "order_bwd_cost", 0); }
+static void order_fwd_negative(cJSON *r) { set_num(par(r), "order_fwd_cost", -1); }
+static void order_fwd_alone(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(par(r), "order_bwd_cost"); }
+static void order_bwd_alone(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(par(r), "order_fwd_cost"); }
 
 static void test_bad_fields(void **state) {
   (void)state;
@@ -166,6 +179,11 @@ static void test_bad_fields(void **state) {
   expect_error(moe_misfit, "parallel.etp x ep x edp x pp");
   expect_error(bad_dtype, "\"dtype\"");
   expect_error(no_seq, "\"seq_length\"");
+  expect_error(order_bwd_string, "\"parallel.order_bwd_cost\": expected a number > 0");
+  expect_error(order_bwd_zero, "\"parallel.order_bwd_cost\": expected a number > 0");
+  expect_error(order_fwd_negative, "\"parallel.order_fwd_cost\": expected a number > 0");
+  expect_error(order_fwd_alone, "\"parallel.order_bwd_cost\": missing");
+  expect_error(order_bwd_alone, "\"parallel.order_fwd_cost\": missing");
 
   /* Not JSON, and no file at all. */
   FILE *f = fopen(g_path, "w");
@@ -231,6 +249,13 @@ static void test_full_recompute(void **state) {
   assert_int_equal(plan_file_from_json(root, "old-plan.json", &p, &err), 0);
   assert_int_equal(p.recompute_method, 0);
   assert_int_equal(p.recompute_num_layers, 1);
+  /* A plan without order costs (written before they were) reads as 0, 0:
+   * the scheduler's defaults. */
+  assert_non_null(cJSON_GetObjectItemCaseSensitive(par(root), "order_bwd_cost"));
+  cJSON_DeleteItemFromObjectCaseSensitive(par(root), "order_fwd_cost");
+  cJSON_DeleteItemFromObjectCaseSensitive(par(root), "order_bwd_cost");
+  assert_int_equal(plan_file_from_json(root, "old-plan.json", &p, &err), 0);
+  assert_true(p.order_fwd_cost == 0 && p.order_bwd_cost == 0);
   cJSON_AddStringToObject(par(root), "recompute_method", "block");
   assert_int_equal(plan_file_from_json(root, "old-plan.json", &p, &err), 0);
   assert_int_equal(p.recompute_method, 1);

@@ -104,7 +104,7 @@ static void test_mfu_and_breakdown(void **state) {
   plan_config_init(&c, 4096, 64, 1);
   c.par.tp = 2, c.par.pp = 4, c.par.ep = 4, c.par.etp = 1, c.par.dp = 0;
   c.distributed_optimizer = 1;
-  PlanSimOptions sim = {1, NULL};
+  PlanSimOptions sim = {.exposed_p2p = 1};
   PlanResult r = run(&m, &cl, &o, &c, 32, &sim);
   double flops = model_flops_per_sequence(&m, 4096) * 64;
   assert_true(fabs(r.model_flops - flops) <= 1e-9 * flops);
@@ -144,7 +144,7 @@ static void test_costs_move_the_step(void **state) {
   PlanConfig c;
   pipeline_config(&c, 4, 1, 8, SCHED_SCHEDULE_1F1B);
   c.global_batch_size = 64; /* dp 8 x 8 micro-batches over 32 GPUs: pipeline groups cross nodes */
-  PlanSimOptions sim = {1, NULL};
+  PlanSimOptions sim = {.exposed_p2p = 1};
   PlanResult base = run(&m, &cl, &o, &c, 32, &sim);
   assert_true(base.breakdown.t[PLAN_COMP_PP_COMM] > 0);
 
@@ -211,7 +211,7 @@ static void test_trace_written(void **state) {
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   close(fd);
-  PlanSimOptions sim = {0, path};
+  PlanSimOptions sim = {.trace_path = path};
   PlanResult r = run(&m, &cl, &o, &c, 2, &sim);
   FILE *f = fopen(path, "rb");
   assert_non_null(f);

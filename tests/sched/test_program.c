@@ -318,6 +318,40 @@ static void test_json_errors(void **state) {
   assert_non_null(strstr(err.msg, "/nonexistent/dir/prog.json"));
 }
 
+/* sched_program_first_difference: -1 for one program built twice or read
+ * back from JSON; the first id that differs otherwise. zb-h1 on 4 ranks
+ * with warm-up 4 3 2 2 places rank 1's last activation send elsewhere
+ * (id 33) when the order costs are 1 and 1.6 instead of 1 and 2. */
+static void test_first_difference(void **state) {
+  (void)state;
+  SchedConfig c = make_cfg(SCHED_SCHEDULE_ZB_H1, 4, 1, 4);
+  c.warmup_set = 4;
+  const int depths[4] = {4, 3, 2, 2};
+  memcpy(c.warmup, depths, sizeof depths);
+  SchedProgram *a = NULL, *b = NULL, *priced = NULL, *back = NULL;
+  assert_int_equal(sched_build(&c, &a, NULL), ERR_OK);
+  assert_int_equal(sched_build(&c, &b, NULL), ERR_OK);
+  assert_int_equal(sched_program_first_difference(a, b), -1);
+  cJSON *j = sched_program_to_json(a);
+  assert_non_null(j);
+  assert_int_equal(sched_program_from_json(j, &back, NULL), ERR_OK);
+  cJSON_Delete(j);
+  assert_int_equal(sched_program_first_difference(a, back), -1);
+  c.order_fwd_cost = 1.0, c.order_bwd_cost = 1.6;
+  assert_int_equal(sched_build(&c, &priced, NULL), ERR_OK);
+  assert_int_equal(priced->num_actions, a->num_actions);
+  assert_int_equal(sched_program_first_difference(a, priced), 33);
+  assert_int_equal(sched_program_first_difference(priced, a), 33);
+  sched_program_free(b);
+  b = build(SCHED_SCHEDULE_1F1B, 4, 1, 3); /* fewer actions, another order */
+  int d = sched_program_first_difference(a, b);
+  assert_true(d >= 0 && d <= b->num_actions);
+  sched_program_free(a);
+  sched_program_free(b);
+  sched_program_free(priced);
+  sched_program_free(back);
+}
+
 static void test_print_table(void **state) {
   (void)state;
   SchedProgram *prog = build(SCHED_SCHEDULE_1F1B, 2, 1, 2);
@@ -341,7 +375,7 @@ int main(void) {
       cmocka_unit_test(test_labels_and_describe), cmocka_unit_test(test_builder),
       cmocka_unit_test(test_text_round_trip), cmocka_unit_test(test_text_errors),
       cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_errors),
-      cmocka_unit_test(test_print_table),
+      cmocka_unit_test(test_print_table), cmocka_unit_test(test_first_difference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
