@@ -57,6 +57,16 @@ static void norm_rows(const Model *m, float *out, float *rstd, const float *x, c
     OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(out, rstd, x, w, rows, C, m->cfg.rms_norm_eps));
 }
 
+/* x_out = res + y (+ bias), and its norm into out: the residual add and
+ * the norm after it, as one kernel or not (kern/fusion.h: norm_residual). */
+static void add_norm_rows(const Model *m, float *x_out, float *out, float *rstd, const float *res, const float *y,
+                          const float *bias, const float *w, const float *b, int rows, int C) {
+  if (b)
+    OP_PROBED(OP_PROBE_NORM, add_layernorm_forward(x_out, out, rstd, res, y, bias, w, b, rows, C, m->cfg.rms_norm_eps));
+  else
+    OP_PROBED(OP_PROBE_NORM, add_rmsnorm_forward(x_out, out, rstd, res, y, bias, w, rows, C, m->cfg.rms_norm_eps));
+}
+
 /* The parameter at offset o, or NULL when the model has none there. */
 static const float *param_or_null(const Model *m, size_t o) { return o == NO_TENSOR ? NULL : m->params + o; }
 static float *grad_or_null(const Model *m, size_t o) { return o == NO_TENSOR ? NULL : m->grads + o; }
@@ -70,11 +80,23 @@ static void norm_forward_gathered(const Model *m, const ModelActs *A, float *gat
   if (A->tp > 1) tp_allgather_rows(m, gathered, out, A->Nl, A->C);
 }
 
+/* add_norm_rows on this rank's rows, the norm all-gathered as above. */
+static void add_norm_forward_gathered(const Model *m, const ModelActs *A, float *gathered, float *rstd, float *x_out,
+                                      const float *res, const float *y, const float *bias, const float *w,
+                                      const float *b) {
+  float *out = A->tp > 1 ? A->s->ln_local : gathered;
+  add_norm_rows(m, x_out, out, rstd, res, y, bias, w, b, A->Nl, A->C);
+  if (A->tp > 1) tp_allgather_rows(m, gathered, out, A->Nl, A->C);
+}
+
 /* dx += d/dx and dw += d/dw of a norm over this rank's rows; under TP the
  * weight's gradient is summed over the group first (each rank saw only its
- * rows) so every rank holds the full one. */
-static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *dw, float *db, const float *dout,
-                          const float *x, const float *w, const float *rstd) {
+ * rows) so every rank holds the full one. residual: dx is the residual
+ * stream's gradient and the add of the norm's input gradient to it is the
+ * fused-or-not kind (kern/fusion.h: norm_residual); the final norm's dx
+ * starts at zero and always takes the plain accumulating kernel. */
+static void norm_backward(const Model *m, const ModelActs *A, int residual, float *dx, float *dw, float *db,
+                          const float *dout, const float *x, const float *w, const float *rstd) {
   const size_t C = (size_t)A->C;
   float *gw = dw, *gb = db;
   if (A->tp > 1) {
@@ -82,8 +104,13 @@ static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *
     gw = A->s->norm_dw;
     gb = A->s->norm_dw + C;
   }
-  if (db)
+  float *tmp = A->s->norm_dx;
+  if (db && residual)
+    OP_PROBED(OP_PROBE_NORM, add_layernorm_backward(dx, tmp, gw, gb, dout, x, w, rstd, A->Nl, A->C));
+  else if (db)
     OP_PROBED(OP_PROBE_NORM, layernorm_backward(dx, gw, gb, dout, x, w, rstd, A->Nl, A->C));
+  else if (residual)
+    OP_PROBED(OP_PROBE_NORM, add_rmsnorm_backward(dx, tmp, gw, dout, x, w, rstd, A->Nl, A->C));
   else
     OP_PROBED(OP_PROBE_NORM, rmsnorm_backward(dx, gw, dout, x, w, rstd, A->Nl, A->C));
   if (A->tp == 1) return;
@@ -210,14 +237,15 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
     OP_PROBED(OP_PROBE_ROPE, rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
   }
   if (attention_core_forward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
-  if (A->tp == 1) {
-    vec_copy(la->res_mlp, la->res_attn, NC);
-    OP_PROBED_GEMM(N, C, A->QD, linear_forward(la->res_mlp, la->att, P + t->wo, N, A->QD, C, 1));
-  } else {
-    OP_PROBED_GEMM(N, C, A->QD, linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0));
-    add_reduce_scattered(m, A, la->res_mlp, la->res_attn, S->full);
+  /* The output projection y of this rank's rows (summed over TP); the
+   * residual add res_mlp = res_attn + y (+ bo) runs with the MLP's norm. */
+  OP_PROBED_GEMM(N, C, A->QD, linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0));
+  const float *y = S->full;
+  if (A->tp > 1) {
+    tp_reduce_scatter_rows(m, S->dln_local, S->full, A->Nl, C);
+    y = S->dln_local;
   }
-  if (t->bo != NO_TENSOR) bias_add_rows(la->res_mlp, P + t->bo, A->Nl, C);
+  const float *bo = param_or_null(m, t->bo);
 
   float *out = l + 1 < A->layer_end ? A->layers[l + 1].res_attn : A->final_in;
   /* A rerun leaves the next block's input (or the chunk's output, maybe
@@ -225,7 +253,7 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
   if (A->recomputing && l == la->rc_end - 1) out = S->rc_out;
   if (is_moe(A, m, l) && A->moe_folded) {
     /* The dispatcher takes this rank's own rows: no gather. */
-    OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, A->Nl, C, m->cfg.rms_norm_eps));
+    add_norm_rows(m, la->res_mlp, la->ln2, la->rstd2, la->res_attn, y, bo, P + t->mlp_norm, NULL, A->Nl, C);
     vec_copy(out, la->res_mlp, NlC);
     double layer_aux = 0, layer_z = 0;
     if (moe_folded_forward(m, A, la, t, out, &layer_aux, &layer_z, err)) return err ? err->code : ERR_INTERNAL;
@@ -237,7 +265,8 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
     A->dropped[l] = A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.perm.dropped : la->ag.perm.dropped;
     return 0;
   }
-  norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, param_or_null(m, t->mlp_norm_bias));
+  add_norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, la->res_attn, y, bo, P + t->mlp_norm,
+                            param_or_null(m, t->mlp_norm_bias));
   if (gpt2) {
     float *dst = A->tp == 1 ? out : S->full;
     if (A->tp == 1) vec_copy(out, la->res_mlp, NC);
@@ -314,7 +343,7 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     }
     dln = scattered_grad(m, A, S->dln);
   }
-  norm_backward(m, A, A->dres, G + t->mlp_norm, grad_or_null(m, t->mlp_norm_bias), dln, la->res_mlp, P + t->mlp_norm,
+  norm_backward(m, A, 1, A->dres, G + t->mlp_norm, grad_or_null(m, t->mlp_norm_bias), dln, la->res_mlp, P + t->mlp_norm,
                 la->rstd2);
 
   const float *datt_out = gathered_grad(m, A, A->dres);
@@ -361,7 +390,7 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     vec_acc(G + t->wv, gv, (size_t)A->KVD * C);
   }
   dln = scattered_grad(m, A, S->dln);
-  norm_backward(m, A, A->dres, G + t->attn_norm, grad_or_null(m, t->attn_norm_bias), dln, la->res_attn,
+  norm_backward(m, A, 1, A->dres, G + t->attn_norm, grad_or_null(m, t->attn_norm_bias), dln, la->res_attn,
                 P + t->attn_norm, la->rstd1);
   return 0;
 }
@@ -547,7 +576,7 @@ int chunk_backward_pass(Model *m, int chunk, int slot, const float *dy, int defe
   if (A->has_head) {
     OP_PROBE_LAYER(-1);
     vec_zero(A->dres, NlC);
-    norm_backward(m, A, A->dres, m->grads + A->final_norm, grad_or_null(m, A->final_norm_bias), A->dlnf, A->final_in,
+    norm_backward(m, A, 0, A->dres, m->grads + A->final_norm, grad_or_null(m, A->final_norm_bias), A->dlnf, A->final_in,
                   m->params + A->final_norm, A->rstdf);
     if (!defer) grads_ready(m, A->final_norm, A->param_end);
   } else {

@@ -177,8 +177,12 @@ typedef struct PlanOptions {
    * default). 0 prices the unfused chain by its extra memory traffic, each
    * intermediate written and read again (cost_layer.c): SwiGLU 2 elements
    * of [tokens, ffn] forward and 8 backward (its chain and the recomputed
-   * activation), bias + GeLU 1 forward and 1 backward. */
-  int fuse_swiglu, fuse_bias_gelu;
+   * activation), bias + GeLU 1 forward and 1 backward. fuse_norm_residual
+   * 0: the residual add before the MLP's norm and the norm as separate
+   * kernels, 1 element of [tokens, hidden] more forward (3 with GPT-2's
+   * attention-output bias, its own pass), and in backward both norms' input
+   * gradients written and read back before their residual adds, 2 each. */
+  int fuse_swiglu, fuse_bias_gelu, fuse_norm_residual;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);
