@@ -120,6 +120,8 @@ struct ModelActs {
   int weights_pending;  /* a split backward's weight-gradient pass is due */
   int rc_method, rc_num; /* ModelShard.recompute_method, recompute_num_layers */
   int recomputing;       /* set while a backward reruns a group's forward: no statistics written */
+  int norm_done;         /* the block (or layer_end: the final norm) whose input norm the block before it
+                            computed with its residual add (model_pass.c); -1 none */
   float grad_scale;
   int *tokens, *pos; /* [N] */
   float *rope_cos, *rope_sin; /* [max_T, D/2] */

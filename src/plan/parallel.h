@@ -178,10 +178,11 @@ typedef struct PlanOptions {
    * intermediate written and read again (cost_layer.c): SwiGLU 2 elements
    * of [tokens, ffn] forward and 8 backward (its chain and the recomputed
    * activation), bias + GeLU 1 forward and 1 backward. fuse_norm_residual
-   * 0: the residual add before the MLP's norm and the norm as separate
-   * kernels, 1 element of [tokens, hidden] more forward (3 with GPT-2's
-   * attention-output bias, its own pass), and in backward both norms' input
-   * gradients written and read back before their residual adds, 2 each. */
+   * 0: each of a block's two residual adds and the norm after it as
+   * separate kernels, 1 element of [tokens, hidden] more forward each (3
+   * with a projection bias, its own pass: GPT-2 has two), and in backward
+   * both norms' input gradients written and read back before their residual
+   * adds, 2 each. */
   int fuse_swiglu, fuse_bias_gelu, fuse_norm_residual;
 } PlanOptions;
 

@@ -81,7 +81,7 @@ static const FieldSpec FIELDS[] = {
      "1 (default): GPT-2's fc bias add and GeLU (and their gradients) as one kernel; 0: separate kernels "
      "(bit-identical results)"},
     {"training", "fuse_norm_residual", "--fuse-norm-residual", "0|1", FIELD_INT, OFF(fuse_norm_residual), 0, 1, 0, 0,
-     "1 (default): a block's residual add and the norm after it (and in backward the residual gradient and the "
+     "1 (default): each residual add and the norm after it (and in backward the residual gradient and the "
      "norm's input gradient) as one kernel; 0: separate kernels (bit-identical results)"},
     {"training", "nonfinite", NULL, "NAME", FIELD_TEXT, OFF(nonfinite), 0, 0, 0, 0,
      "a non-finite loss or gradient: skip (the step, weights untouched) | stop (the run, with an error)"},

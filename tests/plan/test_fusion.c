@@ -2,8 +2,9 @@
  * and bias + GeLU chains cost exactly their extra memory traffic (SwiGLU 2
  * elements of [tokens, ffn] forward and 8 backward, bias + GeLU 1 and 1, at
  * the memory bandwidth), in dense layers and in experts, and the unfused
- * residual add + norm 1 element of [tokens, hidden] forward (3 with the
- * attention-output bias of GPT-2) and 4 backward, in dense and MoE layers;
+ * residual adds + norms 2 elements of [tokens, hidden] forward (6 with
+ * GPT-2's attention-output and proj biases) and 4 backward, in dense and
+ * MoE layers;
  * the search
  * simulates only the model's own switch, picks the variant the pricing
  * makes faster, and prices the unfused variant's step as fused + the
@@ -108,10 +109,10 @@ static void test_extra_traffic(void **state) {
   assert_true(fb == fa && bb == ba);
 }
 
-/* The residual add + norm unfused: N x hidden fp32 values at BW, forward 1
- * (3 with GPT-2's attention-output bias: 2 x 128 tokens x 32 x 4 B x 3 =
- * 98304 B, 9.8304 us at 10 GB/s) and backward 4 (2 per norm: 131072 B,
- * 13.1072 us). */
+/* The residual adds + norms unfused: N x hidden fp32 values at BW, forward
+ * 1 for each of the two adds (3 each with GPT-2's biases: 2 x 128 tokens x
+ * 32 x 4 B x 6 = 196608 B, 19.6608 us at 10 GB/s) and backward 4 (2 per
+ * norm: 131072 B, 13.1072 us). */
 static void test_norm_residual_traffic(void **state) {
   (void)state;
   ClusterSpec cl;
@@ -123,24 +124,24 @@ static void test_norm_residual_traffic(void **state) {
   config(&c, &m, &cl);
   elementwise_n(&m, &cl, &c, 1, 1, 1, 0, &fa, &ba);
   elementwise_n(&m, &cl, &c, 1, 1, 0, 0, &fb, &bb);
-  assert_close(fb - fa, 4 * 1 * N * m.hidden_size / BW);
+  assert_close(fb - fa, 4 * 2 * N * m.hidden_size / BW);
   assert_close(bb - ba, 4 * 4 * N * m.hidden_size / BW);
   ModelConfig e = plan_test_tiny_moe(); /* the MoE layer's norm too */
   config(&c, &e, &cl);
   elementwise_n(&e, &cl, &c, 1, 1, 1, 0, &fa, &ba);
   elementwise_n(&e, &cl, &c, 1, 1, 0, 0, &fb, &bb);
   assert_true(e.is_moe_layer[0]);
-  assert_close(fb - fa, 4 * 1 * N * e.hidden_size / BW);
+  assert_close(fb - fa, 4 * 2 * N * e.hidden_size / BW);
   assert_close(bb - ba, 4 * 4 * N * e.hidden_size / BW);
   ModelConfig g;
   assert_int_equal(plan_test_load_model(&g, "tiny/gpt2"), 0);
   config(&c, &g, &cl);
   elementwise_n(&g, &cl, &c, 1, 1, 1, 0, &fa, &ba);
   elementwise_n(&g, &cl, &c, 1, 1, 0, 0, &fb, &bb);
-  assert_close(fb - fa, 4 * 3 * N * g.hidden_size / BW);
+  assert_close(fb - fa, 4 * 6 * N * g.hidden_size / BW);
   assert_close(bb - ba, 4 * 4 * N * g.hidden_size / BW);
   assert_int_equal(g.hidden_size, 32);
-  assert_close(fb - fa, 9.8304e-6);
+  assert_close(fb - fa, 19.6608e-6);
   assert_close(bb - ba, 13.1072e-6);
 }
 
@@ -166,8 +167,8 @@ static void test_choice_follows_pricing(void **state) {
   assert_true(f.swiglu == 1 && chosen.fuse_swiglu == 1 && f.norm_residual == 1 && chosen.fuse_norm_residual == 1);
   assert_true(f.step_time < f.unfused_step_time);
   /* The unfused step: every layer's extra traffic, forward and backward, per
-   * micro-batch: SwiGLU 2 + 8 values of [N, ffn], the norms 1 + 4 of [N, hidden]. */
-  double N = 2 * 128, swiglu = 4 * 10 * N * m.intermediate_size / BW, norm = 4 * 5 * N * m.hidden_size / BW;
+   * micro-batch: SwiGLU 2 + 8 values of [N, ffn], the norms 2 + 4 of [N, hidden]. */
+  double N = 2 * 128, swiglu = 4 * 10 * N * m.intermediate_size / BW, norm = 4 * 6 * N * m.hidden_size / BW;
   assert_close(f.unfused_step_time - f.step_time, m.num_layers * 2 * (swiglu + norm));
   assert_close(f.step_time_of[1][1][0] - f.step_time, m.num_layers * 2 * norm);
   assert_close(f.step_time_of[0][1][1] - f.step_time, m.num_layers * 2 * swiglu);
@@ -182,7 +183,7 @@ static void test_choice_follows_pricing(void **state) {
   search(&g, &cl, &f, &chosen);
   assert_true(!f.has_swiglu && f.has_bias_gelu && f.simulations == 4 && f.bias_gelu == 1 && f.norm_residual == 1);
   assert_close(f.unfused_step_time - f.step_time,
-               g.num_layers * 2 * (4 * 2 * N * g.intermediate_size / BW + 4 * 7 * N * g.hidden_size / BW));
+               g.num_layers * 2 * (4 * 2 * N * g.intermediate_size / BW + 4 * 10 * N * g.hidden_size / BW));
 }
 
 static void test_plan_file_fusion(void **state) {

@@ -2,7 +2,8 @@
 # The fused elementwise kernels as a runtime switch (kern/fusion.h): a
 # SwiGLU model trained with --fuse-swiglu 0 and a GPT-2 with
 # --fuse-bias-gelu 0, and both with --fuse-norm-residual 0 (RMSNorm and
-# LayerNorm after the residual add), end bit for bit where the fused runs do (identical
+# LayerNorm after the residual adds; the SwiGLU model also under full
+# recomputation), end bit for bit where the fused runs do (identical
 # model and optimizer files, identical losses: the unfused chains run the
 # same float operations in the same order), the resolved config records
 # the switch, and `fivefold train --plan` applies a plan's "fusion"
@@ -41,6 +42,8 @@ switch_is gpt2-unfused fuse_bias_gelu 0
 train 0 dense-unfused-norm dense --fuse-norm-residual 0 && identical dense-unfused-norm dense-fused
 switch_is dense-fused fuse_norm_residual 1
 switch_is dense-unfused-norm fuse_norm_residual 0
+# with recomputation: the rerun blocks compute their own norms
+train 0 dense-unfused-norm-rc dense --fuse-norm-residual 0 --recompute full && identical dense-unfused-norm-rc dense-fused
 train 0 gpt2-unfused-norm gpt2 --fuse-norm-residual 0 && identical gpt2-unfused-norm gpt2-fused
 train 0 gpt2-unfused-all gpt2 --fuse-norm-residual 0 --fuse-bias-gelu 0 && identical gpt2-unfused-all gpt2-fused
 
