@@ -145,6 +145,7 @@ static int apply_plan_option(int argc, char **argv, PlanCli *c) {
   memcpy(c->cfg.stage_width, pc->stage_width, (size_t)pc->num_stage_widths * sizeof(int));
   if (pc->fuse_swiglu >= 0) c->opt.fuse_swiglu = pc->fuse_swiglu, c->fusion_given = 1;
   if (pc->fuse_bias_gelu >= 0) c->opt.fuse_bias_gelu = pc->fuse_bias_gelu, c->fusion_given = 1;
+  if (pc->fuse_norm_residual >= 0) c->opt.fuse_norm_residual = pc->fuse_norm_residual, c->fusion_given = 1;
   return 0;
 }
 

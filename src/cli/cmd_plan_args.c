@@ -43,10 +43,10 @@ static void common_help(FILE *f) {
           "                           (Megatron-Core); default: the spec's runtime facts, else the latter\n"
           "  --attention-unfused      attention as two GEMMs over the full score matrix with softmax and\n"
           "                           dropout between (Megatron-LM before flash attention)\n"
-          "  --fuse-swiglu 0|1, --fuse-bias-gelu 0|1\n"
-          "                           price the fused (1, default) or unfused (0) SwiGLU / GPT-2 bias + GeLU\n"
-          "                           kernels (the unfused by their extra memory traffic); plan searches both\n"
-          "                           unless given\n"
+          "  --fuse-swiglu 0|1, --fuse-bias-gelu 0|1, --fuse-norm-residual 0|1\n"
+          "                           price the fused (1, default) or unfused (0) SwiGLU / GPT-2 bias + GeLU /\n"
+          "                           residual add + norm kernels (the unfused by their extra memory traffic);\n"
+          "                           plan searches both unless given\n"
           "  -h, --help               show this help\n");
 }
 
@@ -192,7 +192,8 @@ static const char *const kCommonOptions[] = {
     "--model", "--cluster", "--gpus", "--seq", "--global-batch", "--dtype", "--moe-imbalance", "--expert-load",
     "--tp-overlap", "--cp-overlap", "--ep-overlap", "--dp-overlap", "--param-gather-overlap", "--bucket-params",
     "--dropless-sync-us", "--algo", "--distributed-optimizer", "--explain", "--moe-tp-replicated",
-    "--no-moe-tp-replicated", "--attention-unfused", "--fuse-swiglu", "--fuse-bias-gelu", "--help"};
+    "--no-moe-tp-replicated", "--attention-unfused", "--fuse-swiglu", "--fuse-bias-gelu",
+    "--fuse-norm-residual", "--help"};
 static const char *const kSimulateOptions[] = {"--plan", "--tp", "--cp", "--pp", "--vpp", "--ep", "--etp", "--mbs",
                                                "--recompute", "--schedule", "--dispatcher", "--layers-per-stage",
                                                "--trace", "--quiet", "--search-buckets", "--stage-widths", "--warmup",
@@ -290,7 +291,8 @@ int plan_cli_parse_args(int argc, char **argv, PlanCli *c, int simulate) {
     } else if (!strcmp(name, "--param-gather-overlap")) {
       rc = parse_fraction(c, name, value, 0, 1, &c->opt.param_gather_overlap);
       c->given |= PLAN_GIVEN_PARAM_GATHER;
-    } else if (!strcmp(name, "--fuse-swiglu") || !strcmp(name, "--fuse-bias-gelu")) {
+    } else if (!strcmp(name, "--fuse-swiglu") || !strcmp(name, "--fuse-bias-gelu") ||
+               !strcmp(name, "--fuse-norm-residual")) {
       int v = 0;
       rc = parse_int(c, name, value, 0, &v);
       if (!rc && v > 1) {
@@ -298,7 +300,8 @@ int plan_cli_parse_args(int argc, char **argv, PlanCli *c, int simulate) {
         rc = -1;
       }
       if (!strcmp(name, "--fuse-swiglu")) c->opt.fuse_swiglu = v;
-      else c->opt.fuse_bias_gelu = v;
+      else if (!strcmp(name, "--fuse-bias-gelu")) c->opt.fuse_bias_gelu = v;
+      else c->opt.fuse_norm_residual = v;
       c->fusion_given = 1;
     } else if (!strcmp(name, "--bucket-params")) {
       c->given |= PLAN_GIVEN_BUCKET;

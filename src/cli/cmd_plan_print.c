@@ -38,6 +38,7 @@ void plan_cli_print_simulate_line(const PlanCli *c, const PlanConfig *best) {
   /* Unfused kernels, when that is what was priced (fused is the default). */
   if (!c->opt.fuse_swiglu) printf(" --fuse-swiglu 0");
   if (!c->opt.fuse_bias_gelu) printf(" --fuse-bias-gelu 0");
+  if (!c->opt.fuse_norm_residual) printf(" --fuse-norm-residual 0");
   printf("\n");
 }
 

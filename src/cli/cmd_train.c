@@ -241,7 +241,8 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   const struct {
     const char *flag;
     int value;
-  } fuse[] = {{"--fuse-swiglu", pc.fuse_swiglu}, {"--fuse-bias-gelu", pc.fuse_bias_gelu}};
+  } fuse[] = {{"--fuse-swiglu", pc.fuse_swiglu}, {"--fuse-bias-gelu", pc.fuse_bias_gelu},
+                 {"--fuse-norm-residual", pc.fuse_norm_residual}};
   for (size_t i = 0; i < sizeof fuse / sizeof fuse[0]; i++) {
     if (fuse[i].value < 0) continue;
     snprintf(v, sizeof v, "%d", fuse[i].value);

@@ -207,9 +207,11 @@ static size_t layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int
     s->dscore = CARVE_F(cv, N * E);
     s->plan = carve(cv, moe_plan_scratch_bytes(&A->moe, (int)N));
   }
+  /* The residual adds before the norms (kern/fusion.h: norm_residual). */
+  S->full = CARVE_F(cv, N * C);
+  S->norm_dx = CARVE_F(cv, Nl * C);
   if (A->tp > 1) {
     S->dln_local = CARVE_F(cv, Nl * C);
-    S->full = CARVE_F(cv, N * C);
     S->ln_local = CARVE_F(cv, Nl * C);
     S->norm_dw = CARVE_F(cv, 2 * C);
     if (kv_dw_floats > 0) S->kv_dw = CARVE_F(cv, kv_dw_floats);

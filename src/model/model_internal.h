@@ -67,7 +67,9 @@ typedef struct ModelScratch {
   float *dln_local;          /* [Nl, C] (TP) */
   float *dq, *dk, *dv, *datt;
   MoeScratch moe;            /* a/da/dh also serve the dense MLPs */
-  float *full;               /* [N, C] (TP): partial sums before reduce-scatter, gathered gradients */
+  float *full;               /* [N, C]: the attention projection's output before its residual add; under TP
+                                also partial sums before reduce-scatter, gathered gradients */
+  float *norm_dx;            /* [Nl, C]: a norm's input gradient before its residual add, unfused */
   float *ln_local;           /* [Nl, C] (TP): a norm's output before the all-gather */
   float *norm_dw;            /* [2C] (TP): one micro-batch's norm weight (and bias) gradient */
   float *kv_dw;              /* [2, Hkv*D, C] (TP, shared KV heads): wk/wv gradients to sum */
@@ -118,6 +120,8 @@ struct ModelActs {
   int weights_pending;  /* a split backward's weight-gradient pass is due */
   int rc_method, rc_num; /* ModelShard.recompute_method, recompute_num_layers */
   int recomputing;       /* set while a backward reruns a group's forward: no statistics written */
+  int norm_done;         /* the block (or layer_end: the final norm) whose input norm the block before it
+                            computed with its residual add (model_pass.c); -1 none */
   float grad_scale;
   int *tokens, *pos; /* [N] */
   float *rope_cos, *rope_sin; /* [max_T, D/2] */

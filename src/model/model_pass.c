@@ -10,7 +10,9 @@
  * Nl = N/t rows; norms run on them, an all-gather feeds the column-parallel
  * GEMMs, and the row-parallel ones are reduce-scattered back (model_tp.c
  * holds the exchanges). With tp = 1 every step is the single-rank one, in
- * the same order. Nothing here allocates. */
+ * the same order. Each residual add runs with the norm after it (the MLP's,
+ * the next block's or the final one: add_norm_rows, residual_to_next_norm;
+ * fused or not, kern/fusion.h). Nothing here allocates. */
 #include <math.h>
 #include <string.h>
 
@@ -57,6 +59,16 @@ static void norm_rows(const Model *m, float *out, float *rstd, const float *x, c
     OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(out, rstd, x, w, rows, C, m->cfg.rms_norm_eps));
 }
 
+/* x_out = res + y (+ bias), and its norm into out: the residual add and
+ * the norm after it, as one kernel or not (kern/fusion.h: norm_residual). */
+static void add_norm_rows(const Model *m, float *x_out, float *out, float *rstd, const float *res, const float *y,
+                          const float *bias, const float *w, const float *b, int rows, int C) {
+  if (b)
+    OP_PROBED(OP_PROBE_NORM, add_layernorm_forward(x_out, out, rstd, res, y, bias, w, b, rows, C, m->cfg.rms_norm_eps));
+  else
+    OP_PROBED(OP_PROBE_NORM, add_rmsnorm_forward(x_out, out, rstd, res, y, bias, w, rows, C, m->cfg.rms_norm_eps));
+}
+
 /* The parameter at offset o, or NULL when the model has none there. */
 static const float *param_or_null(const Model *m, size_t o) { return o == NO_TENSOR ? NULL : m->params + o; }
 static float *grad_or_null(const Model *m, size_t o) { return o == NO_TENSOR ? NULL : m->grads + o; }
@@ -70,11 +82,23 @@ static void norm_forward_gathered(const Model *m, const ModelActs *A, float *gat
   if (A->tp > 1) tp_allgather_rows(m, gathered, out, A->Nl, A->C);
 }
 
+/* add_norm_rows on this rank's rows, the norm all-gathered as above. */
+static void add_norm_forward_gathered(const Model *m, const ModelActs *A, float *gathered, float *rstd, float *x_out,
+                                      const float *res, const float *y, const float *bias, const float *w,
+                                      const float *b) {
+  float *out = A->tp > 1 ? A->s->ln_local : gathered;
+  add_norm_rows(m, x_out, out, rstd, res, y, bias, w, b, A->Nl, A->C);
+  if (A->tp > 1) tp_allgather_rows(m, gathered, out, A->Nl, A->C);
+}
+
 /* dx += d/dx and dw += d/dw of a norm over this rank's rows; under TP the
  * weight's gradient is summed over the group first (each rank saw only its
- * rows) so every rank holds the full one. */
-static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *dw, float *db, const float *dout,
-                          const float *x, const float *w, const float *rstd) {
+ * rows) so every rank holds the full one. residual: dx is the residual
+ * stream's gradient and the add of the norm's input gradient to it is the
+ * fused-or-not kind (kern/fusion.h: norm_residual); the final norm's dx
+ * starts at zero and always takes the plain accumulating kernel. */
+static void norm_backward(const Model *m, const ModelActs *A, int residual, float *dx, float *dw, float *db,
+                          const float *dout, const float *x, const float *w, const float *rstd) {
   const size_t C = (size_t)A->C;
   float *gw = dw, *gb = db;
   if (A->tp > 1) {
@@ -82,8 +106,13 @@ static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *
     gw = A->s->norm_dw;
     gb = A->s->norm_dw + C;
   }
-  if (db)
+  float *tmp = A->s->norm_dx;
+  if (db && residual)
+    OP_PROBED(OP_PROBE_NORM, add_layernorm_backward(dx, tmp, gw, gb, dout, x, w, rstd, A->Nl, A->C));
+  else if (db)
     OP_PROBED(OP_PROBE_NORM, layernorm_backward(dx, gw, gb, dout, x, w, rstd, A->Nl, A->C));
+  else if (residual)
+    OP_PROBED(OP_PROBE_NORM, add_rmsnorm_backward(dx, tmp, gw, dout, x, w, rstd, A->Nl, A->C));
   else
     OP_PROBED(OP_PROBE_NORM, rmsnorm_backward(dx, gw, dout, x, w, rstd, A->Nl, A->C));
   if (A->tp == 1) return;
@@ -92,12 +121,36 @@ static void norm_backward(const Model *m, const ModelActs *A, float *dx, float *
   if (db) vec_acc(db, A->s->norm_dw + C, C);
 }
 
-/* out = residual + (the sum over TP ranks of) partial [N, C]: a row-parallel
- * GEMM's result lands on the rows this rank holds. */
-static void add_reduce_scattered(const Model *m, const ModelActs *A, float *out, const float *residual,
-                                 const float *partial) {
-  tp_reduce_scatter_rows(m, A->s->dln_local, partial, A->Nl, A->C);
-  vec_add(out, residual, A->s->dln_local, (size_t)A->Nl * A->C);
+/* dst [Nl, C] = the sum over TP ranks of partial [N, C]: a row-parallel
+ * GEMM's result on the rows this rank holds. */
+static void tp_reduce_scattered_into(const Model *m, const ModelActs *A, float *dst, const float *partial) {
+  tp_reduce_scatter_rows(m, dst, partial, A->Nl, A->C);
+}
+
+/* The end of block l: out = res + y (+ bias) on this rank's rows. When the
+ * norm that reads out runs in this chunk (the next block's attention norm,
+ * or the final norm after the last block of the head chunk) it is computed
+ * here with the add (add_norm_forward_gathered: fused or not, kern/fusion.h)
+ * and the next block or the head skips its own. A rerun of recomputation
+ * does only the add: every rerun block computes its own norm, and nothing
+ * outside the rerun group is written. */
+static void residual_to_next_norm(Model *m, ModelActs *A, int l, float *out, const float *res, const float *y,
+                                  const float *bias) {
+  const float *P = m->params;
+  if (!A->recomputing && l + 1 < A->layer_end) {
+    LayerActs *next = &A->layers[l + 1];
+    const LayerTensors *t = &A->lt[l + 1];
+    add_norm_forward_gathered(m, A, next->ln1, next->rstd1, out, res, y, bias, P + t->attn_norm,
+                              param_or_null(m, t->attn_norm_bias));
+    A->norm_done = l + 1;
+  } else if (!A->recomputing && l + 1 == A->layer_end && A->has_head) {
+    add_norm_forward_gathered(m, A, A->lnf, A->rstdf, out, res, y, bias, P + A->final_norm,
+                              param_or_null(m, A->final_norm_bias));
+    A->norm_done = A->layer_end;
+  } else {
+    vec_add(out, res, y, (size_t)A->Nl * A->C);
+    if (bias) bias_add_rows(out, bias, A->Nl, A->C);
+  }
 }
 
 /* The gradient rows [Nl, C] of this rank, all-gathered to [N, C] under TP. */
@@ -196,7 +249,12 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
 
   const int gpt2 = m->cfg.gpt2;
   OP_PROBE_LAYER(l);
-  norm_forward_gathered(m, A, la->ln1, la->rstd1, la->res_attn, P + t->attn_norm, param_or_null(m, t->attn_norm_bias));
+  /* The previous block computed this norm with its residual add, unless a
+   * rerun or the chunk's first block. */
+  if (A->norm_done != l)
+    norm_forward_gathered(m, A, la->ln1, la->rstd1, la->res_attn, P + t->attn_norm,
+                          param_or_null(m, t->attn_norm_bias));
+  A->norm_done = -1;
   OP_PROBED_GEMM(N, A->QD, C, linear_forward(la->q, la->ln1, P + t->wq, N, C, A->QD, 0));
   OP_PROBED_GEMM(N, A->KVD, C, linear_forward(la->k, la->ln1, P + t->wk, N, C, A->KVD, 0));
   OP_PROBED_GEMM(N, A->KVD, C, linear_forward(la->v, la->ln1, P + t->wv, N, C, A->KVD, 0));
@@ -210,64 +268,64 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
     OP_PROBED(OP_PROBE_ROPE, rope_forward(la->k, A->pos, N, A->Hkv, A->D, A->rope_cos, A->rope_sin));
   }
   if (attention_core_forward(m, A, la, err)) return err ? err->code : ERR_INTERNAL;
-  if (A->tp == 1) {
-    vec_copy(la->res_mlp, la->res_attn, NC);
-    OP_PROBED_GEMM(N, C, A->QD, linear_forward(la->res_mlp, la->att, P + t->wo, N, A->QD, C, 1));
-  } else {
-    OP_PROBED_GEMM(N, C, A->QD, linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0));
-    add_reduce_scattered(m, A, la->res_mlp, la->res_attn, S->full);
+  /* The output projection y of this rank's rows (summed over TP); the
+   * residual add res_mlp = res_attn + y (+ bo) runs with the MLP's norm. */
+  OP_PROBED_GEMM(N, C, A->QD, linear_forward(S->full, la->att, P + t->wo, N, A->QD, C, 0));
+  const float *y = S->full;
+  if (A->tp > 1) {
+    tp_reduce_scatter_rows(m, S->dln_local, S->full, A->Nl, C);
+    y = S->dln_local;
   }
-  if (t->bo != NO_TENSOR) bias_add_rows(la->res_mlp, P + t->bo, A->Nl, C);
+  const float *bo = param_or_null(m, t->bo);
 
   float *out = l + 1 < A->layer_end ? A->layers[l + 1].res_attn : A->final_in;
   /* A rerun leaves the next block's input (or the chunk's output, maybe
    * still being sent) alone: it holds these values already. */
   if (A->recomputing && l == la->rc_end - 1) out = S->rc_out;
-  if (is_moe(A, m, l) && A->moe_folded) {
+  /* The MLP's output ym of this rank's rows (summed over TP), before the
+   * residual add out = res_mlp + ym (+ the proj bias). */
+  float *ym = S->full;
+  const float *mlp_bias = NULL;
+  double layer_aux = 0, layer_z = 0;
+  const int moe = is_moe(A, m, l);
+  if (moe && A->moe_folded) {
     /* The dispatcher takes this rank's own rows: no gather. */
-    OP_PROBED(OP_PROBE_NORM, rmsnorm_forward(la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, A->Nl, C, m->cfg.rms_norm_eps));
-    vec_copy(out, la->res_mlp, NlC);
-    double layer_aux = 0, layer_z = 0;
-    if (moe_folded_forward(m, A, la, t, out, &layer_aux, &layer_z, err)) return err ? err->code : ERR_INTERNAL;
+    add_norm_rows(m, la->res_mlp, la->ln2, la->rstd2, la->res_attn, y, bo, P + t->mlp_norm, NULL, A->Nl, C);
+    vec_zero(ym, NlC);
+    if (moe_folded_forward(m, A, la, t, ym, &layer_aux, &layer_z, err)) return err ? err->code : ERR_INTERNAL;
+  } else {
+    add_norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, la->res_attn, y, bo, P + t->mlp_norm,
+                              param_or_null(m, t->mlp_norm_bias));
+    if (gpt2) {
+      gelu_mlp_forward(S->full, 0, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_fc, P + t->mlp_fc_bias,
+                       P + t->mlp_proj, N, C, A->F);
+      mlp_bias = P + t->mlp_proj_bias;
+    } else if (moe) {
+      /* Under TP replicated experts over the whole sequence; this rank keeps its rows. */
+      MoeLayerParams p = moe_params(m, t);
+      vec_zero(S->full, NC);
+      moe_layer_forward(S->full, &la->moe, &S->moe, la->ln2, &p, N, &A->moe, &layer_aux, &layer_z);
+      ym = S->full + (size_t)A->tp_rank * NlC;
+    } else {
+      swiglu_mlp_forward(S->full, 0, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
+    }
+    if (A->tp > 1 && !moe) {
+      tp_reduce_scattered_into(m, A, S->dln_local, S->full);
+      ym = S->dln_local;
+    }
+  }
+  residual_to_next_norm(m, A, l, out, la->res_mlp, ym, mlp_bias);
+  if (moe) {
     *aux += layer_aux;
     *z += layer_z;
     if (A->recomputing) return 0; /* the statistics are the forward's */
-    const long *counts = A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.group_counts : la->ag.group_counts;
+    const long *counts = !A->moe_folded                           ? la->moe.routing.counts
+                         : A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.group_counts
+                                                                : la->ag.group_counts;
     for (int e = 0; e < A->moe.E; e++) m->expert_counts[(size_t)l * A->moe.E + e] = counts[e];
-    A->dropped[l] = A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.perm.dropped : la->ag.perm.dropped;
-    return 0;
-  }
-  norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, param_or_null(m, t->mlp_norm_bias));
-  if (gpt2) {
-    float *dst = A->tp == 1 ? out : S->full;
-    if (A->tp == 1) vec_copy(out, la->res_mlp, NC);
-    gelu_mlp_forward(dst, A->tp == 1, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_fc, P + t->mlp_fc_bias, P + t->mlp_proj,
-                     N, C, A->F);
-    if (A->tp > 1) add_reduce_scattered(m, A, out, la->res_mlp, S->full);
-    bias_add_rows(out, P + t->mlp_proj_bias, A->Nl, C);
-  } else if (is_moe(A, m, l)) {
-    MoeLayerParams p = moe_params(m, t);
-    double layer_aux = 0, layer_z = 0;
-    if (A->tp == 1) {
-      vec_copy(out, la->res_mlp, NC);
-      moe_layer_forward(out, &la->moe, &S->moe, la->ln2, &p, N, &A->moe, &layer_aux, &layer_z);
-    } else {
-      /* Replicated experts over the whole sequence; this rank keeps its rows. */
-      vec_zero(S->full, NC);
-      moe_layer_forward(S->full, &la->moe, &S->moe, la->ln2, &p, N, &A->moe, &layer_aux, &layer_z);
-      vec_add(out, la->res_mlp, S->full + (size_t)A->tp_rank * NlC, NlC);
-    }
-    *aux += layer_aux;
-    *z += layer_z;
-    if (A->recomputing) return 0;
-    for (int e = 0; e < A->moe.E; e++) m->expert_counts[(size_t)l * A->moe.E + e] = la->moe.routing.counts[e];
-    A->dropped[l] = la->moe.perm.dropped;
-  } else if (A->tp == 1) {
-    vec_copy(out, la->res_mlp, NC);
-    swiglu_mlp_forward(out, 1, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
-  } else {
-    swiglu_mlp_forward(S->full, 0, la->mlp_h, S->moe.a, la->ln2, P + t->mlp_gate_up, P + t->mlp_down, N, C, A->F);
-    add_reduce_scattered(m, A, out, la->res_mlp, S->full);
+    A->dropped[l] = !A->moe_folded                           ? la->moe.perm.dropped
+                    : A->dispatcher == MODEL_MOE_ALLTOALL ? la->a2a.perm.dropped
+                                                           : la->ag.perm.dropped;
   }
   return 0;
 }
@@ -314,7 +372,7 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     }
     dln = scattered_grad(m, A, S->dln);
   }
-  norm_backward(m, A, A->dres, G + t->mlp_norm, grad_or_null(m, t->mlp_norm_bias), dln, la->res_mlp, P + t->mlp_norm,
+  norm_backward(m, A, 1, A->dres, G + t->mlp_norm, grad_or_null(m, t->mlp_norm_bias), dln, la->res_mlp, P + t->mlp_norm,
                 la->rstd2);
 
   const float *datt_out = gathered_grad(m, A, A->dres);
@@ -361,7 +419,7 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     vec_acc(G + t->wv, gv, (size_t)A->KVD * C);
   }
   dln = scattered_grad(m, A, S->dln);
-  norm_backward(m, A, A->dres, G + t->attn_norm, grad_or_null(m, t->attn_norm_bias), dln, la->res_attn,
+  norm_backward(m, A, 1, A->dres, G + t->attn_norm, grad_or_null(m, t->attn_norm_bias), dln, la->res_attn,
                 P + t->attn_norm, la->rstd1);
   return 0;
 }
@@ -442,6 +500,7 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
     for (int i = 0; i < A->Nl; i++) vec_acc(input + (size_t)i * C, wpe + (size_t)A->pos[row0 + i] * C, (size_t)C);
   }
   double aux = 0, z = 0;
+  A->norm_done = -1;
   for (int l = A->layer_begin; l < A->layer_end; l++)
     if (block_forward(m, A, l, &aux, &z, err)) return error_wrap(err, "%s: layer %d", who, l);
   m->dropped_assignments = 0;
@@ -451,8 +510,10 @@ static int chunk_forward(Model *m, int chunk, int slot, const int *tokens, const
   long count = 0;
   if (A->has_head) {
     OP_PROBE_LAYER(-1);
-    norm_forward_gathered(m, A, A->lnf, A->rstdf, A->final_in, m->params + A->final_norm,
-                          param_or_null(m, A->final_norm_bias));
+    if (A->norm_done != A->layer_end)
+      norm_forward_gathered(m, A, A->lnf, A->rstdf, A->final_in, m->params + A->final_norm,
+                            param_or_null(m, A->final_norm_bias));
+    A->norm_done = -1;
     if (targets && cp > 1) {
       cp_split_rows(A->s->targets_local, targets, B, T, sizeof *targets, cp, A->cp_rank);
       targets = A->s->targets_local;
@@ -547,7 +608,7 @@ int chunk_backward_pass(Model *m, int chunk, int slot, const float *dy, int defe
   if (A->has_head) {
     OP_PROBE_LAYER(-1);
     vec_zero(A->dres, NlC);
-    norm_backward(m, A, A->dres, m->grads + A->final_norm, grad_or_null(m, A->final_norm_bias), A->dlnf, A->final_in,
+    norm_backward(m, A, 0, A->dres, m->grads + A->final_norm, grad_or_null(m, A->final_norm_bias), A->dlnf, A->final_in,
                   m->params + A->final_norm, A->rstdf);
     if (!defer) grads_ready(m, A->final_norm, A->param_end);
   } else {

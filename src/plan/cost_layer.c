@@ -225,10 +225,26 @@ static void mlp_block(const PlanCostModel *cm, const Dims *D, double ffn, int ge
   pc->bwd.t[PLAN_COMP_TP_COMM] += tp;
 }
 
-/* Pre-MLP norm and residual add, shared by dense and MoE blocks. */
+/* Pre-MLP norm and residual add, shared by dense and MoE blocks. Unfused
+ * (kern/rmsnorm.h, kern/layernorm.h), per element of this rank's
+ * [tokens, hidden], for each of the block's two residual adds (after
+ * attention, before the MLP's norm; after the MLP, before the next block's
+ * norm or the final one): forward the sum res + y written and read back by
+ * the norm, 1 value more, 3 with a projection bias (its pass reads and
+ * writes the sum once more: GPT-2's attention-output and proj biases, a
+ * model's o_bias); backward each of the block's two norms writes its input
+ * gradient and reads it back to add it to the residual gradient, 2 values
+ * each. Priced on every layer, though a pipeline chunk's last block without
+ * the head has no norm to fuse with (its add is the same either way). */
 static void mlp_norm_residual(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) {
   pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 2 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h);
   pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * D->t_sp * D->h) + mem(cm, D->e * 3 * D->t_sp * D->h);
+  if (!cm->opt->fuse_norm_residual) {
+    const ModelConfig *m = cm->model;
+    const double after_attn = m->o_bias || m->gpt2 ? 3 : 1, after_mlp = m->gpt2 ? 3 : 1;
+    pc->fwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * (after_attn + after_mlp) * D->t_sp * D->h);
+    pc->bwd.t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 4 * D->t_sp * D->h);
+  }
 }
 
 /* Dispatch by all-gather: over ETP then EP every rank gathers the group's

@@ -75,7 +75,7 @@ void plan_options_default(PlanOptions *o) {
   o->param_gather_overlap = 1.0;
   o->grad_reduce_bytes = 4;
   o->bucket_params = 40e6;
-  o->fuse_swiglu = o->fuse_bias_gelu = 1;
+  o->fuse_swiglu = o->fuse_bias_gelu = o->fuse_norm_residual = 1;
   o->dropless_sync = 50e-6;
   o->send_overhead = 20e-6;
   o->algo = PLAN_ALGO_AUTO;

@@ -187,8 +187,13 @@ typedef struct PlanOptions {
    * default). 0 prices the unfused chain by its extra memory traffic, each
    * intermediate written and read again (cost_layer.c): SwiGLU 2 elements
    * of [tokens, ffn] forward and 8 backward (its chain and the recomputed
-   * activation), bias + GeLU 1 forward and 1 backward. */
-  int fuse_swiglu, fuse_bias_gelu;
+   * activation), bias + GeLU 1 forward and 1 backward. fuse_norm_residual
+   * 0: each of a block's two residual adds and the norm after it as
+   * separate kernels, 1 element of [tokens, hidden] more forward each (3
+   * with a projection bias, its own pass: GPT-2 has two), and in backward
+   * both norms' input gradients written and read back before their residual
+   * adds, 2 each. */
+  int fuse_swiglu, fuse_bias_gelu, fuse_norm_residual;
 } PlanOptions;
 
 void plan_options_default(PlanOptions *opt);

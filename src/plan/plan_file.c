@@ -327,14 +327,14 @@ int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *p, Er
                        "gradients per bucket)", c->origin);
     p->bucket_mb = mb->valuedouble;
   }
-  p->fuse_swiglu = p->fuse_bias_gelu = -1;
+  p->fuse_swiglu = p->fuse_bias_gelu = p->fuse_norm_residual = -1;
   const cJSON *fusion = cJSON_GetObjectItemCaseSensitive(root, "fusion");
   if (fusion) {
     if (!cJSON_IsObject(fusion))
       return error_set(c->err, ERR_FORMAT, "%s: field \"fusion\": expected an object", c->origin);
-    static const char *const KEYS[] = {"swiglu", "bias_gelu"};
-    int *dst[] = {&p->fuse_swiglu, &p->fuse_bias_gelu};
-    for (int k = 0; k < 2; k++) {
+    static const char *const KEYS[] = {"swiglu", "bias_gelu", "norm_residual"};
+    int *dst[] = {&p->fuse_swiglu, &p->fuse_bias_gelu, &p->fuse_norm_residual};
+    for (int k = 0; k < 3; k++) {
       const cJSON *v = cJSON_GetObjectItemCaseSensitive(fusion, KEYS[k]);
       if (!v) continue;
       if (!cJSON_IsBool(v))

@@ -12,8 +12,9 @@
  *    "mapping": {device_of_rank: [...], method, rank_order_step_time_s,
  *                step_time_s, simulations} (optional),
  *    "buckets": {bucket_mb, ...} (optional: the bucket search's size),
- *    "fusion": {swiglu, bias_gelu} (optional booleans: the fused kernels
- *               priced, training.fuse_swiglu / fuse_bias_gelu)}
+ *    "fusion": {swiglu, bias_gelu, norm_residual} (optional booleans: the
+ *               fused kernels priced, training.fuse_swiglu / fuse_bias_gelu /
+ *               fuse_norm_residual)}
  * The reader checks what a trainer relies on: every size >= 1, the grids
  * multiply to gpus (tp cp dp pp = etp ep edp pp), the global batch splits
  * into dp x micro-batch x microbatches, the schedule is one the scheduler
@@ -68,7 +69,8 @@ typedef struct PlanChoice {
   double order_fwd_cost, order_bwd_cost;
   double predicted_step_time; /* s; 0 when the file has no prediction */
   double bucket_mb;           /* "buckets.bucket_mb": the searched gradient bucket size; 0 when absent */
-  int fuse_swiglu, fuse_bias_gelu; /* "fusion.swiglu", "fusion.bias_gelu": 1 fused, 0 unfused, -1 absent */
+  /* "fusion.swiglu", "fusion.bias_gelu", "fusion.norm_residual": 1 fused, 0 unfused, -1 absent */
+  int fuse_swiglu, fuse_bias_gelu, fuse_norm_residual;
   int has_identity;           /* model_identity present */
   char model_fingerprint[PLAN_FINGERPRINT_MAX];
   char model_summary[160];

@@ -255,6 +255,7 @@ int plan_write_json_for_model(const PlanResult *r, const PlanSearchStats *stats,
     if (fu) {
       cJSON_AddBoolToObject(fu, "swiglu", r->fuse_swiglu != 0);
       cJSON_AddBoolToObject(fu, "bias_gelu", r->fuse_bias_gelu != 0);
+      cJSON_AddBoolToObject(fu, "norm_residual", r->fuse_norm_residual != 0);
       const PlanFusionChoice *fc = r->fusion_choice;
       if (fc) {
         cJSON_AddStringToObject(fu, "method", "every combination of the model's switches simulated; the unfused "

@@ -361,6 +361,7 @@ int plan_simulate(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions
   if (!sim) sim = &none;
   out->cfg = *cfg_in;
   out->fuse_swiglu = opt->fuse_swiglu, out->fuse_bias_gelu = opt->fuse_bias_gelu;
+  out->fuse_norm_residual = opt->fuse_norm_residual;
   PlanConfig *cfg = &out->cfg;
   PlanCostModel cm;
   int rc = cfg->num_stage_widths ? plan_replication_validate(cfg, m, cl, err) : 0;

@@ -106,9 +106,10 @@ typedef struct PlanResult {
   /* The gradient-bucket search's choice (buckets.h), when one was made;
    * not owned. The plan file records it and train --plan applies it. */
   const struct PlanBucketChoice *bucket_choice;
-  /* The fused kernels priced (PlanOptions.fuse_swiglu / fuse_bias_gelu),
-   * and the fusion search's choice when one was made (fusion.h; not owned). */
-  int fuse_swiglu, fuse_bias_gelu;
+  /* The fused kernels priced (PlanOptions.fuse_swiglu / fuse_bias_gelu /
+   * fuse_norm_residual), and the fusion search's choice when one was made
+   * (fusion.h; not owned). */
+  int fuse_swiglu, fuse_bias_gelu, fuse_norm_residual;
   const struct PlanFusionChoice *fusion_choice;
 } PlanResult;
 

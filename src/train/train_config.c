@@ -80,6 +80,9 @@ static const FieldSpec FIELDS[] = {
     {"training", "fuse_bias_gelu", "--fuse-bias-gelu", "0|1", FIELD_INT, OFF(fuse_bias_gelu), 0, 1, 0, 0,
      "1 (default): GPT-2's fc bias add and GeLU (and their gradients) as one kernel; 0: separate kernels "
      "(bit-identical results)"},
+    {"training", "fuse_norm_residual", "--fuse-norm-residual", "0|1", FIELD_INT, OFF(fuse_norm_residual), 0, 1, 0, 0,
+     "1 (default): each residual add and the norm after it (and in backward the residual gradient and the "
+     "norm's input gradient) as one kernel; 0: separate kernels (bit-identical results)"},
     {"training", "nonfinite", NULL, "NAME", FIELD_TEXT, OFF(nonfinite), 0, 0, 0, 0,
      "a non-finite loss or gradient: skip (the step, weights untouched) | stop (the run, with an error)"},
     {"training", "max_nonfinite_skips", NULL, "N", FIELD_INT, OFF(max_nonfinite_skips), 0, 1 << 30, 0, 0,
@@ -197,7 +200,7 @@ void train_config_defaults(TrainConfig *cfg) {
   cfg->eval_batches = 20;
   snprintf(cfg->gemm_backend, sizeof cfg->gemm_backend, "onednn");
   snprintf(cfg->precision, sizeof cfg->precision, "fp32");
-  cfg->fuse_swiglu = cfg->fuse_bias_gelu = 1;
+  cfg->fuse_swiglu = cfg->fuse_bias_gelu = cfg->fuse_norm_residual = 1;
   snprintf(cfg->nonfinite, sizeof cfg->nonfinite, "skip");
   snprintf(cfg->recompute, sizeof cfg->recompute, "none");
   snprintf(cfg->recompute_method, sizeof cfg->recompute_method, "uniform");

@@ -100,6 +100,7 @@ typedef struct TrainConfig {
   int recompute_num_layers;  /* group size (uniform) or blocks per virtual stage (block); default 1 */
   int fuse_swiglu;       /* 1 (default): SwiGLU's silu(gate) * up in one kernel; 0: separate passes (kern/fusion.h) */
   int fuse_bias_gelu;    /* 1 (default): GPT-2's fc bias and GeLU in one kernel; 0: separate passes */
+  int fuse_norm_residual; /* 1 (default): the residual add and the next norm in one kernel; 0: separate passes */
   /* a non-finite loss or gradient (train/nonfinite.h) */
   char nonfinite[64];      /* "skip" (default) | "stop" */
   int max_nonfinite_skips; /* consecutive skipped steps before the run stops */

@@ -1,6 +1,7 @@
 /* The compute fields of the run configuration: which GEMM library runs the
  * matrix products and in which precision, and which elementwise chains run
- * fused (training.fuse_swiglu, training.fuse_bias_gelu: kern/fusion.h). Names only here; whether bf16
+ * fused (training.fuse_swiglu, training.fuse_bias_gelu,
+ * training.fuse_norm_residual: kern/fusion.h). Names only here; whether bf16
  * can run on this CPU is decided when the trainer applies them
  * (kern_set_precision), before the first step. */
 #include <string.h>
@@ -39,6 +40,7 @@ int train_config_apply_compute(const TrainConfig *cfg, Error *err) {
     return error_set(err, ERR_CONFIG, "training.precision \"%s\" cannot run here: %s", cfg->precision, why);
   if (bf16_weights_check_env(why, sizeof why) != 0) return error_set(err, ERR_CONFIG, "%s", why);
   if (kern_gemm_fixed_shapes_check_env(why, sizeof why) != 0) return error_set(err, ERR_CONFIG, "%s", why);
-  kern_set_fusion((KernFusion){.swiglu = cfg->fuse_swiglu, .bias_gelu = cfg->fuse_bias_gelu});
+  kern_set_fusion((KernFusion){
+      .swiglu = cfg->fuse_swiglu, .bias_gelu = cfg->fuse_bias_gelu, .norm_residual = cfg->fuse_norm_residual});
   return 0;
 }

@@ -173,7 +173,7 @@ static void test_bias_gelu_fused(void **state) {
     bias_gelu_forward_fused(h1, a1, b, N, F);
     bias_add_rows(h2, b, N, F);
     gelu_forward(a2, h2, nf);
-    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 0});
+    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 0, .norm_residual = 1});
     bias_gelu_forward(h3, a3, b, N, F);
     assert_memory_equal(h1, h2, nf * sizeof(float));
     assert_memory_equal(h1, h3, nf * sizeof(float));
@@ -183,7 +183,7 @@ static void test_bias_gelu_fused(void **state) {
     float *db1 = test_alloc(F), *db2 = test_alloc(F), *db3 = test_alloc(F);
     for (int c = 0; c < F; c++) db1[c] = db2[c] = db3[c] = 0.5f; /* accumulates */
     bias_gelu_backward(d3, db3, da, h1, N, F); /* unfused, by the switch */
-    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 1});
+    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 1, .norm_residual = 1});
     bias_gelu_backward_fused(d1, db1, da, h1, N, F);
     gelu_backward(d2, da, h1, nf);
     bias_backward_rows(db2, d2, N, F);

@@ -101,10 +101,10 @@ static void test_swiglu_unfused_bit_identical(void **state) {
     swiglu_forward_unfused(o2, h, N, F);
     swiglu_backward_fused(d1, dy, h, N, F);
     swiglu_backward_unfused(d2, dy, h, N, F);
-    kern_set_fusion((KernFusion){.swiglu = 0, .bias_gelu = 1});
+    kern_set_fusion((KernFusion){.swiglu = 0, .bias_gelu = 1, .norm_residual = 1});
     swiglu_forward(o3, h, N, F);
     swiglu_backward(d3, dy, h, N, F);
-    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 1});
+    kern_set_fusion((KernFusion){.swiglu = 1, .bias_gelu = 1, .norm_residual = 1});
     assert_int_equal(kern_fusion().swiglu, 1);
     assert_memory_equal(o1, o2, nf * sizeof(float));
     assert_memory_equal(o1, o3, nf * sizeof(float));

@@ -9,14 +9,17 @@
 # blocks, 4 experts, top-2, separate LM head.
 #
 # usage: mp_test.sh FIVEFOLD MPIEXEC MODE
-#   golden-tp     TP2 (dense, MoE), TP4 (dense: KV heads shared by rank pairs)
+#   golden-tp     TP2 (dense, MoE), TP4 (dense: KV heads shared by rank pairs);
+#                 dense TP2 with --fuse-norm-residual 0 bit for bit the fused TP2
 #   golden-pp     PP2 1F1B (dense, MoE), PP2 GPipe (MoE), PP2 x vpp 2 interleaved (dense),
 #                 PP4 with layers_per_stage 0,2,1,1 (dense: the first stage
 #                 holds only the embedding)
 #   golden-mixed  TP2 x PP2 (dense, MoE), TP2 x DP2 x PP2 on 8 ranks (dense,
 #                 with the distributed optimizer)
 #   golden-gpt2   GPT-2 (4 blocks, tied head, biases, position embeddings on
-#                 the first stage): TP2, PP2, DP2, CP2, TP2 x PP2
+#                 the first stage): TP2, PP2, DP2, CP2, TP2 x PP2; TP2 with
+#                 --fuse-norm-residual 0 bit for bit the fused TP2 (the
+#                 residual add after the reduce-scatter, kern/fusion.h)
 #   reshard       a TP2 x PP2 checkpoint at step 3 resumed by one rank and by
 #                 DP4 with the distributed optimizer; both end where the
 #                 uninterrupted one-rank run ends
@@ -41,12 +44,24 @@ moe_json moe.json 4 4
 gpt2_json gpt2.json 4
 for model in dense moe gpt2; do run_json "run-$model.json" "$model.json"; done
 
+# bit_identical RUN REF: the same checkpoint files at step 5 and losses.
+bit_identical() {
+  local f
+  for f in model optimizer; do
+    cmp -s "$(ckpt "$1" 5)/$f.safetensors" "$(ckpt "$2" 5)/$f.safetensors" ||
+      fail "$1: $f.safetensors differs from $2's (expected bit-identical)"
+  done
+  $PY "$COMPARE" losses "$1" "$2" 0 || fail "$1: losses differ from $2's"
+}
+
 case "$MODE" in
   golden-tp)
     for model in dense moe; do
       train 0 one-$model $model --grad-accum 4 || exit 1
       train 2 tp2-$model $model --grad-accum 4 --tp 2 && same tp2-$model one-$model 5
     done
+    train 2 tp2-dense-unfused dense --grad-accum 4 --tp 2 --fuse-norm-residual 0 &&
+      bit_identical tp2-dense-unfused tp2-dense
     # TP4 with 2 KV heads: pairs of ranks hold the same KV head, whose
     # gradient the global norm (clipping is on) must count once.
     train 4 tp4-dense dense --grad-accum 4 --tp 4 && same tp4-dense one-dense 5
@@ -78,6 +93,8 @@ case "$MODE" in
   golden-gpt2)
     train 0 one-gpt2 gpt2 --grad-accum 4 || exit 1
     train 2 tp2-gpt2 gpt2 --grad-accum 4 --tp 2 && same tp2-gpt2 one-gpt2 5
+    train 2 tp2-gpt2-unfused gpt2 --grad-accum 4 --tp 2 --fuse-norm-residual 0 &&
+      bit_identical tp2-gpt2-unfused tp2-gpt2
     train 2 pp2-gpt2 gpt2 --grad-accum 4 --pp 2 && same pp2-gpt2 one-gpt2 5
     train 2 dp2-gpt2 gpt2 --grad-accum 2 && same dp2-gpt2 one-gpt2 5
     train 2 cp2-gpt2 gpt2 --grad-accum 4 --cp 2 && same cp2-gpt2 one-gpt2 5

@@ -39,7 +39,7 @@ static int run(const char *in_path, const char *out_path, Error *err) {
   float *dgu = rc ? NULL : malloc(2 * n * sizeof *dgu);
   if (!rc && (!a || !dh || !db || !s || !dgu)) rc = error_set(err, ERR_NOMEM, "out of memory for the outputs");
   if (!rc) {
-    kern_set_fusion((KernFusion){.swiglu = fused, .bias_gelu = fused});
+    kern_set_fusion((KernFusion){.swiglu = fused, .bias_gelu = fused, .norm_residual = fused});
     bias_gelu_forward(h, a, b, rows, cols); /* h becomes h + b */
     bias_gelu_backward(dh, db, da, h, rows, cols);
     swiglu_forward(s, gu, rows, cols);

@@ -147,3 +147,14 @@ add_test(NAME torch_ref.fused_act_self_check
          COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/fused_act_parity.py $<TARGET_FILE:fused_act_dump> --self-check)
 set_tests_properties(torch_ref.fused_act torch_ref.fused_act_self_check PROPERTIES LABELS torch TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# The residual add + RMSNorm / LayerNorm (with GPT-2's biases), fused and
+# unfused, forward and backward, against PyTorch autograd
+# (tests/tools/norm_residual_dump), and proof that the comparison can fail.
+add_test(NAME torch_ref.norm_residual
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/norm_residual_parity.py $<TARGET_FILE:norm_residual_dump>)
+add_test(NAME torch_ref.norm_residual_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/norm_residual_parity.py $<TARGET_FILE:norm_residual_dump>
+                 --self-check)
+set_tests_properties(torch_ref.norm_residual torch_ref.norm_residual_self_check PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
