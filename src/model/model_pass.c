@@ -140,12 +140,18 @@ static void residual_to_next_norm(Model *m, ModelActs *A, int l, float *out, con
   if (!A->recomputing && l + 1 < A->layer_end) {
     LayerActs *next = &A->layers[l + 1];
     const LayerTensors *t = &A->lt[l + 1];
+    /* The norm is the next block's: its op event says so (the add rides
+     * along in the same kernel). */
+    OP_PROBE_LAYER(l + 1);
     add_norm_forward_gathered(m, A, next->ln1, next->rstd1, out, res, y, bias, P + t->attn_norm,
                               param_or_null(m, t->attn_norm_bias));
+    OP_PROBE_LAYER(l);
     A->norm_done = l + 1;
   } else if (!A->recomputing && l + 1 == A->layer_end && A->has_head) {
+    OP_PROBE_LAYER(-1); /* the head's final norm */
     add_norm_forward_gathered(m, A, A->lnf, A->rstdf, out, res, y, bias, P + A->final_norm,
                               param_or_null(m, A->final_norm_bias));
+    OP_PROBE_LAYER(l);
     A->norm_done = A->layer_end;
   } else {
     vec_add(out, res, y, (size_t)A->Nl * A->C);
