@@ -33,6 +33,14 @@ static inline float kern_clampf(float x, float lo, float hi) {
  * loops calling it vectorise (glibc's expf only vectorises under fast-math).
  * Overflow gives +inf, large negative x gives 0 (the clamp at -104 makes
  * the final product round to zero), NaN stays NaN. */
+/* x = res + y (+ bias) over one row of C: the residual add that the fused
+ * add+norm kernels (rmsnorm.c, layernorm.c) run before the row's norm. */
+static inline void kern_residual_row(float *x, const float *res, const float *y, const float *bias, int C) {
+  for (int c = 0; c < C; c++) x[c] = res[c] + y[c];
+  if (bias)
+    for (int c = 0; c < C; c++) x[c] += bias[c];
+}
+
 static inline float kern_expf(float x) {
   const float log2e = 1.44269504088896341f;
   const float ln2_hi = 0.693359375f;       /* few mantissa bits: n*ln2_hi is exact */

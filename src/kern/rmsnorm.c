@@ -85,9 +85,7 @@ void add_rmsnorm_forward_fused(float *x_out, float *out, float *rstd, const floa
     const long at = (long)n * C;
     float *xr = x_out + at;
     /* the row (4C bytes) is still in cache when the norm reads it back */
-    for (int c = 0; c < C; c++) xr[c] = res[at + c] + y[at + c];
-    if (bias)
-      for (int c = 0; c < C; c++) xr[c] += bias[c];
+    kern_residual_row(xr, res + at, y + at, bias, C);
     rstd[n] = rms_row(out + at, xr, w, C, eps);
   }
 }

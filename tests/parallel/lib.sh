@@ -77,6 +77,23 @@ JSON
 # "keep_last" of "checkpoint"; the value "-" leaves a field out. The
 # defaults: 2 x 16 tokens per micro-batch, 5 steps, a log line per step,
 # no evaluation, one thread, a checkpoint every 3 steps, all kept.
+# cluster.json: 2 nodes of 2 devices with a slow network between them; and
+# plan.json: the planner's PP4 plan of dense.json (4 layers, seq 16, global
+# batch 8, fp32) on it. Fails (returning 1) with the planner's log.
+two_node_pp4_plan() {
+  cat >cluster.json <<'JSON'
+{"name": "two-nodes", "description": "2 nodes of 2 devices, a slow network between them",
+ "nodes": 2, "devices_per_node": 2,
+ "peak_tflops": {"fp32": 1.0, "bf16": 2.0},
+ "memory": {"capacity_GiB": 16, "reserved_GiB": 1, "bandwidth_GBps": 100, "efficiency": 0.7},
+ "intra_node": {"bandwidth_GBps": 50, "latency_us": 5, "efficiency": 0.8},
+ "inter_node": {"bandwidth_Gbps": 1, "latency_us": 2000, "efficiency": 0.9}}
+JSON
+  "$FIVEFOLD" plan --model dense.json --cluster cluster.json --gpus 4 --seq 16 --global-batch 8 --dtype fp32 \
+    --min-pp 4 --max-tp 1 --max-cp 1 --mbs-list 2 --recompute-list none --out plan.json >plan.log 2>&1 ||
+    { cat plan.log; fail "fivefold plan"; return 1; }
+}
+
 run_json() {
   local file=$1 model=$2 kv key training='' sep=''
   shift 2

@@ -27,17 +27,7 @@ work_dir trace-order
 make_corpus
 dense_json dense.json 4
 run_json run-dense.json dense.json steps=2 interval=0 global_batch_size=8 micro_batch_size=2
-cat >cluster.json <<'JSON'
-{"name": "two-nodes", "description": "2 nodes of 2 devices, a slow network between them",
- "nodes": 2, "devices_per_node": 2,
- "peak_tflops": {"fp32": 1.0, "bf16": 2.0},
- "memory": {"capacity_GiB": 16, "reserved_GiB": 1, "bandwidth_GBps": 100, "efficiency": 0.7},
- "intra_node": {"bandwidth_GBps": 50, "latency_us": 5, "efficiency": 0.8},
- "inter_node": {"bandwidth_Gbps": 1, "latency_us": 2000, "efficiency": 0.9}}
-JSON
-"$FIVEFOLD" plan --model dense.json --cluster cluster.json --gpus 4 --seq 16 --global-batch 8 --dtype fp32 \
-  --min-pp 4 --max-tp 1 --max-cp 1 --mbs-list 2 --recompute-list none --out plan.json >plan.log 2>&1 ||
-  { cat plan.log; fail "fivefold plan"; finish trace_order_test; }
+two_node_pp4_plan || finish trace_order_test
 $PY - <<'PY' || fail "the plan is not the zero-bubble order this test is about"
 import json
 p = json.load(open("plan.json"))["parallel"]
