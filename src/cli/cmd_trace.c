@@ -472,7 +472,7 @@ typedef struct Prediction {
   char warning[1024];
   /* With a model: "" or a line saying whether the priced program is the
    * traced one action for action (the per-kind means pair them by id). */
-  char program_note[320];
+  char program_note[1400]; /* room for an error message (1024) and two action descriptions */
 } Prediction;
 
 /* Without a model: sched's unit costs (FWD 1, BWD 2, the rest free, free
