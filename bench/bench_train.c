@@ -159,12 +159,14 @@ int main(int argc, char **argv) {
   double gflops = flops_step / dt * 1e-9;
   printf("train model=%s precision=%s backend=%s isa=%s threads=%d batch=%d seq=%d params=%zu ms_per_step=%.1f "
          "gflop_per_step=%.2f tokens_per_s=%.0f model_gflops=%.1f %s_peak_gflops=%.1f mfu_pct=%.1f cpu_ms_per_step=%.1f mfu_cpu_pct=%.1f peak_rss_mb=%.0f "
-         "mean_loss=%.3f init_ms=%.0f bf16_weight_cache=%s bf16_cache_mb=%.1f\n",
+         "mean_loss=%.3f init_ms=%.0f bf16_weight_cache=%s bf16_cache_mb=%.1f gemm_fixed_shapes=%s(%d)\n",
          argv[1], kern_precision_name(precision), kern_gemm_backend_name(backend), kern_gemm_isa_name(), threads, B,
          T, m.num_params, dt * 1e3, flops_step * 1e-9, tok_s, gflops, precision == KERN_PRECISION_BF16 ? "bf16" : "fma", peak, 100.0 * gflops / peak, cpu_dt * 1e3,
          100.0 * flops_step / cpu_dt * 1e-9 / (peak / threads),
          (double)alloc_peak_rss_bytes() / 1048576.0, loss_sum / (warmup + steps), init_s * 1e3,
-         precision != KERN_PRECISION_BF16 ? "n/a" : cache ? "on" : "off", (double)ws.resident_bytes / 1048576.0);
+         precision != KERN_PRECISION_BF16 ? "n/a" : cache ? "on" : "off", (double)ws.resident_bytes / 1048576.0,
+         precision != KERN_PRECISION_BF16 ? "n/a" : kern_gemm_fixed_shapes_active() ? "on" : "off",
+         kern_gemm_fixed_shape_count());
   model_free(&m);
   free(tokens);
   free(inp);
