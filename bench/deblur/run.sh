@@ -177,15 +177,19 @@ done
 # images/s by the wall clock and images per CPU-second of the process.
 if [ "${SPEED:-1}" = 1 ]; then
   NORM=${NORM:-$("$PY" -c "import json; print(json.load(open('configs/gan/deblur-lfw.json'))['model']['generator']['norm'])")}
+  # the faces config's generator shape, on both sides
+  read -r filters blocks downs < <("$PY" -c "import json; g = json.load(open('configs/gan/deblur-lfw.json'))['model']['generator']; print(g['filters'], g['blocks'], g['downsamples'])")
+  shape=(--filters "$filters" --blocks "$blocks" --downsamples "$downs")
   for norm in $NORM $([ "$NORM" = instance ] || echo instance); do
-    echo "== speed: generator forward+backward, $THREADS threads, 32x32 grey, micro-batch 8, norm $norm," \
-      "load $(cut -d' ' -f1-3 /proc/loadavg) (SPEED=0 skips it)"
+    echo "== speed: generator forward+backward, $THREADS threads, 32x32 grey, micro-batch 8, $filters filters," \
+      "$blocks blocks, $downs downsamples, norm $norm, load $(cut -d' ' -f1-3 /proc/loadavg) (SPEED=0 skips it)"
     norm_flag=$([ "$norm" = none ] && echo --no-norm || true)
     for round in 1 2 3; do
-      "$BENCH_GEN" --threads "$THREADS" --size 32 --micro 8 --steps 30 --norm "$norm" | grep images | sed "s/^/fivefold $round: /"
+      "$BENCH_GEN" --threads "$THREADS" --size 32 --micro 8 --steps 30 --norm "$norm" "${shape[@]}" | grep images |
+        sed "s/^/fivefold $round: /"
       # shellcheck disable=SC2086
-      "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size 32 --steps 30 --generator-only $norm_flag |
-        grep images | sed "s/^/torch $round: /"
+      "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size 32 --steps 30 --generator-only $norm_flag \
+        "${shape[@]}" | grep images | sed "s/^/torch $round: /"
     done
   done
 fi
