@@ -42,9 +42,11 @@ int main(int argc, char **argv) {
     }
     int k = 0;
     while (k < count && strcmp(argv[a], names[k])) k++;
-    if (k == count || a + 1 >= argc || atoi(argv[a + 1]) < 1) {
+    /* --downsamples 0 is the full-resolution generator; every other value is positive */
+    if (k == count || a + 1 >= argc || atoi(argv[a + 1]) < (k == 5 ? 0 : 1)) {
       fprintf(stderr, "usage: bench_gan_generator [--threads N] [--size S] [--micro B] [--filters F] [--blocks N] "
-                      "[--downsamples N] [--steps N] [--rounds N] (positive integers) [--norm instance|none]\n");
+                      "[--downsamples N] [--steps N] [--rounds N] (positive integers, --downsamples 0 allowed) "
+                      "[--norm instance|none]\n");
       return 2;
     }
     values[k] = atoi(argv[++a]);

@@ -9,7 +9,9 @@
 # validation PSNR (never the test set), blurs every held-out test image with
 # `fivefold blur` (its kernel saved beside it), deblurs it with both chosen
 # generators (`fivefold deblur`) and scores them against Wiener and
-# Richardson-Lucy with the true kernel (bench/deblur/evaluate.py). Then it
+# Richardson-Lucy with the true kernel (bench/deblur/evaluate.py), whose
+# balance and iteration count are chosen on validation images blurred the
+# same way (other seeds), never on the test images. Then it
 # times the generator's forward+backward alone (bench_gan_generator) against
 # the same network in PyTorch (bench/deblur/torch_gan_step.py), alternated.
 # Prints figures, never pass/fail.
@@ -21,7 +23,8 @@
 # training and test), SHIFT [2] (largest shift in pixels; 0 turns it off),
 # FLIP [true], NORM and LR [the config's: none, 0.001] (the generator's
 # normalisation, none or instance; the peak learning rate), FASHION_LIMIT [6000] (Fashion-MNIST images, split 80/10/10),
-# FASHION_TEST [100] (test images scored), WORK [runs/deblur-bench],
+# FASHION_TEST [100] (test images scored), VAL_PAIRS [100] (validation images
+# blurred to choose the baselines' settings), WORK [runs/deblur-bench],
 # DOCS [docs/deblur] (where the PNGs go), PY [/usr/bin/python3],
 # SPEED [1] (the generator timing), RUNS ["content gan"].
 set -euo pipefail
@@ -45,9 +48,13 @@ WORK=${WORK:-runs/deblur-bench}
 DOCS=${DOCS:-docs/deblur}
 PY=${PY:-/usr/bin/python3}
 RUNS=${RUNS:-content gan}
+VAL_PAIRS=${VAL_PAIRS:-100}
 # Test pair i is blurred with seed TEST_SEED_BASE + i: disjoint from training,
 # whose kernels come from hash(blur_seed, epoch, image) inside the loader.
 TEST_SEED_BASE=9000
+# Validation pair i (for the baselines' settings) with VAL_SEED_BASE + i,
+# disjoint from the test seeds as long as VAL_PAIRS stays under 1000.
+VAL_SEED_BASE=8000
 
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)  # a config's "out" is relative to the config file's directory
@@ -106,7 +113,7 @@ PY
 for set in $SETS; do
   S="$WORK/$set"
   rm -rf "$S"
-  mkdir -p "$S/pairs"
+  mkdir -p "$S/pairs" "$S/val-pairs"
   if [ "$set" = faces ]; then
     steps=$STEPS
     echo "== fivefold images --lfw --dlib --size 32 --seed 1 ($(date -u +%FT%TZ))"
@@ -145,6 +152,16 @@ for set in $SETS; do
     done
     i=$((i + 1))
   done
+  echo "== $set: blur $VAL_PAIRS validation images at most, for the baselines' settings (seeds from $VAL_SEED_BASE)"
+  i=0
+  for sharp in "$S"/set/val/*.png; do
+    [ "$i" -ge "$VAL_PAIRS" ] && break
+    pair="$S/val-pairs/$(basename "$sharp" .png)"
+    cp "$sharp" "$pair.sharp.png"
+    "$FIVEFOLD" blur --input "$sharp" --out "$pair.blurred.png" --seed $((VAL_SEED_BASE + i)) \
+      --kernel-size "$KERNEL" --noise "$NOISE" >/dev/null
+    i=$((i + 1))
+  done
 
   echo "== $set: scores ($(date -u +%FT%TZ))"
   docs_dir=$DOCS
@@ -160,15 +177,19 @@ done
 # images/s by the wall clock and images per CPU-second of the process.
 if [ "${SPEED:-1}" = 1 ]; then
   NORM=${NORM:-$("$PY" -c "import json; print(json.load(open('configs/gan/deblur-lfw.json'))['model']['generator']['norm'])")}
+  # the faces config's generator shape, on both sides
+  read -r filters blocks downs < <("$PY" -c "import json; g = json.load(open('configs/gan/deblur-lfw.json'))['model']['generator']; print(g['filters'], g['blocks'], g['downsamples'])")
+  shape=(--filters "$filters" --blocks "$blocks" --downsamples "$downs")
   for norm in $NORM $([ "$NORM" = instance ] || echo instance); do
-    echo "== speed: generator forward+backward, $THREADS threads, 32x32 grey, micro-batch 8, norm $norm," \
-      "load $(cut -d' ' -f1-3 /proc/loadavg) (SPEED=0 skips it)"
+    echo "== speed: generator forward+backward, $THREADS threads, 32x32 grey, micro-batch 8, $filters filters," \
+      "$blocks blocks, $downs downsamples, norm $norm, load $(cut -d' ' -f1-3 /proc/loadavg) (SPEED=0 skips it)"
     norm_flag=$([ "$norm" = none ] && echo --no-norm || true)
     for round in 1 2 3; do
-      "$BENCH_GEN" --threads "$THREADS" --size 32 --micro 8 --steps 30 --norm "$norm" | grep images | sed "s/^/fivefold $round: /"
+      "$BENCH_GEN" --threads "$THREADS" --size 32 --micro 8 --steps 30 --norm "$norm" "${shape[@]}" | grep images |
+        sed "s/^/fivefold $round: /"
       # shellcheck disable=SC2086
-      "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size 32 --steps 30 --generator-only $norm_flag |
-        grep images | sed "s/^/torch $round: /"
+      "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size 32 --steps 30 --generator-only $norm_flag \
+        "${shape[@]}" | grep images | sed "s/^/torch $round: /"
     done
   done
 fi

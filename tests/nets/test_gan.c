@@ -3,7 +3,8 @@
  * gradient of the generator's loss (through the critic) against central
  * finite differences, each phase leaving the other group's gradient
  * untouched, the content loss terms (L1, edge) alone, the generator's
- * global skip, config errors that name the field; under WGAN-GP the same
+ * global skip, the full-resolution generator (no downsampling: any image
+ * size, no transposed conv), config errors that name the field; under WGAN-GP the same
  * phase checks, and the gradient penalty's weight gradient (the closed-form
  * double backward) alone against finite differences of the penalty. */
 #include <math.h>
@@ -246,6 +247,51 @@ static void test_global_skip(void **state) {
   network_free(&net);
 }
 
+/* "downsamples": 0 keeps the generator at full resolution: stride 1, so
+ * odd sizes are accepted; the chain is the 7x7 conv, each block's two 3x3
+ * convs and the last 7x7 conv, all keeping the size (no transposed conv:
+ * every weight is [out, in, k, k]); its phase gradient holds, and the
+ * global skip still gives the identity at the start. */
+static void test_full_resolution_generator(void **state) {
+  (void)state;
+  static const char *const FULL = "{\"family\":\"gan\",\"channels\":1,\"generator\":{\"filters\":3,\"blocks\":2,"
+                                  "\"downsamples\":0,\"norm\":\"none\"},\"critic\":{\"filters\":2,\"layers\":2},"
+                                  "\"content_weight\":1}";
+  GanConfig cfg;
+  Error err;
+  if (config(&cfg, FULL, &err)) fail_msg("%s", err.msg);
+  assert_int_equal(cfg.gen_downsamples, 0);
+  assert_int_equal(gan_stride(&cfg), 1);
+  Network odd;
+  if (gan_create(&odd, &cfg, 9, 7, 1, &err)) fail_msg("9 x 7 at stride 1: %s", err.msg);
+  network_free(&odd);
+
+  Network net;
+  build(&net, FULL);
+  int weights = 0;
+  for (int t = 0; t < net.num_tensors; t++) {
+    const NetParam *p = &net.params[t];
+    if (strncmp(p->name, "generator.", 10) || !strstr(p->name, ".weight")) continue;
+    int k = weights == 0 || weights == 5 ? 7 : 3, in = weights == 0 ? 1 : 3, out = weights == 5 ? 1 : 3;
+    assert_int_equal(p->numel, (size_t)(out * in * k * k));
+    weights++;
+  }
+  assert_int_equal(weights, 1 + 2 * 2 + 1);
+  make_pairs();
+  check_phase(&net, GAN_GROUP_GENERATOR, "loss");
+  network_free(&net);
+
+  build(&net, FULL);
+  gan_init_weights(&net, 7); /* the last conv back at zero: the output is the input */
+  float out[PAIRS * IMAGE];
+  if (gan_generate(&net, blurred, PAIRS, out, &err)) fail_msg("%s", err.msg);
+  for (int i = 0; i < PAIRS * IMAGE; i++) {
+    float want = blurred[i] < 0 ? 0 : blurred[i] > 1 ? 1 : blurred[i];
+    assert_true(out[i] == want);
+  }
+  network_free(&net);
+}
+
 static void refused(const char *json, const char *field) {
   GanConfig cfg;
   Error err;
@@ -350,6 +396,9 @@ static void test_config_errors(void **state) {
   refused("{\"family\":\"gan\",\"generator\":{\"filters\":0}}", "model.generator.filters");
   refused("{\"family\":\"gan\",\"generator\":{\"filtres\":4}}", "model.generator");
   refused("{\"family\":\"gan\",\"critic\":{\"layers\":9}}", "model.critic.layers");
+  refused("{\"family\":\"gan\",\"generator\":{\"downsamples\":-1}}", "model.generator.downsamples");
+  refused("{\"family\":\"gan\",\"generator\":{\"downsamples\":5}}", "model.generator.downsamples");
+  refused("{\"family\":\"gan\",\"generator\":{\"downsamples\":0.5}}", "model.generator.downsamples");
   refused("{\"family\":\"gan\",\"loss\":\"wgan-gp\",\"critic\":{\"norm\":\"instance\"}}", "model.critic.norm");
   refused("{\"family\":\"gan\",\"gp_weight\":5}", "model.gp_weight");
   refused("{\"family\":\"gan\",\"critic_steps\":0}", "model.critic_steps");
@@ -384,6 +433,7 @@ int main(void) {
       cmocka_unit_test(test_global_skip),           cmocka_unit_test(test_config_errors),
       cmocka_unit_test(test_wgan_gp_phases),        cmocka_unit_test(test_gradient_penalty_weight_gradient),
       cmocka_unit_test(test_wgan_gp_refuses_instance_norm), cmocka_unit_test(test_generator_without_norm),
+      cmocka_unit_test(test_full_resolution_generator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
