@@ -35,10 +35,15 @@ int plan_replication_validate(const PlanConfig *c, const ModelConfig *m, const C
     return error_set(err, ERR_CONFIG,
                      "stage replication: warm-up depths: a replicated pipeline runs its schedule's own warm-up "
                      "(leave --warmup out)");
+  /* The runtime ties the embedding over replicated stages without ZeRO-1
+   * only (train/trainer_replicated.c): the two ends' shards differ. */
+  if (m && m->tie_word_embeddings && c->num_stage_widths > 1 && c->distributed_optimizer)
+    return error_set(err, ERR_CONFIG,
+                     "stage replication: tied embeddings run without the distributed optimizer only (leave "
+                     "--distributed-optimizer out, or untie the embeddings)");
   if (cl && plan_config_devices(c) > cluster_spec_total_devices(cl))
     return error_set(err, ERR_CONFIG, "stage replication needs %d devices, cluster %s has %d", plan_config_devices(c),
                      cl->name, cluster_spec_total_devices(cl));
-  (void)m;
   return ERR_OK;
 }
 
@@ -308,6 +313,7 @@ int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const P
     cfg->num_given_layers = S;
     cfg->num_stage_widths = S;
     for (int s = 0; s < S; s++) cfg->layers_per_stage[s] = layers[s], cfg->stage_width[s] = width[s];
+    if (m->tie_word_embeddings && S > 1) cfg->distributed_optimizer = 0; /* as the runtime ties them */
     rc = plan_config_finish(cfg, m, cl, S, err);
     if (rc) break;
     PlanResult r;

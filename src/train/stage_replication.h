@@ -52,5 +52,9 @@ int trainer_replication_sum_losses(struct Trainer *tr, double *sums, int n, int6
 /* The squared gradient norm of the whole model: each stage's replica 0
  * counts its stage, summed over the world in rank order. */
 int trainer_replication_sumsq(struct Trainer *tr, double *sumsq, Error *err);
+/* Tied embeddings: the first stage's embed.weight and the last stage's
+ * head copy each get the sum of both stages' gradients (after each stage's
+ * own reduction; without the distributed optimizer). */
+int trainer_replication_sum_tied(struct Trainer *tr, Error *err);
 
 #endif

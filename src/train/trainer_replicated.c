@@ -2,6 +2,7 @@
  * check, the layout (stage, sequences, replica group, program), the
  * batch each replica keeps, and the sums over the world. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/grid.h"
@@ -70,10 +71,11 @@ int train_config_set_world_replicated(TrainConfig *cfg, int world_ranks, Error *
                        "%s: %s [%s]: stage %d's width %d does not divide training.micro_batch_size %d (each replica "
                        "takes an equal share of every micro-batch's sequences)",
                        origin, field, list, s, cfg->stage_widths[s], cfg->micro_batch_size);
-  if (n > 1 && cfg->model.tie_word_embeddings)
+  if (n > 1 && cfg->model.tie_word_embeddings && cfg->distributed_optimizer)
     return error_set(err, ERR_CONFIG,
-                     "%s: %s [%s]: tied embeddings (model.tie_word_embeddings) over replicated stages are not run "
-                     "yet; untie them or leave the field out",
+                     "%s: %s [%s]: tied embeddings (model.tie_word_embeddings) over replicated stages run without "
+                     "the distributed optimizer only (the two ends' shards of the tied tensor differ when their "
+                     "widths do); set training.distributed_optimizer to false, or untie the embeddings",
                      origin, field, list);
   cfg->pp = n;
   cfg->dp = 1;
@@ -142,6 +144,38 @@ int trainer_replication_sum_losses(Trainer *tr, double *sums, int n, int64_t *co
   int rc = comm_allreduce_f64(comm_world(), sums, (size_t)n, COMM_SUM, NULL, err);
   if (!rc && n_counts) rc = comm_allreduce_i64(comm_world(), counts, n_counts, COMM_SUM, NULL, err);
   return rc;
+}
+
+int trainer_replication_sum_tied(Trainer *tr, Error *err) {
+  /* After each stage's reduction every replica of the first stage holds
+   * the embedding's gradient G_e summed over its replicas, and every
+   * replica of the last stage the head copy's G_h. Each rank needs the
+   * other end's sum: replica i receives from replica i mod (the other
+   * width) there, and sends to each replica j there with j mod (its own
+   * width) == i. Both ends then hold G_e + G_h (fp32 addition commutes, so
+   * bit for bit the same on both). */
+  const TrainerReplication *x = &tr->repl;
+  const int last = x->r.stages - 1, other = x->stage == 0 ? last : 0;
+  const int mine = x->r.width[x->stage], theirs = x->r.width[other];
+  const int base = sched_replication_first_rank(&x->r, other);
+  const size_t n = tr->tied_numel;
+  float *g = tr->model.grads + tr->tied_offset;
+  memcpy(tr->tied_send, g, n * sizeof(float));
+  CommRequest *reqs = malloc((size_t)(1 + theirs) * sizeof *reqs);
+  if (!reqs) return error_set(err, ERR_NOMEM, "out of memory summing the tied embedding gradients");
+  int nreq = 0, rc = 0;
+  const int tag = 1; /* the only message of its kind between two ranks in a step */
+  comm_request_init(&reqs[nreq]);
+  rc = comm_recv_f32(comm_world(), base + x->replica % theirs, tag, tr->tied_recv, n, &reqs[nreq++], err);
+  for (int j = x->replica; !rc && j < theirs; j += mine) {
+    comm_request_init(&reqs[nreq]);
+    rc = comm_send_f32(comm_world(), base + j, tag, tr->tied_send, n, &reqs[nreq++], err);
+  }
+  if (!rc) rc = comm_wait_all(reqs, nreq, err);
+  free(reqs);
+  if (rc) return error_wrap(err, "summing the tied embedding gradients over the replicated pipeline");
+  for (size_t i = 0; i < n; i++) g[i] += tr->tied_recv[i];
+  return 0;
 }
 
 int trainer_replication_sumsq(Trainer *tr, double *sumsq, Error *err) {

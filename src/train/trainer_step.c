@@ -101,6 +101,7 @@ int trainer_sum_over_group(const CommGroup *g, double *x, Error *err) {
  * with the same bucket size). */
 static int sum_tied_gradients(Trainer *tr, Error *err) {
   if (tr->tied_peer < 0) return 0;
+  if (tr->repl.on) return trainer_replication_sum_tied(tr, err);
   size_t n = 0;
   if (!tr->zero) {
     n = tr->tied_numel;
@@ -228,16 +229,21 @@ static int make_shard(const Trainer *tr, ModelShard *shard, Error *err) {
 static int find_tied(Trainer *tr, Error *err) {
   tr->tied_peer = -1;
   if (!tr->cfg->model.tie_word_embeddings || tr->pp <= 1) return 0;
+  /* Replicated stages: the program's rank is the world rank, the stage is
+   * what says first or last (the peers are the other end's replicas,
+   * trainer_replication_sum_tied). */
+  const int stage = tr->repl.on ? tr->repl.stage : tr->pp_rank;
   const ParamTensor *t = NULL;
   for (int i = 0; i < tr->model.num_tensors && !t; i++) {
     const ParamTensor *p = &tr->model.tensors[i];
-    if (p->tied_copy || (tr->pp_rank == 0 && !strcmp(p->name, "embed.weight"))) t = p;
+    if (p->tied_copy || (stage == 0 && !strcmp(p->name, "embed.weight"))) t = p;
   }
-  if (tr->pp_rank != 0 && tr->pp_rank != tr->pp - 1) return 0;
+  if (stage != 0 && stage != tr->pp - 1) return 0;
   if (!t)
-    return error_set(err, ERR_INTERNAL, "tied embeddings: pipeline rank %d holds neither embed.weight nor its copy",
-                     tr->pp_rank);
-  tr->tied_peer = tr->pp_rank == 0 ? tr->pp - 1 : 0;
+    return error_set(err, ERR_INTERNAL, "tied embeddings: pipeline stage %d holds neither embed.weight nor its copy",
+                     stage);
+  tr->tied_peer = tr->repl.on ? sched_replication_first_rank(&tr->repl.r, stage == 0 ? tr->pp - 1 : 0)
+                              : stage == 0 ? tr->pp - 1 : 0;
   tr->tied_offset = t->offset;
   tr->tied_numel = t->numel;
   tr->tied_send = malloc(t->numel * sizeof(float));
@@ -298,7 +304,7 @@ static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, const Com
   if (!(bucket_bytes > 0)) {
     bucket_bytes = 25.0 * 1024 * 1024;
     if (bucket_bytes > (double)tr->model.num_params) bucket_bytes = (double)tr->model.num_params;
-    if (tr->pp > 1 && !tr->repl.on) { /* (replicated stages have no tied embedding) */
+    if (tr->pp > 1 && !tr->repl.on) { /* (replicated stages tie only without ZeRO-1) */
       int rc = comm_allreduce_f64(tr->pp_group, &bucket_bytes, 1, COMM_MIN, NULL, err);
       if (rc) return rc;
     }

@@ -9,7 +9,8 @@
 # usage: stagerep_test.sh FIVEFOLD MPIEXEC MODE
 #   golden  widths 2,1 (traced: the trace has the replicated program) and 1,2 on 3 ranks and 2,2 on 4 ranks (1F1B), 2,1
 #           under GPipe, 2,2 with the distributed optimizer (ZeRO-1 over each
-#           stage's replicas, several buckets): losses (gradient clipping is
+#           stage's replicas, several buckets), tied embeddings under 2,1 and
+#           1,2 against a tied one-rank run: losses (gradient clipping is
 #           on, so the norm counts), final model and optimizer within 1e-4 of
 #           one rank, validation included
 #   resume  a 2,1 checkpoint at step 3 resumed by one rank, and a one-rank
@@ -17,8 +18,8 @@
 #           planner's replicated plan (--replicate-stages on 3 devices: widths
 #           2,1, ZeRO-1) trains under `train --plan` like one rank, its
 #           --explain says what replication bought
-#   config  widths that do not fit the job, the micro-batch, tp, dp or tied
-#           embeddings, the zb-h1 and interleaved orders and warm-up depths
+#   config  widths that do not fit the job, the micro-batch, tp, dp, tied
+#           embeddings with the distributed optimizer, the zb-h1 and interleaved orders and warm-up depths
 #           (in the file and as flags), one rank, more stages than the
 #           replicated program holds, and a non-transformer model are refused with the file or field and the reason
 set -u
@@ -55,6 +56,11 @@ PYEOF
     train 3 w21-gpipe dense --grad-accum 4 --stage-widths 2,1 --schedule gpipe && same w21-gpipe one 5
     train 4 w22-zero dense --grad-accum 4 --stage-widths 2,2 --distributed-optimizer --bucket-mb 0.004 &&
       same w22-zero one 5
+    # Tied embeddings: the first stage's embed.weight and the last stage's
+    # head copy sum both ends' gradients, whichever end is wider.
+    train 0 one-tied tied --grad-accum 4 || exit 1
+    train 3 w21-tied tied --grad-accum 4 --stage-widths 2,1 && same w21-tied one-tied 5
+    train 3 w12-tied tied --grad-accum 4 --stage-widths 1,2 && same w12-tied one-tied 5
     grep -q "val loss" w21.log || fail "w21 did not evaluate"
     [ "$(grep -o 'val loss [0-9.]*' w21.log | tail -1)" = "$(grep -o 'val loss [0-9.]*' one.log | tail -1)" ] ||
       fail "w21's validation loss differs from one rank's"
@@ -87,7 +93,8 @@ PYEOF
     refused 3 dense "parallel.tp, cp, ep, etp and vpp must be 1" --stage-widths 2,1 --tp 2
     refused 3 dense "parallel.dp 2 with parallel.stage_widths" --stage-widths 2,1 --dp 2
     refused 3 dense "parallel.pp is 3 but parallel.stage_widths" --stage-widths 2,1 --pp 3
-    refused 3 tied "tied embeddings" --stage-widths 2,1
+    refused 3 tied "tied embeddings (model.tie_word_embeddings) over replicated stages run without the distributed optimizer" \
+      --stage-widths 2,1 --distributed-optimizer
     refused 3 dense "replica count >= 1" --stage-widths 3,0
     # Orders the replicated program does not expand (the planner's
     # replicated plans never carry them), one rank, and a model that is not
