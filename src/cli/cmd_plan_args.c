@@ -73,7 +73,7 @@ void plan_cli_simulate_usage(FILE *f) {
           "  --distributed-optimizer  shard optimizer state over the data-parallel group (ZeRO-1)\n"
           "  --schedule S             none, gpipe, 1f1b, zb-h1 or interleaved; refused when it does not fit pp, vpp\n"
           "                           (default: none for pp 1, interleaved for vpp > 1, else 1f1b)\n"
-          "  --warmup LIST            1f1b / zb-h1: forwards each pipeline rank runs before its first backward\n"
+          "  --warmup LIST            1f1b / zb-h1 / interleaved: forwards each pipeline rank runs before its first backward\n"
           "  --order-fwd-cost X, --order-bwd-cost Y\n"
           "                           the relative forward and backward durations the pipeline program places\n"
           "                           its sends by, as `train --order-fwd-cost/--order-bwd-cost` (default: a\n"
