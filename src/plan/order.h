@@ -9,8 +9,13 @@
  * while a neighbour is faster and fits in memory (a deeper
  * warm-up keeps one more micro-batch's activations on that rank; the
  * memory model's walk over the order prices it). Memory-aware as the
- * partition refinement: a candidate that fits beats one that does not. Only
- * for pipelines without interleaving or stage replication (vpp 1). */
+ * partition refinement: a candidate that fits beats one that does not.
+ * An interleaved pipeline (vpp > 1, schedule interleaved) keeps its
+ * schedule and descends the same way from Megatron-Core's depths
+ * 2(p-r-1) + (v-1)p over the depths the scheduler accepts (builders.h),
+ * keeping depths only when they simulate faster within memory (or fit where
+ * the default does not). Not for stage replication, whose runtime runs the
+ * schedule's own warm-up. */
 #ifndef FIVEFOLD_PLAN_ORDER_H
 #define FIVEFOLD_PLAN_ORDER_H
 
@@ -24,11 +29,12 @@ enum { PLAN_ORDER_KINDS = 3 }; /* gpipe, 1f1b, zb-h1 */
 typedef struct PlanOrderStats {
   SchedScheduleKind start_schedule;
   double start_step_time; /* s: the configuration as it came */
+  int num_kinds; /* entries of kind[] simulated: 3, or 1 (interleaved alone) */
   SchedScheduleKind kind[PLAN_ORDER_KINDS];
   double kind_step_time[PLAN_ORDER_KINDS]; /* default warm-up */
   int kind_fits[PLAN_ORDER_KINDS];
   int moves;       /* warm-up depths changed by the descent */
-  long simulated;  /* 0: nothing searched (pp 1, vpp > 1, replicated stages) */
+  long simulated;  /* 0: nothing searched (pp 1, replicated stages, vpp > 1 not interleaved) */
 } PlanOrderStats;
 
 /* Searches r's order in place (r: a simulated result, r->cfg its
@@ -39,8 +45,10 @@ int plan_order_search(PlanResult *r, const ModelConfig *model, const ClusterSpec
                       int budget, PlanOrderStats *stats, Error *err);
 
 /* "pipeline order by simulation: 1f1b 0.2260 s/step, gpipe ..., zb-h1 ...;
- * chosen zb-h1, warm-up 4 2 1 0 ... (4.9% faster than 1f1b, ...)". Nothing
- * when stats->simulated is 0. */
+ * chosen zb-h1, warm-up 4 2 1 0 ... (4.9% faster than 1f1b, ...)"; for an
+ * interleaved pipeline "interleaved 0.2 s/step; chosen interleaved with
+ * warm-up 5 4 (Megatron-Core's is 6 4) ... faster than its default
+ * warm-up". Nothing when stats->simulated is 0. */
 void plan_order_explain(const PlanOrderStats *stats, const PlanResult *r, FILE *f);
 
 /* plan_order_search on the devices r is mapped to (mapping.h), then a

@@ -11,6 +11,7 @@
 
 #include "base/crc32.h"
 #include "base/file_text.h"
+#include "sched/builders.h"
 
 typedef struct Ctx {
   const char *origin;
@@ -231,6 +232,21 @@ static int check_consistent(const Ctx *c, PlanChoice *p) {
     return error_set(c->err, ERR_FORMAT, "%s: parallel.schedule \"%s\" does not fit pp %d, vpp %d (none: pp 1; gpipe, "
                      "1f1b and zb-h1: pp > 1, vpp 1; interleaved: pp > 1, vpp > 1)", c->origin, p->schedule_name, p->pp,
                      p->vpp);
+  if (p->num_warmup) {
+    /* The depths the scheduler would build (for interleaved, its bounds). */
+    SchedConfig sc;
+    memset(&sc, 0, sizeof sc);
+    sc.schedule = p->schedule;
+    sc.pp = p->pp;
+    sc.vpp = p->vpp;
+    sc.microbatches = p->microbatches;
+    int shape_ok = sched_config_validate(&sc, NULL) == ERR_OK; /* else not the depths' fault */
+    sc.warmup_set = p->num_warmup;
+    memcpy(sc.warmup, p->warmup, (size_t)p->num_warmup * sizeof *p->warmup);
+    Error why = {0, ""};
+    if (shape_ok && sched_config_validate(&sc, &why))
+      return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.warmup\": %s", c->origin, why.msg);
+  }
   return 0;
 }
 

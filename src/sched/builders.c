@@ -11,6 +11,50 @@
  * overflow and from sizes no pipeline uses. */
 #define SCHED_MAX_MICROBATCH_STAGES 4000000L
 
+/* Warm-up depths of the interleaved order. Every rank runs the same
+ * sequence of forwards F_0, F_1, ... and of backwards B_0, B_1, ...
+ * (interleaved_item below); with depth w (at most m v - 1 counts: one
+ * short of all forwards is the same order as all) F_k runs before B_j
+ * exactly when k <= w + j. Following the dependencies around one
+ * micro-batch's path gives three conditions, together enough for the order
+ * to run (then sched_lower places the sends so the program cannot
+ * deadlock):
+ *  - the last rank's backward of chunk v-1 needs that micro-batch's forward
+ *    through chunk v-1, (v-1)p forwards later: w[p-1] >= (v-1)p;
+ *  - as in 1F1B, B_j on rank r waits for B_j on rank r+1, which runs after
+ *    F_{w[r+1]+j} there, which needs rank r's: w[r] >= w[r+1];
+ *  - rank 0's backward of chunk c feeds the last rank's of chunk c-1 p
+ *    backwards later, and rank 0's forwards of chunk c need the last
+ *    rank's of chunk c-1 p forwards earlier: once rank 0 runs more than 2p
+ *    forwards ahead of the last rank the two wait for each other:
+ *    w[0] <= w[p-1] + 2p.
+ * The third is a bound on every chain that crosses from the last rank to
+ * rank 0 and back; with more than 2p micro-batches a few deeper rank-0
+ * depths whose waits fall between groups would still run, and are refused
+ * too. Megatron-Core's depths 2(p-r-1) + (v-1)p meet all three. */
+static int interleaved_warmup_validate(const SchedConfig *c, Error *err) {
+  int p = c->pp, v = c->vpp, all = c->microbatches * v - 1, eff[SCHED_MAX_WARMUP_RANKS];
+  for (int r = 0; r < p; r++) eff[r] = c->warmup[r] < all ? c->warmup[r] : all;
+  int low = (v - 1) * p;
+  if (eff[p - 1] < low)
+    return error_set(err, ERR_CONFIG,
+                     "schedule interleaved: warm-up depth of rank %d (the last) is %d, below the bound (vpp-1)*pp = %d: "
+                     "its first backward needs the forward through the last chunk, %d forwards in",
+                     p - 1, c->warmup[p - 1], low, low + 1);
+  for (int r = 0; r + 1 < p; r++)
+    if (eff[r + 1] > eff[r])
+      return error_set(err, ERR_CONFIG,
+                       "schedule interleaved: warm-up depth of rank %d is %d, below the bound %d (rank %d's depth): "
+                       "depths must not grow along the pipeline",
+                       r, c->warmup[r], eff[r + 1], r + 1);
+  if (eff[0] > eff[p - 1] + 2 * p)
+    return error_set(err, ERR_CONFIG,
+                     "schedule interleaved: warm-up depth of rank 0 is %d, above the bound %d (rank %d's depth %d + "
+                     "2*pp): rank 0 would wait for the last rank's forwards while the last waits for its backwards",
+                     c->warmup[0], eff[p - 1] + 2 * p, p - 1, eff[p - 1]);
+  return ERR_OK;
+}
+
 int sched_config_validate(const SchedConfig *c, Error *err) {
   const char *name = sched_schedule_name(c->schedule);
   if (c->pp < 1) return error_set(err, ERR_CONFIG, "schedule: pp (pipeline ranks) must be >= 1, got %d", c->pp);
@@ -26,8 +70,10 @@ int sched_config_validate(const SchedConfig *c, Error *err) {
   if (c->order_fwd_cost < 0 || c->order_bwd_cost < 0)
     return error_set(err, ERR_CONFIG, "schedule: order costs must be >= 0 (0 selects the defaults 1 and 2)");
   if (c->warmup_set) {
-    if (c->schedule != SCHED_SCHEDULE_1F1B && c->schedule != SCHED_SCHEDULE_ZB_H1)
-      return error_set(err, ERR_CONFIG, "schedule %s has no warm-up depth to set (only 1f1b and zb-h1 do)", name);
+    if (c->schedule != SCHED_SCHEDULE_1F1B && c->schedule != SCHED_SCHEDULE_ZB_H1 &&
+        c->schedule != SCHED_SCHEDULE_INTERLEAVED)
+      return error_set(err, ERR_CONFIG, "schedule %s has no warm-up depth to set (only 1f1b, zb-h1 and interleaved do)",
+                       name);
     if (c->warmup_set != c->pp)
       return error_set(err, ERR_CONFIG, "schedule: %d warm-up depths given for pp %d (one per pipeline rank)",
                        c->warmup_set, c->pp);
@@ -37,17 +83,19 @@ int sched_config_validate(const SchedConfig *c, Error *err) {
     for (int r = 0; r < c->pp; r++)
       if (c->warmup[r] < 0)
         return error_set(err, ERR_CONFIG, "schedule: warm-up depth of rank %d must be >= 0, got %d", r, c->warmup[r]);
-    /* Rank r's first backward waits for rank r+1's, which runs after
-     * warmup[r+1] + 1 of rank r's forwards: more than rank r sends first
-     * would deadlock. */
-    for (int r = 0; r + 1 < c->pp; r++) {
-      int here = c->warmup[r] < c->microbatches ? c->warmup[r] : c->microbatches;
-      int next = c->warmup[r + 1] < c->microbatches ? c->warmup[r + 1] : c->microbatches;
-      if (next > here)
-        return error_set(err, ERR_CONFIG,
-                         "schedule: warm-up depths must not grow along the pipeline (rank %d runs %d forwards before its "
-                         "first backward, rank %d %d, more than it receives before it waits)",
-                         r, here, r + 1, next);
+    if (c->schedule != SCHED_SCHEDULE_INTERLEAVED) { /* interleaved: checked below, once its shape is */
+      /* Rank r's first backward waits for rank r+1's, which runs after
+       * warmup[r+1] + 1 of rank r's forwards: more than rank r sends first
+       * would deadlock. */
+      for (int r = 0; r + 1 < c->pp; r++) {
+        int here = c->warmup[r] < c->microbatches ? c->warmup[r] : c->microbatches;
+        int next = c->warmup[r + 1] < c->microbatches ? c->warmup[r + 1] : c->microbatches;
+        if (next > here)
+          return error_set(err, ERR_CONFIG,
+                           "schedule: warm-up depths must not grow along the pipeline (rank %d runs %d forwards before "
+                           "its first backward, rank %d %d, more than it receives before it waits)",
+                           r, here, r + 1, next);
+      }
     }
   }
   switch (c->schedule) {
@@ -80,7 +128,7 @@ int sched_config_validate(const SchedConfig *c, Error *err) {
                          "(use %d or %d)",
                          c->microbatches, c->pp, below, above);
       }
-      return ERR_OK;
+      return c->warmup_set ? interleaved_warmup_validate(c, err) : ERR_OK;
     default:
       return error_set(err, ERR_CONFIG, "schedule: '%s' cannot be built from a configuration (none, gpipe, 1f1b, zb-h1 or interleaved)",
                        name);
@@ -98,7 +146,7 @@ int sched_warmup_forwards(const SchedConfig *c, int rank) {
       w = c->warmup_set ? c->warmup[rank] : p - rank - 1;
       return w < m ? w : m;
     case SCHED_SCHEDULE_INTERLEAVED:
-      w = 2 * (p - rank - 1) + (v - 1) * p;
+      w = c->warmup_set ? c->warmup[rank] : 2 * (p - rank - 1) + (v - 1) * p;
       return w < m * v ? w : m * v;
     default: return -1;
   }

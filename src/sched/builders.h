@@ -29,9 +29,12 @@
 
 /* Checks that the configuration names a schedule that can be built:
  * none needs pp = 1 and vpp = 1; gpipe, 1f1b and zb-h1 need vpp = 1;
- * warm-up depths (SchedConfig.warmup_set) only for 1f1b and zb-h1; interleaved
- * needs vpp >= 2 and microbatches a multiple of pp; everything needs
- * microbatches >= 1. The message says what to change. */
+ * warm-up depths (SchedConfig.warmup_set) only for 1f1b, zb-h1 and
+ * interleaved; interleaved needs vpp >= 2 and microbatches a multiple of pp,
+ * and its depths (builders.c) the last rank's >= (vpp-1)*pp, none growing
+ * along the pipeline, rank 0's at most the last rank's + 2*pp; everything
+ * needs microbatches >= 1. The message says what to change (for depths: the
+ * rank, its depth and the bound). */
 int sched_config_validate(const SchedConfig *config, Error *err);
 
 /* Builds the program for config (validated first); with param_groups > 1
@@ -46,7 +49,8 @@ int sched_program_phases(const SchedProgram *one, const SchedConfig *phased, Sch
 
 /* Number of forward passes (micro-batch chunks) rank runs before its steady
  * phase: none 0, gpipe m, 1f1b and zb-h1 min(p-r-1, m) (min(warmup[r], m)
- * with SchedConfig.warmup_set), interleaved min(2(p-r-1) + (v-1)p, m v).
+ * with SchedConfig.warmup_set), interleaved min(2(p-r-1) + (v-1)p, m v)
+ * (Megatron-Core's; min(warmup[r], m v) with warmup_set).
  * -1 for an invalid configuration. */
 int sched_warmup_forwards(const SchedConfig *config, int rank);
 

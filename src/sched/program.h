@@ -104,11 +104,14 @@ typedef struct SchedConfig {
    * same (micro-batch, chunk) the weight gradients (zb-h1 sets it; the
    * assembler sets it for any list holding a BWD_WEIGHT). */
   int split_backward;
-  /* Per-rank warm-up depth of the 1F1B family (1f1b, zb-h1): warmup_set
-   * is 0 (the schedule's own p - r - 1) or pp, the entries given; rank r
-   * then runs min(warmup[r], m) forwards before its first backward. More
-   * costs memory (one micro-batch's activations each), fewer costs bubbles.
-   * The depths must not grow along the pipeline (else it deadlocks). */
+  /* Per-rank warm-up depth of the 1F1B family (1f1b, zb-h1) and of
+   * interleaved: warmup_set is 0 (the schedule's own: p - r - 1, or
+   * interleaved's 2(p-r-1) + (v-1)p) or pp, the entries given; rank r then
+   * runs min(warmup[r], m) (interleaved: min(warmup[r], m v) chunk) forwards
+   * before its first backward. More costs memory (one micro-batch chunk's
+   * activations each), fewer costs bubbles. The depths must not grow along
+   * the pipeline (else it deadlocks); interleaved also bounds the last
+   * rank's from below and rank 0's from above (builders.h). */
   int warmup_set;
   int warmup[SCHED_MAX_WARMUP_RANKS];
   /* With param_groups > 1: how many phases group g runs per iteration,

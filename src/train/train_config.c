@@ -128,7 +128,8 @@ static const FieldSpec FIELDS[] = {
      "stage replication: data-parallel replicas of each pipeline stage, on consecutive ranks (their sum is the "
      "world; tp, cp, ep 1, vpp 1; each divides the micro-batch)"},
     {"parallel", "warmup", "--warmup", "N,N,..", FIELD_STAGES, OFF(warmup), 0, 0, 0, 0,
-     "1f1b / zb-h1: forwards each pipeline rank runs before its first backward (default: pp - rank - 1)"},
+     "1f1b / zb-h1 / interleaved: forwards each pipeline rank runs before its first backward (default: pp - rank - 1; "
+     "interleaved 2(pp-rank-1) + (vpp-1)pp)"},
     {"parallel", "order_fwd_cost", "--order-fwd-cost", "X", FIELD_DOUBLE, OFF(order_fwd_cost), 0, BIG, 1, 0,
      "pipeline: the forward's relative duration the program places its sends by (default 1; a plan sets its own)"},
     {"parallel", "order_bwd_cost", "--order-bwd-cost", "X", FIELD_DOUBLE, OFF(order_bwd_cost), 0, BIG, 1, 0,

@@ -136,7 +136,7 @@ typedef struct TrainConfig {
   int stage_widths[TRAIN_MAX_STAGES];
   int num_stage_widths;
   int warmup[TRAIN_MAX_STAGES]; /* forwards each pipeline rank runs before its first backward (1f1b,
-                                   zb-h1; SchedConfig.warmup); num 0: the schedule's p - r - 1 */
+                                   zb-h1, interleaved; SchedConfig.warmup); num 0: the schedule's own */
   int num_warmup;
   /* The relative forward/backward durations the pipeline program places
    * its sends by (SchedConfig.order_fwd_cost/order_bwd_cost); 0: the

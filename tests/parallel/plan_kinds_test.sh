@@ -15,7 +15,8 @@
 #            model's plan (2 blocks of 4 experts);
 #   values   every value of the fields the writer emits that the search did
 #            not pick here, set on an emitted plan: each schedule (gpipe,
-#            1f1b and zb-h1 with warm-up depths, interleaved with vpp 2),
+#            1f1b and zb-h1 with warm-up depths, interleaved with vpp 2,
+#            also with warm-up depths 3,2 other than Megatron-Core's 4,2),
 #            an uneven partition, a device permutation, TP2, ZeRO-1 DP2 with
 #            a bucket size, widths 1,1, the MoE grid folded (TP2 attention,
 #            EP2 experts), zb-h1 and warm-up depths over replicated stages
@@ -194,6 +195,7 @@ cases = [
     ("1f1b-warmup", pp2(1, schedule="1f1b", warmup=[1, 0])),
     ("zb-h1-warmup", pp2(1, schedule="zb-h1", warmup=[3, 1])),
     ("interleaved", pp2(1, schedule="interleaved", vpp=2, layers_per_stage=[1, 1, 1, 1])),
+    ("interleaved-warmup", pp2(1, schedule="interleaved", vpp=2, layers_per_stage=[1, 1, 1, 1], warmup=[3, 2])),
     ("uneven", pp2(2, schedule="1f1b", layers_per_stage=[1, 3])),
     ("tp2", variant(dp, tp=2, dp=1, edp=1, etp=2, pp=1, micro_batch_size=2, microbatches=4, schedule="none",
                     layers_per_stage=[4], distributed_optimizer=False)),
@@ -209,7 +211,7 @@ cases.append(("fp32", fp32))
 seq32 = pp2(2, schedule="1f1b")
 seq32["seq_length"] = 32
 cases.append(("seq32", seq32))
-zero1 = cases[7][1]
+zero1 = dict(cases)["zero1"]
 zero1["buckets"] = dict(zero1.get("buckets", {}), bucket_mb=0.01)
 for name, plan in cases:
     runs(name, plan, write(name, plan))

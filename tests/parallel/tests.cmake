@@ -164,3 +164,10 @@ foreach(mode one golden more config)
   set_tests_properties(parallel.recompute_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        ENVIRONMENT "${PARALLEL_MPI_ENV}")
 endforeach()
+# Interleaved warm-up depths (tests/parallel/vpp_warmup_test.sh): PP2 x VPP2
+# at depths other than Megatron-Core's 4,2 (3,2 and 6,3) against one rank;
+# depths outside the bounds refused with the rank, depth and bound.
+add_test(NAME parallel.vpp_warmup_golden
+         COMMAND bash ${PARALLEL_TEST_DIR}/vpp_warmup_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(parallel.vpp_warmup_golden PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     ENVIRONMENT "${PARALLEL_MPI_ENV}")

@@ -91,6 +91,45 @@ static void test_reads_what_the_planner_writes(void **state) {
   unlink(g_path);
 }
 
+/* Interleaved warm-up depths the order search chose (other than
+ * Megatron-Core's 10 8 6 4) written and read back, and the simulation of
+ * the plan read back is the one written. */
+static void test_interleaved_warmup_round_trip(void **state) {
+  (void)state;
+  ModelConfig m;
+  ClusterSpec cl;
+  assert_int_equal(plan_test_load_model(&m, "mixtral-8x7b"), 0);
+  assert_int_equal(plan_test_load_cluster(&cl, "dgx-h100"), 0);
+  PlanConfig cfg;
+  plan_config_init(&cfg, 4096, 256, 2);
+  cfg.par.tp = 2, cfg.par.pp = 4, cfg.par.vpp = 2, cfg.par.ep = 8, cfg.par.dp = 0;
+  cfg.schedule = SCHED_SCHEDULE_INTERLEAVED;
+  cfg.schedule_given = 1;
+  static const int depths[4] = {13, 10, 8, 6};
+  cfg.warmup_set = 4;
+  memcpy(cfg.warmup, depths, sizeof depths);
+  Error err = {0, ""};
+  assert_int_equal(plan_config_finish(&cfg, &m, &cl, 64, &err), 0);
+  PlanOptions opt;
+  plan_options_default(&opt);
+  PlanResult r;
+  int rc = plan_simulate(&m, &cl, &opt, &cfg, NULL, NULL, &r, &err);
+  if (rc) fprintf(stderr, "%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_int_equal(r.memory[0].peak_inflight, 14);
+  assert_int_equal(plan_write_json(&r, NULL, "mixtral-8x7b", cl.name, g_path, &err), 0);
+  PlanChoice p;
+  rc = plan_file_read(g_path, &p, &err);
+  if (rc) fprintf(stderr, "%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_int_equal(p.schedule, SCHED_SCHEDULE_INTERLEAVED);
+  assert_int_equal(p.num_warmup, 4);
+  assert_memory_equal(p.warmup, depths, sizeof depths);
+  unlink(g_path);
+  plan_result_free(&r);
+  cluster_spec_free(&cl);
+}
+
 /* Reads the written plan, applies edit to its JSON, and expects an error
  * whose message holds the file name and `field`. */
 static void expect_error(void (*edit)(cJSON *), const char *field) {
@@ -155,9 +194,25 @@ static void order_fwd_negative(cJSON *r) { set_num(par(r), "order_fwd_cost", -1)
 static void order_fwd_alone(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(par(r), "order_bwd_cost"); }
 static void order_bwd_alone(cJSON *r) { cJSON_DeleteItemFromObjectCaseSensitive(par(r), "order_fwd_cost"); }
 
+static cJSON *warmup_array(const int *w, int n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(w[i]));
+  return a;
+}
+/* Interleaved PP4 x VPP2, 16 micro-batches: the last rank's depth below
+ * (vpp-1)*pp = 4. */
+static void warmup_vpp_low(cJSON *r) {
+  cJSON_AddItemToObject(par(r), "warmup", warmup_array((const int[]){9, 8, 6, 3}, 4));
+}
+static void warmup_vpp_deep(cJSON *r) {
+  cJSON_AddItemToObject(par(r), "warmup", warmup_array((const int[]){15, 8, 6, 4}, 4));
+}
+
 static void test_bad_fields(void **state) {
   (void)state;
   write_plan();
+  expect_error(warmup_vpp_low, "parallel.warmup\": schedule interleaved: warm-up depth of rank 3 (the last) is 3");
+  expect_error(warmup_vpp_deep, "warm-up depth of rank 0 is 15, above the bound 12");
   expect_error(bad_format, "\"format\"");
   expect_error(bad_version, "\"version\"");
   expect_error(no_parallel, "\"parallel\"");
@@ -320,6 +375,7 @@ int main(void) {
   snprintf(g_path, sizeof g_path, "/tmp/fivefold-plan-file-%d.json", (int)getpid());
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reads_what_the_planner_writes),
+      cmocka_unit_test(test_interleaved_warmup_round_trip),
       cmocka_unit_test(test_bad_fields),
       cmocka_unit_test(test_full_recompute),
       cmocka_unit_test(test_model_identity),
