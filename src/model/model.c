@@ -65,14 +65,15 @@ static void layout_layer_body(LayerActs *la, const ModelActs *A, int dense, int 
   const size_t N = (size_t)A->max_N, Nl = N / (size_t)A->tp, C = A->C;
   const int E = A->moe.E, K = A->moe.K;
   const size_t rows = A->max_rows;
-  la->ln1 = CARVE_F(cv, N * C);
+  const int keep_ln = !(A->sel & MODEL_RECOMPUTE_LAYERNORM_BIT); /* else ModelScratch.sel_ln */
+  if (keep_ln) la->ln1 = CARVE_F(cv, N * C);
   la->rstd1 = CARVE_F(cv, Nl);
   la->q = CARVE_F(cv, N * A->QD);
   la->k = CARVE_F(cv, N * A->KVD);
   la->v = CARVE_F(cv, N * A->KVD);
   la->att = CARVE_F(cv, N * A->QD);
   la->lse = CARVE_F(cv, N * A->Hq);
-  la->ln2 = CARVE_F(cv, N * C);
+  if (keep_ln) la->ln2 = CARVE_F(cv, N * C);
   la->rstd2 = CARVE_F(cv, Nl);
   if (moe && A->moe_folded) {
     const int max_tokens = (int)Nl;
@@ -102,7 +103,7 @@ static void layout_layer_body(LayerActs *la, const ModelActs *A, int dense, int 
     ma->y = CARVE_F(cv, rows * C);
     if (A->moe.Fs > 0) ma->shared_h = CARVE_F(cv, N * 2 * A->moe.Fs);
   }
-  if (dense) la->mlp_h = CARVE_F(cv, N * 2 * A->F);
+  if (dense && !(A->sel & MODEL_RECOMPUTE_MLP_BIT)) la->mlp_h = CARVE_F(cv, N * 2 * A->F);
 }
 
 /* One (chunk, slot): the residual stream of its layers ([Nl, C] rows),
@@ -178,10 +179,20 @@ static void bind_recompute(ModelActs *A) {
   }
 }
 
+/* Points the blocks of A at the shared buffers of what selective
+ * recomputation no longer keeps (ModelScratch.sel_ln, sel_h). */
+static void bind_selective(ModelActs *A, const ModelConfig *c) {
+  for (int l = A->layer_begin; l < A->layer_end; l++) {
+    LayerActs *la = &A->layers[l];
+    if (A->s->sel_ln) la->ln1 = la->ln2 = A->s->sel_ln;
+    if (A->s->sel_h && !layer_is_moe(A, c, l)) la->mlp_h = A->s->sel_h;
+  }
+}
+
 /* What all chunks share; A supplies the (local) shapes. Returns the bytes
  * of the recomputation workspace among them. */
 static size_t layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int any_head, int kv_dw_floats,
-                             int rc_dense, int rc_moe, Carver *cv) {
+                             int rc_dense, int rc_moe, int sel_dense, Carver *cv) {
   const size_t N = (size_t)A->max_N, Nl = N / (size_t)A->tp, C = A->C;
   const int E = A->moe.E, K = A->moe.K;
   const size_t rows = A->max_rows;
@@ -235,6 +246,9 @@ static size_t layout_scratch(ModelScratch *S, const ModelActs *A, int max_T, int
   if (any_head) S->xent_scratch = CARVE_F(cv, (size_t)S->xent_chunk * A->V + (A->tp > 1 ? 3 * (size_t)S->xent_chunk : 0));
   const size_t before = cv->used;
   if (S->rc_ws_n > 0) layout_recompute(S, A, rc_dense, rc_moe, cv);
+  S->sel_ln = S->sel_h = NULL;
+  if (A->sel & MODEL_RECOMPUTE_LAYERNORM_BIT) S->sel_ln = CARVE_F(cv, N * C);
+  if ((A->sel & MODEL_RECOMPUTE_MLP_BIT) && sel_dense) S->sel_h = CARVE_F(cv, N * 2 * (size_t)A->F);
   return cv->used - before;
 }
 
@@ -362,6 +376,7 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     A->split_ok = shard->split_backward && d.t == 1;
     A->rc_method = shard->recompute_method;
     A->rc_num = shard->recompute_num_layers;
+    A->sel = shard->recompute_modules;
     A->embed = chunks[ch].embed;
     A->final_norm = chunks[ch].final_norm;
     A->final_norm_bias = chunks[ch].final_norm_bias;
@@ -386,11 +401,12 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
   const int kv_dw_floats = d.kv_ranks > 1 ? 2 * c->num_kv_heads * c->head_dim * c->hidden_size : 0;
   /* The recomputation workspace: as many blocks as the longest group, of
    * the kinds this rank recomputes. */
-  int rc_dense = 0, rc_moe = 0;
+  int rc_dense = 0, rc_moe = 0, sel_dense = 0;
   for (int ch = 0; ch < shard->num_chunks; ch++) {
     const ModelActs *A = model_acts(m, ch, 0);
     for (int l = A->layer_begin; l < A->layer_end; l++) {
       int gb, ge;
+      if (!layer_is_moe(A, c, l)) sel_dense = 1;
       if (!rc_group(A, l, &gb, &ge)) continue;
       if (ge - gb > S->rc_ws_n) S->rc_ws_n = ge - gb;
       if (layer_is_moe(A, c, l))
@@ -416,7 +432,7 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     if (!m->acts[i].arena) ok = 0;
   }
   Carver measure = {NULL, 0};
-  const size_t rc_bytes = layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, rc_dense, rc_moe, &measure);
+  const size_t rc_bytes = layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, rc_dense, rc_moe, sel_dense, &measure);
   act_bytes += measure.used;
   if (ok) S->arena = alloc_big(measure.used);
   if (!ok || !S->arena) {
@@ -432,11 +448,12 @@ int model_create_shard(Model *m, const ModelConfig *cfg, const ModelShard *shard
     layout_acts(&m->acts[i], c, &place);
   }
   Carver place = {S->arena, 0};
-  layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, rc_dense, rc_moe, &place);
+  layout_scratch(S, &m->acts[0], max_T, any_head, kv_dw_floats, rc_dense, rc_moe, sel_dense, &place);
   m->activation_bytes = act_bytes;
   m->recompute_workspace_bytes = rc_bytes;
   for (int i = 0; i < num_acts; i++) {
     bind_recompute(&m->acts[i]);
+    bind_selective(&m->acts[i], c);
     m->acts[i].rope_cos = S->rope_cos;
     m->acts[i].rope_sin = S->rope_sin;
     m->acts[i].dropped = S->dropped;

@@ -203,7 +203,25 @@ typedef struct ModelShard {
    * the first part). */
   int recompute_method;     /* MODEL_RECOMPUTE_NONE (0), _UNIFORM, _BLOCK */
   int recompute_num_layers; /* group size (uniform) or blocks per chunk (block) */
+  /* Selective recomputation (Megatron's --recompute-granularity selective
+   * with --recompute-modules), a set of MODEL_RECOMPUTE_LAYERNORM_BIT and
+   * MODEL_RECOMPUTE_MLP_BIT; not with full recomputation:
+   *   LAYERNORM: the two pre-norms' outputs are not kept; the backward
+   *     reruns each norm from the block's kept residual rows (the norm's
+   *     input) right before the products that read it (under TP with the
+   *     same all-gather as the forward);
+   *   MLP: a dense block's first product's output (SwiGLU's [gate; up],
+   *     GPT-2's fc pre-activation) is not kept; the backward reruns that
+   *     product (and GPT-2's bias) from the norm output.
+   * What is dropped lives in one shared buffer every block, slot and chunk
+   * reuses. The rerun makes the same calls on the same inputs, so the
+   * values and hence losses and gradients are bit-identical. The MLP's
+   * activation output and the experts' SwiGLU output are never kept: every
+   * backward recomputes them from the first product's output. */
+  unsigned recompute_modules;
 } ModelShard;
+
+enum { MODEL_RECOMPUTE_LAYERNORM_BIT = 1u << 0, MODEL_RECOMPUTE_MLP_BIT = 1u << 1 };
 
 enum { MODEL_MOE_ALLTOALL = 0, MODEL_MOE_ALLGATHER = 1 };
 enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_UNIFORM = 1, MODEL_RECOMPUTE_BLOCK = 2 };
@@ -272,7 +290,8 @@ typedef struct Model {
    * arena plus the shared scratch (the recomputation workspace included).
    * Allocated once at creation, so this is also its peak. */
   size_t activation_bytes;
-  size_t recompute_workspace_bytes; /* the part of the scratch that rebuilds recomputed groups */
+  size_t recompute_workspace_bytes; /* the part of the scratch that rebuilds recomputed groups (or, under
+                                     * selective recomputation, holds what the blocks no longer keep) */
 } Model;
 
 /* The whole model on one rank: tp 1, one chunk with every block, the

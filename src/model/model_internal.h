@@ -86,6 +86,11 @@ typedef struct ModelScratch {
   LayerActs *rc_ws;
   int rc_ws_n;
   float *rc_out;
+  /* Selective recomputation (ModelShard.recompute_modules): the one norm
+   * output [N, C] (layernorm) and the one dense first-product output
+   * [N, 2F] (mlp) every block writes and its backward rebuilds; NULL when
+   * the blocks keep their own. */
+  float *sel_ln, *sel_h;
   int *targets_local;        /* [N] (CP) this rank's targets */
   void *arena;
 } ModelScratch;
@@ -119,6 +124,7 @@ struct ModelActs {
   int deferring;        /* set during model_chunk_backward_input: weight GEMMs wait */
   int weights_pending;  /* a split backward's weight-gradient pass is due */
   int rc_method, rc_num; /* ModelShard.recompute_method, recompute_num_layers */
+  unsigned sel;          /* ModelShard.recompute_modules */
   int recomputing;       /* set while a backward reruns a group's forward: no statistics written */
   int norm_done;         /* the block (or layer_end: the final norm) whose input norm the block before it
                             computed with its residual add (model_pass.c); -1 none */
@@ -142,6 +148,12 @@ static inline ModelActs *model_acts(const Model *m, int chunk, int slot) {
 /* Errors come only from the dispatcher and ring callbacks (fatal for the job). */
 int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *err);
 int block_backward(Model *m, ModelActs *A, int l, Error *err);
+/* Selective recomputation: rebuilds block l's first (which 1) or second
+ * (2) norm output in ModelScratch.sel_ln, or its dense first-product
+ * output in sel_h (selective_rebuild_h), when the shard drops them;
+ * nothing otherwise. The same calls as block_forward's. */
+void selective_rebuild_norm(Model *m, ModelActs *A, int l, int which);
+void selective_rebuild_h(Model *m, ModelActs *A, int l);
 /* The weight-gradient GEMMs block_backward deferred (A->deferring). */
 void block_backward_weights(Model *m, ModelActs *A, int l);
 /* The backward of a (chunk, slot) (model_pass.c); defer: the first part of

@@ -336,8 +336,41 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
   return 0;
 }
 
+/* ------------------------------------------------ selective recomputation */
+
+void selective_rebuild_norm(Model *m, ModelActs *A, int l, int which) {
+  if (!A->s->sel_ln) return;
+  LayerActs *la = &A->layers[l];
+  const LayerTensors *t = &A->lt[l];
+  const float *P = m->params;
+  if (which == 1) {
+    norm_forward_gathered(m, A, la->ln1, la->rstd1, la->res_attn, P + t->attn_norm, param_or_null(m, t->attn_norm_bias));
+  } else if (is_moe(A, m, l) && A->moe_folded) {
+    OP_PROBED(OP_PROBE_NORM,
+              rmsnorm_forward(la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, A->Nl, A->C, m->cfg.rms_norm_eps));
+  } else {
+    norm_forward_gathered(m, A, la->ln2, la->rstd2, la->res_mlp, P + t->mlp_norm, param_or_null(m, t->mlp_norm_bias));
+  }
+}
+
+void selective_rebuild_h(Model *m, ModelActs *A, int l) {
+  if (!A->s->sel_h || is_moe(A, m, l)) return;
+  LayerActs *la = &A->layers[l];
+  const LayerTensors *t = &A->lt[l];
+  const float *P = m->params;
+  const int N = A->N, C = A->C, F = A->F;
+  if (m->cfg.gpt2) {
+    /* gelu_mlp_forward's first half; a is scratch the backward rewrites */
+    OP_PROBED_GEMM(N, F, C, linear_forward(la->mlp_h, la->ln2, P + t->mlp_fc, N, C, F, 0));
+    bias_gelu_forward(la->mlp_h, A->s->moe.a, P + t->mlp_fc_bias, N, F);
+  } else {
+    OP_PROBED_GEMM(N, 2 * F, C, linear_forward(la->mlp_h, la->ln2, P + t->mlp_gate_up, N, C, 2 * F, 0));
+  }
+}
+
 /* On entry A->dres is the gradient of the block's output; on exit, of its
- * input. */
+ * input. Under selective recomputation the dropped norm outputs and first
+ * MLP product are rebuilt right before the products that read them. */
 int block_backward(Model *m, ModelActs *A, int l, Error *err) {
   LayerActs *la = &A->layers[l];
   const LayerTensors *t = &A->lt[l];
@@ -350,6 +383,8 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
 
   const int gpt2 = m->cfg.gpt2;
   OP_PROBE_LAYER(l);
+  selective_rebuild_norm(m, A, l, 2);
+  selective_rebuild_h(m, A, l);
   const float *dln;
   if (gpt2) {
     /* The replicated proj bias: every rank sums all gathered rows. */
@@ -406,6 +441,7 @@ int block_backward(Model *m, ModelActs *A, int l, Error *err) {
     vec_copy(la->keep_dk, S->dk, (size_t)N * A->KVD);
     vec_copy(la->keep_dv, S->dv, (size_t)N * A->KVD);
   }
+  selective_rebuild_norm(m, A, l, 1);
   OP_PROBED_GEMM(N, A->QD, 2 * C,
                  linear_backward(S->dln, defer ? NULL : G + t->wq, S->dq, la->ln1, P + t->wq, N, C, A->QD, 0));
   float *gk = G + t->wk, *gv = G + t->wv;

@@ -13,7 +13,7 @@
 #include "model/model_internal.h"
 
 void block_backward_weights(Model *m, ModelActs *A, int l) {
-  const LayerActs *la = &A->layers[l];
+  LayerActs *la = &A->layers[l];
   const LayerTensors *t = &A->lt[l];
   const float *P = m->params;
   float *G = m->grads;
@@ -21,6 +21,10 @@ void block_backward_weights(Model *m, ModelActs *A, int l) {
   if (!la->keep_datt) return; /* a recomputed block: nothing was deferred */
   OP_PROBE_LAYER(l);
   if (la->keep_dh) {
+    /* Under selective recomputation the norm output and h are rebuilt
+     * first: other micro-batches have used the shared buffers since. */
+    selective_rebuild_norm(m, A, l, 2);
+    selective_rebuild_h(m, A, l);
     /* The SwiGLU output is recomputed from h, as the unsplit backward does. */
     float *a = A->s->moe.a;
     OP_PROBED(OP_PROBE_SWIGLU, swiglu_forward(a, la->mlp_h, N, A->F));
@@ -29,6 +33,7 @@ void block_backward_weights(Model *m, ModelActs *A, int l) {
                    linear_backward(NULL, G + t->mlp_gate_up, la->keep_dh, la->ln2, P + t->mlp_gate_up, N, C, 2 * A->F, 0));
   }
   OP_PROBED_GEMM(N, C, A->QD, linear_backward(NULL, G + t->wo, la->keep_datt, la->att, P + t->wo, N, A->QD, C, 0));
+  selective_rebuild_norm(m, A, l, 1);
   OP_PROBED_GEMM(N, A->QD, C, linear_backward(NULL, G + t->wq, la->keep_dq, la->ln1, P + t->wq, N, C, A->QD, 0));
   OP_PROBED_GEMM(N, A->KVD, C, linear_backward(NULL, G + t->wk, la->keep_dk, la->ln1, P + t->wk, N, C, A->KVD, 0));
   OP_PROBED_GEMM(N, A->KVD, C, linear_backward(NULL, G + t->wv, la->keep_dv, la->ln1, P + t->wv, N, C, A->KVD, 0));

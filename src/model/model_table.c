@@ -51,6 +51,14 @@ int model_shard_dims(const ModelConfig *c, const ModelShard *sh, ShardDims *d, E
   if (sh->recompute_num_layers < 0 || sh->recompute_num_layers > MODEL_MAX_LAYERS)
     return error_set(err, ERR_CONFIG, "model shard: recompute_num_layers %d is out of range (0..%d)",
                      sh->recompute_num_layers, MODEL_MAX_LAYERS);
+  if (sh->recompute_modules & ~(unsigned)(MODEL_RECOMPUTE_LAYERNORM_BIT | MODEL_RECOMPUTE_MLP_BIT))
+    return error_set(err, ERR_CONFIG, "model shard: recompute_modules 0x%x has bits other than layernorm (1) and mlp (2)",
+                     sh->recompute_modules);
+  if (sh->recompute_modules && sh->recompute_method != MODEL_RECOMPUTE_NONE)
+    return error_set(err, ERR_CONFIG,
+                     "model shard: recompute_modules (selective recomputation) with recompute_method %d (full "
+                     "recomputation): give one of them",
+                     sh->recompute_method);
   int embed_chunks = 0, head_chunks = 0;
   for (int i = 0; i < sh->num_chunks; i++) {
     const int b = sh->layer_begin[i], e = sh->layer_end[i];

@@ -12,7 +12,12 @@
  *  - with the split backward of zero-bubble orders (B then W), likewise;
  *  - the activation memory of the model is smaller with recomputation, by
  *    at least the blocks it no longer keeps;
- *  - a shard with an unknown method or a negative count is refused. */
+ *  - selective recomputation (ModelShard.recompute_modules: layernorm, mlp,
+ *    both) likewise bit-identical, unsplit and split, with fewer
+ *    activation bytes by at least the norm outputs and first MLP products
+ *    the slots no longer keep (less the one shared buffer of each);
+ *  - a shard with an unknown method, a negative count, unknown module bits
+ *    or modules together with full recomputation is refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,17 +46,22 @@ static void make_batches(int V) {
 }
 
 /* Chunk 0: embedding + layer 0; chunk 1: layers 1..L-1 + head; two slots. */
-static void make_model(Model *m, const ModelConfig *c, int method, int num, int split) {
+static void make_model_sel(Model *m, const ModelConfig *c, int method, int num, int split, unsigned mods) {
   ModelShard sh;
   shard_two_chunks(c, &sh);
   sh.split_backward = split;
   sh.recompute_method = method;
   sh.recompute_num_layers = num;
+  sh.recompute_modules = mods;
   Error err = {0, ""};
   if (model_create_shard(m, c, &sh, NULL, B, T, &err)) fail_msg("%s", err.msg);
   model_init_weights(m, SEED);
   shard_seed_biases(m, SEED);
   model_zero_grad(m);
+}
+
+static void make_model(Model *m, const ModelConfig *c, int method, int num, int split) {
+  make_model_sel(m, c, method, num, split, 0);
 }
 
 /* What one run produced, to compare bit for bit. */
@@ -63,9 +73,9 @@ typedef struct Run {
   size_t act_bytes;
 } Run;
 
-static void run(const ModelConfig *c, int method, int num, int split, Run *r) {
+static void run_sel(const ModelConfig *c, int method, int num, int split, unsigned mods, Run *r) {
   Model m;
-  make_model(&m, c, method, num, split);
+  make_model_sel(&m, c, method, num, split, mods);
   const size_t rows_c = (size_t)N * c->hidden_size;
   r->out = malloc(2 * rows_c * sizeof(float));
   r->dx = malloc(2 * rows_c * sizeof(float));
@@ -105,6 +115,8 @@ static void run(const ModelConfig *c, int method, int num, int split, Run *r) {
   if (method != MODEL_RECOMPUTE_NONE && num > 0) assert_true(m.recompute_workspace_bytes > 0);
   model_free(&m);
 }
+
+static void run(const ModelConfig *c, int method, int num, int split, Run *r) { run_sel(c, method, num, split, 0, r); }
 
 static void run_free(Run *r) {
   free(r->out);
@@ -153,6 +165,31 @@ static void check_config(const ModelConfig *c) {
       if (r.act_bytes >= ref.act_bytes)
         fail_msg("%s: %zu activation bytes, not fewer than the %zu without recomputation", what, r.act_bytes,
                  ref.act_bytes);
+      run_free(&r);
+    }
+    /* Selective recomputation: what the two slots of both chunks no
+     * longer keep (4 blocks each), less the shared buffers. */
+    const size_t NC = (size_t)N * c->hidden_size, NF = (size_t)N * 2 * c->intermediate_size;
+    int dense = 0;
+    for (int l = 0; l < c->num_layers; l++) dense += !(c->num_experts > 0 && c->is_moe_layer[l]);
+    const struct {
+      unsigned mods;
+      size_t saved;
+      const char *name;
+    } sel[] = {{MODEL_RECOMPUTE_LAYERNORM_BIT, (2 * 2 * (size_t)c->num_layers - 1) * NC, "selective layernorm"},
+               {MODEL_RECOMPUTE_MLP_BIT, (2 * (size_t)dense - 1) * NF, "selective mlp"},
+               {MODEL_RECOMPUTE_LAYERNORM_BIT | MODEL_RECOMPUTE_MLP_BIT,
+                (2 * 2 * (size_t)c->num_layers - 1) * NC + (2 * (size_t)dense - 1) * NF, "selective layernorm,mlp"}};
+    for (size_t k = 0; k < sizeof sel / sizeof sel[0]; k++) {
+      Run r;
+      char what[80];
+      snprintf(what, sizeof what, "%s%s", sel[k].name, split ? " (split backward)" : "");
+      run_sel(c, MODEL_RECOMPUTE_NONE, 0, split, sel[k].mods, &r);
+      check_same(c, &ref, &r, what);
+      /* at most one alignment pad per new shared buffer */
+      if (r.act_bytes + sel[k].saved * sizeof(float) > ref.act_bytes + 2 * 64)
+        fail_msg("%s: %zu activation bytes, expected at most %zu - %zu", what, r.act_bytes, ref.act_bytes,
+                 sel[k].saved * sizeof(float));
       run_free(&r);
     }
     run_free(&ref);
@@ -231,6 +268,14 @@ static void test_refusals(void **state) {
   sh.recompute_num_layers = -1;
   assert_int_equal(model_create_shard(&m, &c, &sh, NULL, B, T, &err), ERR_CONFIG);
   assert_non_null(strstr(err.msg, "recompute_num_layers"));
+  sh.recompute_num_layers = 1;
+  sh.recompute_modules = MODEL_RECOMPUTE_LAYERNORM_BIT;
+  assert_int_equal(model_create_shard(&m, &c, &sh, NULL, B, T, &err), ERR_CONFIG);
+  assert_non_null(strstr(err.msg, "recompute_modules"));
+  sh.recompute_method = MODEL_RECOMPUTE_NONE;
+  sh.recompute_modules = 1u << 5;
+  assert_int_equal(model_create_shard(&m, &c, &sh, NULL, B, T, &err), ERR_CONFIG);
+  assert_non_null(strstr(err.msg, "recompute_modules"));
 }
 
 int main(void) {
