@@ -105,6 +105,7 @@ void plan_cli_plan_usage(FILE *f) {
           "  --explain                break the best configuration's step down (compute, communication, bubbles)\n"
           "  --mbs-list LIST          micro-batch sizes to try (default 1,2,4,8)\n"
           "  --recompute-list LIST    recomputation options to try (default none,selective,full)\n"
+          "  --recompute-modules L    what selective recomputes (Megatron's names; default core_attn)\n"
           "  --max-tp N, --max-cp N, --max-pp N, --max-vpp N, --max-ep N, --max-etp N\n"
           "                           upper limits (defaults: TP and ETP within a node, VPP 8)\n"
           "  --min-pp N               only pipelines of at least N stages (default 1)\n"
@@ -205,7 +206,7 @@ static const char *const kPlanOptions[] = {"--top", "--out", "--mbs-list", "--re
                                            "--map-devices", "--no-map-devices", "--no-refine-partition",
                                            "--replicate-stages", "--no-bucket-search", "--no-search-order", "--explore",
                                            "--explore-budget", "--explore-seed", "--explore-shift",
-                                           "--explore-groups", "--explore-recompute"};
+                                           "--explore-groups", "--explore-recompute", "--recompute-modules"};
 #define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Returns 0, 1 for --help, or -1 on a usage error (reported). */
@@ -337,6 +338,11 @@ int plan_cli_parse_args(int argc, char **argv, PlanCli *c, int simulate) {
       else if (!strcmp(name, "--explore-shift")) rc = parse_int(c, name, value, 0, &c->explore_shift);
       else if (!strcmp(name, "--explore-groups")) c->explore_groups = value;
       else if (!strcmp(name, "--explore-recompute")) c->explore_recompute = value;
+      else if (!strcmp(name, "--recompute-modules")) {
+        Error merr = {0, ""};
+        if (plan_recompute_modules_parse(value, &c->cfg.recompute_modules, &merr))
+          rc = -1, fprintf(stderr, "fivefold %s: --recompute-modules: %s\n", c->cmd, merr.msg);
+      }
       else known = 0;
     }
     if (!known && simulate) {
@@ -457,6 +463,7 @@ int plan_cli_parse_search_lists(PlanCli *c) {
     sp->num_micro_batch_sizes = n;
     free(vals);
   }
+  sp->recompute_modules = c->cfg.recompute_modules; /* --recompute-modules */
   if (c->recompute_list) {
     for (int r = 0; r < PLAN_NUM_RECOMPUTE; r++) sp->allow_recompute[r] = 0;
     char buf[128];

@@ -27,6 +27,7 @@
 #include "comm/world.h"
 #include "nets/vision.h"
 #include "plan/plan_file.h"
+#include "plan/runtime_caps.h"
 #include "ckpt/checkpoint.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -193,20 +194,16 @@ static int apply_net_plan(TrainConfig *cfg, const char *path, const PlanChoice *
 
 /* The plan's layout as overrides, applied before the command line's so
  * that explicit flags win: all five dimensions with the MoE grid's ep and
- * etp, and full recomputation with its method and count. What the runtime
- * cannot run (selective recomputation) is refused rather than dropped: the
- * plan's prediction would not be what runs. */
+ * etp, full recomputation with its method and count, selective
+ * recomputation with its modules. What the runtime cannot run (a module it
+ * does not recompute) is refused rather than dropped: the plan's
+ * prediction would not be what runs. */
 static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
   PlanChoice pc;
   if (plan_file_read(path, &pc, err)) return error_wrap(err, "--plan");
   if (cfg->family != TRAIN_FAMILY_TRANSFORMER || strcmp(pc.family, "transformer"))
     return apply_net_plan(cfg, path, &pc, err);
   if (check_plan_model(cfg, path, &pc, err)) return err->code;
-  if (pc.recompute == PLAN_RECOMPUTE_SELECTIVE)
-    return error_set(err, ERR_CONFIG,
-                     "--plan %s: field \"parallel.recompute\": the plan uses selective recomputation, which fivefold "
-                     "train does not run (it runs full recomputation; re-plan with --recompute-list none,full)",
-                     path);
   char v[TRAIN_MAX_STAGES * 8];
   /* The planner mirrors attention in a dense model's MoE grid (etp = tp);
    * the runtime has no MoE grid without experts. */
@@ -229,6 +226,24 @@ static int apply_plan(TrainConfig *cfg, const char *path, Error *err) {
         train_config_override(cfg, "--recompute-method", pc.recompute_method == 1 ? "block" : "uniform", err) ||
         train_config_override(cfg, "--recompute-num-layers", v, err))
       return error_wrap(err, "--plan %s", path);
+  } else if (pc.recompute == PLAN_RECOMPUTE_SELECTIVE) {
+    /* The plan's modules (none written: the attention core, Megatron's
+     * default). Only those the runtime runs as the plan priced them
+     * (runtime_caps.h): core_attn would be accepted by the run config
+     * but rerun nothing, so the plan's price would not be what runs. */
+    const unsigned pm = pc.recompute_modules ? pc.recompute_modules : PLAN_RECOMPUTE_CORE_ATTN;
+    char mods[96];
+    plan_recompute_modules_describe(pm, mods, sizeof mods);
+    if (pm & ~PLAN_RECOMPUTE_FIVEFOLD_MODULES)
+      return error_set(err, ERR_CONFIG,
+                       "--plan %s: field \"parallel.recompute_modules\": the plan recomputes %s selectively; fivefold "
+                       "train recomputes layernorm, mlp and moe_act (core_attn: its attention keeps only the output "
+                       "and log-sum-exp, so the priced rerun would not happen; moe, shared_experts: not run); re-plan "
+                       "with --recompute-modules from those, or --recompute-list none,full",
+                       path, mods);
+    if (train_config_override(cfg, "--recompute", "selective", err) ||
+        train_config_override(cfg, "--recompute-modules", mods, err))
+      return error_wrap(err, "--plan %s (field \"parallel.recompute_modules\")", path);
   } else if (train_config_override(cfg, "--recompute", "none", err)) {
     return error_wrap(err, "--plan %s", path);
   }

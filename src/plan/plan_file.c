@@ -119,6 +119,14 @@ static int read_parallel(const Ctx *c, const cJSON *par, PlanChoice *p) {
                      c->origin, name);
   if (name) p->recompute_method = !strcmp(name, "block");
   TRY(get_int(c, par, S, "recompute_num_layers", 0, 1, &p->recompute_num_layers));
+  /* Selective recomputation's modules (optional: the attention core). */
+  p->recompute_modules = 0;
+  TRY(get_string(c, par, S, "recompute_modules", 1, &name));
+  if (name) {
+    Error merr = {0, ""};
+    if (plan_recompute_modules_parse(name, &p->recompute_modules, &merr))
+      return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.recompute_modules\": %s", c->origin, merr.msg);
+  }
   const cJSON *dist = cJSON_GetObjectItemCaseSensitive(par, "distributed_optimizer");
   if (dist && !cJSON_IsBool(dist))
     return error_set(c->err, ERR_FORMAT, "%s: field \"parallel.distributed_optimizer\": expected true or false",

@@ -58,6 +58,7 @@ typedef struct PlanChoice {
   PlanRecompute recompute;
   int recompute_method;     /* "parallel.recompute_method": 0 uniform (default), 1 block */
   int recompute_num_layers; /* "parallel.recompute_num_layers" (default 1) */
+  unsigned recompute_modules; /* "parallel.recompute_modules" (PLAN_RECOMPUTE_* bits; absent: 0, the attention core) */
   int distributed_optimizer;
   int num_stages;    /* pp x vpp */
   int layers_per_stage[PLAN_MAX_STAGES]; /* by virtual stage (chunk x pp + rank) */

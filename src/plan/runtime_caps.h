@@ -8,7 +8,8 @@
  * fivefold's runtime (src/train/) runs every TP / CP / DP / PP / VPP / EP /
  * ETP layout the divisibility rules allow, both schedules and ZeRO-1 with
  * any of them, and full activation recomputation (uniform or block, as
- * Megatron); it does not run selective recomputation, and sequence
+ * Megatron), selective recomputation of PLAN_RECOMPUTE_FIVEFOLD_MODULES in
+ * every block (not core_attn, moe, shared_experts, nor per-layer), and sequence
  * parallelism needs the rows of a micro-batch on a CP rank (B x S / CP) to
  * split over TP. */
 #ifndef FIVEFOLD_PLAN_RUNTIME_CAPS_H
@@ -22,6 +23,11 @@ typedef enum PlanRuntime {
   PLAN_RUNTIME_ANY = 0, /* no restriction beyond the layout rules (the library default) */
   PLAN_RUNTIME_FIVEFOLD /* what `fivefold train` runs (the default of `fivefold plan`) */
 } PlanRuntime;
+
+/* The selective recomputation modules `fivefold train` runs as the planner
+ * prices them: layernorm and mlp (dropped and rebuilt), moe_act (the
+ * experts' SwiGLU output, never kept there). */
+#define PLAN_RECOMPUTE_FIVEFOLD_MODULES (PLAN_RECOMPUTE_LAYERNORM | PLAN_RECOMPUTE_MLP | PLAN_RECOMPUTE_MOE_ACT)
 
 /* "any" or "fivefold"; nonzero for anything else. */
 int plan_runtime_from_name(const char *name, PlanRuntime *out);

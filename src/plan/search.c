@@ -208,6 +208,7 @@ static int enumerate(Search *S, Error *err) {
             PlanConfig cfg;
             plan_config_init(&cfg, sp->seq_len, sp->global_batch_size, 1);
             cfg.dtype = sp->dtype;
+            cfg.recompute_modules = sp->recompute_modules;
             /* A dense model's MoE grid mirrors attention (parallel.h). */
             cfg.par.tp = tp, cfg.par.cp = cp, cfg.par.pp = pp, cfg.par.ep = ep, cfg.par.etp = moe ? etp : tp;
             cfg.par.dp = G / (pp * tp * cp);
@@ -230,6 +231,7 @@ static void candidate_config(const Search *S, const Candidate *c, PlanConfig *cf
   cfg->par = c->par;
   cfg->par.dp = 0;
   cfg->recompute = (PlanRecompute)c->recompute;
+  cfg->recompute_modules = S->space->recompute_modules;
   cfg->distributed_optimizer = c->distopt;
 }
 

@@ -43,6 +43,7 @@ typedef struct PlanSearchSpace {
   int allow_distributed_optimizer; /* 1: may shard; 0: never */
   int require_distributed_optimizer;
   PlanRuntime runtime; /* variants this runtime does not run are dropped (runtime_caps.h) */
+  unsigned recompute_modules; /* selective variants' PLAN_RECOMPUTE_* bits (0: the attention core) */
 } PlanSearchSpace;
 
 void plan_search_space_default(PlanSearchSpace *space, int gpus, int seq_len, int global_batch_size);

@@ -68,7 +68,12 @@ static const FieldSpec FIELDS[] = {
      "fp32 (default) | bf16: bf16 GEMM inputs with fp32 accumulation, fp32 master weights (needs avx512_bf16)"},
     {"training", "recompute", "--recompute", "NAME", FIELD_TEXT, OFF(recompute), 0, 0, 0, 0,
      "activation recomputation: none (default) | full: a recomputed block keeps only its input and reruns its "
-     "forward in backward (bit-identical, less activation memory); selective is refused"},
+     "forward in backward | selective: only the parts recompute_modules names (both bit-identical, less "
+     "activation memory)"},
+    {"training", "recompute_modules", "--recompute-modules", "LIST", FIELD_NAMES, OFF(recompute_modules), 0, 0, 0,
+     0,
+     "what selective recomputation rebuilds, Megatron's names: layernorm (the two pre-norm outputs), mlp (a dense "
+     "MLP's first product), core_attn and moe_act (accepted: never kept here); default core_attn"},
     {"training", "recompute_method", "--recompute-method", "NAME", FIELD_TEXT, OFF(recompute_method), 0, 0, 0, 0,
      "full recomputation as Megatron: uniform (default; every block, in groups of recompute_num_layers whose "
      "input is kept) | block (only the first recompute_num_layers blocks of each virtual stage)"},
@@ -206,6 +211,7 @@ void train_config_defaults(TrainConfig *cfg) {
   snprintf(cfg->recompute, sizeof cfg->recompute, "none");
   snprintf(cfg->recompute_method, sizeof cfg->recompute_method, "uniform");
   cfg->recompute_num_layers = 1;
+  snprintf(cfg->recompute_modules, sizeof cfg->recompute_modules, "core_attn");
   cfg->max_nonfinite_skips = 5;
   cfg->collective_timeout_s = 600;
   cfg->world_size = 1;
@@ -443,6 +449,22 @@ static int parse_field(TrainConfig *cfg, const FieldSpec *f, const cJSON *v, con
     case FIELD_TEXT:
       if (!cJSON_IsString(v)) return error_set(err, ERR_CONFIG, "%s must be a string, got %s", where, json_type_name(v));
       return store_text(cfg, f, v->valuestring, where, err);
+    case FIELD_NAMES: {
+      if (cJSON_IsString(v)) return store_text(cfg, f, v->valuestring, where, err);
+      if (!cJSON_IsArray(v))
+        return error_set(err, ERR_CONFIG, "%s must be a list of names, got %s", where, json_type_name(v));
+      char joined[sizeof cfg->trace_steps * 2] = "";
+      int i = 0;
+      for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e))
+          return error_set(err, ERR_CONFIG, "%s[%d] must be a string, got %s", where, i, json_type_name(e));
+        if (strlen(joined) + strlen(e->valuestring) + 2 >= sizeof joined)
+          return error_set(err, ERR_CONFIG, "%s: the list is too long", where);
+        if (i) strcat(joined, ",");
+        strcat(joined, e->valuestring);
+      }
+      return store_text(cfg, f, joined, where, err);
+    }
     case FIELD_TOKENIZER:
       if (!cJSON_IsString(v))
         return error_set(err, ERR_CONFIG, "%s must be a string (\"%s\" or a path to a tokenizer.json), got %s",
@@ -681,7 +703,8 @@ int train_config_override(TrainConfig *cfg, const char *flag, const char *value,
     }
     case FIELD_DECAY: rc = store_decay(cfg, f, value, flag, err); break;
     case FIELD_PATH: rc = store_path(cfg, f, value, NULL, flag, err); break;
-    case FIELD_TEXT: rc = store_text(cfg, f, value, flag, err); break;
+    case FIELD_TEXT:
+    case FIELD_NAMES: rc = store_text(cfg, f, value, flag, err); break;
     case FIELD_TOKENIZER: rc = store_tokenizer(cfg, f, value, NULL, flag, err); break;
     case FIELD_SCHEDULE: rc = store_schedule(cfg, value, flag, err); break;
     case FIELD_AUTO_SWITCH: rc = store_auto_switch(cfg, f, value, flag, err); break;

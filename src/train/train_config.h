@@ -95,7 +95,8 @@ typedef struct TrainConfig {
   char gemm_backend[64]; /* "onednn" (default) | "openblas" */
   char precision[64];    /* "fp32" (default) | "bf16": GEMM inputs, fp32 accumulation */
   /* activation recomputation (train_config_recompute.c): checked at finalize */
-  char recompute[64];        /* "none" (default) | "full"; "selective" is refused */
+  char recompute[64];        /* "none" (default) | "full" | "selective" */
+  char recompute_modules[64]; /* selective: Megatron's module names, comma-joined; default "core_attn" */
   char recompute_method[64]; /* "uniform" (default) | "block" (Megatron's --recompute-method) */
   int recompute_num_layers;  /* group size (uniform) or blocks per virtual stage (block); default 1 */
   int fuse_swiglu;       /* 1 (default): SwiGLU's silu(gate) * up in one kernel; 0: separate passes (kern/fusion.h) */
@@ -187,14 +188,16 @@ void train_config_free(TrainConfig *cfg);
 /* training.gemm_backend and training.precision are known names
  * (train_config_compute.c; called by finalize). */
 int train_config_check_compute(const TrainConfig *cfg, const char *origin, Error *err);
-/* training.recompute, recompute_method and recompute_num_layers are
- * known names that fit the run (train_config_recompute.c; called by
- * finalize): "selective" and recomputation of a network other than the
- * transformer are refused, naming the field. */
+/* training.recompute, recompute_method, recompute_num_layers and
+ * recompute_modules are known names that fit the run
+ * (train_config_recompute.c; called by finalize): modules the runtime does
+ * not run and recomputation of a network other than the transformer are
+ * refused, naming the field. */
 int train_config_check_recompute(const TrainConfig *cfg, const char *origin, Error *err);
-/* The model shard's recompute_method (MODEL_RECOMPUTE_*) and
- * recompute_num_layers of a checked config. */
-void train_config_recompute_shard(const TrainConfig *cfg, int *method, int *num_layers);
+/* The model shard's recompute_method (MODEL_RECOMPUTE_*),
+ * recompute_num_layers and recompute_modules (MODEL_RECOMPUTE_*_BIT) of a
+ * checked config. */
+void train_config_recompute_shard(const TrainConfig *cfg, int *method, int *num_layers, unsigned *modules);
 /* Selects the GEMM backend, precision and fused kernels process-wide (kern); ERR_CONFIG
  * naming the missing CPU feature when bf16 cannot run here. */
 int train_config_apply_compute(const TrainConfig *cfg, Error *err);

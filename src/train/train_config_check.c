@@ -217,6 +217,14 @@ static void section_to_json(const TrainConfig *cfg, const char *section, cJSON *
       case FIELD_TEXT:
         if (base[0]) cJSON_AddStringToObject(t, f->name, base);
         break;
+      case FIELD_NAMES: {
+        cJSON *list = cJSON_AddArrayToObject(t, f->name);
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", base);
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+          cJSON_AddItemToArray(list, cJSON_CreateString(tok));
+        break;
+      }
       case FIELD_STAGES: {
         const int *vals = cfg->layers_per_stage;
         int n = cfg->num_layers_per_stage;

@@ -18,6 +18,7 @@ typedef enum {
   FIELD_SCHEDULE,  /* "none" | "gpipe" | "1f1b" | "interleaved" (int, -1 = default) */
   FIELD_STAGES,    /* list of non-negative ints (layers_per_stage); "2,1,1" as a flag */
   FIELD_TEXT,      /* a short string kept as given (trace.steps; checked at finalize) */
+  FIELD_NAMES,     /* list of names (or one string), kept comma-joined like FIELD_TEXT; "a,b" as a flag */
   FIELD_AUTO_SWITCH, /* "auto" | 0 | 1 (int, TRAIN_AUTO = auto) */
   FIELD_PROGRESS,    /* "auto" | "always" | "never" (int, TrainProgress) */
 } FieldKind;

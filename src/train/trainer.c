@@ -177,7 +177,10 @@ static void print_recompute(const Trainer *tr, FILE *out) {
   const TrainConfig *cfg = tr->cfg;
   const Model *m = &tr->model;
   fprintf(out, "  memory   activations %.2f MiB on this rank", m->activation_bytes / 1048576.0);
-  if (strcmp(cfg->recompute, "full"))
+  if (!strcmp(cfg->recompute, "selective"))
+    fprintf(out, "; recompute selective %s (a %.2f MiB shared buffer holds what the blocks rebuild in backward)\n",
+            cfg->recompute_modules, m->recompute_workspace_bytes / 1048576.0);
+  else if (strcmp(cfg->recompute, "full"))
     fprintf(out, "; recompute none\n");
   else
     fprintf(out, "; recompute full, %s %d (a %.2f MiB workspace rebuilds a group in backward)\n",

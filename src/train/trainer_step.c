@@ -204,7 +204,8 @@ static int make_shard(const Trainer *tr, ModelShard *shard, Error *err) {
   shard->tp_rank = tr->tp_rank;
   shard->num_slots = pipeline_slots_needed(tr->prog, tr->pp_rank);
   shard->split_backward = tr->prog->config.split_backward;
-  train_config_recompute_shard(cfg, &shard->recompute_method, &shard->recompute_num_layers);
+  train_config_recompute_shard(cfg, &shard->recompute_method, &shard->recompute_num_layers,
+                               &shard->recompute_modules);
   trainer_fold_shard(tr, shard);
   if (tr->pp * tr->vpp == 1) return 0;
   SchedPartitionSpec spec = {.num_layers = cfg->model.num_layers, .pp = tr->pp, .vpp = tr->vpp,

@@ -10,8 +10,9 @@
 #            chunks per rank, the device mapping search, stage replication,
 #            the explorer's run (its --out is the best uniform layout: a
 #            plan file has no per-layer fields), selective recomputation
-#            planned for another runtime (refused: fivefold recomputes whole
-#            blocks only), full recomputation (trained), and an MoE
+#            of the attention core planned for another runtime (refused:
+#            fivefold's attention keeps nothing to recompute), full
+#            recomputation (trained), and an MoE
 #            model's plan (2 blocks of 4 experts);
 #   values   every value of the fields the writer emits that the search did
 #            not pick here, set on an emitted plan: each schedule (gpipe,
@@ -22,7 +23,9 @@
 #            EP2 experts), zb-h1 and warm-up depths over replicated stages
 #            (refused), full recomputation (uniform 1, block 1, uniform
 #            groups of 2: trained, training.recompute* in its config.json),
-#            selective recomputation and an unknown method (refused), an fp32
+#            selective recomputation of layernorm,mlp (trained, its modules
+#            in config.json), of the attention core, of moe and an unknown
+#            method (refused), an fp32
 #            and a bf16 price, another sequence length, and a plan for 4
 #            GPUs (refused: its data parallelism does not fit the job).
 # A run must take 2 steps with the plan's fields in its config.json (tp,
@@ -104,6 +107,10 @@ def runs(name, plan, path, model="dense"):
         rc_want["recompute_num_layers"] = par.get("recompute_num_layers", 1)
         if "recompute full" not in log:
             failures.append(f"{name}: the banner does not say the run recomputes")
+    if rc_want["recompute"] == "selective":
+        rc_want["recompute_modules"] = par["recompute_modules"].split(",")
+        if "recompute selective " + par["recompute_modules"] not in log:
+            failures.append(f"{name}: the banner does not say the run recomputes selectively")
     for k, v in rc_want.items():
         if tr.get(k) != v:
             failures.append(f"{name}: the plan's {k} {v!r} is not the run's ({tr.get(k)!r})")
@@ -137,11 +144,11 @@ def refused(name, path, *needles):
         print(f"{name}: refused: {line.strip()[:200]}")
 
 def check(name, plan, model="dense"):
-    """An emitted plan: trained, unless it recomputes selectively (the one field fivefold refuses)."""
+    """An emitted plan: trained, unless it recomputes the attention core selectively (what fivefold refuses)."""
     if plan is None:
         return
     path = f"plan-{name}.json"
-    if plan["parallel"]["recompute"] == "selective":
+    if plan["parallel"]["recompute"] == "selective" and "layernorm" not in plan["parallel"].get("recompute_modules", ""):
         refused(name, path, "parallel.recompute", "selective")
     else:
         runs(name, plan, path, model)
@@ -232,6 +239,11 @@ full_groups = variant(dp, recompute="full", recompute_method="uniform", recomput
 runs("full-groups", full_groups, write("full-groups", full_groups))
 refused("selective", write("selective", pp2(2, schedule="1f1b", recompute="selective")), "parallel.recompute",
         "selective")
+sel = pp2(2, schedule="1f1b", recompute="selective", recompute_modules="layernorm,mlp")
+runs("selective-modules", sel, write("selective-modules", sel))
+refused("selective-moe", write("selective-moe", pp2(2, schedule="1f1b", recompute="selective",
+                                                    recompute_modules="layernorm,moe")),
+        "parallel.recompute_modules", "layernorm,moe")
 refused("bad-method", write("bad-method", variant(dp, recompute="full", recompute_method="blocks")),
         "parallel.recompute_method")
 if failures:

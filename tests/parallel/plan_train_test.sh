@@ -5,8 +5,10 @@
 # demo's model on 2 ranks writes its best plan, and `fivefold train --plan`
 # trains each for 2 steps with the plan's gradient bucket size (its
 # config.json and banner). A plan made with --runtime any and selective
-# recomputation is still refused by train, and the default (--runtime
-# fivefold) never emits one; one with full recomputation trains
+# recomputation of the attention core is refused by train, and the
+# default (--runtime fivefold) never emits one; one with selective
+# recomputation of layernorm,mlp trains recomputing them; one with full
+# recomputation trains
 # recomputing; a plan made for another model (same layer counts) is
 # refused naming both.
 # usage: plan_train_test.sh FIVEFOLD MPIEXEC
@@ -73,10 +75,19 @@ $PY -c 'import json, sys; p = json.load(open(sys.argv[1])); del p["model_identit
   plan-moe8.json plan-anonymous.json
 refused 2 moe8 "has no model_identity" --plan plan-anonymous.json
 
-# Planned for another runtime, selective recomputation is refused by train with a message.
+# Planned for another runtime, selective recomputation of the attention
+# core is refused by train with a message.
 "$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
   --recompute-list selective --runtime any --out plan-sel.json >plan-sel.log 2>&1 || fail "plan --runtime any"
-refused 2 moe8 "selective recomputation, which fivefold train does not run" --plan plan-sel.json
+refused 2 moe8 'field "parallel.recompute_modules": the plan recomputes core_attn selectively' --plan plan-sel.json
+# Selective recomputation of the modules fivefold runs is planned for it and trains.
+"$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
+  --recompute-list selective --recompute-modules layernorm,mlp,moe_act --out plan-selmods.json >plan-selmods.log 2>&1 ||
+  fail "plan --recompute-list selective --recompute-modules layernorm,mlp,moe_act"
+grep -q '"recompute_modules":[[:space:]]*"layernorm,mlp,moe_act"' plan-selmods.json ||
+  fail "the plan does not carry its recompute_modules"
+train 2 sel-run moe8 --plan plan-selmods.json && grep -q "recompute selective layernorm,mlp,moe_act" sel-run.log ||
+  fail "a plan with selective recomputation did not train recomputing its modules"
 # For fivefold, selective recomputation alone leaves nothing to plan.
 if "$FIVEFOLD" plan --model moe8.json --cluster spec.json --gpus 2 --seq 16 --global-batch 8 --dtype fp32 \
   --recompute-list selective >plan-none.log 2>&1; then

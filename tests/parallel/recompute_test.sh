@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Full activation recomputation (training.recompute "full",
-# recompute_method, recompute_num_layers) through `fivefold train`: the
+# Activation recomputation through `fivefold train`: full
+# (training.recompute "full", recompute_method, recompute_num_layers) and
+# selective (training.recompute "selective", recompute_modules): the
 # same run with and without it, and under mpirun against one rank. Tiny
 # models as in mp_test.sh: 4 blocks, hidden 32, vocab 256, sequence 16,
 # 4 micro-batches of 2 sequences per step, 5 steps.
@@ -11,16 +12,23 @@
 #            GPT-2 models, and bf16 where the CPU has it: per-step losses
 #            and the step-5 model and optimizer files bit-identical to the
 #            run without recomputation; the banner names the setting and
-#            reports fewer activation bytes; a recomputing run resumed from
+#            reports fewer activation bytes; selective recomputation of
+#            layernorm and mlp (dense, MoE with moe_act, GPT-2, bf16, and
+#            core_attn alone, which keeps the same bytes) likewise;
+#            a recomputing run resumed from
 #            its step-3 checkpoint, with or without recomputation, ends bit
 #            for bit where it did
 #   golden   PP2 (1F1B), TP2 and DP2 with recomputation against the one-rank
-#            run without it; PP2 with and without recomputation bit-identical
+#            run without it; PP2 with and without recomputation bit-identical;
+#            TP2 with selective layernorm,mlp against the one-rank run
 #   more     interleaved PP2 x VPP2, zb-h1 PP2 (split backward), ZeRO-1 DP2,
 #            MoE EP2, CP2 and TP2, GPT-2 TP2, dense TP2 x PP2 (4 ranks) and
-#            stage widths 2,1 (3 ranks) with recomputation against one rank
-#   config   selective, unknown names and counts refused naming the file
-#            and field; --help lists the flags
+#            stage widths 2,1 (3 ranks) with recomputation against one rank;
+#            selective layernorm,mlp under zb-h1 PP2 and GPT-2 TP2
+#   config   unknown names, counts and modules, and the modules fivefold
+#            does not recompute (moe, shared_experts), refused naming the
+#            file and field; a JSON list of modules read and recorded;
+#            --help lists the flags
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MPIEXEC=$2
@@ -49,9 +57,10 @@ identical() {
 # act_mib RUN: the activation MiB the banner reports.
 act_mib() { sed -n 's/.*memory   activations \([0-9.]*\) MiB.*/\1/p' "$1.log" | head -1; }
 
-# smaller RUN REF: RUN's banner names full recomputation and fewer activation bytes than REF's.
+# smaller RUN REF [KIND]: RUN's banner names KIND (default full)
+# recomputation and fewer activation bytes than REF's.
 smaller() {
-  grep -q "recompute full" "$1.log" || fail "$1: the banner does not name full recomputation"
+  grep -q "recompute ${3:-full}" "$1.log" || fail "$1: the banner does not name ${3:-full} recomputation"
   local a b
   a=$(act_mib "$1") b=$(act_mib "$2")
   [ -n "$a" ] && [ -n "$b" ] && $PY -c "import sys; sys.exit(0 if $a < $b else 1)" ||
@@ -67,10 +76,26 @@ case "$MODE" in
       identical rcb-dense one-dense && smaller rcb-dense one-dense
     grep -q '"recompute":[[:space:]]*"full"' rcb-dense/config.json || fail "config.json does not record training.recompute"
     grep -q '"recompute_method":[[:space:]]*"block"' rcb-dense/config.json || fail "config.json does not record the method"
+    # Selective: the two norm outputs and the dense MLP's first product.
+    train 0 sel-dense dense --grad-accum 4 --recompute selective --recompute-modules layernorm,mlp &&
+      identical sel-dense one-dense && smaller sel-dense one-dense selective
+    grep -q '"recompute_modules":[[:space:]]*\[[[:space:]]*"layernorm",[[:space:]]*"mlp"' sel-dense/config.json ||
+      fail "config.json does not record training.recompute_modules as a list"
+    # core_attn alone keeps what it kept (the flash kernel stores no probabilities).
+    train 0 sel-core dense --grad-accum 4 --recompute selective --recompute-modules core_attn &&
+      identical sel-core one-dense
+    [ "$(act_mib sel-core)" = "$(act_mib one-dense)" ] || fail "sel-core: core_attn changed the activation bytes"
     for model in moe gpt2; do
       train 0 "one-$model" "$model" --grad-accum 4 || exit 1
       train 0 "rc1-$model" "$model" --grad-accum 4 --recompute full && identical "rc1-$model" "one-$model"
+      train 0 "sel-$model" "$model" --grad-accum 4 --recompute selective \
+        --recompute-modules core_attn,layernorm,mlp,moe_act && identical "sel-$model" "one-$model" &&
+        smaller "sel-$model" "one-$model" selective
     done
+    # A selective run's step-3 checkpoint resumed without recomputation.
+    rm -rf resumed-sel
+    mkdir -p resumed-sel/checkpoints && cp -r "$(ckpt sel-dense 3)" resumed-sel/checkpoints/
+    train 0 resumed-sel dense --grad-accum 4 --resume && identical resumed-sel one-dense
     # Resume: the step-3 checkpoint of a recomputing run, resumed with recomputation.
     rm -rf resumed
     mkdir -p resumed/checkpoints && cp -r "$(ckpt rc1-dense 3)" resumed/checkpoints/
@@ -83,6 +108,8 @@ case "$MODE" in
     if train 0 one-bf16 moe --grad-accum 4 --precision bf16 2>/dev/null; then
       train 0 rc-bf16 moe --grad-accum 4 --precision bf16 --recompute full --recompute-num-layers 2 &&
         identical rc-bf16 one-bf16
+      train 0 sel-bf16 moe --grad-accum 4 --precision bf16 --recompute selective --recompute-modules layernorm,mlp &&
+        identical sel-bf16 one-bf16
     elif grep -q avx512_bf16 one-bf16.log; then
       failures=$((failures - 1)) # not a failure: this CPU has no bf16 (the fp32 cases ran)
       echo "note: bf16 not run here: $(tail -1 one-bf16.log)"
@@ -95,6 +122,8 @@ case "$MODE" in
     train 2 tp2-rc dense --grad-accum 4 --tp 2 --recompute full --recompute-num-layers 2 && same tp2-rc one-dense 5
     train 2 dp2-rc dense --grad-accum 2 --dp 2 --recompute full --recompute-method block --recompute-num-layers 1 &&
       same dp2-rc one-dense 5
+    train 2 tp2-sel dense --grad-accum 4 --tp 2 --recompute selective --recompute-modules layernorm,mlp &&
+      same tp2-sel one-dense 5
     ;;
   more)
     train 0 one-dense dense --grad-accum 4 || exit 1
@@ -115,11 +144,23 @@ case "$MODE" in
       --recompute-num-layers 1 && same tp2pp2-rc one-dense 5
     # Stage replication: stage 0 on 2 ranks that split every micro-batch.
     train 3 w21-rc dense --grad-accum 4 --stage-widths 2,1 --recompute full && same w21-rc one-dense 5
+    # Selective under the split backward (its weight pass rebuilds too) and GPT-2 under TP2.
+    train 2 zb-sel dense --grad-accum 4 --pp 2 --schedule zb-h1 --recompute selective \
+      --recompute-modules layernorm,mlp && same zb-sel one-dense 5
+    train 2 tp2-gpt2-sel gpt2 --grad-accum 4 --tp 2 --recompute selective --recompute-modules layernorm,mlp &&
+      same tp2-gpt2-sel one-gpt2 5
     ;;
   config)
-    expect nonzero 'run-dense.json: training.recompute "selective" is not run' -- \
-      "$FIVEFOLD" train --config run-dense.json --out bad --no-progress --recompute selective
-    expect nonzero 'run-dense.json: training.recompute must be "none" or "full", got "fully"' -- \
+    expect nonzero 'run-dense.json: training.recompute_modules "moe" is not run by fivefold train' -- \
+      "$FIVEFOLD" train --config run-dense.json --out bad --no-progress --recompute selective --recompute-modules layernorm,moe
+    expect nonzero 'run-dense.json: training.recompute_modules "shared_experts" is not run' -- \
+      "$FIVEFOLD" train --config run-dense.json --out bad --no-progress --recompute selective --recompute-modules shared_experts
+    expect nonzero 'run-dense.json: training.recompute_modules: unknown module "attn"' -- \
+      "$FIVEFOLD" train --config run-dense.json --out bad --no-progress --recompute selective --recompute-modules attn
+    sed 's/"training": {/"training": {"recompute": "selective", "recompute_modules": ["layernorm", 3], /' run-dense.json >run-badmods.json
+    expect nonzero 'run-badmods.json: training.recompute_modules[1] must be a string' -- \
+      "$FIVEFOLD" train --config run-badmods.json --out bad --no-progress
+    expect nonzero 'run-dense.json: training.recompute must be "none", "full" or "selective", got "fully"' -- \
       "$FIVEFOLD" train --config run-dense.json --out bad --no-progress --recompute fully
     expect nonzero 'training.recompute_method must be "uniform" or "block", got "blocks"' -- \
       "$FIVEFOLD" train --config run-dense.json --out bad --no-progress --recompute full --recompute-method blocks
@@ -130,7 +171,7 @@ case "$MODE" in
     sed 's/"training": {/"training": {"recompute": 1, /' run-dense.json >run-badtype.json
     expect nonzero 'run-badtype.json: training.recompute must be a string' -- \
       "$FIVEFOLD" train --config run-badtype.json --out bad --no-progress
-    expect 0 --recompute --recompute-method --recompute-num-layers -- "$FIVEFOLD" train --help
+    expect 0 --recompute --recompute-method --recompute-num-layers --recompute-modules -- "$FIVEFOLD" train --help
     ;;
   *) echo "unknown mode $MODE"; exit 2 ;;
 esac

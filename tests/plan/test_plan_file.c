@@ -31,6 +31,7 @@ static PlanConfig write_plan(void) {
   cfg.par.tp = 2, cfg.par.pp = 4, cfg.par.vpp = 2, cfg.par.ep = 8, cfg.par.dp = 0;
   cfg.distributed_optimizer = 1;
   cfg.recompute = PLAN_RECOMPUTE_SELECTIVE;
+  cfg.recompute_modules = PLAN_RECOMPUTE_LAYERNORM | PLAN_RECOMPUTE_MOE_ACT;
   Error err = {0, ""};
   assert_int_equal(plan_config_finish(&cfg, &m, &cl, 64, &err), 0);
   PlanOptions opt;
@@ -71,6 +72,8 @@ static void test_reads_what_the_planner_writes(void **state) {
   assert_int_equal(p.schedule, SCHED_SCHEDULE_INTERLEAVED);
   assert_string_equal(p.schedule_name, "interleaved");
   assert_int_equal(p.recompute, PLAN_RECOMPUTE_SELECTIVE);
+  /* selective recomputation's modules, read back as written */
+  assert_int_equal(p.recompute_modules, PLAN_RECOMPUTE_LAYERNORM | PLAN_RECOMPUTE_MOE_ACT);
   assert_int_equal(p.distributed_optimizer, 1);
   assert_int_equal(p.num_stages, 8);
   int total = 0;
@@ -177,6 +180,7 @@ static void bad_recompute(cJSON *r) { set_str(par(r), "recompute", "some"); }
 /* Fields the written (selective) plan lacks: added. */
 static void bad_recompute_method(cJSON *r) { cJSON_AddStringToObject(par(r), "recompute_method", "blocks"); }
 static void bad_recompute_layers(cJSON *r) { cJSON_AddNumberToObject(par(r), "recompute_num_layers", -1); }
+static void bad_recompute_modules(cJSON *r) { set_str(par(r), "recompute_modules", "layernorm,attn"); }
 static void distopt_number(cJSON *r) { set_num(par(r), "distributed_optimizer", 1); }
 static void short_stages(cJSON *r) { cJSON_DeleteItemFromArray(cJSON_GetObjectItemCaseSensitive(par(r), "layers_per_stage"), 0); }
 static void zero_stage(cJSON *r) {
@@ -225,6 +229,7 @@ static void test_bad_fields(void **state) {
   expect_error(bad_recompute, "parallel.recompute");
   expect_error(bad_recompute_method, "parallel.recompute_method");
   expect_error(bad_recompute_layers, "parallel.recompute_num_layers");
+  expect_error(bad_recompute_modules, "parallel.recompute_modules");
   expect_error(distopt_number, "parallel.distributed_optimizer");
   expect_error(short_stages, "parallel.layers_per_stage");
   expect_error(zero_stage, "parallel.layers_per_stage");
