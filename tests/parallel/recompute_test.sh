@@ -24,7 +24,8 @@
 #   more     interleaved PP2 x VPP2, zb-h1 PP2 (split backward), ZeRO-1 DP2,
 #            MoE EP2, CP2 and TP2, GPT-2 TP2, dense TP2 x PP2 (4 ranks) and
 #            stage widths 2,1 (3 ranks) with recomputation against one rank;
-#            selective layernorm,mlp under zb-h1 PP2 and GPT-2 TP2
+#            selective layernorm,mlp under zb-h1 PP2, GPT-2 TP2, MoE EP2
+#            (the dispatcher path) and CP2
 #   config   unknown names, counts and modules, and the modules fivefold
 #            does not recompute (moe, shared_experts), refused naming the
 #            file and field; a JSON list of modules read and recorded;
@@ -149,6 +150,11 @@ case "$MODE" in
       --recompute-modules layernorm,mlp && same zb-sel one-dense 5
     train 2 tp2-gpt2-sel gpt2 --grad-accum 4 --tp 2 --recompute selective --recompute-modules layernorm,mlp &&
       same tp2-gpt2-sel one-gpt2 5
+    # The dispatcher path (the MoE norm over this rank's rows) and the CP ring.
+    train 2 ep2-sel moe --grad-accum 2 --ep 2 --recompute selective --recompute-modules layernorm,moe_act &&
+      same ep2-sel one-moe 5
+    train 2 cp2-sel moe --grad-accum 4 --cp 2 --recompute selective --recompute-modules layernorm,mlp &&
+      same cp2-sel one-moe 5
     ;;
   config)
     expect nonzero 'run-dense.json: training.recompute_modules "moe" is not run by fivefold train' -- \
