@@ -126,6 +126,7 @@ static int apply_plan_option(int argc, char **argv, PlanCli *c) {
   p->tp = pc->tp, p->cp = pc->cp, p->pp = pc->pp, p->vpp = pc->vpp, p->ep = pc->ep, p->etp = pc->etp;
   c->cfg.micro_batch_size = pc->micro_batch_size;
   c->cfg.recompute = pc->recompute;
+  if (pc->recompute == PLAN_RECOMPUTE_SELECTIVE) c->cfg.recompute_modules = pc->recompute_modules; /* as priced */
   if (pc->recompute == PLAN_RECOMPUTE_FULL) { /* the method and count the trainer applies */
     c->cfg.recompute_method = pc->recompute_method;
     c->cfg.recompute_num_layers = pc->recompute_num_layers;

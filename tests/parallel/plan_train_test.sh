@@ -86,6 +86,9 @@ refused 2 moe8 'field "parallel.recompute_modules": the plan recomputes core_att
   fail "plan --recompute-list selective --recompute-modules layernorm,mlp,moe_act"
 grep -q '"recompute_modules":[[:space:]]*"layernorm,mlp,moe_act"' plan-selmods.json ||
   fail "the plan does not carry its recompute_modules"
+# simulate --plan prices the plan's modules, not the default.
+"$FIVEFOLD" simulate --plan plan-selmods.json --cluster spec.json 2>&1 | grep -q "recompute selective (layernorm,mlp,moe_act)" ||
+  fail "simulate --plan does not price the plan's recompute_modules"
 train 2 sel-run moe8 --plan plan-selmods.json && grep -q "recompute selective layernorm,mlp,moe_act" sel-run.log ||
   fail "a plan with selective recomputation did not train recomputing its modules"
 # For fivefold, selective recomputation alone leaves nothing to plan.
