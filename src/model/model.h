@@ -214,8 +214,10 @@ typedef struct ModelShard {
    *     GPT-2's fc pre-activation) is not kept; the backward reruns that
    *     product (and GPT-2's bias) from the norm output.
    * What is dropped lives in one shared buffer every block, slot and chunk
-   * reuses. The rerun makes the same calls on the same inputs, so the
-   * values and hence losses and gradients are bit-identical. The MLP's
+   * reuses. The rerun makes the same calls on the same inputs (a norm the
+   * forward fused with its residual add: the unfused norm of the kept sum,
+   * bit-identical by kern/fusion.h), so the values and hence losses and
+   * gradients are bit-identical. The MLP's
    * activation output and the experts' SwiGLU output are never kept: every
    * backward recomputes them from the first product's output. */
   unsigned recompute_modules;

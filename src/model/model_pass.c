@@ -338,6 +338,10 @@ int block_forward(Model *m, ModelActs *A, int l, double *aux, double *z, Error *
 
 /* ------------------------------------------------ selective recomputation */
 
+/* The forward computed these norms with the residual add before them
+ * (add_norm_rows, fused or not); the rebuild normalises the sum the block
+ * kept, which is the unfused path's second half: the same float
+ * operations, so the same bits (kern/fusion.h). */
 void selective_rebuild_norm(Model *m, ModelActs *A, int l, int which) {
   if (!A->s->sel_ln) return;
   LayerActs *la = &A->layers[l];

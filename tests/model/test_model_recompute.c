@@ -16,6 +16,7 @@
  *    both) likewise bit-identical, unsplit and split, with fewer
  *    activation bytes by at least the norm outputs and first MLP products
  *    the slots no longer keep (less the one shared buffer of each);
+ *    (with the residual add and norm fused, the default, and unfused);
  *  - a shard with an unknown method, a negative count, unknown module bits
  *    or modules together with full recomputation is refused. */
 #include <setjmp.h>
@@ -29,6 +30,7 @@
 #include <cmocka.h>
 
 #include "base/rng.h"
+#include "kern/fusion.h"
 #include "kern/precision.h"
 #include "model/model.h"
 #include "shard_check.h"
@@ -253,6 +255,21 @@ static void test_bf16(void **state) {
   kern_set_precision(KERN_PRECISION_FP32, why, sizeof why);
 }
 
+/* Selective recomputation with the residual add and norm unfused: the
+ * forward then normalises the stored sum, as the rebuild always does. */
+static void test_unfused_norm(void **state) {
+  (void)state;
+  ModelConfig c;
+  shard_moe_cfg(&c, 4);
+  four_layers(&c);
+  c.is_moe_layer[3] = 1;
+  KernFusion f = kern_fusion(), unfused = f;
+  unfused.norm_residual = 0;
+  kern_set_fusion(unfused);
+  check_config(&c);
+  kern_set_fusion(f);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   ModelConfig c;
@@ -281,7 +298,8 @@ static void test_refusals(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dense),       cmocka_unit_test(test_moe),  cmocka_unit_test(test_biased_tied),
-      cmocka_unit_test(test_gpt2),        cmocka_unit_test(test_bf16), cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_gpt2),        cmocka_unit_test(test_bf16), cmocka_unit_test(test_unfused_norm),
+      cmocka_unit_test(test_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
