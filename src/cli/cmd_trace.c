@@ -597,39 +597,6 @@ static void mapping_list(const int *map, int n, char *out, size_t size) {
   if (n > 0 && len + 16 >= size) snprintf(out + len, size - len, " ...");
 }
 
-/* otherData.plan.mapping.device_of_rank: a permutation of the run's world. */
-static int trace_plan_mapping(const char *file, const cJSON *plan, int world, int **map, int *n, Error *err) {
-  *map = NULL;
-  *n = 0;
-  const cJSON *mp = cJSON_GetObjectItemCaseSensitive(plan, "mapping");
-  if (!mp) return ERR_OK;
-  const cJSON *perm = cJSON_IsObject(mp) ? cJSON_GetObjectItemCaseSensitive(mp, "device_of_rank") : NULL;
-  int count = cJSON_IsArray(perm) ? cJSON_GetArraySize(perm) : -1;
-  if (count < 1 || (world > 0 && count != world))
-    return error_set(err, ERR_FORMAT,
-                     "%s: field \"otherData.plan.mapping.device_of_rank\": expected an array with the device of each "
-                     "of the run's %d ranks",
-                     file, world);
-  int *m = malloc((size_t)count * sizeof *m);
-  if (!m) return error_set(err, ERR_NOMEM, "out of memory");
-  int i = 0;
-  const cJSON *e;
-  cJSON_ArrayForEach(e, perm) {
-    if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int)e->valuedouble) break;
-    m[i++] = (int)e->valuedouble;
-  }
-  if (i != count || !plan_mapping_is_permutation(m, count)) {
-    free(m);
-    return error_set(err, ERR_FORMAT,
-                     "%s: field \"otherData.plan.mapping.device_of_rank\": expected a permutation of the devices 0 .. "
-                     "%d",
-                     file, count - 1);
-  }
-  *map = m;
-  *n = count;
-  return ERR_OK;
-}
-
 /* The mapping the run was placed by: the trace's record of its plan
  * (otherData.plan, written by `train --plan`) or, for a trace without
  * one, plan_path's; both given and not the same placement: refused, naming
@@ -664,7 +631,8 @@ static int resolve_mapping(const char *file, const TraceRun *run, const char *pl
   }
   const char *recorded_file = json_string(plan, "file");
   int *rec = NULL, rec_n = 0;
-  if (trace_plan_mapping(file, plan, world, &rec, &rec_n, err)) {
+  if (plan_mapping_from_json(cJSON_GetObjectItemCaseSensitive(plan, "mapping"), file,
+                             "otherData.plan.mapping.device_of_rank", world, &rec, &rec_n, err)) {
     free(given);
     return err->code;
   }

@@ -84,6 +84,12 @@ void kern_gemm_set_fixed_shapes(GemmFixedShapes m) {
   atomic_store(&mode, (int)m);
 }
 
+/* oneDNN fixes its ISA at its first use, so "auto" is resolved once
+ * instead of on every product. */
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int isa_has_amx;
+static void read_isa(void) { isa_has_amx = strstr(gemm_onednn_isa_name(), "amx") != NULL; }
+
 int kern_gemm_fixed_shapes_active(void) {
   switch (kern_gemm_fixed_shapes_mode()) {
   case GEMM_FIXED_SHAPES_ON:
@@ -91,7 +97,8 @@ int kern_gemm_fixed_shapes_active(void) {
   case GEMM_FIXED_SHAPES_OFF:
     return 0;
   default:
-    return strstr(gemm_onednn_isa_name(), "amx") != NULL;
+    pthread_once(&amx_once, read_isa);
+    return isa_has_amx;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "base/crc32.h"
 #include "base/file_text.h"
+#include "plan/mapping.h"
 #include "sched/builders.h"
 
 typedef struct Ctx {
@@ -258,37 +259,48 @@ static int check_consistent(const Ctx *c, PlanChoice *p) {
   return 0;
 }
 
-/* "mapping": device_of_rank must be a permutation of 0 .. gpus - 1. */
-static int read_mapping(const Ctx *c, const cJSON *root, PlanChoice *p) {
-  const cJSON *mp = cJSON_GetObjectItemCaseSensitive(root, "mapping");
-  if (!mp) return 0;
-  const cJSON *perm = cJSON_IsObject(mp) ? cJSON_GetObjectItemCaseSensitive(mp, "device_of_rank") : NULL;
+int plan_mapping_from_json(const cJSON *mapping, const char *origin, const char *field, int expected, int **out,
+                           int *n, Error *err) {
+  *out = NULL;
+  *n = 0;
+  if (!mapping) return ERR_OK;
+  const cJSON *perm = cJSON_IsObject(mapping) ? cJSON_GetObjectItemCaseSensitive(mapping, "device_of_rank") : NULL;
   if (!cJSON_IsArray(perm))
-    return error_set(c->err, ERR_FORMAT, "%s: field \"mapping.device_of_rank\": expected an array giving the device of "
-                     "each rank", c->origin);
-  int n = cJSON_GetArraySize(perm);
-  long world = (long)p->tp * p->cp * p->dp * p->pp;
-  if (n != world)
-    return error_set(c->err, ERR_FORMAT, "%s: field \"mapping.device_of_rank\": %d entries, expected one per rank (%ld)",
-                     c->origin, n, world);
-  unsigned char *seen = calloc((size_t)n, 1);
-  if (!seen) return error_set(c->err, ERR_NOMEM, "%s: out of memory reading the mapping", c->origin);
-  int i = 0, identity = 1;
+    return error_set(err, ERR_FORMAT, "%s: field \"%s\": expected an array giving the device of each rank", origin,
+                     field);
+  const int count = cJSON_GetArraySize(perm);
+  if (count < 1 || (expected > 0 && count != expected))
+    return error_set(err, ERR_FORMAT, "%s: field \"%s\": %d entries, expected one per rank (%d)", origin, field,
+                     count, expected);
+  int *map = malloc((size_t)count * sizeof *map);
+  if (!map) return error_set(err, ERR_NOMEM, "%s: out of memory reading the mapping", origin);
+  int i = 0;
   const cJSON *e;
   cJSON_ArrayForEach(e, perm) {
-    double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
-    if (d != floor(d) || d < 0 || d >= n || seen[(int)d]) {
-      free(seen);
-      return error_set(c->err, ERR_FORMAT, "%s: field \"mapping.device_of_rank\": entry %d must be a device in [0, %d) "
-                       "that no other rank has (a permutation)", c->origin, i, n);
-    }
-    seen[(int)d] = 1;
-    identity &= (int)d == i;
-    i++;
+    const double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
+    if (d != floor(d) || d < 0 || d >= count) break;
+    map[i++] = (int)d;
   }
-  free(seen);
+  if (i != count || !plan_mapping_is_permutation(map, count)) {
+    free(map);
+    return error_set(err, ERR_FORMAT,
+                     "%s: field \"%s\": entry %d must be a device in [0, %d) that no other rank has (a permutation)",
+                     origin, field, i, count);
+  }
+  *out = map;
+  *n = count;
+  return ERR_OK;
+}
+
+/* "mapping": device_of_rank must be a permutation of 0 .. gpus - 1. */
+static int read_mapping(const Ctx *c, const cJSON *root, PlanChoice *p) {
+  int *map = NULL, n = 0;
+  int rc = plan_mapping_from_json(cJSON_GetObjectItemCaseSensitive(root, "mapping"), c->origin,
+                                  "mapping.device_of_rank", p->tp * p->cp * p->dp * p->pp, &map, &n, c->err);
+  if (rc || !map) return rc;
   p->has_mapping = 1;
-  p->mapping_is_identity = identity;
+  p->mapping_is_identity = plan_mapping_is_identity(map, n);
+  free(map);
   return 0;
 }
 
@@ -394,17 +406,9 @@ int plan_file_read_mapping(const char *path, int **device_of_rank, int *n, Error
   PlanChoice pc;
   memset(&pc, 0, sizeof pc);
   int rc = plan_file_from_json(root, path, &pc, err);
-  if (!rc && pc.has_mapping) {
-    const cJSON *perm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "mapping"),
-                                                         "device_of_rank");
-    int count = cJSON_GetArraySize(perm), i = 0;
-    int *map = malloc((size_t)count * sizeof *map);
-    if (!map) rc = error_set(err, ERR_NOMEM, "%s: out of memory reading the mapping", path);
-    const cJSON *e;
-    if (map) cJSON_ArrayForEach(e, perm) map[i++] = (int)e->valuedouble; /* read_mapping checked each entry */
-    *device_of_rank = map;
-    *n = map ? count : 0;
-  }
+  if (!rc && pc.has_mapping)
+    rc = plan_mapping_from_json(cJSON_GetObjectItemCaseSensitive(root, "mapping"), path, "mapping.device_of_rank", 0,
+                                device_of_rank, n, err);
   cJSON_Delete(root);
   return rc;
 }

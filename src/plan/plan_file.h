@@ -97,6 +97,12 @@ int plan_file_read(const char *path, PlanChoice *out, Error *err);
 /* The plan's "mapping.device_of_rank" (malloc'ed, *n entries; NULL and 0
  * when the plan has no mapping), after the checks of plan_file_read. */
 int plan_file_read_mapping(const char *path, int **device_of_rank, int *n, Error *err);
+/* A mapping object {"device_of_rank": [...]} (NULL: none; *out NULL, *n
+ * 0): a permutation of 0 .. n - 1, of `expected` entries when expected > 0;
+ * *out is malloc'ed. Refusals name origin and field. Plan files and the
+ * plan record of a trace (otherData.plan.mapping) read it alike. */
+int plan_mapping_from_json(const cJSON *mapping, const char *origin, const char *field, int expected,
+                           int **out, int *n, Error *err);
 /* The same from parsed JSON; origin names the file in messages. */
 int plan_file_from_json(const cJSON *root, const char *origin, PlanChoice *out, Error *err);
 
