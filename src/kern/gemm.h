@@ -52,8 +52,9 @@ GemmFixedShapes kern_gemm_fixed_shapes_mode(void);
 void kern_gemm_set_fixed_shapes(GemmFixedShapes mode);
 /* Whether bf16 products use fixed-shape primitives now (auto resolved). */
 int kern_gemm_fixed_shapes_active(void);
-/* Fixed-shape primitives made and kept so far. */
+/* Fixed-shape primitives made and kept so far, and products run on one. */
 int kern_gemm_fixed_shape_count(void);
+long kern_gemm_fixed_shape_products(void);
 /* Marks the calling thread's products, until the matching end, as having
  * row counts that change from call to call (dropless MoE experts): they
  * keep the run-time primitive, since a fixed one would be compiled for

@@ -37,6 +37,8 @@ typedef void *(*GemmShapeCreate)(const GemmShapeKey *key);
  * run-time primitive). *owned is 1 when the table was full and the
  * primitive was made for this call only: the caller destroys it. */
 void *gemm_shape_primitive(const GemmShapeKey *key, GemmShapeCreate create, int *owned);
+/* Counts one product run on a fixed-shape primitive. */
+void gemm_shape_count_product(void);
 /* Whether the calling thread is inside kern_gemm_rows_vary_begin/end. */
 int gemm_shape_rows_vary(void);
 

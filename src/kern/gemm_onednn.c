@@ -259,6 +259,7 @@ int gemm_onednn(int bf16, int transA, int transB, int M, int N, int K, float alp
     int owned = 0;
     prim = gemm_shape_primitive(&key, create_fixed, &owned);
     if (owned) owned_prim = (Primitive *)prim;
+    if (prim) gemm_shape_count_product();
   }
   if (!prim) prim = get_primitive(bf16 != 0, ta, tb, beta != 0.0f, alpha != 1.0f, err, err_len);
   if (!prim) return -1;

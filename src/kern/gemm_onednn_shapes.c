@@ -45,6 +45,7 @@ static Slot table[TABLE_SLOTS];
 static int table_used;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int fixed_created;
+static _Atomic long fixed_products;
 static _Thread_local int rows_vary;
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -103,6 +104,10 @@ int kern_gemm_fixed_shapes_active(void) {
 }
 
 int kern_gemm_fixed_shape_count(void) { return atomic_load(&fixed_created); }
+
+long kern_gemm_fixed_shape_products(void) { return atomic_load(&fixed_products); }
+
+void gemm_shape_count_product(void) { atomic_fetch_add_explicit(&fixed_products, 1, memory_order_relaxed); }
 
 int kern_gemm_rows_vary_begin(void) {
   const int previous = rows_vary;

@@ -270,16 +270,20 @@ static void test_fixed_shapes(void **state) {
   const Shape fresh = {37, 29, 53}, varying = {41, 29, 53};
   for (int call = 1; call <= 3; call++) {
     const int before = kern_gemm_fixed_shape_count();
+    const long products = kern_gemm_fixed_shape_products();
     const double r = check_case(GEMM_BACKEND_ONEDNN, KERN_PRECISION_BF16, 1, 0, fresh, 1.0f, 1.0f, 900 + call);
     if (r > 1.0) fail_msg("fixed-shape bf16 product, call %d: error %.3g x the bound", call, r);
     assert_int_equal(kern_gemm_fixed_shape_count() - before, call == 1);
+    assert_int_equal(kern_gemm_fixed_shape_products() - products, 1); /* it ran on its own primitive */
   }
   const int outer = kern_gemm_rows_vary_begin(), inner = kern_gemm_rows_vary_begin();
   kern_gemm_rows_vary_end(inner); /* nested: still marked */
   const int before_vary = kern_gemm_fixed_shape_count();
+  const long products_vary = kern_gemm_fixed_shape_products();
   if (check_case(GEMM_BACKEND_ONEDNN, KERN_PRECISION_BF16, 0, 1, varying, 1.0f, 0.0f, 950) > 1.0)
     fail_msg("varying-rows bf16 product out of bounds");
   assert_int_equal(kern_gemm_fixed_shape_count(), before_vary);
+  assert_int_equal(kern_gemm_fixed_shape_products(), products_vary);
   kern_gemm_rows_vary_end(outer);
   assert_int_equal(outer, 0);
   /* Every kind of the sweep on fixed primitives. */
