@@ -384,14 +384,14 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
    * has cores for), the others sleeping: a repetition longer than a
    * scheduler time slice would otherwise include the time its core served
    * another rank, and the share below would count that a second time. */
-  CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES];
+  CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES], samples_vary[MAX_SAMPLES];
   enum { NB = CALIB_NUM_CONV_BATCHES };
-  double fl = 0, fl_bf16 = 0, v[2 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * CALIB_NUM_LAYER_KINDS];
+  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * CALIB_NUM_LAYER_KINDS];
   CalibGemmSample convs[2][NB][MAX_CONV]; /* [fp32, bf16][batch] */
   double layer_f[CALIB_NUM_LAYER_KINDS] = {0}, layer_b[CALIB_NUM_LAYER_KINDS] = {0};
   int nconv[2][NB] = {{0}};
   double fma = 0, sgemm = 0, peak = 0, peak_bf16 = 0;
-  int ns_bf16 = 0;
+  int ns_bf16 = 0, ns_vary = 0;
   const int bf16 = kern_bf16_supported(NULL, 0);
   int ns = 0, T1 = c->quick ? 128 : 512, T0 = T1 / 4, failed = 0;
   double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0;
@@ -410,6 +410,11 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
         peak_bf16 = peak_bf16_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
         kern_set_precision(KERN_PRECISION_BF16, NULL, 0);
         ns_bf16 = measure_gemms(c->quick, samples_bf16, &fl_bf16);
+        /* Again as expert products, whose row count follows the routing and
+         * which the runtime gives run-time-shape kernels (kern/gemm.h). */
+        const int vary = kern_gemm_rows_vary_begin();
+        ns_vary = measure_gemms(c->quick, samples_vary, &fl_vary);
+        kern_gemm_rows_vary_end(vary);
         kern_set_precision(KERN_PRECISION_FP32, NULL, 0);
       }
       peak = fma; /* efficiencies are of the dedicated core rate; the share scales the spec's peak below */
@@ -432,6 +437,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   v[nv++] = ab0, v[nv++] = bw, v[nv++] = beff, v[nv++] = rf, v[nv++] = rb, v[nv++] = peak_bf16;
   for (int i = 0; i < ns; i++) v[nv++] = samples[i].seconds;
   for (int i = 0; i < ns_bf16; i++) v[nv++] = samples_bf16[i].seconds;
+  for (int i = 0; i < ns_vary; i++) v[nv++] = samples_vary[i].seconds;
   int at_nets = nv;
   for (int d = 0; d < 2; d++)
     for (int b = 0; b < NB; b++)
@@ -446,6 +452,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   peak_bf16 = v[11];
   for (int i = 0; i < ns; i++) samples[i].seconds = v[12 + i];
   for (int i = 0; i < ns_bf16; i++) samples_bf16[i].seconds = v[12 + ns + i];
+  for (int i = 0; i < ns_vary; i++) samples_vary[i].seconds = v[12 + ns + ns_bf16 + i];
 
   for (int d = 0; d < PLAN_NUM_DTYPES; d++) spec.peak_flops[d] = 0;
   /* fp32 at the FMA peak; bf16 at the measured bf16 peak with its own
@@ -454,11 +461,15 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   spec.peak_flops[PLAN_DTYPE_FP32] = spec.peak_flops[PLAN_DTYPE_BF16] = peak * mc.share;
   rc = calib_fit_gemm_curve(samples, ns, peak, 0.5, &spec.gemm_efficiency, err);
   if (rc) return rc;
-  spec.gemm_efficiency_bf16.n = 0;
+  spec.gemm_efficiency_bf16.n = spec.gemm_efficiency_bf16_rows_vary.n = 0;
   if (ns_bf16 >= 2 && peak_bf16 > 0) {
     spec.peak_flops[PLAN_DTYPE_BF16] = peak_bf16 * mc.share;
     rc = calib_fit_gemm_curve(samples_bf16, ns_bf16, peak_bf16, 0.5, &spec.gemm_efficiency_bf16, err);
     if (rc) return rc;
+    spec.gemm_efficiency_bf16_rows_vary.n = 0;
+    if (ns_vary >= 2 &&
+        (rc = calib_fit_gemm_curve(samples_vary, ns_vary, peak_bf16, 0.5, &spec.gemm_efficiency_bf16_rows_vary, err)))
+      return rc;
   }
   /* Convolutions against the peak of their dtype; the layers' seconds are
    * a dedicated core's, so a share of it takes 1 / share as long. */
@@ -517,6 +528,11 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       for (int i = 0; i < spec.gemm_efficiency_bf16.n; i++)
         fprintf(out, "%s%.2g: %.2f", i ? ", " : "", spec.gemm_efficiency_bf16.x[i], spec.gemm_efficiency_bf16.y[i]);
       fprintf(out, "  (%d shapes)\n", ns_bf16);
+      fprintf(out, "  bf16 expert eff.");
+      for (int i = 0; i < spec.gemm_efficiency_bf16_rows_vary.n; i++)
+        fprintf(out, "%s%.2g: %.2f", i ? ", " : " ", spec.gemm_efficiency_bf16_rows_vary.x[i],
+                spec.gemm_efficiency_bf16_rows_vary.y[i]);
+      fprintf(out, "  (run-time shapes, as the experts run)\n");
     } else {
       fprintf(out, "  bf16            not measured (no avx512_bf16 here): priced at the fp32 figures\n");
     }

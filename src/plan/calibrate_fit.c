@@ -218,12 +218,15 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
       cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->gemm_efficiency.y[i]));
       cJSON_AddItemToArray(curve, pt);
     }
-    if (s->gemm_efficiency_bf16.n > 0) {
-      cJSON *curve_bf16 = cJSON_AddArrayToObject(comp, "gemm_efficiency_bf16");
-      for (int i = 0; curve_bf16 && i < s->gemm_efficiency_bf16.n; i++) {
+    const PlanCurve *bf16_curves[2] = {&s->gemm_efficiency_bf16, &s->gemm_efficiency_bf16_rows_vary};
+    static const char *const bf16_names[2] = {"gemm_efficiency_bf16", "gemm_efficiency_bf16_rows_vary"};
+    for (int k = 0; k < 2; k++) {
+      if (bf16_curves[k]->n <= 0) continue;
+      cJSON *curve_bf16 = cJSON_AddArrayToObject(comp, bf16_names[k]);
+      for (int i = 0; curve_bf16 && i < bf16_curves[k]->n; i++) {
         cJSON *pt = cJSON_CreateArray();
-        cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->gemm_efficiency_bf16.x[i]));
-        cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->gemm_efficiency_bf16.y[i]));
+        cJSON_AddItemToArray(pt, cJSON_CreateNumber(bf16_curves[k]->x[i]));
+        cJSON_AddItemToArray(pt, cJSON_CreateNumber(bf16_curves[k]->y[i]));
         cJSON_AddItemToArray(curve_bf16, pt);
       }
     }

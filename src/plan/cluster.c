@@ -427,7 +427,7 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
 
   TRY(get_object(c, json, "compute", 0, &o));
   if (o) {
-    static const char *const comp[] = {"gemm_efficiency", "gemm_efficiency_bf16", "attention_efficiency",
+    static const char *const comp[] = {"gemm_efficiency", "gemm_efficiency_bf16", "gemm_efficiency_bf16_rows_vary", "attention_efficiency",
                                        "kernel_floor_us", "conv_efficiency", "conv_efficiency_bf16",
                                        "layer_seconds"};
     TRY(check_fields(c, o, "compute", comp, COUNT(comp)));
@@ -440,6 +440,9 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
     if (curve) TRY(parse_curve(c, curve, "compute.gemm_efficiency", &s->gemm_efficiency));
     const cJSON *curve_bf16 = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency_bf16");
     if (curve_bf16) TRY(parse_curve(c, curve_bf16, "compute.gemm_efficiency_bf16", &s->gemm_efficiency_bf16));
+    const cJSON *curve_vary = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency_bf16_rows_vary");
+    if (curve_vary)
+      TRY(parse_curve(c, curve_vary, "compute.gemm_efficiency_bf16_rows_vary", &s->gemm_efficiency_bf16_rows_vary));
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attention_efficiency");
     if (att) {
       if (!cJSON_IsObject(att))

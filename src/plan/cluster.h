@@ -173,6 +173,10 @@ typedef struct ClusterSpec {
   int has_collective[PLAN_NUM_COLLECTIVES][PLAN_NUM_LEVELS];
   PlanCurve gemm_efficiency; /* GEMM FLOPs -> fraction of peak */
   PlanCurve gemm_efficiency_bf16; /* bf16 GEMMs where measured apart (calibrate on a CPU); n 0: gemm_efficiency */
+  /* bf16 GEMMs whose row count changes every step (experts): the
+   * runtime gives them run-time-shape kernels, slower than the fixed-shape
+   * ones gemm_efficiency_bf16 measures where the CPU has AMX; n 0: that curve */
+  PlanCurve gemm_efficiency_bf16_rows_vary;
   double attention_fwd_efficiency, attention_bwd_efficiency;
   /* Attention kernels over fewer query tokens than attention_ref_tokens run
    * at efficiency x (tokens / ref)^attention_length_exponent. */

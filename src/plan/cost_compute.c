@@ -32,16 +32,27 @@ double plan_memory_time(const ClusterSpec *cl, double bytes) {
 /* Roofline with the size-dependent efficiency: a GEMM is never faster than
  * its FLOPs at the curve's share of peak, nor than streaming its three
  * matrices once through memory. */
-double plan_gemm_time(const ClusterSpec *cl, PlanDtype dtype, double m, double n, double k) {
+static double gemm_time(const ClusterSpec *cl, PlanDtype dtype, double m, double n, double k, int rows_vary) {
   if (!(m > 0) || !(n > 0) || !(k > 0)) return 0.0;
   double flops = 2.0 * m * n * k;
-  const PlanCurve *curve =
-      dtype == PLAN_DTYPE_BF16 && cl->gemm_efficiency_bf16.n > 0 ? &cl->gemm_efficiency_bf16 : &cl->gemm_efficiency;
+  const PlanCurve *curve = &cl->gemm_efficiency;
+  if (dtype == PLAN_DTYPE_BF16 && rows_vary && cl->gemm_efficiency_bf16_rows_vary.n > 0)
+    curve = &cl->gemm_efficiency_bf16_rows_vary;
+  else if (dtype == PLAN_DTYPE_BF16 && cl->gemm_efficiency_bf16.n > 0)
+    curve = &cl->gemm_efficiency_bf16;
   double eff = plan_curve_eval(curve, flops);
   double compute = flops / (plan_peak_flops(cl, dtype) * eff);
   double bytes = (m * k + k * n + m * n) * plan_dtype_bytes(dtype);
   double memory = bytes / (cl->memory_bandwidth * cl->memory_efficiency);
   return fmax(fmax(compute, memory), cl->kernel_floor);
+}
+
+double plan_gemm_time(const ClusterSpec *cl, PlanDtype dtype, double m, double n, double k) {
+  return gemm_time(cl, dtype, m, n, k, 0);
+}
+
+double plan_gemm_time_rows_vary(const ClusterSpec *cl, PlanDtype dtype, double m, double n, double k) {
+  return gemm_time(cl, dtype, m, n, k, 1);
 }
 
 double plan_attention_time(const ClusterSpec *cl, PlanDtype dtype, double flops, double bytes, double query_tokens,

@@ -348,7 +348,12 @@ static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) 
       b->t[PLAN_COMP_ETP_COMM] += t;
     }
   }
-  double g = experts_here * (gemm(cm, per_expert, 2 * f_e, D->h) + gemm(cm, per_expert, D->h, f_e));
+  /* An expert's row count follows the routing, so the runtime runs every
+   * expert product on run-time-shape kernels (model/moe.c), priced on
+   * their own curve. */
+  const ClusterSpec *cl = cm->cluster;
+  double g = experts_here * (plan_gemm_time_rows_vary(cl, cm->cfg->dtype, per_expert, 2 * f_e, D->h) +
+                             plan_gemm_time_rows_vary(cl, cm->cfg->dtype, per_expert, D->h, f_e));
   f->t[PLAN_COMP_EXPERT_GEMM] += g;
   b->t[PLAN_COMP_EXPERT_GEMM] += 2 * g;
   f->t[PLAN_COMP_ELEMENTWISE] += mem(cm, D->e * 3 * rows * f_e);
