@@ -18,6 +18,7 @@
 #include "train/gan_data.h"
 #include "train/nonfinite.h"
 #include "train/phases.h"
+#include "train/trace_session.h"
 
 /* Every rank a data-parallel replica; the gradient summed over all of them. */
 static int create_data_parallel(Trainer *tr, const OptimizerConfig *oc, Error *err) {
@@ -197,8 +198,19 @@ static int net_grad_reduce(void *ctx, const SchedAction *a, Error *err) {
   return phases_start_reduce(ctx, a->group, err);
 }
 
+/* Before OPTIM: the reductions of the group's GRAD_REDUCE actions waited
+ * for (outside the optimizer's span) and, when traced, stamped complete,
+ * as the transformer's step does. */
 static int net_prepare_optim(void *ctx, const SchedAction *a, Error *err) {
-  return phases_finish_reduce(ctx, a->group, err);
+  Trainer *tr = ctx;
+  int rc = phases_finish_reduce(tr, a->group, err);
+  if (!rc && tr->reduce_grads && tr->trace)
+    for (int i = 0; i < tr->exec.num_actions; i++) {
+      const SchedAction *r = &tr->exec.actions[i];
+      if (r->kind == SCHED_GRAD_REDUCE && (a->group < 0 || r->group == a->group))
+        trace_session_complete(tr->trace, r);
+    }
+  return rc;
 }
 
 static int net_optim(void *ctx, const SchedAction *a, Error *err) { return update(ctx, a->group, err); }
@@ -319,6 +331,7 @@ int trainer_net_step(Trainer *tr, TrainStepResult *res, Error *err) {
   if (tr->reduce_grads) dp_grads_begin(&tr->dp_grads);
   memset(tr->net_metric_sums, 0, sizeof tr->net_metric_sums);
   tr->phase = -1;
+  trace_session_begin_iteration(tr->trace, tr->step);
   int rc = executor_run(&tr->exec, err);
   if (rc) return rc;
   /* The step's metrics: means over the micro-batches of every replica. */

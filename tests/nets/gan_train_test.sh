@@ -44,8 +44,7 @@ for f in val_psnr val_ssim val_blurred_psnr val_blurred_ssim d_loss g_adv; do
   grep -q "\"$f\"" one/metrics.jsonl || fail "metrics.jsonl has no $f"
 done
 grep -q "^eval step 6/6 | val_psnr" one.log || fail "no eval line with val_psnr"
-$PY -c "import json,sys; t=json.load(open('one.trace.json')); sys.exit(0 if t.get('traceEvents') else 1)" ||
-  fail "--trace wrote no trace events"
+traced_every_action one.trace.json 6
 grep -q '"family":[[:space:]]*"gan"' "$(ckpt one 6)/state.json" || fail "the checkpoint does not record the gan"
 $PY - "$(ckpt one 6)/model.safetensors" "$(ckpt one 6)/optimizer.safetensors" <<'PY' || fail "the checkpoint lacks a network"
 import json, struct, sys
@@ -112,6 +111,7 @@ acts = prog["ranks"][0]["actions"]
 optims = [(a.get("group"), a.get("phase", a.get("group"))) for a in acts if a["kind"] == "OPTIM"]
 assert optims == [(0, 0), (0, 1), (1, 2)], f"OPTIM (group, phase) {optims}"
 PY
+traced_every_action wg.trace.json 4
 mkdir -p wgres/checkpoints && cp -r "$(ckpt wg 2)" wgres/checkpoints/
 train 0 wgres wgan --resume || exit 1
 for f in model optimizer; do

@@ -12,6 +12,7 @@ FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MPIEXEC=$2
 MODE=mlp-groups
 . "$(dirname "$0")/../parallel/lib.sh"
+. "$(dirname "$0")/net_runs.sh"
 work_dir mlp-groups
 
 cat >run-mlp2.json <<'JSON'
@@ -39,6 +40,7 @@ for a in acts:  # every action names the group of its phase, phases in order
 reduces = [a.get("group") for a in acts if a["kind"] == "GRAD_REDUCE"]
 assert reduces == [0, 1], f"GRAD_REDUCE groups {reduces}"
 PY
+traced_every_action one.trace.json 6
 
 # Resume from step 3 in a fresh directory: bit for bit the same end.
 resumed_matches one 3 6 mlp2 || exit 1

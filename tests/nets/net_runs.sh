@@ -24,3 +24,20 @@ resume_and_replicas() {
   mkdir -p zres/checkpoints && cp -r "$(ckpt one 3)" zres/checkpoints/
   train 2 zres "$model" --grad-accum 2 --distributed-optimizer 1 --resume && same zres one 6
 }
+
+# traced_every_action TRACE STEPS: the trace holds a timed span (ph "X") for
+# every action of the program it records, in each of the STEPS iterations,
+# and no action id outside the program.
+traced_every_action() {
+  $PY - "$1" "$2" <<'PY' || fail "$1 does not time every action of its program in each of $2 iterations"
+import collections, json, sys
+t = json.load(open(sys.argv[1]))
+steps = int(sys.argv[2])
+acts = t["otherData"]["program"]["ranks"][0]["actions"]
+ids = {a["id"] for a in acts}
+spans = [e for e in t["traceEvents"] if e.get("ph") == "X" and e.get("pid") == 0 and "id" in e.get("args", {})]
+count = collections.Counter(e["args"]["id"] for e in spans)
+assert set(count) == ids, f"actions timed {sorted(count)}, program {sorted(ids)}"
+assert all(c == steps for c in count.values()), f"spans per action {dict(count)}, expected {steps}"
+PY
+}

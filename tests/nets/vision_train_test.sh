@@ -41,8 +41,7 @@ grep -q "img/s" one.log || fail "the log line does not count images/s"
 grep -q '"val_accuracy"' one/metrics.jsonl || fail "metrics.jsonl has no val_accuracy"
 grep -q '"type":"test".*"images":30' one/metrics.jsonl || fail "no test-part evaluation of 30 images"
 grep -q "^test step 6/6 | test loss" one.log || fail "no test line"
-$PY -c "import json,sys; t=json.load(open('one.trace.json')); sys.exit(0 if t.get('traceEvents') else 1)" ||
-  fail "--trace wrote no trace events"
+traced_every_action one.trace.json 6
 grep -q '"family":[[:space:]]*"vision"' "$(ckpt one 6)/state.json" || fail "the checkpoint does not record the net"
 
 # Resume from step 3 (bit for bit), DP2, ZeRO-1 and a resumed ZeRO-1 run against one rank (net_runs.sh).
