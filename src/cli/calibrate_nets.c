@@ -96,36 +96,46 @@ static void run_layer(void *p) {
 
 const char *const CALIB_LAYER_KINDS[CALIB_NUM_LAYER_KINDS] = {"relu", "leaky_relu", "tanh", "maxpool", "avgpool"};
 
-int calib_measure_layers(int quick, CalibTimer timer, double *fwd, double *bwd) {
+/* Images of 16 x 28 x 28 at each size: the first stays in the caches
+ * (between layers of a small CNN the activations do), the second, 16
+ * times larger, streams from memory. */
+const int CALIB_LAYER_IMAGES[CALIB_NUM_LAYER_SIZES] = {32, 512};
+
+int calib_measure_layers(int quick, CalibTimer timer, double fwd[][CALIB_NUM_LAYER_SIZES],
+                         double bwd[][CALIB_NUM_LAYER_SIZES], double elements[CALIB_NUM_LAYER_SIZES]) {
   static const char *const SPECS[CALIB_NUM_LAYER_KINDS] = {
       "{\"type\": \"relu\"}", "{\"type\": \"leaky_relu\"}", "{\"type\": \"tanh\"}",
       "{\"type\": \"maxpool\", \"kernel\": 2}", "{\"type\": \"avgpool\", \"kernel\": 2}"};
   LayerShape in = {16, 28, 28};
-  int n = quick ? 16 : 32, measured = 0;
-  double budget = quick ? 0.004 : 0.02, elements = (double)n * layer_shape_numel(in);
-  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++) {
-    fwd[k] = bwd[k] = 0;
-    cJSON *spec = cJSON_Parse(SPECS[k]);
-    LayerCtx c;
-    memset(&c, 0, sizeof c);
-    Error e = {0, ""};
-    if (!spec || layer_create(&c.l, spec, in, n, "calibrate", &e)) {
+  double budget = quick ? 0.004 : 0.02;
+  int measured = 0;
+  for (int z = 0; z < CALIB_NUM_LAYER_SIZES; z++) {
+    int n = CALIB_LAYER_IMAGES[z] / (quick ? 2 : 1);
+    elements[z] = (double)n * layer_shape_numel(in);
+    for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++) {
+      fwd[k][z] = bwd[k][z] = 0;
+      cJSON *spec = cJSON_Parse(SPECS[k]);
+      LayerCtx c;
+      memset(&c, 0, sizeof c);
+      Error e = {0, ""};
+      if (!spec || layer_create(&c.l, spec, in, n, "calibrate", &e)) {
+        cJSON_Delete(spec);
+        continue;
+      }
       cJSON_Delete(spec);
-      continue;
+      size_t nx = (size_t)n * layer_shape_numel(in), ny = (size_t)n * layer_shape_numel(c.l.out);
+      c.n = n;
+      c.x = filled(nx), c.dx = filled(nx), c.y = filled(ny), c.dy = filled(ny);
+      if (c.x && c.dx && c.y && c.dy) {
+        c.backward = 0;
+        fwd[k][z] = timer(run_layer, &c, budget, 3) / elements[z];
+        c.backward = 1;
+        bwd[k][z] = timer(run_layer, &c, budget, 3) / elements[z];
+        measured += z == 0;
+      }
+      free(c.x), free(c.dx), free(c.y), free(c.dy);
+      layer_free(&c.l);
     }
-    cJSON_Delete(spec);
-    size_t nx = (size_t)n * layer_shape_numel(in), ny = (size_t)n * layer_shape_numel(c.l.out);
-    c.n = n;
-    c.x = filled(nx), c.dx = filled(nx), c.y = filled(ny), c.dy = filled(ny);
-    if (c.x && c.dx && c.y && c.dy) {
-      c.backward = 0;
-      fwd[k] = timer(run_layer, &c, budget, 3) / elements;
-      c.backward = 1;
-      bwd[k] = timer(run_layer, &c, budget, 3) / elements;
-      measured++;
-    }
-    free(c.x), free(c.dx), free(c.y), free(c.dy);
-    layer_free(&c.l);
   }
   return measured;
 }

@@ -1,7 +1,8 @@
 /* What `fivefold calibrate` measures for the networks of nets/: the
  * convolution passes (kern/conv2d.h) as implicit-GEMM samples for the
- * spec's conv_efficiency curve, and the forward and backward seconds per
- * input element of the other layer kinds (compute.layer_seconds). Both
+ * spec's conv_efficiency curves (one per pass), and the forward and
+ * backward seconds per input element of the other layer kinds at two
+ * sizes (compute.layer_seconds). Both
  * take the timer of calibrate's other measurements (the fastest of
  * repetitions within a budget). */
 #ifndef FIVEFOLD_CLI_CALIBRATE_NETS_H
@@ -21,9 +22,12 @@ extern const int CALIB_CONV_BATCHES[CALIB_NUM_CONV_BATCHES];
 int calib_measure_convs(int quick, int bf16, int batch, CalibTimer timer, CalibGemmSample *out, int cap);
 
 #define CALIB_NUM_LAYER_KINDS 5
+#define CALIB_NUM_LAYER_SIZES 2
 extern const char *const CALIB_LAYER_KINDS[CALIB_NUM_LAYER_KINDS];
-/* fwd[k], bwd[k]: seconds per input element of CALIB_LAYER_KINDS[k]
- * (0 when it could not be built); returns the kinds measured. */
-int calib_measure_layers(int quick, CalibTimer timer, double *fwd, double *bwd);
+/* fwd[k][z], bwd[k][z]: seconds per input element of CALIB_LAYER_KINDS[k]
+ * over elements[z] input elements (0 when it could not be built), at sizes
+ * in and out of the caches; returns the kinds measured. */
+int calib_measure_layers(int quick, CalibTimer timer, double fwd[][CALIB_NUM_LAYER_SIZES],
+                         double bwd[][CALIB_NUM_LAYER_SIZES], double elements[CALIB_NUM_LAYER_SIZES]);
 
 #endif

@@ -386,9 +386,10 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
    * another rank, and the share below would count that a second time. */
   CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES], samples_vary[MAX_SAMPLES];
   enum { NB = CALIB_NUM_CONV_BATCHES };
-  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * CALIB_NUM_LAYER_KINDS];
+  enum { NZ = CALIB_NUM_LAYER_SIZES };
+  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS];
   CalibGemmSample convs[2][NB][MAX_CONV]; /* [fp32, bf16][batch] */
-  double layer_f[CALIB_NUM_LAYER_KINDS] = {0}, layer_b[CALIB_NUM_LAYER_KINDS] = {0};
+  double layer_f[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_b[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_n[NZ] = {0};
   int nconv[2][NB] = {{0}};
   double fma = 0, sgemm = 0, peak = 0, peak_bf16 = 0;
   int ns_bf16 = 0, ns_vary = 0;
@@ -426,7 +427,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
         for (int b = 0; b < NB && (d == 0 || (bf16 && conv2d_bf16_supported(NULL, 0))); b++)
           nconv[d][b] = calib_measure_convs(c->quick, d, CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1), calib_fastest_time,
                                             convs[d][b], MAX_CONV);
-      calib_measure_layers(c->quick, calib_fastest_time, layer_f, layer_b);
+      calib_measure_layers(c->quick, calib_fastest_time, layer_f, layer_b, layer_n);
     }
     if (turns > 1) calib_sleeping_barrier();
   }
@@ -442,12 +443,14 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   for (int d = 0; d < 2; d++)
     for (int b = 0; b < NB; b++)
       for (int i = 0; i < nconv[d][b]; i++) v[nv++] = convs[d][b][i].seconds;
-  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++) v[nv++] = layer_f[k], v[nv++] = layer_b[k];
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++)
+    for (int z = 0; z < NZ; z++) v[nv++] = layer_f[k][z], v[nv++] = layer_b[k][z];
   average_over_ranks(&mc, v, nv, mpi);
   for (int d = 0; d < 2; d++)
     for (int b = 0; b < NB; b++)
       for (int i = 0; i < nconv[d][b]; i++) convs[d][b][i].seconds = v[at_nets++];
-  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++) layer_f[k] = v[at_nets++], layer_b[k] = v[at_nets++];
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++)
+    for (int z = 0; z < NZ; z++) layer_f[k][z] = v[at_nets++], layer_b[k][z] = v[at_nets++];
   peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8], rf = v[9], rb = v[10];
   peak_bf16 = v[11];
   for (int i = 0; i < ns; i++) samples[i].seconds = v[12 + i];
@@ -476,20 +479,34 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   for (int d = 0; d < 2; d++) {
     PlanConvCurves *cc = d ? &spec.conv_efficiency_bf16 : &spec.conv_efficiency;
     cc->n = 0;
+    cc->per_pass = 1;
     for (int b = 0; b < NB; b++) {
-      if (nconv[d][b] < 2 || (d && !(peak_bf16 > 0))) continue;
-      if ((rc = calib_fit_gemm_curve(convs[d][b], nconv[d][b], d ? peak_bf16 : peak, 0.5, &cc->curve[cc->n], err)))
-        return rc;
+      if (nconv[d][b] < 6 || (d && !(peak_bf16 > 0))) continue;
+      /* calib_measure_convs gives forward, data and weight gradients per
+       * shape in turn: a curve for each pass. */
+      CalibGemmSample pass[3][MAX_CONV];
+      int np[3] = {0, 0, 0};
+      for (int i = 0; i < nconv[d][b]; i++) pass[i % 3][np[i % 3]++] = convs[d][b][i];
+      PlanCurve *curves[3] = {&cc->curve[cc->n], &cc->data[cc->n], &cc->weights[cc->n]};
+      for (int p = 0; p < 3; p++)
+        if ((rc = calib_fit_gemm_curve(pass[p], np[p], d ? peak_bf16 : peak, 0.5, curves[p], err))) return rc;
       cc->batch[cc->n++] = CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1);
     }
   }
   spec.num_layer_seconds = 0;
   for (int k = 0; k < CALIB_NUM_LAYER_KINDS && k < PLAN_MAX_LAYER_KINDS; k++) {
-    if (!(layer_f[k] > 0) || !(layer_b[k] > 0)) continue;
+    if (!(layer_f[k][0] > 0) || !(layer_b[k][0] > 0)) continue;
     int i = spec.num_layer_seconds++;
+    memset(&spec.layer_seconds[i], 0, sizeof spec.layer_seconds[i]);
     snprintf(spec.layer_seconds[i].kind, sizeof spec.layer_seconds[i].kind, "%s", CALIB_LAYER_KINDS[k]);
-    spec.layer_seconds[i].fwd = layer_f[k] / mc.share;
-    spec.layer_seconds[i].bwd = layer_b[k] / mc.share;
+    for (int z = 0; z < NZ && z < PLAN_MAX_LAYER_SIZES && layer_f[k][z] > 0 && layer_b[k][z] > 0; z++) {
+      int j = spec.layer_seconds[i].sizes++;
+      spec.layer_seconds[i].elements[j] = layer_n[z];
+      spec.layer_seconds[i].fwd_at[j] = layer_f[k][z] / mc.share;
+      spec.layer_seconds[i].bwd_at[j] = layer_b[k][z] / mc.share;
+    }
+    spec.layer_seconds[i].fwd = spec.layer_seconds[i].fwd_at[0];
+    spec.layer_seconds[i].bwd = spec.layer_seconds[i].bwd_at[0];
   }
   spec.attention_fwd_efficiency = fmin(1.0, af1);
   spec.attention_bwd_efficiency = fmin(1.0, ab1);
@@ -542,18 +559,21 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     fprintf(out, "  memory          %8.2f GB/s triad per rank, RMSNorm reaches %.0f%%; kernel floor %.2f us\n",
             bw * mc.share / 1e9, 100 * beff, fl * 1e6);
     const PlanConvCurves *cv[2] = {&spec.conv_efficiency, &spec.conv_efficiency_bf16};
+    static const char *const PASS[3] = {"fwd", "data", "weights"};
     for (int d = 0; d < 2; d++)
-      for (int b = 0; b < cv[d]->n; b++) {
-        const PlanCurve *k = &cv[d]->curve[b];
-        fprintf(out, "  conv%s %3d img ", d ? " bf16" : "     ", cv[d]->batch[b]);
-        for (int i = 0; i < k->n; i++) fprintf(out, "%s%.2g: %.2f", i ? ", " : "", k->x[i], k->y[i]);
-        fprintf(out, "  (%d passes)\n", nconv[d][b]);
-      }
-    if (spec.num_layer_seconds > 0) {
-      fprintf(out, "  layers          ns per element forward/backward:");
+      for (int b = 0; b < cv[d]->n; b++)
+        for (int p = 0; p < 3; p++) {
+          const PlanCurve *k = p == 0 ? &cv[d]->curve[b] : p == 1 ? &cv[d]->data[b] : &cv[d]->weights[b];
+          fprintf(out, "  conv%s %3d img %-7s ", d ? " bf16" : "     ", cv[d]->batch[b], PASS[p]);
+          for (int i = 0; i < k->n; i++) fprintf(out, "%s%.2g: %.2f", i ? ", " : "", k->x[i], k->y[i]);
+          fprintf(out, "  (%d shapes)\n", nconv[d][b] / 3);
+        }
+    for (int z = 0; spec.num_layer_seconds > 0 && z < spec.layer_seconds[0].sizes; z++) {
+      fprintf(out, "  layers          ns per element forward/backward at %.2g elements:", spec.layer_seconds[0].elements[z]);
       for (int i = 0; i < spec.num_layer_seconds; i++)
-        fprintf(out, " %s %.2f/%.2f", spec.layer_seconds[i].kind, spec.layer_seconds[i].fwd * 1e9,
-                spec.layer_seconds[i].bwd * 1e9);
+        if (z < spec.layer_seconds[i].sizes)
+          fprintf(out, " %s %.2f/%.2f", spec.layer_seconds[i].kind, spec.layer_seconds[i].fwd_at[z] * 1e9,
+                  spec.layer_seconds[i].bwd_at[z] * 1e9);
       fprintf(out, "\n");
     }
   }

@@ -179,6 +179,16 @@ static cJSON *link_json(PlanLink l, double efficiency, int with_efficiency) {
   return o;
 }
 
+/* [[x, y], ...] of a curve. */
+static cJSON *curve_json(const PlanCurve *c) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; a && i < c->n; i++) {
+    const double pt[2] = {c->x[i], c->y[i]};
+    cJSON_AddItemToArray(a, cJSON_CreateDoubleArray(pt, 2));
+  }
+  return a;
+}
+
 static cJSON *matrix_json(const double *m, int n, double scale) {
   cJSON *rows = cJSON_CreateArray();
   for (int r = 0; rows && r < n; r++) {
@@ -211,25 +221,11 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
     cJSON_AddItemToObject(root, LEVEL_KEYS[l], link_json(s->link[l], s->link_efficiency[l], 1));
   cJSON *comp = cJSON_AddObjectToObject(root, "compute");
   if (comp) {
-    cJSON *curve = cJSON_AddArrayToObject(comp, "gemm_efficiency");
-    for (int i = 0; curve && i < s->gemm_efficiency.n; i++) {
-      cJSON *pt = cJSON_CreateArray();
-      cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->gemm_efficiency.x[i]));
-      cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->gemm_efficiency.y[i]));
-      cJSON_AddItemToArray(curve, pt);
-    }
+    cJSON_AddItemToObject(comp, "gemm_efficiency", curve_json(&s->gemm_efficiency));
     const PlanCurve *bf16_curves[2] = {&s->gemm_efficiency_bf16, &s->gemm_efficiency_bf16_rows_vary};
     static const char *const bf16_names[2] = {"gemm_efficiency_bf16", "gemm_efficiency_bf16_rows_vary"};
-    for (int k = 0; k < 2; k++) {
-      if (bf16_curves[k]->n <= 0) continue;
-      cJSON *curve_bf16 = cJSON_AddArrayToObject(comp, bf16_names[k]);
-      for (int i = 0; curve_bf16 && i < bf16_curves[k]->n; i++) {
-        cJSON *pt = cJSON_CreateArray();
-        cJSON_AddItemToArray(pt, cJSON_CreateNumber(bf16_curves[k]->x[i]));
-        cJSON_AddItemToArray(pt, cJSON_CreateNumber(bf16_curves[k]->y[i]));
-        cJSON_AddItemToArray(curve_bf16, pt);
-      }
-    }
+    for (int k = 0; k < 2; k++)
+      if (bf16_curves[k]->n > 0) cJSON_AddItemToObject(comp, bf16_names[k], curve_json(bf16_curves[k]));
     const PlanConvCurves *convs[2] = {&s->conv_efficiency, &s->conv_efficiency_bf16};
     static const char *const conv_names[2] = {"conv_efficiency", "conv_efficiency_bf16"};
     for (int v = 0; v < 2; v++) {
@@ -238,12 +234,10 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
       for (int b = 0; list && b < convs[v]->n; b++) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "batch", convs[v]->batch[b]);
-        cJSON *cv = cJSON_AddArrayToObject(e, "curve");
-        for (int i = 0; cv && i < convs[v]->curve[b].n; i++) {
-          cJSON *pt = cJSON_CreateArray();
-          cJSON_AddItemToArray(pt, cJSON_CreateNumber(convs[v]->curve[b].x[i]));
-          cJSON_AddItemToArray(pt, cJSON_CreateNumber(convs[v]->curve[b].y[i]));
-          cJSON_AddItemToArray(cv, pt);
+        cJSON_AddItemToObject(e, "curve", curve_json(&convs[v]->curve[b]));
+        if (convs[v]->per_pass) {
+          cJSON_AddItemToObject(e, "data", curve_json(&convs[v]->data[b]));
+          cJSON_AddItemToObject(e, "weights", curve_json(&convs[v]->weights[b]));
         }
         cJSON_AddItemToArray(list, e);
       }
@@ -252,8 +246,15 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
       cJSON *ls = cJSON_AddObjectToObject(comp, "layer_seconds");
       for (int i = 0; ls && i < s->num_layer_seconds; i++) {
         cJSON *pt = cJSON_CreateArray();
-        cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->layer_seconds[i].fwd));
-        cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->layer_seconds[i].bwd));
+        if (s->layer_seconds[i].sizes == 0) {
+          cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->layer_seconds[i].fwd));
+          cJSON_AddItemToArray(pt, cJSON_CreateNumber(s->layer_seconds[i].bwd));
+        }
+        for (int j = 0; j < s->layer_seconds[i].sizes; j++) {
+          const double at[3] = {s->layer_seconds[i].elements[j], s->layer_seconds[i].fwd_at[j],
+                                s->layer_seconds[i].bwd_at[j]};
+          cJSON_AddItemToArray(pt, cJSON_CreateDoubleArray(at, 3));
+        }
         cJSON_AddItemToObject(ls, s->layer_seconds[i].kind, pt);
       }
     }

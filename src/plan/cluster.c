@@ -197,9 +197,11 @@ static int parse_curve(const Ctx *c, const cJSON *v, const char *path, PlanCurve
   return 0;
 }
 
-/* [{batch, curve}, ...] with increasing batches. */
+/* [{batch, curve[, data, weights]}, ...] with increasing batches; the two
+ * gradient passes' curves come together or not at all, alike in every entry. */
 static int parse_conv_curves(const Ctx *c, const cJSON *v, const char *path, PlanConvCurves *out) {
   out->n = 0;
+  out->per_pass = 0;
   if (!v) return 0;
   int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
   if (n < 1 || n > PLAN_MAX_CONV_BATCHES)
@@ -209,10 +211,10 @@ static int parse_conv_curves(const Ctx *c, const cJSON *v, const char *path, Pla
   cJSON_ArrayForEach(e, v) {
     char where[96];
     snprintf(where, sizeof where, "%s[%d]", path, out->n);
-    static const char *const fields[] = {"batch", "curve"};
+    static const char *const fields[] = {"batch", "curve", "data", "weights"};
     if (!cJSON_IsObject(e))
       return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an object {batch, curve}", c->origin, where);
-    TRY(check_fields(c, e, where, fields, 2));
+    TRY(check_fields(c, e, where, fields, 4));
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "batch");
     if (!cJSON_IsNumber(b) || b->valuedouble < 1 || b->valuedouble > 1e6 ||
         (out->n > 0 && !(b->valuedouble > out->batch[out->n - 1])))
@@ -223,12 +225,29 @@ static int parse_conv_curves(const Ctx *c, const cJSON *v, const char *path, Pla
     const cJSON *curve = cJSON_GetObjectItemCaseSensitive(e, "curve");
     if (!curve) return error_set(c->err, ERR_CONFIG, "%s: field \"%s\" is required", c->origin, cpath);
     TRY(parse_curve(c, curve, cpath, &out->curve[out->n]));
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(e, "data");
+    const cJSON *weights = cJSON_GetObjectItemCaseSensitive(e, "weights");
+    int here = data != NULL;
+    if ((weights != NULL) != here || (out->n > 0 && here != out->per_pass))
+      return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected both \"data\" and \"weights\" (the "
+                       "gradient passes' curves) or neither, alike in every entry of \"%s\"", c->origin, where, path);
+    out->per_pass = here;
+    if (here) {
+      snprintf(cpath, sizeof cpath, "%s.data", where);
+      TRY(parse_curve(c, data, cpath, &out->data[out->n]));
+      snprintf(cpath, sizeof cpath, "%s.weights", where);
+      TRY(parse_curve(c, weights, cpath, &out->weights[out->n]));
+    }
     out->batch[out->n++] = (int)b->valuedouble;
   }
   return 0;
 }
 
-/* compute.layer_seconds: {kind: [forward, backward]}, seconds per input element. */
+static int rate_ok(const cJSON *x) { return cJSON_IsNumber(x) && x->valuedouble >= 0 && isfinite(x->valuedouble); }
+
+/* compute.layer_seconds: {kind: [forward, backward]} (seconds per input
+ * element at an unstated size) or {kind: [[elements, forward, backward],
+ * ...]} (at 1 to PLAN_MAX_LAYER_SIZES increasing sizes). */
 static int parse_layer_seconds(const Ctx *c, const cJSON *v, ClusterSpec *s) {
   s->num_layer_seconds = 0;
   if (!v) return 0;
@@ -237,19 +256,49 @@ static int parse_layer_seconds(const Ctx *c, const cJSON *v, ClusterSpec *s) {
                      "backward]}, got %s", c->origin, json_type_name(v));
   const cJSON *k;
   cJSON_ArrayForEach(k, v) {
-    const cJSON *f = cJSON_IsArray(k) && cJSON_GetArraySize(k) == 2 ? cJSON_GetArrayItem(k, 0) : NULL;
-    const cJSON *b = f ? cJSON_GetArrayItem(k, 1) : NULL;
-    if (!f || !cJSON_IsNumber(f) || !cJSON_IsNumber(b) || !(f->valuedouble >= 0) || !(b->valuedouble >= 0) ||
-        !isfinite(f->valuedouble) || !isfinite(b->valuedouble) || strlen(k->string) >= sizeof s->layer_seconds[0].kind)
-      return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds.%s\": expected [forward, backward] "
-                       "seconds per element >= 0 (kind names under 24 characters)", c->origin, k->string);
+    if (strlen(k->string) >= sizeof s->layer_seconds[0].kind)
+      return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds.%s\": kind names must be under 24 "
+                       "characters", c->origin, k->string);
     if (s->num_layer_seconds >= PLAN_MAX_LAYER_KINDS)
       return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds\": at most %d kinds", c->origin,
                        PLAN_MAX_LAYER_KINDS);
-    int i = s->num_layer_seconds++;
+    int i = s->num_layer_seconds;
+    memset(&s->layer_seconds[i], 0, sizeof s->layer_seconds[i]);
     snprintf(s->layer_seconds[i].kind, sizeof s->layer_seconds[i].kind, "%s", k->string);
-    s->layer_seconds[i].fwd = f->valuedouble;
-    s->layer_seconds[i].bwd = b->valuedouble;
+    int n = cJSON_IsArray(k) ? cJSON_GetArraySize(k) : 0;
+    const cJSON *first = n > 0 ? cJSON_GetArrayItem(k, 0) : NULL;
+    if (n == 2 && cJSON_IsNumber(first)) {
+      const cJSON *b = cJSON_GetArrayItem(k, 1);
+      if (!rate_ok(first) || !rate_ok(b))
+        return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds.%s\": expected [forward, backward] "
+                         "seconds per element >= 0", c->origin, k->string);
+      s->layer_seconds[i].fwd = first->valuedouble;
+      s->layer_seconds[i].bwd = b->valuedouble;
+    } else {
+      if (n < 1 || n > PLAN_MAX_LAYER_SIZES || !cJSON_IsArray(first))
+        return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds.%s\": expected [forward, backward] "
+                         "or 1 to %d [elements, forward, backward] at increasing sizes", c->origin, k->string,
+                         PLAN_MAX_LAYER_SIZES);
+      const cJSON *pt;
+      int j = 0;
+      cJSON_ArrayForEach(pt, k) {
+        const cJSON *el = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == 3 ? cJSON_GetArrayItem(pt, 0) : NULL;
+        if (!el || !cJSON_IsNumber(el) || !(el->valuedouble >= 1) || !isfinite(el->valuedouble) ||
+            (j > 0 && !(el->valuedouble > s->layer_seconds[i].elements[j - 1])) || !rate_ok(cJSON_GetArrayItem(pt, 1)) ||
+            !rate_ok(cJSON_GetArrayItem(pt, 2)))
+          return error_set(c->err, ERR_CONFIG, "%s: field \"compute.layer_seconds.%s[%d]\": expected [elements >= 1, "
+                           "forward, backward] (seconds per element >= 0), elements larger than the entry before",
+                           c->origin, k->string, j);
+        s->layer_seconds[i].elements[j] = el->valuedouble;
+        s->layer_seconds[i].fwd_at[j] = cJSON_GetArrayItem(pt, 1)->valuedouble;
+        s->layer_seconds[i].bwd_at[j] = cJSON_GetArrayItem(pt, 2)->valuedouble;
+        j++;
+      }
+      s->layer_seconds[i].sizes = j;
+      s->layer_seconds[i].fwd = s->layer_seconds[i].fwd_at[0];
+      s->layer_seconds[i].bwd = s->layer_seconds[i].bwd_at[0];
+    }
+    s->num_layer_seconds++;
   }
   return 0;
 }

@@ -20,10 +20,16 @@
  *                                              [ring_forward, ring_backward, ring_query_tokens]},
  *                       kernel_floor_us,
  *                       conv_efficiency, conv_efficiency_bf16: [{batch, curve: [[flops,
- *                           fraction of peak], ...]}, ...] convolution passes measured at
- *                           each batch (optional; absent: the GEMM curves),
- *                       layer_seconds: {kind: [forward, backward]} seconds per input element
- *                           of the other layers of nets/ (optional; absent: memory traffic)}
+ *                           fraction of peak], ...], data: [...], weights: [...]}, ...]
+ *                           convolution passes measured at each batch: curve the forward
+ *                           pass's, data and weights the two gradient passes' (optional;
+ *                           without them curve prices all three passes; absent: the GEMM
+ *                           curves),
+ *                       layer_seconds: {kind: [forward, backward] | [[elements, forward,
+ *                           backward], ...]} seconds per input element of the other layers
+ *                           of nets/, at one unstated size or at each of 1 to
+ *                           PLAN_MAX_LAYER_SIZES sizes (input elements, increasing)
+ *                           (optional; absent: memory traffic)}
  *   collectives (optional, written by calibration) {all_reduce | reduce_scatter |
  *       all_gather | all_to_all | p2p: {intra_node | inter_node:
  *       {bandwidth_GBps, latency_us}}}: effective alpha-beta per collective,
@@ -78,6 +84,7 @@ int plan_dtype_from_name(const char *name, PlanDtype *dtype); /* 0 or -1 */
 #define PLAN_MAX_CURVE_POINTS 32
 #define PLAN_MAX_LAYER_KINDS 12
 #define PLAN_MAX_CONV_BATCHES 4
+#define PLAN_MAX_LAYER_SIZES 4
 
 /* A piecewise curve interpolated linearly in log(x), clamped at the ends. */
 typedef struct PlanCurve {
@@ -95,6 +102,11 @@ typedef struct PlanConvCurves {
   int n;
   int batch[PLAN_MAX_CONV_BATCHES];
   PlanCurve curve[PLAN_MAX_CONV_BATCHES];
+  /* The gradient passes' own curves (per_pass 1; curve is then the
+   * forward's): at equal FLOPs oneDNN's data- and weight-gradient kernels
+   * of a shape run at rates of their own, often well below its forward. */
+  int per_pass;
+  PlanCurve data[PLAN_MAX_CONV_BATCHES], weights[PLAN_MAX_CONV_BATCHES];
 } PlanConvCurves;
 
 /* Alpha-beta parameters of one link or collective: time = latency + bytes / bandwidth. */
@@ -198,7 +210,12 @@ typedef struct ClusterSpec {
   int num_layer_seconds;
   struct {
     char kind[24];
-    double fwd, bwd;
+    double fwd, bwd; /* sizes 0: at an unstated size */
+    /* sizes > 0: the rates at each of `sizes` input sizes (elements,
+     * increasing), which net_sim interpolates between: small tensors stay
+     * in the caches, large ones stream from memory. */
+    int sizes;
+    double elements[PLAN_MAX_LAYER_SIZES], fwd_at[PLAN_MAX_LAYER_SIZES], bwd_at[PLAN_MAX_LAYER_SIZES];
   } layer_seconds[PLAN_MAX_LAYER_KINDS];
   /* Optional device-by-device matrix (link_devices x link_devices), nominal. */
   int link_devices;

@@ -24,16 +24,18 @@ static double reduce_time(const void *ctx, int group, double elements) {
   return plan_collective_time(c->cluster, &c->dp, c->kind, elements * c->opt->grad_reduce_bytes, c->opt->algo, NULL);
 }
 
-/* A convolution pass of `batch` images at the spec's convolution curves:
- * per image, the rate measured at each calibrated batch (its curve read at
- * that batch's FLOPs), interpolated in log(batch) between the batches
- * around this one and held beyond them; never faster than its bytes or the
- * kernel floor (roofline as plan_gemm_time). */
-static double conv_pass(const ClusterSpec *cl, const PlanConvCurves *cc, PlanDtype dtype, double batch, double m,
-                        double n, double k) {
-  double flops = 2.0 * m * n * k, per_image = flops / batch, peak = plan_peak_flops(cl, dtype);
+/* A convolution pass of `batch` images at one of the spec's convolution
+ * curves (curves[i] measured at cc->batch[i]): per image, the rate measured
+ * at each calibrated batch (its curve read at that batch's FLOPs),
+ * interpolated in log(batch) between the batches around this one and held
+ * beyond them; never faster than its bytes (input, weights and output,
+ * each once: a direct convolution builds no im2col matrix) or the kernel
+ * floor. */
+static double conv_pass(const ClusterSpec *cl, const PlanConvCurves *cc, const PlanCurve *curves, PlanDtype dtype,
+                        double batch, const PlanNetLayer *l) {
+  double flops = 2.0 * l->m * l->n * l->k, per_image = flops / batch, peak = plan_peak_flops(cl, dtype);
   double t_img[PLAN_MAX_CONV_BATCHES] = {0};
-  for (int i = 0; i < cc->n; i++) t_img[i] = per_image / (peak * plan_curve_eval(&cc->curve[i], per_image * cc->batch[i]));
+  for (int i = 0; i < cc->n; i++) t_img[i] = per_image / (peak * plan_curve_eval(&curves[i], per_image * cc->batch[i]));
   double t = t_img[0];
   if (batch >= cc->batch[cc->n - 1]) t = t_img[cc->n - 1];
   else
@@ -42,16 +44,32 @@ static double conv_pass(const ClusterSpec *cl, const PlanConvCurves *cc, PlanDty
         double a = log(batch / cc->batch[i]) / log((double)cc->batch[i + 1] / cc->batch[i]);
         t = t_img[i] + a * (t_img[i + 1] - t_img[i]);
       }
-  double memory = (m * k + k * n + m * n) * ELT / (cl->memory_bandwidth * cl->memory_efficiency);
+  double memory = (l->in + l->params + l->out) * ELT / (cl->memory_bandwidth * cl->memory_efficiency);
   return fmax(fmax(batch * t, memory), cl->kernel_floor);
 }
 
-static int measured_rates(const ClusterSpec *cl, const char *kind, double *fwd, double *bwd) {
-  for (int i = 0; i < cl->num_layer_seconds; i++)
-    if (!strcmp(cl->layer_seconds[i].kind, kind)) {
-      *fwd = cl->layer_seconds[i].fwd, *bwd = cl->layer_seconds[i].bwd;
-      return 1;
-    }
+/* The spec's seconds per input element of a layer kind for an input of
+ * `elements`: at several measured sizes, interpolated in log(elements)
+ * between the sizes around it and held beyond them (*sized 1: the
+ * measurements span caches and memory, so no roofline applies on top); at
+ * one unstated size, that rate (*sized 0). 0 when the kind is not measured. */
+static int measured_rates(const ClusterSpec *cl, const char *kind, double elements, double *fwd, double *bwd,
+                          int *sized) {
+  for (int i = 0; i < cl->num_layer_seconds; i++) {
+    if (strcmp(cl->layer_seconds[i].kind, kind)) continue;
+    const int n = cl->layer_seconds[i].sizes;
+    const double *x = cl->layer_seconds[i].elements, *f = cl->layer_seconds[i].fwd_at, *b = cl->layer_seconds[i].bwd_at;
+    *sized = n > 0;
+    *fwd = cl->layer_seconds[i].fwd, *bwd = cl->layer_seconds[i].bwd;
+    if (n > 0 && elements >= x[n - 1]) *fwd = f[n - 1], *bwd = b[n - 1];
+    for (int j = 0; j + 1 < n; j++)
+      if (elements >= x[j] && elements < x[j + 1]) {
+        double a = log(elements / x[j]) / log(x[j + 1] / x[j]);
+        *fwd = f[j] + a * (f[j + 1] - f[j]);
+        *bwd = b[j] + a * (b[j + 1] - b[j]);
+      }
+    return 1;
+  }
   return 0;
 }
 
@@ -60,9 +78,11 @@ static void price_layer(const ClusterSpec *cl, const PlanNetLayer *l, PlanDtype 
   const PlanConvCurves *cc = dtype == PLAN_DTYPE_BF16 ? &cl->conv_efficiency_bf16 : &cl->conv_efficiency;
   if (l->gemm && !strcmp(l->kind, "conv2d") && cc->n > 0) {
     /* The measured weight-gradient pass includes the bias gradient. */
-    double g = conv_pass(cl, cc, dtype, batch, l->m, l->n, l->k);
-    *fwd = g;
-    *bwd = (first ? 1.0 : 2.0) * g;
+    *fwd = conv_pass(cl, cc, cc->curve, dtype, batch, l);
+    if (cc->per_pass)
+      *bwd = (first ? 0.0 : conv_pass(cl, cc, cc->data, dtype, batch, l)) + conv_pass(cl, cc, cc->weights, dtype, batch, l);
+    else
+      *bwd = (first ? 1.0 : 2.0) * *fwd;
   } else if (l->gemm) {
     double g = plan_gemm_time(cl, dtype, l->m, l->n, l->k);
     /* The bias is added over the output (and its gradient sums dy). */
@@ -70,12 +90,14 @@ static void price_layer(const ClusterSpec *cl, const PlanNetLayer *l, PlanDtype 
     *fwd = g + bias;
     *bwd = (first ? 1.0 : 2.0) * g + (l->bias > 0 ? plan_memory_time(cl, l->out * ELT) : 0.0);
   } else {
-    *fwd = plan_memory_time(cl, (l->in + l->out) * ELT);
-    *bwd = plan_memory_time(cl, (2 * l->in + l->out) * ELT); /* x (or a mask), dy in; dx out */
+    double mem_f = plan_memory_time(cl, (l->in + l->out) * ELT);
+    double mem_b = plan_memory_time(cl, (2 * l->in + l->out) * ELT); /* x (or a mask), dy in; dx out */
     double f, b;
-    if (measured_rates(cl, l->kind, &f, &b)) {
-      *fwd = fmax(*fwd, f * l->in);
-      *bwd = fmax(*bwd, b * l->in);
+    int sized = 0;
+    *fwd = mem_f, *bwd = mem_b;
+    if (measured_rates(cl, l->kind, l->in, &f, &b, &sized)) {
+      *fwd = sized ? fmax(f * l->in, cl->kernel_floor) : fmax(mem_f, f * l->in);
+      *bwd = sized ? fmax(b * l->in, cl->kernel_floor) : fmax(mem_b, b * l->in);
     }
     if (first) *bwd = 0.0; /* the network's first layer computes no input gradient */
   }

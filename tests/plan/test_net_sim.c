@@ -1,11 +1,13 @@
 /* The simulator of nets/ networks (plan/net_sim.h): a layer list priced by
  * hand on a cluster with round numbers (GEMM layers at the GEMM curve,
  * convolutions at the batch-interpolated convolution curves, the measured
- * per-element rates never below memory traffic, the first layer without a
- * data gradient), the step as micro-batches x (forward + backward) plus the
- * reduction and the update, ZeRO-1's shard and gather, and the spec fields
- * calibrate writes (conv_efficiency, layer_seconds) through a round trip
- * and their refusals naming the field. */
+ * per-element rates at an unstated size never below memory traffic, the
+ * first layer without a data gradient), per-pass convolution curves and
+ * rates measured at several sizes (interpolated, no roofline on top), the
+ * step as micro-batches x (forward + backward) plus the reduction and the
+ * update, ZeRO-1's shard and gather, and the spec fields calibrate writes
+ * (conv_efficiency with its pass curves, layer_seconds at sizes) through a
+ * round trip and their refusals naming the field. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,6 +155,67 @@ static void test_conv_batches(void **state) {
   assert_close(r.layer_fwd[0], 1e6 / (1e12 * 0.5));
 }
 
+/* Per-pass curves: forward at 0.5, data gradient at 0.25, weights at 0.1
+ * (1e6 FLOPs per pass: 2, 4 and 10 us); the first layer skips the data
+ * gradient. The roofline counts input, weights and output once: with
+ * 1e6 + 500 + 1e6 floats at 1e10 B/s (0.8002 ms) it binds every pass. */
+static void test_conv_passes(void **state) {
+  (void)state;
+  ClusterSpec cl;
+  round_cluster(&cl);
+  cl.memory_bandwidth = 1e30;
+  PlanConvCurves *cc = &cl.conv_efficiency;
+  cc->n = 1, cc->batch[0] = 1, cc->per_pass = 1;
+  PlanCurve *curves[3] = {&cc->curve[0], &cc->data[0], &cc->weights[0]};
+  const double eff[3] = {0.5, 0.25, 0.1};
+  for (int p = 0; p < 3; p++) curves[p]->n = 1, curves[p]->x[0] = 1, curves[p]->y[0] = eff[p];
+  PlanOptions opt;
+  plan_test_free_options(&opt);
+  PlanNetLayer L[2] = {gemm_layer("conv2d", 1000, 10, 50, 1, 1, 500, 0), gemm_layer("conv2d", 1000, 10, 50, 1, 1, 500, 0)};
+  PlanNetConfig cfg = {1, 1, 1, 0, PLAN_DTYPE_FP32, 1, 0};
+  PlanNetResult r;
+  Error err = {0, ""};
+  assert_int_equal(plan_net_simulate(L, 2, &cl, &opt, &cfg, &r, &err), 0);
+  assert_close(r.layer_fwd[0], 2e-6);
+  assert_close(r.layer_bwd[0], 10e-6);
+  assert_close(r.layer_fwd[1], 2e-6);
+  assert_close(r.layer_bwd[1], 4e-6 + 10e-6);
+  cl.memory_bandwidth = 1e10;
+  L[1].in = L[1].out = 1e6;
+  assert_int_equal(plan_net_simulate(L, 2, &cl, &opt, &cfg, &r, &err), 0);
+  assert_close(r.layer_fwd[1], (2e6 + 500) * 4 / 1e10);
+  assert_close(r.layer_bwd[1], 2 * (2e6 + 500) * 4 / 1e10);
+}
+
+/* relu measured at 1e5 elements (1 ns forward, 2 ns backward per element)
+ * and at 1e7 (3 and 4 ns): at or below the first size its rates, at or
+ * above the last the last's, between them interpolated in log(elements);
+ * the memory roofline (here 0.8 ns per element forward) is not applied. */
+static void test_layer_sizes(void **state) {
+  (void)state;
+  ClusterSpec cl;
+  round_cluster(&cl);
+  cl.num_layer_seconds = 1;
+  snprintf(cl.layer_seconds[0].kind, sizeof cl.layer_seconds[0].kind, "relu");
+  cl.layer_seconds[0].sizes = 2;
+  cl.layer_seconds[0].elements[0] = 1e5, cl.layer_seconds[0].elements[1] = 1e7;
+  cl.layer_seconds[0].fwd_at[0] = 1e-9, cl.layer_seconds[0].fwd_at[1] = 3e-9;
+  cl.layer_seconds[0].bwd_at[0] = 2e-9, cl.layer_seconds[0].bwd_at[1] = 4e-9;
+  cl.layer_seconds[0].fwd = 1e-9, cl.layer_seconds[0].bwd = 2e-9;
+  PlanOptions opt;
+  plan_test_free_options(&opt);
+  const double sizes[4] = {1e4, 1e5, 1e6, 1e8}, f_ns[4] = {1, 1, 2, 3}, b_ns[4] = {2, 2, 3, 4};
+  for (int i = 0; i < 4; i++) {
+    PlanNetLayer L[2] = {memory_layer("relu", sizes[i], sizes[i]), memory_layer("relu", sizes[i], sizes[i])};
+    PlanNetConfig cfg = {1, 1, 1, 0, PLAN_DTYPE_FP32, 1, 0};
+    PlanNetResult r;
+    Error err = {0, ""};
+    assert_int_equal(plan_net_simulate(L, 2, &cl, &opt, &cfg, &r, &err), 0);
+    assert_close(r.layer_fwd[1], f_ns[i] * 1e-9 * sizes[i]);
+    assert_close(r.layer_bwd[1], b_ns[i] * 1e-9 * sizes[i]);
+  }
+}
+
 static void test_refusals(void **state) {
   (void)state;
   ClusterSpec cl;
@@ -225,6 +288,38 @@ static void test_spec_fields(void **state) {
   cluster_spec_free(&back);
   cluster_spec_free(&c);
 
+  /* The pass curves and the sized rates calibrate writes, round trip. */
+  const char *passes = "\"conv_efficiency\": [{\"batch\": 32, \"curve\": [[1e6, 0.2]], \"data\": [[1e6, 0.1]],"
+                       " \"weights\": [[1e6, 0.05], [1e8, 0.4]]}],"
+                       " \"layer_seconds\": {\"relu\": [[4e5, 3e-10, 4e-10], [6.4e6, 3.5e-10, 6e-10]]}";
+  assert_int_equal(parse(passes, &c, &err), 0);
+  assert_int_equal(c.conv_efficiency.per_pass, 1);
+  assert_close(c.conv_efficiency.data[0].y[0], 0.1);
+  assert_int_equal(c.conv_efficiency.weights[0].n, 2);
+  assert_int_equal(c.layer_seconds[0].sizes, 2);
+  assert_close(c.layer_seconds[0].elements[1], 6.4e6);
+  assert_close(c.layer_seconds[0].bwd_at[1], 6e-10);
+  j = calib_spec_to_json(&c, "round trip");
+  assert_int_equal(cluster_spec_from_json(&back, j, "back.json", &err), 0);
+  cJSON_Delete(j);
+  assert_int_equal(back.conv_efficiency.per_pass, 1);
+  assert_close(back.conv_efficiency.weights[0].y[1], 0.4);
+  assert_int_equal(back.layer_seconds[0].sizes, 2);
+  assert_close(back.layer_seconds[0].fwd_at[0], 3e-10);
+  assert_close(back.layer_seconds[0].elements[0], 4e5);
+  cluster_spec_free(&back);
+  cluster_spec_free(&c);
+
+  expect_refused("\"conv_efficiency\": [{\"batch\": 32, \"curve\": [[1e6, 0.2]], \"data\": [[1e6, 0.1]]}]",
+                 "compute.conv_efficiency[0]\": expected both \"data\" and \"weights\"");
+  expect_refused("\"conv_efficiency\": [{\"batch\": 32, \"curve\": [[1e6, 0.2]], \"data\": [[1e6, 0.1]], \"weights\":"
+                 " [[1e6, 0.1]]}, {\"batch\": 64, \"curve\": [[1e6, 0.2]]}]", "alike in every entry");
+  expect_refused("\"conv_efficiency\": [{\"batch\": 32, \"curve\": [[1e6, 0.2]], \"data\": [[1e6, 3]], \"weights\":"
+                 " [[1e6, 0.1]]}]", "compute.conv_efficiency[0].data");
+  expect_refused("\"layer_seconds\": {\"relu\": [[4e5, 3e-10, 4e-10], [1e5, 3e-10, 4e-10]]}",
+                 "compute.layer_seconds.relu[1]");
+  expect_refused("\"layer_seconds\": {\"relu\": [[4e5, -1, 4e-10]]}", "compute.layer_seconds.relu[0]");
+  expect_refused("\"layer_seconds\": {\"relu\": [[4e5, 3e-10]]}", "compute.layer_seconds.relu[0]");
   expect_refused("\"conv_efficiency\": [[1e6, 0.2]]", "compute.conv_efficiency[0]");
   expect_refused("\"conv_efficiency\": [{\"batch\": 32, \"curve\": [[1e6, 0.2]]}, {\"batch\": 16, \"curve\": [[1e6, "
                  "0.2]]}]", "compute.conv_efficiency[1].batch");
@@ -239,6 +334,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_by_hand),
       cmocka_unit_test(test_conv_batches),
+      cmocka_unit_test(test_conv_passes),
+      cmocka_unit_test(test_layer_sizes),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_spec_fields),
   };
