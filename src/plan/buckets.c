@@ -277,7 +277,11 @@ double plan_stage_reduce_time(const void *ctx, int group, double elements) {
   const PlanCostModel *cm = ctx;
   PlanCollective kind = cm->cfg->distributed_optimizer ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE;
   const PlanGroupTopo *g = &cm->group[group == 0 ? PLAN_GROUP_DPCP : PLAN_GROUP_EDP];
-  return plan_collective_time(cm->cluster, g, kind, elements * cm->opt->grad_reduce_bytes, cm->opt->algo, NULL);
+  if (g->size <= 1 || !(elements > 0)) return 0.0;
+  /* The runtime's own cost of a bucket (its collective's setup and wait)
+   * comes on top of the collective's price. */
+  return plan_collective_time(cm->cluster, g, kind, elements * cm->opt->grad_reduce_bytes, cm->opt->algo, NULL) +
+         cm->opt->bucket_overhead;
 }
 
 #define MAX_CANDIDATES 1024

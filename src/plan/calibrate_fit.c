@@ -318,6 +318,7 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
     cJSON_AddNumberToObject(run, "dropless_sync_us", rt->dropless_sync * 1e6);
     if (rt->bucket_bytes > 0) cJSON_AddNumberToObject(run, "bucket_MB", rt->bucket_bytes / 1e6);
     if (rt->bucket_max_share > 0) cJSON_AddNumberToObject(run, "bucket_max_share", rt->bucket_max_share);
+    if (rt->bucket_overhead > 0) cJSON_AddNumberToObject(run, "bucket_overhead_us", rt->bucket_overhead * 1e6);
   }
   cJSON *cores = s->cores_per_node > 0 ? cJSON_AddObjectToObject(root, "cores") : NULL;
   if (cores) {

@@ -366,7 +366,8 @@ static int get_string(const Ctx *c, const cJSON *obj, const char *path, const ch
 static int parse_runtime(const Ctx *c, const cJSON *o, PlanRuntimeFacts *rt) {
   static const char *const fields[] = {"device",       "host",          "dtype",
                                        "moe_tp_replicated", "async_progress", "device_sync",
-                                       "dropless_sync_us",  "bucket_MB",      "bucket_max_share"};
+                                       "dropless_sync_us",  "bucket_MB",      "bucket_max_share",
+                                       "bucket_overhead_us"};
   TRY(check_fields(c, o, "runtime", fields, COUNT(fields)));
   memset(rt, 0, sizeof *rt);
   rt->given = 1;
@@ -389,6 +390,9 @@ static int parse_runtime(const Ctx *c, const cJSON *o, PlanRuntimeFacts *rt) {
   TRY(get_number(c, o, "runtime", "bucket_MB", 0, 0, 1e6, 0, &mb, NULL));
   rt->bucket_bytes = mb * 1e6;
   TRY(get_number(c, o, "runtime", "bucket_max_share", 0, 0, 1, 0, &rt->bucket_max_share, NULL));
+  double overhead_us = 0;
+  TRY(get_number(c, o, "runtime", "bucket_overhead_us", 0, 0, 1e6, 0, &overhead_us, NULL));
+  rt->bucket_overhead = overhead_us * 1e-6;
   return 0;
 }
 

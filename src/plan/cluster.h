@@ -46,7 +46,7 @@
  *       `links` and `topology` exclude each other.
  *   runtime (optional, written by `fivefold calibrate`) {device, host, dtype,
  *       moe_tp_replicated, async_progress, device_sync, dropless_sync_us,
- *       bucket_MB, bucket_max_share}: what the runtime measured on this
+ *       bucket_MB, bucket_max_share, bucket_overhead_us}: what the runtime measured on this
  *       machine does (PlanRuntimeFacts); the planner's options default from
  *       it (plan_options_from_runtime, parallel.h).
  *   cores (optional, written by `fivefold calibrate`) {per_node,
@@ -167,6 +167,9 @@ typedef struct PlanRuntimeFacts {
   double dropless_sync;    /* s: that wait per dropless MoE layer forward (0 without a device) */
   double bucket_bytes;     /* the runtime's default gradient bucket (0: the simulator's default) */
   double bucket_max_share; /* the default bucket is at most this share of a rank's gradient (0: no cap) */
+  /* s: what one more gradient bucket costs the runtime beyond its
+   * collective's fitted price (calibrate_buckets.h; 0: nothing). */
+  double bucket_overhead;
 } PlanRuntimeFacts;
 
 typedef struct ClusterSpec {

@@ -21,7 +21,8 @@ typedef struct ReduceCtx {
 static double reduce_time(const void *ctx, int group, double elements) {
   const ReduceCtx *c = ctx;
   if (group != 0 || !(elements > 0) || c->dp.size <= 1) return 0.0;
-  return plan_collective_time(c->cluster, &c->dp, c->kind, elements * c->opt->grad_reduce_bytes, c->opt->algo, NULL);
+  return plan_collective_time(c->cluster, &c->dp, c->kind, elements * c->opt->grad_reduce_bytes, c->opt->algo, NULL) +
+         c->opt->bucket_overhead;
 }
 
 /* A convolution pass of `batch` images at one of the spec's convolution

@@ -145,6 +145,7 @@ typedef struct PlanOptions {
   double dp_overlap;          /* gradient buckets reduced behind the backward pass */
   double param_gather_overlap; /* distributed optimizer: parameter all-gather behind the next forward */
   int grad_reduce_bytes;      /* bytes per gradient element in the reduction (4: fp32) */
+  double bucket_overhead;     /* s: each gradient bucket's cost beyond its collective (the runtime's, calibrated) */
   double bucket_params;       /* gradient bucket size in parameters */
   double bucket_max_share;    /* buckets at most this share of a rank's gradient (0: no cap; the runtime's 0.25) */
   double dropless_sync;       /* s: host synchronisation per dropless MoE layer and pass */

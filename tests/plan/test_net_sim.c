@@ -113,6 +113,16 @@ static void test_by_hand(void **state) {
   opt.bucket_params = 1e6;
   assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &dp, &z, &err), 0);
   assert_int_equal(z.buckets, 3);
+  /* The runtime's own cost per bucket (calibrated) is added to each of
+   * them: the reductions run back to back after backward. */
+  PlanNetResult w;
+  opt.bucket_overhead = 7e-6;
+  assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &dp, &w, &err), 0);
+  assert_close(w.reduce, z.reduce + 3 * 7e-6);
+  /* One rank reduces nothing, so pays nothing. */
+  PlanNetResult one;
+  assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &cfg, &one, &err), 0);
+  assert_close(one.reduce, 0);
 }
 
 /* Convolution curves at batches 10 and 100: a pass of 10 images reads the

@@ -1,6 +1,7 @@
 /* The runtime as it is, by default: a spec written by calibrate carries
  * the CPU runtime's facts (precision, MoE replicated over TP, no
- * asynchronous progress, no device sync, its buckets), they load back
+ * asynchronous progress, no device sync, its buckets and their measured
+ * overhead), they load back
  * field for field, the planner's options default from them while explicit
  * flags win, a TP run priced from the facts alone equals one priced with
  * every flag spelled out, bf16 there rounds only the GEMM inputs (fp32
@@ -34,6 +35,7 @@ static void test_facts_round_trip(void **state) {
   (void)state;
   ClusterSpec s, back;
   calibrated_spec(&s, 2);
+  s.runtime.bucket_overhead = 3.25e-6;
   cJSON *json = calib_spec_to_json(&s, "test");
   assert_non_null(json);
   Error err = {0, ""};
@@ -49,8 +51,13 @@ static void test_facts_round_trip(void **state) {
   assert_true(fabs(b->dropless_sync - a->dropless_sync) < 1e-12);
   assert_true(fabs(b->bucket_bytes - 25.0 * 1024 * 1024) < 1);
   assert_true(fabs(b->bucket_max_share - 0.25) < 1e-12);
+  assert_true(fabs(b->bucket_overhead - 3.25e-6) < 1e-15);
   /* A wrong field is named with what was expected. */
   cJSON *rt = cJSON_GetObjectItem(json, "runtime");
+  cJSON_ReplaceItemInObject(rt, "bucket_overhead_us", cJSON_CreateNumber(-1));
+  assert_int_not_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
+  assert_non_null(strstr(err.msg, "runtime.bucket_overhead_us"));
+  cJSON_ReplaceItemInObject(rt, "bucket_overhead_us", cJSON_CreateNumber(3.25));
   cJSON_ReplaceItemInObject(rt, "async_progress", cJSON_CreateNumber(3));
   assert_int_not_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
   assert_non_null(strstr(err.msg, "spec.json"));
@@ -82,7 +89,11 @@ static void test_options_default_from_facts(void **state) {
   assert_true(o.dropless_sync == 0);
   assert_true(fabs(o.bucket_params - 25.0 * 1024 * 1024 / 4) < 1);
   assert_true(o.bucket_max_share == 0.25);
+  assert_true(o.bucket_overhead == 0);
   assert_int_equal(o.fp32_activations, 1); /* bf16 on the CPU runtime rounds only the GEMM inputs */
+  s.runtime.bucket_overhead = 5e-6;
+  plan_options_from_runtime(&s.runtime, 0, &o, &dtype);
+  assert_true(o.bucket_overhead == 5e-6);
   /* Flags given on the command line win. */
   plan_options_default(&o);
   o.dp_overlap = 0.5;
@@ -207,8 +218,41 @@ static void test_bottleneck_names_the_largest_part(void **state) {
   plan_result_free(&r);
 }
 
+/* DP2 without asynchronous progress reduces every bucket after backward,
+ * one after the other: each bucket's measured overhead adds to the step
+ * once. Buckets of a quarter of the gradient (the runtime's cap): 4 per
+ * stage at least. */
+static void test_bucket_overhead_per_bucket(void **state) {
+  (void)state;
+  ModelConfig m = plan_test_tiny_moe();
+  ClusterSpec s;
+  calibrated_spec(&s, 2);
+  PlanOptions o;
+  plan_options_default(&o);
+  PlanDtype dtype = PLAN_DTYPE_BF16;
+  plan_options_from_runtime(&s.runtime, 0, &o, &dtype);
+  PlanConfig cfg;
+  plan_config_init(&cfg, 128, 8, 4);
+  cfg.par.dp = 2;
+  cfg.dtype = dtype;
+  Error err = {0, ""};
+  assert_int_equal(plan_config_finish(&cfg, &m, &s, 2, &err), 0);
+  PlanResult a, b;
+  assert_int_equal(plan_simulate(&m, &s, &o, &cfg, NULL, NULL, &a, &err), 0);
+  o.bucket_overhead = 1e-3;
+  assert_int_equal(plan_simulate(&m, &s, &o, &cfg, NULL, NULL, &b, &err), 0);
+  /* The step grows by a whole number (the buckets) of milliseconds. */
+  double k = (b.step_time - a.step_time) / 1e-3;
+  print_message("DP2: step %.6f s -> %.6f s with 1 ms per bucket (%.6f buckets)\n", a.step_time, b.step_time, k);
+  assert_true(k > 3.5);
+  assert_true(fabs(k - round(k)) < 1e-6);
+  plan_result_free(&a);
+  plan_result_free(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bucket_overhead_per_bucket),
       cmocka_unit_test(test_facts_round_trip),
       cmocka_unit_test(test_options_default_from_facts),
       cmocka_unit_test(test_tp_priced_as_the_runtime_runs),

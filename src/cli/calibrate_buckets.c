@@ -1,0 +1,89 @@
+/* The per-bucket cost of the runtime's gradient reduction, measured by
+ * `fivefold calibrate` (calibrate_buckets.h). The trainer reduces its
+ * gradient in buckets through train/dp_grads.h, each bucket a collective
+ * of its own: under the collective timeout every training run arms, a
+ * non-blocking one waited for in a test loop (comm/timeout.h), which on a
+ * small message costs several times the blocking collective the link fit
+ * times. So the same reduction is timed here, one gradient in 1 bucket and
+ * in BUCKETS, and what the extra buckets cost beyond the latencies the
+ * fit charges them is the spec's runtime.bucket_overhead_us. */
+#include "cli/calibrate_buckets.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/timer.h"
+#include "comm/collectives.h"
+#include "comm/host.h"
+#include "comm/timeout.h"
+#include "comm/world.h"
+#include "train/dp_grads.h"
+#include "train/train_config.h"
+
+enum { BUCKETS = 32, REPS = 7 };
+
+/* The slowest rank's time of one reduction of g's whole gradient, the
+ * fastest of REPS (quick: 3) repetitions. */
+static int time_reduction(DpGrads *g, int reps, double *best, Error *err) {
+  *best = 0;
+  for (int r = 0; r < reps; r++) {
+    int rc = comm_barrier(g->group, NULL, err);
+    double t0 = timer_now();
+    dp_grads_begin(g);
+    if (!rc) rc = dp_grads_start_range(g, 0, g->num_params, err);
+    if (!rc) rc = dp_grads_finish(g, err);
+    double t = timer_now() - t0;
+    if (!rc) rc = comm_allreduce_f64(g->group, &t, 1, COMM_MAX, NULL, err);
+    if (rc) return rc;
+    if (r == 0 || t < *best) *best = t;
+  }
+  return 0;
+}
+
+/* The all-reduce latency the simulator charges each bucket on this world
+ * (the calibrated fit at the level the world spans, else the link's). */
+static double fitted_latency(const ClusterSpec *spec) {
+  int level = spec->nodes > 1 ? PLAN_LEVEL_INTER : PLAN_LEVEL_INTRA;
+  if (spec->has_collective[PLAN_COLL_ALL_REDUCE][level]) return spec->collective[PLAN_COLL_ALL_REDUCE][level].latency;
+  return spec->link[level].latency;
+}
+
+int calib_measure_bucket_overhead(int quick, int threads, const ClusterSpec *spec, double *overhead, FILE *log,
+                                  Error *err) {
+  const CommGroup *world = comm_world();
+  *overhead = 0;
+  if (!world || world->size < 2) return 0;
+  /* A gradient of 1 MB: each of the 32 buckets a 32 KB message, a small
+   * model's bucket, where the per-bucket cost shows. */
+  const size_t n = (size_t)1 << 18;
+  float *grads = malloc(n * sizeof *grads);
+  if (!grads) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the bucket measurement");
+  for (size_t i = 0; i < n; i++) grads[i] = 1e-3f * (float)(i % 97);
+  CommHostLayout host;
+  double was = comm_collective_timeout();
+  int rc = comm_host_layout(world, threads, &host, err);
+  /* As a training run arms it (training.collective_timeout_s), so that the
+   * buckets are waited for as they are there. */
+  if (!rc) rc = comm_set_collective_timeout(600, err);
+  double t[2] = {0, 0};
+  const int counts[2] = {1, BUCKETS};
+  for (int k = 0; k < 2 && !rc; k++) {
+    DpGrads g;
+    rc = dp_grads_create(&g, world, grads, n, NULL, 0, (double)n * sizeof(float) / counts[k], 0, err);
+    if (rc) break;
+    rc = dp_grads_choose_overlap(&g, TRAIN_AUTO, &host, err);
+    if (!rc) rc = time_reduction(&g, quick ? 3 : REPS, &t[k], err);
+    dp_grads_free(&g);
+  }
+  Error restore;
+  comm_set_collective_timeout(was, &restore);
+  free(grads);
+  if (rc) return error_wrap(err, "calibrate: timing the gradient buckets");
+  double extra = (t[1] - t[0]) / (BUCKETS - 1) - fitted_latency(spec);
+  *overhead = extra > 0 ? extra : 0;
+  if (log)
+    fprintf(log, "  buckets         1 MB gradient: %.1f us in 1 bucket, %.1f us in %d; %.1f us per extra bucket "
+            "beyond the all-reduce latency\n", t[0] * 1e6, t[1] * 1e6, BUCKETS, *overhead * 1e6);
+  return 0;
+}
