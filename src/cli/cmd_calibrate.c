@@ -40,7 +40,7 @@
 
 #include "base/options.h"
 #include "base/timer.h"
-#include "cli/calibrate_buckets.h"
+#include "cli/calibrate_runtime.h"
 #include "cli/calibrate_nets.h"
 #include "cli/calibrate_network.h"
 #include "cli/calibrate_timing.h"
@@ -388,11 +388,11 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES], samples_vary[MAX_SAMPLES];
   enum { NB = CALIB_NUM_CONV_BATCHES };
   enum { NZ = CALIB_NUM_LAYER_SIZES };
-  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS];
+  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS + 1];
   CalibGemmSample convs[2][NB][MAX_CONV]; /* [fp32, bf16][batch] */
   double layer_f[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_b[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_n[NZ] = {0};
   int nconv[2][NB] = {{0}};
-  double fma = 0, sgemm = 0, peak = 0, peak_bf16 = 0;
+  double fma = 0, sgemm = 0, peak = 0, peak_bf16 = 0, update = 0;
   int ns_bf16 = 0, ns_vary = 0;
   const int bf16 = kern_bf16_supported(NULL, 0);
   int ns = 0, T1 = c->quick ? 128 : 512, T0 = T1 / 4, failed = 0;
@@ -429,6 +429,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
           nconv[d][b] = calib_measure_convs(c->quick, d, CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1), calib_fastest_time,
                                             convs[d][b], MAX_CONV);
       calib_measure_layers(c->quick, calib_fastest_time, layer_f, layer_b, layer_n);
+      update = calib_measure_update(c->quick); /* the trainer's per-step update (calibrate_runtime.h) */
     }
     if (turns > 1) calib_sleeping_barrier();
   }
@@ -446,12 +447,14 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       for (int i = 0; i < nconv[d][b]; i++) v[nv++] = convs[d][b][i].seconds;
   for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++)
     for (int z = 0; z < NZ; z++) v[nv++] = layer_f[k][z], v[nv++] = layer_b[k][z];
+  v[nv++] = update;
   average_over_ranks(&mc, v, nv, mpi);
   for (int d = 0; d < 2; d++)
     for (int b = 0; b < NB; b++)
       for (int i = 0; i < nconv[d][b]; i++) convs[d][b][i].seconds = v[at_nets++];
   for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++)
     for (int z = 0; z < NZ; z++) layer_f[k][z] = v[at_nets++], layer_b[k][z] = v[at_nets++];
+  update = v[at_nets++];
   peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8], rf = v[9], rb = v[10];
   peak_bf16 = v[11];
   for (int i = 0; i < ns; i++) samples[i].seconds = v[12 + i];
@@ -519,6 +522,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   spec.attention_ring_bwd_efficiency = fmin(1.0, rb);
   spec.attention_ring_query_tokens = T0 / 4;
   spec.kernel_floor = fl;
+  spec.optimizer_per_param = update > 0 ? update / mc.share : 0; /* a dedicated core's, at the share */
   spec.memory_bandwidth = bw * mc.share;
   /* The share those rates are at, and the cores behind it: the simulator
    * speeds a computing rank up while others wait (processor sharing). */
@@ -559,6 +563,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     fprintf(out, "  ring attention  %.2f forward, %.2f backward (CP 2, chunks of %d queries)\n", rf, rb, T0 / 4);
     fprintf(out, "  memory          %8.2f GB/s triad per rank, RMSNorm reaches %.0f%%; kernel floor %.2f us\n",
             bw * mc.share / 1e9, 100 * beff, fl * 1e6);
+    fprintf(out, "  update          %.2f ns per parameter (gradient zeroed, its norm, AdamW), %.0f MB/s of parameters\n",
+            spec.optimizer_per_param * 1e9, spec.optimizer_per_param > 0 ? 4e-6 / spec.optimizer_per_param : 0.0);
     const PlanConvCurves *cv[2] = {&spec.conv_efficiency, &spec.conv_efficiency_bf16};
     static const char *const PASS[3] = {"fwd", "data", "weights"};
     for (int d = 0; d < 2; d++)

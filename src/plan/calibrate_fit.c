@@ -271,6 +271,7 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
       }
     }
     cJSON_AddNumberToObject(comp, "kernel_floor_us", s->kernel_floor * 1e6);
+    if (s->optimizer_per_param > 0) cJSON_AddNumberToObject(comp, "optimizer_ns_per_param", s->optimizer_per_param * 1e9);
   }
   int any = 0;
   for (int k = 0; k < PLAN_NUM_COLLECTIVES; k++)

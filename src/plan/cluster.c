@@ -482,7 +482,7 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
   if (o) {
     static const char *const comp[] = {"gemm_efficiency", "gemm_efficiency_bf16", "gemm_efficiency_bf16_rows_vary", "attention_efficiency",
                                        "kernel_floor_us", "conv_efficiency", "conv_efficiency_bf16",
-                                       "layer_seconds"};
+                                       "layer_seconds", "optimizer_ns_per_param"};
     TRY(check_fields(c, o, "compute", comp, COUNT(comp)));
     TRY(parse_conv_curves(c, cJSON_GetObjectItemCaseSensitive(o, "conv_efficiency"), "compute.conv_efficiency",
                           &s->conv_efficiency));
@@ -522,6 +522,9 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
     double floor_us = s->kernel_floor * 1e6;
     TRY(get_number(c, o, "compute", "kernel_floor_us", 0, 0, 1e6, 0, &floor_us, NULL));
     s->kernel_floor = floor_us * 1e-6;
+    double optim_ns = 0;
+    TRY(get_number(c, o, "compute", "optimizer_ns_per_param", 0, 0, 1e6, 0, &optim_ns, NULL));
+    s->optimizer_per_param = optim_ns * 1e-9;
   }
 
   TRY(get_object(c, json, "collectives", 0, &o));

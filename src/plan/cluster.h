@@ -19,6 +19,8 @@
  *                                              reference_tokens, length_exponent,
  *                                              [ring_forward, ring_backward, ring_query_tokens]},
  *                       kernel_floor_us,
+ *                       optimizer_ns_per_param: the runtime's update per local parameter
+ *                           (zeroing, norm, AdamW; optional: absent, its memory traffic),
  *                       conv_efficiency, conv_efficiency_bf16: [{batch, curve: [[flops,
  *                           fraction of peak], ...], data: [...], weights: [...]}, ...]
  *                           convolution passes measured at each batch: curve the forward
@@ -204,6 +206,10 @@ typedef struct ClusterSpec {
    * kernel over the chunks. */
   double attention_ring_fwd_efficiency, attention_ring_bwd_efficiency, attention_ring_query_tokens;
   double kernel_floor; /* s: shortest time any kernel takes */
+  /* s per local parameter of the runtime's per-step update (the gradient
+   * zeroed, its norm, AdamW), measured by calibrate on the runtime's own
+   * kernels; 0: priced as the memory traffic of the update. */
+  double optimizer_per_param;
   /* Optional (n 0: absent), measured by calibrate on the kernels of nets/:
    * convolution passes (forward, data and weight gradients with the bias)
    * by FLOPs against the peak of their dtype, and the other layer kinds'

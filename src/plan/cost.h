@@ -65,6 +65,10 @@ double plan_ring_attention_time(const ClusterSpec *cluster, PlanDtype dtype, dou
                                 double chunk_tokens, int backward, double causal_time);
 /* A bandwidth-bound kernel moving bytes (reads + writes). */
 double plan_memory_time(const ClusterSpec *cluster, double bytes);
+/* The per-step update of `params` local parameters: at the spec's measured
+ * rate of the runtime's update (ClusterSpec.optimizer_per_param), else as
+ * streaming update_bytes per parameter through memory. */
+double plan_optimizer_time(const ClusterSpec *cluster, double params, double update_bytes);
 
 /* ---- components of a step ---- */
 

@@ -29,6 +29,12 @@ double plan_memory_time(const ClusterSpec *cl, double bytes) {
   return fmax(bytes / (cl->memory_bandwidth * cl->memory_efficiency), cl->kernel_floor);
 }
 
+double plan_optimizer_time(const ClusterSpec *cl, double params, double update_bytes) {
+  if (!(params > 0)) return 0.0;
+  if (cl->optimizer_per_param > 0) return params * cl->optimizer_per_param;
+  return plan_memory_time(cl, params * update_bytes);
+}
+
 /* Roofline with the size-dependent efficiency: a GEMM is never faster than
  * its FLOPs at the curve's share of peak, nor than streaming its three
  * matrices once through memory. */

@@ -161,8 +161,10 @@ int plan_net_simulate(const PlanNetLayer *layers, int n, const ClusterSpec *cl, 
   /* Adam streams per local parameter: gradient read, master, m and v read
    * and written; zeroing the gradient and its norm read it once more. */
   double local = cfg->distributed_optimizer ? out->params / cfg->dp : out->params;
-  out->optimizer = plan_memory_time(cl, local * (4 + 3 * 8)) + plan_memory_time(cl, out->params * ELT) +
-                   plan_memory_time(cl, out->params * ELT);
+  out->optimizer = cl->optimizer_per_param > 0
+                       ? plan_optimizer_time(cl, local, 0) /* measured: the zeroing and the norm included */
+                       : plan_memory_time(cl, local * (4 + 3 * 8)) + plan_memory_time(cl, out->params * ELT) +
+                             plan_memory_time(cl, out->params * ELT);
   if (cfg->distributed_optimizer && cfg->dp > 1)
     out->optimizer += plan_collective_time(cl, &rc.dp, PLAN_COLL_ALL_GATHER, out->params * ELT, opt->algo, NULL);
   out->step_time += out->reduce + out->optimizer;

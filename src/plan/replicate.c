@@ -152,11 +152,12 @@ int plan_stage_costs_replicate(const PlanCostModel *cm, PlanStageCosts *sc, Erro
     double full = plan_collective_time(cl, &g, kind, total * o->grad_reduce_bytes, o->algo, NULL);
     double nb = ceil(total / (o->bucket_params > 0 ? o->bucket_params : 1e300));
     int buckets = nb < 1 ? 1 : (int)fmin(nb, 1e6);
+    if (full > 0) full += buckets * o->bucket_overhead; /* the runtime's own cost per bucket */
     double hidden = o->dp_overlap * (1.0 - 1.0 / buckets) * pc->bwd_total;
     sc->grad_reduce_full[s] = full;
     sc->grad_reduce[s] = full > 0 ? fmax(full - hidden, full / buckets) : 0;
     double local = cfg->distributed_optimizer ? total / w : total;
-    sc->optim_compute[s] = plan_memory_time(cl, local * update_bytes);
+    sc->optim_compute[s] = plan_optimizer_time(cl, local, update_bytes);
     sc->optim_comm[s] = 0;
     if (cfg->distributed_optimizer && w > 1) {
       double gather = plan_collective_time(cl, &g, PLAN_COLL_ALL_GATHER, total * elt, o->algo, NULL);

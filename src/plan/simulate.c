@@ -156,7 +156,7 @@ int plan_stage_costs_build(const PlanCostModel *cm, PlanStageCosts *sc, Error *e
     int r = s % P;
     double local = cfg->distributed_optimizer ? params.dense / d_dense + params.expert / d_expert
                                               : params.dense + params.expert;
-    sc->optim_compute[r] += plan_memory_time(cm->cluster, local * update_bytes);
+    sc->optim_compute[r] += plan_optimizer_time(cm->cluster, local, update_bytes);
     if (cfg->distributed_optimizer) {
       double gather = plan_collective_time(cm->cluster, &cm->group[PLAN_GROUP_DPCP], PLAN_COLL_ALL_GATHER,
                                            params.dense * elt, o->algo, NULL) +

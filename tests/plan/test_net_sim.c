@@ -119,6 +119,20 @@ static void test_by_hand(void **state) {
   opt.bucket_overhead = 7e-6;
   assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &dp, &w, &err), 0);
   assert_close(w.reduce, z.reduce + 3 * 7e-6);
+  /* With the runtime's measured update rate the update is the local
+   * parameters at that rate: all of them, a dp-th under ZeRO-1 (plus the
+   * parameters' all-gather, unchanged). */
+  PlanNetConfig plain = dp;
+  plain.distributed_optimizer = 0;
+  PlanNetResult u, zu;
+  cl.optimizer_per_param = 2e-9;
+  assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &plain, &u, &err), 0);
+  assert_close(u.optimizer, params * 2e-9);
+  assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &dp, &zu, &err), 0);
+  cl.optimizer_per_param = 0;
+  assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &dp, &w, &err), 0);
+  double gather = w.optimizer - (params / 2 * 28 / 1e10 + 2 * params * 4 / 1e10);
+  assert_close(zu.optimizer, params / 2 * 2e-9 + gather);
   /* One rank reduces nothing, so pays nothing. */
   PlanNetResult one;
   assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &cfg, &one, &err), 0);
@@ -301,7 +315,8 @@ static void test_spec_fields(void **state) {
   /* The pass curves and the sized rates calibrate writes, round trip. */
   const char *passes = "\"conv_efficiency\": [{\"batch\": 32, \"curve\": [[1e6, 0.2]], \"data\": [[1e6, 0.1]],"
                        " \"weights\": [[1e6, 0.05], [1e8, 0.4]]}],"
-                       " \"layer_seconds\": {\"relu\": [[4e5, 3e-10, 4e-10], [6.4e6, 3.5e-10, 6e-10]]}";
+                       " \"layer_seconds\": {\"relu\": [[4e5, 3e-10, 4e-10], [6.4e6, 3.5e-10, 6e-10]]},"
+                       " \"optimizer_ns_per_param\": 1.5";
   assert_int_equal(parse(passes, &c, &err), 0);
   assert_int_equal(c.conv_efficiency.per_pass, 1);
   assert_close(c.conv_efficiency.data[0].y[0], 0.1);
@@ -317,6 +332,7 @@ static void test_spec_fields(void **state) {
   assert_int_equal(back.layer_seconds[0].sizes, 2);
   assert_close(back.layer_seconds[0].fwd_at[0], 3e-10);
   assert_close(back.layer_seconds[0].elements[0], 4e5);
+  assert_close(back.optimizer_per_param, 1.5e-9);
   cluster_spec_free(&back);
   cluster_spec_free(&c);
 
@@ -330,6 +346,7 @@ static void test_spec_fields(void **state) {
                  "compute.layer_seconds.relu[1]");
   expect_refused("\"layer_seconds\": {\"relu\": [[4e5, -1, 4e-10]]}", "compute.layer_seconds.relu[0]");
   expect_refused("\"layer_seconds\": {\"relu\": [[4e5, 3e-10]]}", "compute.layer_seconds.relu[0]");
+  expect_refused("\"optimizer_ns_per_param\": -1", "compute.optimizer_ns_per_param");
   expect_refused("\"conv_efficiency\": [[1e6, 0.2]]", "compute.conv_efficiency[0]");
   expect_refused("\"conv_efficiency\": [{\"batch\": 32, \"curve\": [[1e6, 0.2]]}, {\"batch\": 16, \"curve\": [[1e6, "
                  "0.2]]}]", "compute.conv_efficiency[1].batch");

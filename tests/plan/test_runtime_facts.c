@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "plan/calibrate_fit.h"
+#include "plan/memory.h"
 #include "plan/simulate.h"
 #include "plan_test_util.h"
 
@@ -250,8 +251,39 @@ static void test_bucket_overhead_per_bucket(void **state) {
   plan_result_free(&b);
 }
 
+/* A spec with the runtime's measured update rate prices the update as
+ * local parameters x rate: one rank of the tiny MoE, its step grows by
+ * exactly its parameter count x the rate's increase, the same for each
+ * nanosecond. */
+static void test_measured_update_rate(void **state) {
+  (void)state;
+  ModelConfig m = plan_test_tiny_moe();
+  ClusterSpec s;
+  calibrated_spec(&s, 2);
+  PlanOptions o;
+  plan_options_default(&o);
+  PlanDtype dtype = PLAN_DTYPE_BF16;
+  plan_options_from_runtime(&s.runtime, 0, &o, &dtype);
+  double t[3];
+  for (int i = 0; i < 3; i++) {
+    s.optimizer_per_param = (i + 1) * 1e-9;
+    t[i] = simulate_step(&m, &s, &o, dtype, 1, 1);
+  }
+  PlanConfig cfg;
+  plan_config_init(&cfg, 128, 4, 4);
+  int first = 0, layers = m.num_layers;
+  double weight = layers;
+  SchedPartition one = {1, 1, 1, m.num_layers, &first, &layers, &weight, weight, weight};
+  PlanParams p = plan_stage_params(&m, &cfg, &one, 0);
+  print_message("update at 1, 2, 3 ns per parameter: %.6f %.6f %.6f s (%.0f parameters)\n", t[0], t[1], t[2],
+                p.dense + p.expert);
+  assert_true(fabs((t[1] - t[0]) - (p.dense + p.expert) * 1e-9) < 1e-12);
+  assert_true(fabs((t[2] - t[1]) - (t[1] - t[0])) < 1e-12);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_measured_update_rate),
       cmocka_unit_test(test_bucket_overhead_per_bucket),
       cmocka_unit_test(test_facts_round_trip),
       cmocka_unit_test(test_options_default_from_facts),

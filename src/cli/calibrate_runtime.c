@@ -1,5 +1,6 @@
-/* The per-bucket cost of the runtime's gradient reduction, measured by
- * `fivefold calibrate` (calibrate_buckets.h). The trainer reduces its
+/* The runtime's per-step machinery timed by `fivefold calibrate`
+ * (calibrate_runtime.h): the update, and the per-bucket cost of the
+ * gradient reduction. The trainer reduces its
  * gradient in buckets through train/dp_grads.h, each bucket a collective
  * of its own: under the collective timeout every training run arms, a
  * non-blocking one waited for in a test loop (comm/timeout.h), which on a
@@ -7,7 +8,7 @@
  * times. So the same reduction is timed here, one gradient in 1 bucket and
  * in BUCKETS, and what the extra buckets cost beyond the latencies the
  * fit charges them is the spec's runtime.bucket_overhead_us. */
-#include "cli/calibrate_buckets.h"
+#include "cli/calibrate_runtime.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,10 +19,33 @@
 #include "comm/host.h"
 #include "comm/timeout.h"
 #include "comm/world.h"
+#include "kern/adamw.h"
+#include "kern/vecops.h"
 #include "train/dp_grads.h"
 #include "train/train_config.h"
 
 enum { BUCKETS = 32, REPS = 7 };
+
+double calib_measure_update(int quick) {
+  const size_t n = quick ? (size_t)1 << 20 : (size_t)1 << 22;
+  float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v);
+  double best = 0;
+  if (p && g && m && v) {
+    for (size_t i = 0; i < n; i++) p[i] = 1e-3f * (float)(i % 101);
+    AdamWHyper h = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int r = 0; r < (quick ? 3 : REPS); r++) {
+      double t0 = timer_now();
+      memset(g, 0, n * sizeof *g);
+      for (size_t i = 0; i < n; i += 4096) g[i] = 1e-3f; /* a gradient the step would have filled */
+      float scale = clip_grad_scale(vec_sumsq(g, n), 1.0f);
+      adamw_update(p, g, m, v, n, r + 1, &h, scale);
+      double t = timer_now() - t0;
+      if (r == 0 || t < best) best = t;
+    }
+  }
+  free(p), free(g), free(m), free(v);
+  return best / (double)n;
+}
 
 /* The slowest rank's time of one reduction of g's whole gradient, the
  * fastest of REPS (quick: 3) repetitions. */

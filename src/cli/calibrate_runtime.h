@@ -1,0 +1,36 @@
+/* What the runtime's own per-step machinery costs, measured by `fivefold
+ * calibrate` on the trainer's code rather than modelled
+ * (calibrate_runtime.c):
+ *   - the update: the gradient zeroed, its norm and AdamW, per parameter
+ *     (compute.optimizer_ns_per_param);
+ *   - one more gradient bucket (under MPI): the trainer's own reduction
+ *     (train/dp_grads.h) over one gradient cut into one bucket and into
+ *     many, with the collective timeout armed as a training run arms it.
+ *     The collectives' alpha-beta fit prices each bucket's message; what a
+ *     bucket costs beyond it (a non-blocking collective's schedule, the
+ *     test loop it is waited for in, staging) is what this adds, per bucket
+ *     (runtime.bucket_overhead_us). */
+#ifndef FIVEFOLD_CLI_CALIBRATE_RUNTIME_H
+#define FIVEFOLD_CLI_CALIBRATE_RUNTIME_H
+
+#include <stdio.h>
+
+#include "base/error.h"
+#include "plan/cluster.h"
+
+/* Seconds per parameter of one update of a dedicated core (the fastest of
+ * repetitions over 4 M parameters, 1 M with quick): the step's gradient
+ * zeroing, its sum of squares and AdamW, as the trainer runs them; 0 when
+ * out of memory. Not collective. */
+double calib_measure_update(int quick);
+
+/* Every rank calls it (MPI initialised, each rank with `threads` OpenMP
+ * threads), after the links are in spec. *overhead (s, >= 0; 0 on one
+ * rank): the reduction's time in many buckets less its time in one, per
+ * extra bucket, less the latency spec's all-reduce fit already charges
+ * each (PlanRuntimeFacts.bucket_overhead); logs the figures on rank 0 (log
+ * NULL elsewhere). */
+int calib_measure_bucket_overhead(int quick, int threads, const ClusterSpec *spec, double *overhead, FILE *log,
+                                  Error *err);
+
+#endif
