@@ -24,7 +24,7 @@
 #include "train/dp_grads.h"
 #include "train/train_config.h"
 
-enum { BUCKETS = 32, REPS = 7 };
+enum { BUCKETS = 64, REPS = 7 };
 
 double calib_measure_update(int quick) {
   const size_t n = quick ? (size_t)1 << 20 : (size_t)1 << 22;
@@ -78,9 +78,12 @@ int calib_measure_bucket_overhead(int quick, int threads, const ClusterSpec *spe
   const CommGroup *world = comm_world();
   *overhead = 0;
   if (!world || world->size < 2) return 0;
-  /* A gradient of 1 MB: each of the 32 buckets a 32 KB message, a small
-   * model's bucket, where the per-bucket cost shows. */
-  const size_t n = (size_t)1 << 18;
+  /* A gradient of 256 KB, in one bucket and in 64 of 4 KB: small buckets,
+   * where the count of them matters (a small model's) and each costs
+   * little more than its latency. With larger ones (32 KB) the difference
+   * also holds their bandwidth below the fit's, which a run's small
+   * buckets do not pay. */
+  const size_t n = (size_t)1 << 16;
   float *grads = malloc(n * sizeof *grads);
   if (!grads) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the bucket measurement");
   for (size_t i = 0; i < n; i++) grads[i] = 1e-3f * (float)(i % 97);
@@ -107,7 +110,7 @@ int calib_measure_bucket_overhead(int quick, int threads, const ClusterSpec *spe
   double extra = (t[1] - t[0]) / (BUCKETS - 1) - fitted_latency(spec);
   *overhead = extra > 0 ? extra : 0;
   if (log)
-    fprintf(log, "  buckets         1 MB gradient: %.1f us in 1 bucket, %.1f us in %d; %.1f us per extra bucket "
+    fprintf(log, "  buckets         256 KB gradient: %.1f us in 1 bucket, %.1f us in %d; %.1f us per extra bucket "
             "beyond the all-reduce latency\n", t[0] * 1e6, t[1] * 1e6, BUCKETS, *overhead * 1e6);
   return 0;
 }

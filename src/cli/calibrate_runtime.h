@@ -5,7 +5,7 @@
  *     (compute.optimizer_ns_per_param);
  *   - one more gradient bucket (under MPI): the trainer's own reduction
  *     (train/dp_grads.h) over one gradient cut into one bucket and into
- *     many, with the collective timeout armed as a training run arms it.
+ *     64, with the collective timeout armed as a training run arms it.
  *     The collectives' alpha-beta fit prices each bucket's message; what a
  *     bucket costs beyond it (a non-blocking collective's schedule, the
  *     test loop it is waited for in, staging) is what this adds, per bucket

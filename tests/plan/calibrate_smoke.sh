@@ -37,7 +37,7 @@ if [ "$NP" = 0 ]; then
   grep -q "links           not measured" "$WORK/log" || { echo "one rank must say the links were not measured"; exit 1; }
 else
   # The runtime's own cost per gradient bucket, timed through its reduction.
-  grep -Eq "buckets +1 MB gradient: [0-9.]+ us in 1 bucket, [0-9.]+ us in 32; [0-9.]+ us per extra bucket" "$WORK/log" ||
+  grep -Eq "buckets +256 KB gradient: [0-9.]+ us in 1 bucket, [0-9.]+ us in 64; [0-9.]+ us per extra bucket" "$WORK/log" ||
     { echo "calibrate does not time the gradient buckets"; exit 1; }
   for k in all_reduce reduce_scatter all_gather all_to_all p2p; do
     grep -q "\"$k\"" "$WORK/spec.json" || grep -q "$k .*not fitted" "$WORK/log" ||
