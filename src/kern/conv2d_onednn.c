@@ -1,7 +1,8 @@
 /* conv2d on oneDNN: building the convolution / deconvolution primitive of
  * one pass for one shape, the reorders between the caller's plain fp32
- * NCHW tensors and the layouts (and bf16) the primitive chose, the cache
- * that keeps all of that per shape, and the three public passes. */
+ * tensors (NCHW or NHWC) and the layouts (and bf16) the primitive chose,
+ * the cache that keeps all of that per shape, and the three public passes,
+ * which hand the shapes of conv2d_uses_direct to kern/conv2d_direct.c. */
 #include <dnnl.h>
 #include <omp.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "kern/conv2d.h"
+#include "kern/conv2d_direct.h"
 #include "kern/conv2d_geom.h"
 
 enum { PASS_FORWARD, PASS_BACKWARD_DATA, PASS_BACKWARD_WEIGHTS };
@@ -34,6 +36,7 @@ typedef struct ConvArg {
 
 typedef struct ConvEntry {
   ConvKey key;
+  int winograd; /* the primitive runs Winograd */
   pthread_mutex_t lock; /* held while the entry runs: memories carry per-call pointers */
   dnnl_stream_t stream;
   dnnl_primitive_t prim;
@@ -45,7 +48,7 @@ typedef struct ConvEntry {
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t g_engine;
 static ConvEntry *g_cache[CACHE_CAPACITY];
-static size_t g_entries, g_creations;
+static size_t g_entries, g_creations, g_winograd_calls;
 static uint64_t g_clock;
 
 #define DNNL_TRY(call)                                                                      \
@@ -72,13 +75,24 @@ static void entry_destroy(ConvEntry *e) {
   free(e);
 }
 
-/* Plain fp32 NCHW descriptor of n x c x h x w inside a tensor of rows h_full
- * and columns w_full (a view when smaller). */
-static dnnl_status_t user_activation_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, int h_full,
-                                        int w_full) {
+/* The fp32 descriptor of n x c x h x w in the caller's layout inside a
+ * tensor of rows h_full and columns w_full (a view when smaller). */
+static dnnl_status_t user_activation_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, int h_full, int w_full,
+                                        int layout) {
   dnnl_dims_t dims = {n, c, h, w};
-  dnnl_dims_t strides = {(dnnl_dim_t)c * h_full * w_full, (dnnl_dim_t)h_full * w_full, w_full, 1};
-  return dnnl_memory_desc_init_by_strides(md, 4, dims, dnnl_f32, strides);
+  if (layout == CONV2D_NCHW16C) {
+    dnnl_memory_desc_t full;
+    dnnl_dims_t full_dims = {n, c, h_full, w_full}, offsets = {0, 0, 0, 0};
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(h == h_full && w == w_full ? md : &full, 4, full_dims, dnnl_f32,
+                                                    dnnl_nChw16c);
+    if (st != dnnl_success || (h == h_full && w == w_full)) return st;
+    return dnnl_memory_desc_init_submemory(md, &full, dims, offsets);
+  }
+  dnnl_dim_t image = (dnnl_dim_t)c * h_full * w_full;
+  dnnl_dims_t nchw_strides = {image, (dnnl_dim_t)h_full * w_full, w_full, 1};
+  dnnl_dims_t nhwc_strides = {image, 1, (dnnl_dim_t)w_full * c, c};
+  return dnnl_memory_desc_init_by_strides(md, 4, dims, dnnl_f32,
+                                          layout == CONV2D_NHWC ? nhwc_strides : nchw_strides);
 }
 
 /* PyTorch's weight layouts seen as oneDNN's logical (g,) o, i, kh, kw:
@@ -101,9 +115,17 @@ static dnnl_status_t weights_md(dnnl_memory_desc_t *md, const Conv2dGeom *g, int
              : dnnl_memory_desc_init_by_strides(md, 5, dims, dt, strides);
 }
 
-static dnnl_status_t any_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, dnnl_data_type_t dt) {
+/* The primitive's view of an activation: the caller's layout when it is
+ * channels-last or blocked (oneDNN has kernels for both, so nothing is
+ * reordered), otherwise the layout oneDNN prefers (its plain-NCHW kernels
+ * are slow GEMM-based ones, so an NCHW tensor is reordered to and from a
+ * blocked layout). */
+static dnnl_status_t any_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, dnnl_data_type_t dt, int layout) {
   dnnl_dims_t dims = {n, c, h, w};
-  return dnnl_memory_desc_init_by_tag(md, 4, dims, dt, dnnl_format_tag_any);
+  dnnl_format_tag_t tag = layout == CONV2D_NHWC      ? dnnl_nhwc
+                          : layout == CONV2D_NCHW16C ? dnnl_nChw16c
+                                                     : dnnl_format_tag_any;
+  return dnnl_memory_desc_init_by_tag(md, 4, dims, dt, tag);
 }
 
 /* The operation descriptor of one pass (conv or deconv) in one direction.
@@ -113,7 +135,7 @@ typedef union OpDesc {
   dnnl_deconvolution_desc_t deconv;
 } OpDesc;
 
-static dnnl_status_t op_desc(OpDesc *d, int transposed, int pass, const dnnl_memory_desc_t *src,
+static dnnl_status_t op_desc(OpDesc *d, int transposed, int pass, dnnl_alg_kind_t alg, const dnnl_memory_desc_t *src,
                              const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
                              const dnnl_memory_desc_t *dst, const Conv2dGeom *g) {
   dnnl_dims_t strides = {g->sh, g->sw}, dil = {g->dh - 1, g->dw - 1}, pad_l = {g->ph, g->pw};
@@ -122,13 +144,13 @@ static dnnl_status_t op_desc(OpDesc *d, int transposed, int pass, const dnnl_mem
                        (dnnl_dim_t)(g->ws - 1) * g->sw + (dnnl_dim_t)g->dw * (g->kw - 1) + 1 - g->wb_view - g->pw};
   if (!transposed) {
     if (pass == PASS_FORWARD)
-      return dnnl_dilated_convolution_forward_desc_init(&d->conv, dnnl_forward_training, dnnl_convolution_direct, src,
-                                                        wei, bias, dst, strides, dil, pad_l, pad_r);
+      return dnnl_dilated_convolution_forward_desc_init(&d->conv, dnnl_forward_training, alg, src, wei, bias, dst,
+                                                        strides, dil, pad_l, pad_r);
     if (pass == PASS_BACKWARD_DATA)
-      return dnnl_dilated_convolution_backward_data_desc_init(&d->conv, dnnl_convolution_direct, src, wei, dst,
-                                                              strides, dil, pad_l, pad_r);
-    return dnnl_dilated_convolution_backward_weights_desc_init(&d->conv, dnnl_convolution_direct, src, wei, NULL, dst,
-                                                               strides, dil, pad_l, pad_r);
+      return dnnl_dilated_convolution_backward_data_desc_init(&d->conv, alg, src, wei, dst, strides, dil, pad_l,
+                                                              pad_r);
+    return dnnl_dilated_convolution_backward_weights_desc_init(&d->conv, alg, src, wei, NULL, dst, strides, dil,
+                                                               pad_l, pad_r);
   }
   if (pass == PASS_FORWARD)
     return dnnl_dilated_deconvolution_forward_desc_init(&d->deconv, dnnl_forward_training, dnnl_deconvolution_direct,
@@ -177,6 +199,13 @@ done:
   return rc;
 }
 
+/* The shapes conv2d.h promises Winograd for, when they ask for it. */
+static int winograd_wanted(const Conv2dShape *s, int precision) {
+  return s->winograd && precision == CONV2D_FP32 && !s->transposed && s->groups == 1 && s->kernel_h == 3 &&
+         s->kernel_w == 3 && s->stride_h == 1 && s->stride_w == 1 && s->dilation_h == 1 && s->dilation_w == 1 &&
+         s->in_channels % 16 == 0 && s->out_channels % 16 == 0;
+}
+
 static int entry_create(const ConvKey *key, ConvEntry **out, Error *err) {
   int rc = 0;
   Conv2dGeom g;
@@ -190,33 +219,51 @@ static int entry_create(const ConvKey *key, ConvEntry **out, Error *err) {
   dnnl_data_type_t in_dt = key->precision == CONV2D_BF16 ? dnnl_bf16 : dnnl_f32;
   /* The primitive's view of both sides: conv src = big, deconv src = small. */
   dnnl_memory_desc_t big_user, small_user, wei_user, bias_md, big_any, small_any, wei_any, big_in, small_in, wei_in;
-  DNNL_TRY(user_activation_md(&big_user, g.n, g.cb, g.hb_view, g.wb_view, g.hb, g.wb));
-  DNNL_TRY(user_activation_md(&small_user, g.n, g.cs, g.hs, g.ws, g.hs, g.ws));
+  /* One channel is the same memory in NCHW and NHWC: such a side follows
+   * a channels-last other side, so that oneDNN picks its NHWC kernels (an
+   * NCHW side of one channel beside an NHWC one left it a reference
+   * kernel, hundreds of times slower). */
+  if (g.cb == 1 && g.small_layout == CONV2D_NHWC) g.big_layout = CONV2D_NHWC;
+  if (g.cs == 1 && g.big_layout == CONV2D_NHWC) g.small_layout = CONV2D_NHWC;
+  DNNL_TRY(user_activation_md(&big_user, g.n, g.cb, g.hb_view, g.wb_view, g.hb, g.wb, g.big_layout));
+  DNNL_TRY(user_activation_md(&small_user, g.n, g.cs, g.hs, g.ws, g.hs, g.ws, g.small_layout));
   DNNL_TRY(weights_md(&wei_user, &g, tr, dnnl_f32, 0));
   dnnl_dims_t bias_dims = {key->shape.out_channels};
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&bias_md, 1, bias_dims, dnnl_f32, dnnl_x));
   /* Inputs of a pass in the compute type, its output in fp32. */
-  DNNL_TRY(any_md(&big_in, g.n, g.cb, g.hb_view, g.wb_view, in_dt));
-  DNNL_TRY(any_md(&small_in, g.n, g.cs, g.hs, g.ws, in_dt));
+  DNNL_TRY(any_md(&big_in, g.n, g.cb, g.hb_view, g.wb_view, in_dt, g.big_layout));
+  DNNL_TRY(any_md(&small_in, g.n, g.cs, g.hs, g.ws, in_dt, g.small_layout));
   DNNL_TRY(weights_md(&wei_in, &g, tr, in_dt, 1));
-  DNNL_TRY(any_md(&big_any, g.n, g.cb, g.hb_view, g.wb_view, dnnl_f32));
-  DNNL_TRY(any_md(&small_any, g.n, g.cs, g.hs, g.ws, dnnl_f32));
+  DNNL_TRY(any_md(&big_any, g.n, g.cb, g.hb_view, g.wb_view, dnnl_f32, g.big_layout));
+  DNNL_TRY(any_md(&small_any, g.n, g.cs, g.hs, g.ws, dnnl_f32, g.small_layout));
   DNNL_TRY(weights_md(&wei_any, &g, tr, dnnl_f32, 1));
   /* x / y as the primitive's src / dst. */
   const dnnl_memory_desc_t *x_user = tr ? &small_user : &big_user, *y_user = tr ? &big_user : &small_user;
   const dnnl_memory_desc_t *x_in = tr ? &small_in : &big_in, *y_in = tr ? &big_in : &small_in;
   const dnnl_memory_desc_t *x_out = tr ? &small_any : &big_any, *y_out = tr ? &big_any : &small_any;
   OpDesc d, hd;
-  if (pass == PASS_FORWARD) {
-    DNNL_TRY(op_desc(&d, tr, pass, x_in, &wei_in, key->has_bias ? &bias_md : NULL, y_out, &g));
-  } else {
-    /* Backward primitives want the forward one as a hint. */
-    DNNL_TRY(op_desc(&hd, tr, PASS_FORWARD, x_in, &wei_in, NULL, y_in, &g));
-    DNNL_TRY(dnnl_primitive_desc_create(&hint, &hd, NULL, g_engine, NULL));
-    if (pass == PASS_BACKWARD_DATA) DNNL_TRY(op_desc(&d, tr, pass, x_out, &wei_in, NULL, y_in, &g));
-    else DNNL_TRY(op_desc(&d, tr, pass, x_in, &wei_any, NULL, y_in, &g));
+  /* Winograd where asked for and oneDNN has it; direct where it has not
+   * (the descriptors accept any shape, the primitive reports unimplemented). */
+  for (int wino = winograd_wanted(&key->shape, key->precision); wino >= 0; wino--) {
+    dnnl_alg_kind_t alg = wino ? dnnl_convolution_winograd : dnnl_convolution_direct;
+    if (hint) dnnl_primitive_desc_destroy(hint), hint = NULL;
+    if (pass == PASS_FORWARD) {
+      DNNL_TRY(op_desc(&d, tr, pass, alg, x_in, &wei_in, key->has_bias ? &bias_md : NULL, y_out, &g));
+    } else {
+      /* Backward primitives want the forward one as a hint. */
+      DNNL_TRY(op_desc(&hd, tr, PASS_FORWARD, alg, x_in, &wei_in, NULL, y_in, &g));
+      dnnl_status_t st = dnnl_primitive_desc_create(&hint, &hd, NULL, g_engine, NULL);
+      if (st == dnnl_unimplemented && wino) continue;
+      DNNL_TRY(st);
+      if (pass == PASS_BACKWARD_DATA) DNNL_TRY(op_desc(&d, tr, pass, alg, x_out, &wei_in, NULL, y_in, &g));
+      else DNNL_TRY(op_desc(&d, tr, pass, alg, x_in, &wei_any, NULL, y_in, &g));
+    }
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &d, NULL, g_engine, hint);
+    if (st == dnnl_unimplemented && wino) continue;
+    DNNL_TRY(st);
+    e->winograd = wino;
+    break;
   }
-  DNNL_TRY(dnnl_primitive_desc_create(&pd, &d, NULL, g_engine, hint));
   DNNL_TRY(dnnl_primitive_create(&e->prim, pd));
   DNNL_TRY(dnnl_stream_create(&e->stream, g_engine, dnnl_stream_default_flags));
   int acc = key->accumulate;
@@ -338,7 +385,13 @@ static int run_pass(const Conv2dShape *s, Conv2dPrecision prec, int pass, int ac
   int rc = cache_acquire(&key, &e, err);
   if (rc) return rc;
   rc = entry_run(e, ptrs, err);
+  int winograd = e->winograd;
   pthread_mutex_unlock(&e->lock);
+  if (!rc && winograd) {
+    pthread_mutex_lock(&g_cache_lock);
+    g_winograd_calls++;
+    pthread_mutex_unlock(&g_cache_lock);
+  }
   return rc;
 }
 
@@ -346,6 +399,28 @@ static int run_pass(const Conv2dShape *s, Conv2dPrecision prec, int pass, int ac
  * value[c] (or 0): what no kernel tap reaches. */
 static void fill_outside_view(const Conv2dGeom *g, float *big, const float *value) {
   if (g->hb_view == g->hb && g->wb_view == g->wb) return;
+  if (g->big_layout == CONV2D_NCHW16C) {
+    size_t rows = (size_t)g->n * g->hb;
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+      int n = (int)(r / (size_t)g->hb), h = (int)(r % (size_t)g->hb);
+      for (int w = (h < g->hb_view ? g->wb_view : 0); w < g->wb; w++)
+        for (int c = 0; c < g->cb; c++)
+          big[conv2d_layout_index(CONV2D_NCHW16C, g->cb, g->hb, g->wb, n, c, h, w)] = value ? value[c] : 0.0f;
+    }
+    return;
+  }
+  if (g->big_layout == CONV2D_NHWC) {
+    size_t rows = (size_t)g->n * g->hb;
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+      int h = (int)(r % (size_t)g->hb);
+      float *row = big + r * g->wb * g->cb;
+      for (int w = (h < g->hb_view ? g->wb_view : 0); w < g->wb; w++)
+        for (int c = 0; c < g->cb; c++) row[(size_t)w * g->cb + c] = value ? value[c] : 0.0f;
+    }
+    return;
+  }
   size_t planes = (size_t)g->n * g->cb;
 #pragma omp parallel for schedule(static)
   for (size_t p = 0; p < planes; p++) {
@@ -366,6 +441,7 @@ int conv2d_forward(const Conv2dShape *s, Conv2dPrecision prec, float *y, const f
   Conv2dGeom g;
   int rc;
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(y, x, w, "forward", err))) return rc;
+  if (conv2d_uses_direct(s, prec)) return conv2d_direct_forward(s, y, x, w, bias, err);
   void *ptrs[MAX_ARGS];
   int n = 0;
   ptrs[n++] = (void *)x, ptrs[n++] = (void *)w;
@@ -381,29 +457,11 @@ int conv2d_backward_data(const Conv2dShape *s, Conv2dPrecision prec, float *dx, 
   Conv2dGeom g;
   int rc;
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(dx, dy, w, "backward-data", err))) return rc;
+  if (conv2d_uses_direct(s, prec)) return conv2d_direct_backward_data(s, dx, dy, w, accumulate != 0, err);
   void *ptrs[MAX_ARGS] = {(void *)dy, (void *)w, dx};
   if ((rc = run_pass(s, prec, PASS_BACKWARD_DATA, accumulate != 0, 0, ptrs, err))) return rc;
   if (!s->transposed && !accumulate) fill_outside_view(&g, dx, NULL);
   return 0;
-}
-
-/* dbias over the full output, in double per channel: the view oneDNN sees
- * may leave out trailing rows that still carry gradient. */
-static void bias_gradient(const Conv2dShape *s, float *dbias, const float *dy, int accumulate) {
-  int oh = 0, ow = 0;
-  conv2d_output_size(s, &oh, &ow, NULL);
-  size_t plane = (size_t)oh * ow;
-#pragma omp parallel for schedule(static)
-  for (int c = 0; c < s->out_channels; c++) {
-    double acc = 0.0;
-    for (int n = 0; n < s->batch; n++) {
-      const float *p = dy + ((size_t)n * s->out_channels + c) * plane;
-      float part = 0.0f;
-      for (size_t i = 0; i < plane; i++) part += p[i];
-      acc += part;
-    }
-    dbias[c] = accumulate ? dbias[c] + (float)acc : (float)acc;
-  }
 }
 
 int conv2d_backward_weights(const Conv2dShape *s, Conv2dPrecision prec, float *dw, float *dbias, const float *dy,
@@ -411,15 +469,25 @@ int conv2d_backward_weights(const Conv2dShape *s, Conv2dPrecision prec, float *d
   Conv2dGeom g;
   int rc;
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(dw, dy, x, "backward-weights", err))) return rc;
+  if (conv2d_uses_direct(s, prec)) return conv2d_direct_backward_weights(s, dw, dbias, dy, x, accumulate != 0, err);
   void *ptrs[MAX_ARGS] = {(void *)x, (void *)dy, dw};
   if ((rc = run_pass(s, prec, PASS_BACKWARD_WEIGHTS, accumulate != 0, 0, ptrs, err))) return rc;
-  if (dbias) bias_gradient(s, dbias, dy, accumulate != 0);
+  /* dbias over the full output: the view oneDNN sees may leave out
+   * trailing rows that still carry gradient. */
+  if (dbias) conv2d_bias_gradient(s, dbias, dy, accumulate != 0);
   return 0;
 }
 
 size_t conv2d_cache_entries(void) {
   pthread_mutex_lock(&g_cache_lock);
   size_t n = g_entries;
+  pthread_mutex_unlock(&g_cache_lock);
+  return n;
+}
+
+size_t conv2d_winograd_calls(void) {
+  pthread_mutex_lock(&g_cache_lock);
+  size_t n = g_winograd_calls;
   pthread_mutex_unlock(&g_cache_lock);
   return n;
 }
