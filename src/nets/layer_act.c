@@ -90,12 +90,12 @@ static void act_init(Layer *l, uint64_t seed, uint64_t stream) {
 static void act_free(Layer *l) { free(l->impl); }
 
 static const LayerOps RELU_OPS = {.kind = "relu", .init = act_init, .forward = relu_forward,
-                                  .backward = relu_backward, .free = act_free};
+                                  .backward = relu_backward, .free = act_free, .elementwise = 1};
 static const LayerOps LEAKY_OPS = {.kind = "leaky_relu", .init = act_init, .forward = leaky_forward,
                                    .backward = leaky_backward, .jvp = leaky_jvp,
-                                   .double_backward = leaky_double_backward, .free = act_free};
+                                   .double_backward = leaky_double_backward, .free = act_free, .elementwise = 1};
 static const LayerOps TANH_OPS = {.kind = "tanh", .init = act_init, .forward = tanh_forward,
-                                  .backward = tanh_backward, .free = act_free};
+                                  .backward = tanh_backward, .free = act_free, .elementwise = 1};
 
 static int create_act(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin,
                       const LayerOps *ops, Error *err) {
