@@ -125,6 +125,17 @@ int conv2d_bf16_supported(char *why, size_t why_size);
 int conv2d_forward(const Conv2dShape *s, Conv2dPrecision prec, float *y, const float *x, const float *w,
                    const float *bias, Error *err);
 
+/* What a forward pass does with its result before it stores it, inside the
+ * kernel (oneDNN's post-ops; the direct kernels' stores): a network saves
+ * the pass over memory that a separate residual add or ReLU would take. */
+typedef struct Conv2dEpilogue {
+  int accumulate; /* 1: y = y + conv(x, w) + bias (y holds a residual, say) */
+  int relu;       /* 1: then y = max(y, 0) */
+} Conv2dEpilogue;
+
+int conv2d_forward_epilogue(const Conv2dShape *s, Conv2dPrecision prec, float *y, const float *x, const float *w,
+                            const float *bias, Conv2dEpilogue ep, Error *err);
+
 /* dx (=|+=) d loss / d x, given dy = d loss / d y. */
 int conv2d_backward_data(const Conv2dShape *s, Conv2dPrecision prec, float *dx, const float *dy, const float *w,
                          int accumulate, Error *err);

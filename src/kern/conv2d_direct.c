@@ -55,15 +55,18 @@ static void nchw_to_nhwc(float *dst, const float *src, int n, int c, int h, int 
   }
 }
 
-/* dst[n][c][y][x] (=|+=) src[n][y][x][c] */
-static void nhwc_to_nchw(float *dst, const float *src, int n, int c, int h, int w, int accumulate) {
+/* dst[n][c][y][x] (=|+=) src[n][y][x][c], then max(dst, 0) with relu */
+static void nhwc_to_nchw(float *dst, const float *src, int n, int c, int h, int w, int accumulate, int relu) {
   size_t plane = (size_t)h * w;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n * c; r++) {
     int img = r / c, ch = r % c;
     float *out = dst + (size_t)r * plane;
     const float *in = src + (size_t)img * plane * c + ch;
-    for (size_t i = 0; i < plane; i++) out[i] = accumulate ? out[i] + in[i * c] : in[i * c];
+    for (size_t i = 0; i < plane; i++) {
+      float v = accumulate ? out[i] + in[i * c] : in[i * c];
+      out[i] = relu && v < 0.0f ? 0.0f : v;
+    }
   }
 }
 
@@ -138,7 +141,7 @@ static int oom(Error *err, const char *pass, const Conv2dGeom *g) {
 }
 
 int conv2d_direct_forward(const Conv2dShape *s, float *y, const float *x, const float *w, const float *bias,
-                          Error *err) {
+                          Conv2dEpilogue ep, Error *err) {
   Conv2dGeom g;
   int rc = conv2d_geom(s, &g, err);
   if (rc) return rc;
@@ -150,14 +153,15 @@ int conv2d_direct_forward(const Conv2dShape *s, float *y, const float *x, const 
     DirectWide in;
     if (!(rc = wide_input(x, g.n, g.cb, g.hb, g.wb, g.big_layout, &buffer, &in))) {
       DirectNarrow out = narrow_view(y, g.cs, g.hs, g.ws, g.small_layout);
-      conv2d_direct_reduce(&out, &in, packed, bias, &t, g.n, 0);
+      conv2d_direct_reduce(&out, &in, packed, bias, &t, g.n, ep.accumulate, ep.relu);
     }
   } else {
     DirectWide out;
     if (!(rc = wide_output(y, g.n, g.cs, g.hs, g.ws, g.small_layout, &buffer, &out))) {
       DirectNarrow in = narrow_view(x, g.cb, g.hb, g.wb, g.big_layout);
-      conv2d_direct_spread(&out, &in, packed, bias, &t, g.n, 0);
-      if (buffer) nhwc_to_nchw(y, buffer, g.n, g.cs, g.hs, g.ws, 0);
+      /* into a staging buffer: the epilogue where it is copied out */
+      conv2d_direct_spread(&out, &in, packed, bias, &t, g.n, buffer ? 0 : ep.accumulate, buffer ? 0 : ep.relu);
+      if (buffer) nhwc_to_nchw(y, buffer, g.n, g.cs, g.hs, g.ws, ep.accumulate, ep.relu);
     }
   }
   free(packed);
@@ -179,14 +183,14 @@ int conv2d_direct_backward_data(const Conv2dShape *s, float *dx, const float *dy
     DirectWide out;
     if (!(rc = wide_output(dx, g.n, g.cb, g.hb, g.wb, g.big_layout, &buffer, &out))) {
       DirectNarrow in = narrow_view(dy, g.cs, g.hs, g.ws, g.small_layout);
-      conv2d_direct_spread(&out, &in, packed, NULL, &t, g.n, buffer ? 0 : accumulate);
-      if (buffer) nhwc_to_nchw(dx, buffer, g.n, g.cb, g.hb, g.wb, accumulate);
+      conv2d_direct_spread(&out, &in, packed, NULL, &t, g.n, buffer ? 0 : accumulate, 0);
+      if (buffer) nhwc_to_nchw(dx, buffer, g.n, g.cb, g.hb, g.wb, accumulate, 0);
     }
   } else {
     DirectWide in;
     if (!(rc = wide_input(dy, g.n, g.cs, g.hs, g.ws, g.small_layout, &buffer, &in))) {
       DirectNarrow out = narrow_view(dx, g.cb, g.hb, g.wb, g.big_layout);
-      conv2d_direct_reduce(&out, &in, packed, NULL, &t, g.n, accumulate);
+      conv2d_direct_reduce(&out, &in, packed, NULL, &t, g.n, accumulate, 0);
     }
   }
   free(packed);

@@ -61,12 +61,13 @@ typedef struct DirectTaps {
   int h0, hd, w0, wd;
 } DirectTaps;
 
-/* out (=|+=) [bias[k] +] reduce(in); bias may be NULL. */
+/* out (=|+=) [bias[k] +] reduce(in); bias may be NULL; relu: then
+ * max(out, 0) (conv2d.h's Conv2dEpilogue). */
 void conv2d_direct_reduce(const DirectNarrow *out, const DirectWide *in, const float *weight, const float *bias,
-                          const DirectTaps *t, int batch, int accumulate);
-/* out (=|+=) [bias[c] +] spread(in); bias may be NULL. */
+                          const DirectTaps *t, int batch, int accumulate, int relu);
+/* out (=|+=) [bias[c] +] spread(in); bias may be NULL; relu as above. */
 void conv2d_direct_spread(const DirectWide *out, const DirectNarrow *in, const float *weight, const float *bias,
-                          const DirectTaps *t, int batch, int accumulate);
+                          const DirectTaps *t, int batch, int accumulate, int relu);
 /* dweight = weights(narrow, wide) (overwritten). shift_narrow 0: the sum
  * runs over the narrow tensor's positions and the wide one is read at the
  * tap's offset; 1: the other way round. */
@@ -76,7 +77,7 @@ void conv2d_direct_weights(float *dweight, const DirectNarrow *narrow, const Dir
 /* The three public passes on the direct kernels (the caller has checked
  * the shape and the pointers). */
 int conv2d_direct_forward(const Conv2dShape *s, float *y, const float *x, const float *w, const float *bias,
-                          Error *err);
+                          Conv2dEpilogue ep, Error *err);
 int conv2d_direct_backward_data(const Conv2dShape *s, float *dx, const float *dy, const float *w, int accumulate,
                                 Error *err);
 int conv2d_direct_backward_weights(const Conv2dShape *s, float *dw, float *dbias, const float *dy, const float *x,

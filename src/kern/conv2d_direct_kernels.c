@@ -37,6 +37,7 @@ CV_INLINE cvec cv_zero(void) { return _mm512_setzero_ps(); }
 CV_INLINE cvec cv_fma(cvec a, cvec b, cvec c) { return _mm512_fmadd_ps(a, b, c); }
 CV_INLINE cvec cv_add(cvec a, cvec b) { return _mm512_add_ps(a, b); }
 CV_INLINE float cv_hsum(cvec v) { return _mm512_reduce_add_ps(v); }
+CV_INLINE cvec cv_relu(cvec v) { return _mm512_max_ps(v, _mm512_setzero_ps()); }
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define CV_LANES 8
@@ -59,6 +60,7 @@ CV_INLINE float cv_hsum(cvec v) {
   s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
   return _mm_cvtss_f32(s);
 }
+CV_INLINE cvec cv_relu(cvec v) { return _mm256_max_ps(v, _mm256_setzero_ps()); }
 #else
 /* Plain floats: one lane, so a "chunk" is one channel. */
 #define CV_LANES 1
@@ -76,6 +78,7 @@ CV_INLINE cvec cv_zero(void) { return 0.0f; }
 CV_INLINE cvec cv_fma(cvec a, cvec b, cvec c) { return a * b + c; }
 CV_INLINE cvec cv_add(cvec a, cvec b) { return a + b; }
 CV_INLINE float cv_hsum(cvec v) { return v; }
+CV_INLINE cvec cv_relu(cvec v) { return v < 0.0f ? 0.0f : v; }
 #endif
 
 const char *conv2d_direct_isa(void) { return CV_ISA; }
@@ -133,7 +136,7 @@ CV_INLINE void reduce_chunk(cvec *acc, const float *row, ptrdiff_t isx, ptrdiff_
 
 /* Columns q0 .. q0 + T - 1 of output row p of one narrow channel (weights wk). */
 CV_INLINE void reduce_block(float *out, ptrdiff_t osx, const ReduceArgs *r, const float *wk, int p, int q0,
-                            const int T, const int check, float init, int accumulate) {
+                            const int T, const int check, float init, int accumulate, int relu) {
   const float *img = r->img;
   const ptrdiff_t isy = r->isy, isx = r->isx, s16 = r->s16;
   const int H = r->H, W = r->W, C = r->C, chunks = r->chunks, KH = r->KH, KW = r->KW;
@@ -161,12 +164,13 @@ CV_INLINE void reduce_block(float *out, ptrdiff_t osx, const ReduceArgs *r, cons
   for (int i = 0; i < T; i++) {
     float v = init + cv_hsum(acc[i]);
     float *o = out + i * osx;
-    *o = accumulate ? *o + v : v;
+    v = accumulate ? *o + v : v;
+    *o = relu && v < 0.0f ? 0.0f : v;
   }
 }
 
 void conv2d_direct_reduce(const DirectNarrow *out, const DirectWide *in, const float *weight, const float *bias,
-                          const DirectTaps *t, int batch, int accumulate) {
+                          const DirectTaps *t, int batch, int accumulate, int relu) {
   int lo, hi, rows = batch * out->h, out_h = out->h, out_w = out->w, K = out->k;
   const ptrdiff_t osn = out->sn, osk = out->sk, osy = out->sy, osx = out->sx;
   column_offsets(t, 0, t->kw, &lo, &hi);
@@ -182,10 +186,10 @@ void conv2d_direct_reduce(const DirectNarrow *out, const DirectWide *in, const f
       for (int q0 = 0, kind; q0 < out_w; q0 += kBlockWidth[kind]) {
         kind = column_block(q0, out_w, ra.W, lo, hi);
         float *o = orow + q0 * osx;
-        if (kind == 0) reduce_block(o, osx, &ra, wk, p, q0, 8, 0, init, accumulate);
-        else if (kind == 1) reduce_block(o, osx, &ra, wk, p, q0, 4, 0, init, accumulate);
-        else if (kind == 2) reduce_block(o, osx, &ra, wk, p, q0, 4, 1, init, accumulate);
-        else reduce_block(o, osx, &ra, wk, p, q0, 1, 1, init, accumulate);
+        if (kind == 0) reduce_block(o, osx, &ra, wk, p, q0, 8, 0, init, accumulate, relu);
+        else if (kind == 1) reduce_block(o, osx, &ra, wk, p, q0, 4, 0, init, accumulate, relu);
+        else if (kind == 2) reduce_block(o, osx, &ra, wk, p, q0, 4, 1, init, accumulate, relu);
+        else reduce_block(o, osx, &ra, wk, p, q0, 1, 1, init, accumulate, relu);
       }
     }
   }
@@ -202,7 +206,7 @@ typedef struct SpreadArgs {
 
 /* Columns q0 .. q0 + T - 1 of output row p, all wide channels. */
 CV_INLINE void spread_block(float *out, ptrdiff_t osx, const SpreadArgs *r, int p, int q0, const int T,
-                            const int check, int accumulate) {
+                            const int check, int accumulate, int relu) {
   const float *img = r->img, *weight = r->weight, *bias = r->bias;
   const ptrdiff_t isk = r->isk, isy = r->isy, isx = r->isx;
   const int H = r->H, W = r->W, K = r->K, C = r->C, KH = r->KH, KW = r->KW;
@@ -240,13 +244,14 @@ CV_INLINE void spread_block(float *out, ptrdiff_t osx, const SpreadArgs *r, int 
       float *o = out + i * osx + coff;
       cvec v = bias ? cv_add(acc[i], bv) : acc[i];
       if (accumulate) v = cv_add(cv_load(o, m), v);
+      if (relu) v = cv_relu(v);
       cv_store(o, v, m);
     }
   }
 }
 
 void conv2d_direct_spread(const DirectWide *out, const DirectNarrow *in, const float *weight, const float *bias,
-                          const DirectTaps *t, int batch, int accumulate) {
+                          const DirectTaps *t, int batch, int accumulate, int relu) {
   int lo, hi, rows = batch * out->h, out_h = out->h, out_w = out->w;
   const ptrdiff_t osn = out->sn, osy = out->sy, osx = out->sx;
   column_offsets(t, 0, t->kw, &lo, &hi);
@@ -259,10 +264,10 @@ void conv2d_direct_spread(const DirectWide *out, const DirectNarrow *in, const f
     for (int q0 = 0, kind; q0 < out_w; q0 += kBlockWidth[kind]) {
       kind = column_block(q0, out_w, sa.W, lo, hi);
       float *o = orow + q0 * osx;
-      if (kind == 0) spread_block(o, osx, &sa, p, q0, 8, 0, accumulate);
-      else if (kind == 1) spread_block(o, osx, &sa, p, q0, 4, 0, accumulate);
-      else if (kind == 2) spread_block(o, osx, &sa, p, q0, 4, 1, accumulate);
-      else spread_block(o, osx, &sa, p, q0, 1, 1, accumulate);
+      if (kind == 0) spread_block(o, osx, &sa, p, q0, 8, 0, accumulate, relu);
+      else if (kind == 1) spread_block(o, osx, &sa, p, q0, 4, 0, accumulate, relu);
+      else if (kind == 2) spread_block(o, osx, &sa, p, q0, 4, 1, accumulate, relu);
+      else spread_block(o, osx, &sa, p, q0, 1, 1, accumulate, relu);
     }
   }
 }

@@ -22,6 +22,7 @@ enum { CACHE_CAPACITY = 64, MAX_ARGS = 4 };
 typedef struct ConvKey {
   Conv2dShape shape;
   int precision, pass, accumulate, has_bias, threads;
+  int relu; /* forward: the ReLU post-op (accumulate is the sum post-op there) */
 } ConvKey;
 
 /* One tensor argument: the caller's memory (plain fp32, its pointer set per
@@ -32,6 +33,7 @@ typedef struct ConvArg {
   int arg, is_output;
   dnnl_memory_t user_mem, prim_mem;
   dnnl_primitive_t reorder;
+  dnnl_primitive_t reorder_in; /* an output the primitive also reads (the sum post-op): user -> primitive first */
 } ConvArg;
 
 typedef struct ConvEntry {
@@ -66,6 +68,7 @@ static void entry_destroy(ConvEntry *e) {
   for (int i = 0; i < e->nargs; i++) {
     ConvArg *a = &e->args[i];
     if (a->reorder) dnnl_primitive_destroy(a->reorder);
+    if (a->reorder_in) dnnl_primitive_destroy(a->reorder_in);
     if (a->prim_mem && a->prim_mem != a->user_mem) dnnl_memory_destroy(a->prim_mem);
     if (a->user_mem) dnnl_memory_destroy(a->user_mem);
   }
@@ -163,9 +166,11 @@ static dnnl_status_t op_desc(OpDesc *d, int transposed, int pass, dnnl_alg_kind_
 }
 
 /* Adds one argument: the caller's descriptor, the primitive's, and a
- * reorder when they differ or the output accumulates. */
+ * reorder when they differ or the output accumulates (into the caller's
+ * tensor, by the reorder's sum post-op); an inout output (the forward's
+ * sum post-op reads it) is also reordered in before the primitive runs. */
 static int add_arg(ConvEntry *e, const_dnnl_primitive_desc_t pd, int arg, int is_output,
-                   const dnnl_memory_desc_t *user_md, int accumulate, Error *err) {
+                   const dnnl_memory_desc_t *user_md, int accumulate, int inout, Error *err) {
   int rc = 0;
   dnnl_primitive_desc_t rpd = NULL;
   dnnl_primitive_attr_t attr = NULL;
@@ -192,6 +197,12 @@ static int add_arg(ConvEntry *e, const_dnnl_primitive_desc_t pd, int arg, int is
   else
     DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, user_md, g_engine, prim_md, g_engine, attr));
   DNNL_TRY(dnnl_primitive_create(&a->reorder, rpd));
+  if (inout) {
+    dnnl_primitive_desc_destroy(rpd);
+    rpd = NULL;
+    DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, user_md, g_engine, prim_md, g_engine, NULL));
+    DNNL_TRY(dnnl_primitive_create(&a->reorder_in, rpd));
+  }
 done:
   if (rpd) dnnl_primitive_desc_destroy(rpd);
   if (ops) dnnl_post_ops_destroy(ops);
@@ -219,6 +230,8 @@ static int entry_create(const ConvKey *key, ConvEntry **out, Error *err) {
   dnnl_data_type_t in_dt = key->precision == CONV2D_BF16 ? dnnl_bf16 : dnnl_f32;
   /* The primitive's view of both sides: conv src = big, deconv src = small. */
   dnnl_memory_desc_t big_user, small_user, wei_user, bias_md, big_any, small_any, wei_any, big_in, small_in, wei_in;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t post_ops = NULL;
   /* One channel is the same memory in NCHW and NHWC: such a side follows
    * a channels-last other side, so that oneDNN picks its NHWC kernels (an
    * NCHW side of one channel beside an NHWC one left it a reference
@@ -242,6 +255,15 @@ static int entry_create(const ConvKey *key, ConvEntry **out, Error *err) {
   const dnnl_memory_desc_t *x_in = tr ? &small_in : &big_in, *y_in = tr ? &big_in : &small_in;
   const dnnl_memory_desc_t *x_out = tr ? &small_any : &big_any, *y_out = tr ? &big_any : &small_any;
   OpDesc d, hd;
+  /* The forward's epilogue as post-ops: the sum (y += the convolution) and
+   * then the ReLU, oneDNN's order. */
+  if (pass == PASS_FORWARD && (key->accumulate || key->relu)) {
+    DNNL_TRY(dnnl_primitive_attr_create(&attr));
+    DNNL_TRY(dnnl_post_ops_create(&post_ops));
+    if (key->accumulate) DNNL_TRY(dnnl_post_ops_append_sum(post_ops, 1.0f));
+    if (key->relu) DNNL_TRY(dnnl_post_ops_append_eltwise(post_ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+    DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, post_ops));
+  }
   /* Winograd where asked for and oneDNN has it; direct where it has not
    * (the descriptors accept any shape, the primitive reports unimplemented). */
   for (int wino = winograd_wanted(&key->shape, key->precision); wino >= 0; wino--) {
@@ -258,7 +280,7 @@ static int entry_create(const ConvKey *key, ConvEntry **out, Error *err) {
       if (pass == PASS_BACKWARD_DATA) DNNL_TRY(op_desc(&d, tr, pass, alg, x_out, &wei_in, NULL, y_in, &g));
       else DNNL_TRY(op_desc(&d, tr, pass, alg, x_in, &wei_any, NULL, y_in, &g));
     }
-    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &d, NULL, g_engine, hint);
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &d, attr, g_engine, hint);
     if (st == dnnl_unimplemented && wino) continue;
     DNNL_TRY(st);
     e->winograd = wino;
@@ -268,25 +290,28 @@ static int entry_create(const ConvKey *key, ConvEntry **out, Error *err) {
   DNNL_TRY(dnnl_stream_create(&e->stream, g_engine, dnnl_stream_default_flags));
   int acc = key->accumulate;
   if (pass == PASS_FORWARD) {
-    if ((rc = add_arg(e, pd, DNNL_ARG_SRC, 0, x_user, 0, err)) ||
-        (rc = add_arg(e, pd, DNNL_ARG_WEIGHTS, 0, &wei_user, 0, err)) ||
-        (key->has_bias && (rc = add_arg(e, pd, DNNL_ARG_BIAS, 0, &bias_md, 0, err))) ||
-        (rc = add_arg(e, pd, DNNL_ARG_DST, 1, y_user, 0, err)))
+    /* with the sum post-op the primitive reads y too: no accumulating reorder out, y reordered in */
+    if ((rc = add_arg(e, pd, DNNL_ARG_SRC, 0, x_user, 0, 0, err)) ||
+        (rc = add_arg(e, pd, DNNL_ARG_WEIGHTS, 0, &wei_user, 0, 0, err)) ||
+        (key->has_bias && (rc = add_arg(e, pd, DNNL_ARG_BIAS, 0, &bias_md, 0, 0, err))) ||
+        (rc = add_arg(e, pd, DNNL_ARG_DST, 1, y_user, 0, acc, err)))
       goto done;
   } else if (pass == PASS_BACKWARD_DATA) {
-    if ((rc = add_arg(e, pd, DNNL_ARG_DIFF_DST, 0, y_user, 0, err)) ||
-        (rc = add_arg(e, pd, DNNL_ARG_WEIGHTS, 0, &wei_user, 0, err)) ||
-        (rc = add_arg(e, pd, DNNL_ARG_DIFF_SRC, 1, x_user, acc, err)))
+    if ((rc = add_arg(e, pd, DNNL_ARG_DIFF_DST, 0, y_user, 0, 0, err)) ||
+        (rc = add_arg(e, pd, DNNL_ARG_WEIGHTS, 0, &wei_user, 0, 0, err)) ||
+        (rc = add_arg(e, pd, DNNL_ARG_DIFF_SRC, 1, x_user, acc, 0, err)))
       goto done;
   } else {
-    if ((rc = add_arg(e, pd, DNNL_ARG_SRC, 0, x_user, 0, err)) ||
-        (rc = add_arg(e, pd, DNNL_ARG_DIFF_DST, 0, y_user, 0, err)) ||
-        (rc = add_arg(e, pd, DNNL_ARG_DIFF_WEIGHTS, 1, &wei_user, acc, err)))
+    if ((rc = add_arg(e, pd, DNNL_ARG_SRC, 0, x_user, 0, 0, err)) ||
+        (rc = add_arg(e, pd, DNNL_ARG_DIFF_DST, 0, y_user, 0, 0, err)) ||
+        (rc = add_arg(e, pd, DNNL_ARG_DIFF_WEIGHTS, 1, &wei_user, acc, 0, err)))
       goto done;
   }
 done:
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (hint) dnnl_primitive_desc_destroy(hint);
+  if (post_ops) dnnl_post_ops_destroy(post_ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
   if (rc) {
     entry_destroy(e);
     return error_wrap(err, "conv2d %s of %dx%dx%dx%d", pass == PASS_FORWARD ? "forward"
@@ -349,9 +374,10 @@ static int entry_run(ConvEntry *e, void *const *ptrs, Error *err) {
     ConvArg *a = &e->args[i];
     DNNL_TRY(dnnl_memory_set_data_handle(a->user_mem, ptrs[i]));
     exec[i] = (dnnl_exec_arg_t){a->arg, a->prim_mem};
-    if (!a->is_output && a->reorder) {
+    dnnl_primitive_t in = a->is_output ? a->reorder_in : a->reorder;
+    if (in) {
       dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->user_mem}, {DNNL_ARG_TO, a->prim_mem}};
-      DNNL_TRY(dnnl_primitive_execute(a->reorder, e->stream, 2, r));
+      DNNL_TRY(dnnl_primitive_execute(in, e->stream, 2, r));
     }
   }
   DNNL_TRY(dnnl_primitive_execute(e->prim, e->stream, e->nargs, exec));
@@ -367,7 +393,7 @@ done:
   return rc;
 }
 
-static int run_pass(const Conv2dShape *s, Conv2dPrecision prec, int pass, int accumulate, int has_bias,
+static int run_pass(const Conv2dShape *s, Conv2dPrecision prec, int pass, int accumulate, int relu, int has_bias,
                     void *const *ptrs, Error *err) {
   if (prec != CONV2D_FP32 && prec != CONV2D_BF16)
     return error_set(err, ERR_ARG, "conv2d: precision %d, expected CONV2D_FP32 or CONV2D_BF16", (int)prec);
@@ -379,7 +405,7 @@ static int run_pass(const Conv2dShape *s, Conv2dPrecision prec, int pass, int ac
   ConvKey key;
   memset(&key, 0, sizeof key);
   key.shape = *s;
-  key.precision = prec, key.pass = pass, key.accumulate = accumulate, key.has_bias = has_bias;
+  key.precision = prec, key.pass = pass, key.accumulate = accumulate, key.has_bias = has_bias, key.relu = relu;
   key.threads = omp_get_max_threads();
   ConvEntry *e = NULL;
   int rc = cache_acquire(&key, &e, err);
@@ -395,39 +421,25 @@ static int run_pass(const Conv2dShape *s, Conv2dPrecision prec, int pass, int ac
   return rc;
 }
 
-/* Fills the rows and columns of a big-side tensor outside the view with
- * value[c] (or 0): what no kernel tap reaches. */
-static void fill_outside_view(const Conv2dGeom *g, float *big, const float *value) {
+/* The rows and columns of a big-side tensor outside the view, which no
+ * kernel tap reaches, get value[c] (or 0), through the forward's epilogue
+ * when there is one: added to what they hold (accumulate), then the ReLU. */
+static float outside_value(float old, const float *value, int c, Conv2dEpilogue ep) {
+  float v = (value ? value[c] : 0.0f) + (ep.accumulate ? old : 0.0f);
+  return ep.relu && v < 0.0f ? 0.0f : v;
+}
+
+static void fill_outside_view(const Conv2dGeom *g, float *big, const float *value, Conv2dEpilogue ep) {
   if (g->hb_view == g->hb && g->wb_view == g->wb) return;
-  if (g->big_layout == CONV2D_NCHW16C) {
-    size_t rows = (size_t)g->n * g->hb;
+  size_t rows = (size_t)g->n * g->hb;
 #pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++) {
-      int n = (int)(r / (size_t)g->hb), h = (int)(r % (size_t)g->hb);
-      for (int w = (h < g->hb_view ? g->wb_view : 0); w < g->wb; w++)
-        for (int c = 0; c < g->cb; c++)
-          big[conv2d_layout_index(CONV2D_NCHW16C, g->cb, g->hb, g->wb, n, c, h, w)] = value ? value[c] : 0.0f;
-    }
-    return;
-  }
-  if (g->big_layout == CONV2D_NHWC) {
-    size_t rows = (size_t)g->n * g->hb;
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++) {
-      int h = (int)(r % (size_t)g->hb);
-      float *row = big + r * g->wb * g->cb;
-      for (int w = (h < g->hb_view ? g->wb_view : 0); w < g->wb; w++)
-        for (int c = 0; c < g->cb; c++) row[(size_t)w * g->cb + c] = value ? value[c] : 0.0f;
-    }
-    return;
-  }
-  size_t planes = (size_t)g->n * g->cb;
-#pragma omp parallel for schedule(static)
-  for (size_t p = 0; p < planes; p++) {
-    float v = value ? value[p % g->cb] : 0.0f;
-    float *plane = big + p * g->hb * g->wb;
-    for (int h = 0; h < g->hb; h++)
-      for (int w = (h < g->hb_view ? g->wb_view : 0); w < g->wb; w++) plane[(size_t)h * g->wb + w] = v;
+  for (size_t r = 0; r < rows; r++) {
+    int n = (int)(r / (size_t)g->hb), h = (int)(r % (size_t)g->hb);
+    for (int w = (h < g->hb_view ? g->wb_view : 0); w < g->wb; w++)
+      for (int c = 0; c < g->cb; c++) {
+        float *at = &big[conv2d_layout_index(g->big_layout, g->cb, g->hb, g->wb, n, c, h, w)];
+        *at = outside_value(*at, value, c, ep);
+      }
   }
 }
 
@@ -436,20 +448,26 @@ static int check_pointers(const void *a, const void *b, const void *c, const cha
   return 0;
 }
 
-int conv2d_forward(const Conv2dShape *s, Conv2dPrecision prec, float *y, const float *x, const float *w,
-                   const float *bias, Error *err) {
+int conv2d_forward_epilogue(const Conv2dShape *s, Conv2dPrecision prec, float *y, const float *x, const float *w,
+                            const float *bias, Conv2dEpilogue ep, Error *err) {
   Conv2dGeom g;
   int rc;
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(y, x, w, "forward", err))) return rc;
-  if (conv2d_uses_direct(s, prec)) return conv2d_direct_forward(s, y, x, w, bias, err);
+  ep.accumulate = ep.accumulate != 0, ep.relu = ep.relu != 0;
+  if (conv2d_uses_direct(s, prec)) return conv2d_direct_forward(s, y, x, w, bias, ep, err);
   void *ptrs[MAX_ARGS];
   int n = 0;
   ptrs[n++] = (void *)x, ptrs[n++] = (void *)w;
   if (bias) ptrs[n++] = (void *)bias;
   ptrs[n++] = y;
-  if ((rc = run_pass(s, prec, PASS_FORWARD, 0, bias != NULL, ptrs, err))) return rc;
-  if (s->transposed) fill_outside_view(&g, y, bias);
+  if ((rc = run_pass(s, prec, PASS_FORWARD, ep.accumulate, ep.relu, bias != NULL, ptrs, err))) return rc;
+  if (s->transposed) fill_outside_view(&g, y, bias, ep);
   return 0;
+}
+
+int conv2d_forward(const Conv2dShape *s, Conv2dPrecision prec, float *y, const float *x, const float *w,
+                   const float *bias, Error *err) {
+  return conv2d_forward_epilogue(s, prec, y, x, w, bias, (Conv2dEpilogue){0, 0}, err);
 }
 
 int conv2d_backward_data(const Conv2dShape *s, Conv2dPrecision prec, float *dx, const float *dy, const float *w,
@@ -459,8 +477,8 @@ int conv2d_backward_data(const Conv2dShape *s, Conv2dPrecision prec, float *dx, 
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(dx, dy, w, "backward-data", err))) return rc;
   if (conv2d_uses_direct(s, prec)) return conv2d_direct_backward_data(s, dx, dy, w, accumulate != 0, err);
   void *ptrs[MAX_ARGS] = {(void *)dy, (void *)w, dx};
-  if ((rc = run_pass(s, prec, PASS_BACKWARD_DATA, accumulate != 0, 0, ptrs, err))) return rc;
-  if (!s->transposed && !accumulate) fill_outside_view(&g, dx, NULL);
+  if ((rc = run_pass(s, prec, PASS_BACKWARD_DATA, accumulate != 0, 0, 0, ptrs, err))) return rc;
+  if (!s->transposed && !accumulate) fill_outside_view(&g, dx, NULL, (Conv2dEpilogue){0, 0});
   return 0;
 }
 
@@ -471,9 +489,12 @@ int conv2d_backward_weights(const Conv2dShape *s, Conv2dPrecision prec, float *d
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(dw, dy, x, "backward-weights", err))) return rc;
   if (conv2d_uses_direct(s, prec)) return conv2d_direct_backward_weights(s, dw, dbias, dy, x, accumulate != 0, err);
   void *ptrs[MAX_ARGS] = {(void *)x, (void *)dy, dw};
-  if ((rc = run_pass(s, prec, PASS_BACKWARD_WEIGHTS, accumulate != 0, 0, ptrs, err))) return rc;
-  /* dbias over the full output: the view oneDNN sees may leave out
-   * trailing rows that still carry gradient. */
+  if ((rc = run_pass(s, prec, PASS_BACKWARD_WEIGHTS, accumulate != 0, 0, 0, ptrs, err))) return rc;
+  /* dbias here, not in the primitive: over the full output (the view
+   * oneDNN sees of a transposed convolution's dy may leave out trailing
+   * rows that still carry gradient), and summed partly in double: oneDNN's
+   * float sum moved near-zero bias gradients enough that Adam's steps on
+   * them parted a two-rank run from one rank (nets.gan_train, WGAN-GP). */
   if (dbias) conv2d_bias_gradient(s, dbias, dy, accumulate != 0);
   return 0;
 }

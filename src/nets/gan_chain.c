@@ -95,13 +95,42 @@ void gan_chain_free(Chain *c) {
   }
 }
 
+/* Layer i's forward can take the ReLU of layer i + 1 into its epilogue:
+ * then it writes the ReLU's output, and its own raw output, which only
+ * that ReLU would read (no skip starts or ends at i), is never written
+ * (its backward does not read it: nets/layer.h). The ReLU's backward reads
+ * its own output only. */
+static int relu_fuses(const Chain *c, int i) {
+  if (!c->layers[i].ops->forward_epilogue || i + 1 >= c->num_layers || c->sum[i] ||
+      strcmp(c->layers[i + 1].ops->kind, "relu") || c->skip_from[i + 1] >= 0)
+    return 0;
+  for (int k = 0; k < c->num_layers; k++)
+    if (c->skip_from[k] == i) return 0;
+  return 1;
+}
+
+/* Layers with an epilogue write the end of a residual block straight into
+ * its sum (a copy of the skip, the output added in the kernel's stores)
+ * and a following ReLU's output: two passes over memory fewer than a
+ * separate add or ReLU (vec_add reads two tensors and writes one; the copy
+ * reads one). */
 int gan_chain_forward(Chain *c, const float *x, int n, int train, Error *err) {
   for (int i = 0; i < c->num_layers; i++) {
     Layer *l = &c->layers[i];
-    int rc = l->ops->forward(l, gan_chain_output_of(c, i - 1, x), c->act[i], n, train, err);
+    const float *in = gan_chain_output_of(c, i - 1, x), *skip = gan_chain_output_of(c, c->skip_from[i], x);
+    size_t len = (size_t)n * layer_shape_numel(l->out);
+    int rc, fused_relu = 0;
+    if (c->sum[i] && l->ops->forward_epilogue) {
+      vec_copy(c->sum[i], skip, len);
+      rc = l->ops->forward_epilogue(l, in, c->sum[i], n, train, 1, 0, err);
+    } else if ((fused_relu = relu_fuses(c, i))) {
+      rc = l->ops->forward_epilogue(l, in, c->act[i + 1], n, train, 0, 1, err);
+    } else {
+      rc = l->ops->forward(l, in, c->act[i], n, train, err);
+      if (!rc && c->sum[i]) vec_add(c->sum[i], c->act[i], skip, len);
+    }
     if (rc) return error_wrap(err, "gan: layer %d (%s) forward", i, l->ops->kind);
-    if (c->sum[i])
-      vec_add(c->sum[i], c->act[i], gan_chain_output_of(c, c->skip_from[i], x), (size_t)n * layer_shape_numel(l->out));
+    i += fused_relu; /* the ReLU's output is written */
   }
   return 0;
 }

@@ -14,7 +14,12 @@
  * when all of them have a multiple of 16 channels, which also runs its
  * 3x3 convolutions on Winograd, else channels-last (CONV2D_NHWC). The
  * layers on kern/conv2d.h then hand oneDNN (or the direct kernels) the
- * activations as they are, where NCHW ones are reordered on every call. */
+ * activations as they are, where NCHW ones are reordered on every call.
+ *
+ * Fusion. A layer with a forward epilogue (nets/layer.h: conv2d) writes a
+ * residual block's sum itself (added onto a copy of the skip) and the
+ * output of a ReLU that follows it; its raw output is then not kept (its
+ * backward does not read it). */
 #ifndef FIVEFOLD_NETS_GAN_CHAIN_H
 #define FIVEFOLD_NETS_GAN_CHAIN_H
 
@@ -29,7 +34,7 @@ typedef struct Chain {
   LayerShape in;
   Layer layers[GAN_MAX_LAYERS];
   int skip_from[GAN_MAX_LAYERS];
-  float *act[GAN_MAX_LAYERS];  /* raw outputs */
+  float *act[GAN_MAX_LAYERS];  /* raw outputs (not written where gan_chain_forward fuses them away) */
   float *sum[GAN_MAX_LAYERS];  /* outputs plus the skip; NULL without one */
   float *grad[GAN_MAX_LAYERS]; /* d loss / d output (of the sum where there is one) */
 } Chain;

@@ -105,6 +105,13 @@ typedef struct LayerOps {
    * on kern/conv2d.h (conv2d, conv_transpose2d) have it. */
   int elementwise;
   int (*set_layout)(Layer *l, int in, int out, Error *err);
+  /* Optional, for kinds whose backward never reads y (conv2d): forward
+   * with an epilogue fused into the kernel's stores: accumulate = 1 adds
+   * the output to what y holds (a residual skip), relu = 1 then clamps it
+   * at zero (the ReLU layer after it). A network that uses it skips the
+   * pass over memory of a separate add or ReLU (nets/gan_chain.c). */
+  int (*forward_epilogue)(Layer *l, const float *x, float *y, int n, int train, int accumulate, int relu,
+                          Error *err);
 } LayerOps;
 
 struct Layer {

@@ -111,4 +111,44 @@ static inline double conv_test_check_layouts(const Conv2dShape *s, uint64_t seed
   return worst;
 }
 
+/* The forward with an epilogue (conv2d_forward_epilogue) against
+ * relu?((accumulate ? y0 : 0) + reference), y0 random, in the shape's
+ * layouts: the worst relative error. */
+static inline double conv_test_check_epilogue(const Conv2dShape *s, uint64_t seed, Conv2dEpilogue ep) {
+  Conv2dShape plain = *s;
+  plain.x_layout = plain.y_layout = CONV2D_NCHW;
+  int oh = 0, ow = 0;
+  Error err = {0};
+  if (conv2d_output_size(s, &oh, &ow, &err)) return INFINITY;
+  size_t nx = conv2d_input_count(s), ny = conv2d_output_count(s), nw = conv2d_weight_count(s);
+  float *x = test_alloc(nx), *w = test_alloc(nw), *b = test_alloc((size_t)s->out_channels), *y0 = test_alloc(ny);
+  float *xl = test_alloc(nx), *yl = test_alloc(ny), *y = test_alloc(ny);
+  double *ry = test_alloc_d(ny);
+  test_fill_normal(x, nx, seed, 1.0f);
+  test_fill_normal(w, nw, seed + 1, 0.5f);
+  test_fill_normal(b, (size_t)s->out_channels, seed + 2, 1.0f);
+  test_fill_normal(y0, ny, seed + 3, 2.0f);
+  conv_test_to_layout(xl, x, s->batch, s->in_channels, s->in_h, s->in_w, s->x_layout);
+  conv_test_to_layout(yl, y0, s->batch, s->out_channels, oh, ow, s->y_layout);
+  double worst = INFINITY;
+  char d[200];
+  conv_test_describe(s, d, sizeof d);
+  if (conv2d_forward_epilogue(s, CONV2D_FP32, yl, xl, w, b, ep, &err) || conv2d_ref_forward(&plain, ry, x, w, b, &err)) {
+    fprintf(stderr, "%s: %s\n", d, err.msg);
+  } else {
+    conv_test_from_layout(y, yl, s->batch, s->out_channels, oh, ow, s->y_layout);
+    int negative = 0;
+    for (size_t i = 0; i < ny; i++) {
+      double v = (ep.accumulate ? y0[i] : 0.0) + ry[i];
+      negative += v < 0;
+      ry[i] = ep.relu && v < 0 ? 0.0 : v;
+    }
+    worst = test_rel_err(y, ry, ny, 1.0);
+    if (!(negative > 0 && negative < (int)ny)) worst = INFINITY; /* the ReLU had both sides to clamp and pass */
+    if (worst > 1e-5) fprintf(stderr, "%s accumulate %d relu %d: y %.3g\n", d, ep.accumulate, ep.relu, worst);
+  }
+  free(x), free(w), free(b), free(y0), free(xl), free(yl), free(y), free(ry);
+  return worst;
+}
+
 #endif

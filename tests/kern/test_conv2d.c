@@ -182,6 +182,35 @@ static void test_conv2d_layouts(void **state) {
   assert_true(worst < 1e-5);
 }
 
+/* The forward's epilogue (the sum and ReLU post-ops) on oneDNN: every
+ * combination over convolutions (Winograd too) and a transposed one whose
+ * view leaves rows no tap reaches, in NCHW, NHWC and blocked tensors. */
+static void test_conv2d_forward_epilogue(void **state) {
+  (void)state;
+  conv2d_set_direct(0);
+  Conv2dShape shapes[3];
+  shapes[0] = make_shape(0, 3, 3, 1, 1, 1, 1, 2);
+  shapes[0].in_channels = 16, shapes[0].out_channels = 32, shapes[0].in_h = 9, shapes[0].in_w = 8;
+  shapes[1] = shapes[0];
+  shapes[1].winograd = 1;
+  shapes[2] = make_shape(1, 3, 3, 2, 1, 1, 1, 2); /* output padding: rows outside the view */
+  shapes[2].in_channels = 16, shapes[2].out_channels = 16;
+  double worst = 0.0;
+  int cases = 0;
+  for (int i = 0; i < 3; i++)
+    for (int layout = CONV2D_NCHW; layout <= CONV2D_NCHW16C; layout++)
+      for (int e = 1; e < 4; e++) {
+        Conv2dShape s = shapes[i];
+        s.x_layout = s.y_layout = layout;
+        double err = conv_test_check_epilogue(&s, 1200 + 12 * i + 4 * layout + e, (Conv2dEpilogue){e & 1, e >> 1});
+        worst = err > worst ? err : worst;
+        cases++;
+      }
+  conv2d_set_direct(1);
+  print_message("conv2d forward epilogue on oneDNN: %d cases, worst rel err %.3g\n", cases, worst);
+  assert_true(worst < 1e-5);
+}
+
 /* Winograd F(4x4, 3x3): every pass against the reference, in every
  * layout, within a bound looser than the direct kernels' (the transforms
  * round terms of different sizes); that the shapes really ran Winograd
@@ -525,6 +554,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d_network_like_shapes),
       cmocka_unit_test(test_conv2d_layouts),
       cmocka_unit_test(test_conv2d_winograd),
+      cmocka_unit_test(test_conv2d_forward_epilogue),
       cmocka_unit_test(test_conv2d_gradcheck),
       cmocka_unit_test(test_conv2d_winograd_gradcheck),
       cmocka_unit_test(test_conv_transpose2d_gradcheck),

@@ -5,7 +5,7 @@
  * vector), kernels from 1x1 to 7x7 with every padding and dilations 1 and
  * 2, images narrower and wider than a register block, x and y in NCHW or
  * NHWC and the wide side blocked (16 channels a group), the accumulate
- * contract; the deblurring generator's first and last
+ * contract, the forward's epilogue (accumulate onto y, ReLU); the deblurring generator's first and last
  * convolution; finite-difference gradient checks of every pass; results
  * bit-identical for 1 to 4 threads; which shapes the dispatch sends here.
  * tests/kern/tests.cmake builds it twice more, with the kernels compiled
@@ -101,6 +101,30 @@ static void test_direct_generator_shapes(void **state) {
     worst = e2 > worst ? e2 : worst;
   }
   print_message("generator 7x7 convolutions: worst rel err %.3g\n", worst);
+  assert_true(worst < 1e-5);
+}
+
+/* The forward's epilogue (accumulate onto y, then the ReLU) in the direct
+ * kernels' stores: narrow and wide outputs, the staged NCHW wide output. */
+static void test_direct_forward_epilogue(void **state) {
+  (void)state;
+  Conv2dShape shapes[3] = {shape_of(2, 24, 2, 9, 13, 5, 3, 2, 1, 1), shape_of(2, 2, 24, 9, 13, 3, 5, 1, 2, 1),
+                           shape_of(1, 1, 32, 12, 12, 7, 7, 3, 3, 1)};
+  double worst = 0.0;
+  size_t calls = conv2d_direct_calls();
+  int cases = 0;
+  for (int i = 0; i < 3; i++)
+    for (int layouts = 0; layouts < 3; layouts++)
+      for (int e = 1; e < 4; e++) {
+        Conv2dShape s = shapes[i];
+        int wide = layouts == 2 && (i == 2) ? CONV2D_NCHW16C : layouts == 1 ? CONV2D_NHWC : CONV2D_NCHW;
+        if (i == 0) s.x_layout = wide; else s.y_layout = wide;
+        double err = conv_test_check_epilogue(&s, 1300 + 12 * i + 4 * layouts + e, (Conv2dEpilogue){e & 1, e >> 1});
+        worst = err > worst ? err : worst;
+        cases++;
+      }
+  print_message("direct conv forward epilogue: %d cases, worst rel err %.3g\n", cases, worst);
+  assert_int_equal(conv2d_direct_calls() - calls, (size_t)cases);
   assert_true(worst < 1e-5);
 }
 
@@ -243,6 +267,7 @@ int main(void) {
       cmocka_unit_test(test_direct_isa),
       cmocka_unit_test(test_direct_matches_reference),
       cmocka_unit_test(test_direct_generator_shapes),
+      cmocka_unit_test(test_direct_forward_epilogue),
       cmocka_unit_test(test_direct_gradcheck),
       cmocka_unit_test(test_direct_bit_identical_across_threads),
       cmocka_unit_test(test_direct_dispatch),
