@@ -258,19 +258,37 @@ int conv2d_ref_backward_weights(const Conv2dShape *s, double *dw, double *dbias,
   return 0;
 }
 
+/* row[c] = the sum over the w pixels (stride floats apart) of channel c of
+ * a row, c < cn <= 256, in four partial sums (pixels x mod 4) added last:
+ * four independent chains of additions instead of one, each as long as a
+ * quarter of the row. */
+static void row_channel_sums(const float *p, int w, int stride, int cn, float *row) {
+  float part[4][256];
+  for (int k = 0; k < 4; k++)
+    for (int c = 0; c < cn; c++) part[k][c] = 0.0f;
+  int x = 0;
+  for (; x + 4 <= w; x += 4, p += 4 * (size_t)stride)
+    for (int k = 0; k < 4; k++)
+      for (int c = 0; c < cn; c++) part[k][c] += p[(size_t)k * stride + c];
+  for (; x < w; x++, p += stride)
+    for (int c = 0; c < cn; c++) part[0][c] += p[c];
+  for (int c = 0; c < cn; c++) row[c] = (part[0][c] + part[1][c]) + (part[2][c] + part[3][c]);
+}
+
 /* NCHW: one plane per (image, channel), summed in float, then the images
  * in double. NHWC and blocked: each row of the image summed across its
- * pixels into a float per channel (vectorisable: adjacent channels are
- * adjacent floats), then the rows in double. Parallel over channels (NCHW),
- * blocks of 16 channels, or not at all (NHWC: one pass over dy is
- * memory-bound), so the order never depends on the thread count. */
+ * pixels into floats per channel (vectorisable: adjacent channels are
+ * adjacent floats; row_channel_sums), then the rows in double. Parallel
+ * over channels (NCHW), blocks of 16 channels, or not at all (NHWC: one
+ * pass over dy is memory-bound), so the order never depends on the thread
+ * count. */
 void conv2d_bias_gradient(const Conv2dShape *s, float *dbias, const float *dy, int accumulate) {
   int oh = 0, ow = 0;
   conv2d_output_size(s, &oh, &ow, NULL);
   int channels = s->out_channels;
   size_t plane = (size_t)oh * ow;
   if (s->y_layout == CONV2D_NCHW16C) {
-    /* 16 channels side by side in each pixel of a block: a row of 16 sums */
+    /* 16 channels side by side in each pixel of a block */
     int blocks = channels / 16;
 #pragma omp parallel for schedule(static) if (blocks > 1)
     for (int blk = 0; blk < blocks; blk++) {
@@ -278,10 +296,7 @@ void conv2d_bias_gradient(const Conv2dShape *s, float *dbias, const float *dy, i
       float row[16];
       for (int n = 0; n < s->batch; n++)
         for (int y = 0; y < oh; y++) {
-          const float *p = dy + ((((size_t)n * blocks + blk) * oh + y) * ow) * 16;
-          for (int c = 0; c < 16; c++) row[c] = 0.0f;
-          for (int x = 0; x < ow; x++, p += 16)
-            for (int c = 0; c < 16; c++) row[c] += p[c];
+          row_channel_sums(dy + ((((size_t)n * blocks + blk) * oh + y) * ow) * 16, ow, 16, 16, row);
           for (int c = 0; c < 16; c++) total[c] += row[c];
         }
       for (int c = 0; c < 16; c++) {
@@ -312,10 +327,7 @@ void conv2d_bias_gradient(const Conv2dShape *s, float *dbias, const float *dy, i
     int cn = channels - c0 < 256 ? channels - c0 : 256;
     for (int c = 0; c < cn; c++) total[c] = 0.0;
     for (size_t r = 0; r < (size_t)s->batch * oh; r++) {
-      const float *p = dy + r * (size_t)ow * channels + c0;
-      for (int c = 0; c < cn; c++) row[c] = 0.0f;
-      for (int x = 0; x < ow; x++, p += channels)
-        for (int c = 0; c < cn; c++) row[c] += p[c];
+      row_channel_sums(dy + r * (size_t)ow * channels + c0, ow, channels, cn, row);
       for (int c = 0; c < cn; c++) total[c] += row[c];
     }
     for (int c = 0; c < cn; c++) dbias[c0 + c] = accumulate ? dbias[c0 + c] + (float)total[c] : (float)total[c];

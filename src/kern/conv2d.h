@@ -50,7 +50,8 @@
  * channels multiples of 16, runs oneDNN's Winograd F(4x4, 3x3) kernels
  * (2.25 times fewer multiplications than direct; measured about 1.4 times
  * faster at 32 channels, 32 x 32, one thread); any other shape ignores the
- * hint. Its rounding error is larger than a direct convolution's (the
+ * hint. The backward-weights pass runs Winograd on one OpenMP thread only
+ * (with more it measured no faster than direct). Its rounding error is larger than a direct convolution's (the
  * transforms add and scale terms of different magnitude): tests bound it
  * against the reference. oneDNN's Winograd kernels take blocked tensors
  * only: NCHW ones are reordered on every call (as for direct), and with a

@@ -12,10 +12,12 @@
  * gan_generate gives it), "content" (the content loss, one value), the
  * gradients g0, g1, ... of content_weight * content, in the order of the
  * p's, and "paths": the convolution passes of the two that ran on the
- * direct few-channel kernels and on Winograd (kern/conv2d.h). The generator's tensors of the network's table are taken in table
+ * direct few-channel kernels and on Winograd (kern/conv2d.h), and the
+ * OpenMP threads (Winograd's backward-weights runs on one only). The generator's tensors of the network's table are taken in table
  * order, which must be PyTorch's; a count or a shape that differs is
  * refused with both named. */
 #include <cjson/cJSON.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +92,8 @@ static int run(const char *in_path, const char *out_path, Error *err) {
       (rc = gan_generator_pass(&net, blurred, sharp, n, &content, err)))
     goto done;
   /* the passes that ran on the direct kernels and on Winograd */
-  float paths[2] = {(float)(conv2d_direct_calls() - direct), (float)(conv2d_winograd_calls() - winograd)};
+  float paths[3] = {(float)(conv2d_direct_calls() - direct), (float)(conv2d_winograd_calls() - winograd),
+                    (float)omp_get_max_threads()};
   if (!(w = safetensors_writer_new())) {
     rc = error_set(err, ERR_NOMEM, "out of memory for the writer");
     goto done;
@@ -98,9 +101,9 @@ static int run(const char *in_path, const char *out_path, Error *err) {
   int shape[4] = {n, c, h, wd}, one = 1;
   float content_f = (float)content;
   rc = safetensors_writer_add_f32(w, "out", 4, shape, out, err);
-  int two = 2;
+  int three = 3;
   if (!rc) rc = safetensors_writer_add_f32(w, "content", 1, &one, &content_f, err);
-  if (!rc) rc = safetensors_writer_add_f32(w, "paths", 1, &two, paths, err);
+  if (!rc) rc = safetensors_writer_add_f32(w, "paths", 1, &three, paths, err);
   for (int t = 0, k = 0; !rc && t < net.num_tensors; t++) {
     const NetParam *p = &net.params[t];
     if (p->param_group != GAN_GROUP_GENERATOR) continue;
