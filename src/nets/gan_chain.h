@@ -37,6 +37,7 @@ typedef struct Chain {
   float *act[GAN_MAX_LAYERS];  /* raw outputs (not written where gan_chain_forward fuses them away) */
   float *sum[GAN_MAX_LAYERS];  /* outputs plus the skip; NULL without one */
   float *grad[GAN_MAX_LAYERS]; /* d loss / d output (of the sum where there is one) */
+  float *arena;                /* act, grad and sum live in it */
 } Chain;
 
 LayerShape gan_chain_out_shape(const Chain *c);
