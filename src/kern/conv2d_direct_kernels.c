@@ -11,7 +11,18 @@
  * the image run without bounds checks; only the few columns at the
  * image's edges test each tap (column_block). The inner loops take their
  * sizes and strides as scalars and step pointers, so that nothing is
- * reloaded or multiplied per multiply-add. Whole vectors of channels are
+ * reloaded or multiplied per multiply-add.
+ *
+ * Sliding windows. Loads, not multiply-adds, bound these kernels (this
+ * machine sustains well under one 512-bit load per FMA). Where a kernel
+ * row has at most CV_KW_MAX taps one column apart (dilation 1, either
+ * direction), the blocks inside the image keep a kernel row's weights (or
+ * a block's values) in registers and load each input vector (or value)
+ * once for all the taps that read it: 21 loads per 56 multiply-adds at 8
+ * columns and 7 taps, where one pass per tap takes 63 (reduce and spread;
+ * tried in `weights`, it ran slower). It changes the order of an output's
+ * terms (channel groups outermost), which still depends only on the
+ * output's position, not on the threads. Whole vectors of channels are
  * read with plain loads and only a last partial one with a masked load
  * (a masked load costs more than a plain one here: measured). */
 #define CV_LOAD(p, m, masked) ((masked) ? cv_load((p), (m)) : cv_loadu(p))
@@ -20,10 +31,12 @@
 #include "kern/conv2d_direct.h"
 
 #define CV_INLINE static inline __attribute__((always_inline))
-#define CV_T 8 /* output columns (reduce, spread) or taps (weights) per register block */
+#define CV_T 8    /* output columns (reduce, spread) or taps (weights) per register block */
+#define CV_KW_MAX 8 /* kernel widths up to this run the sliding windows (below) */
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#define CV_TS 8 /* columns per sliding-window block: 8 accumulators + 8 weights + 1 of 32 registers */
 #define CV_LANES 16
 #define CV_ISA "avx512"
 typedef __m512 cvec;
@@ -40,6 +53,7 @@ CV_INLINE float cv_hsum(cvec v) { return _mm512_reduce_add_ps(v); }
 CV_INLINE cvec cv_relu(cvec v) { return _mm512_max_ps(v, _mm512_setzero_ps()); }
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+#define CV_TS 4 /* 4 accumulators + 8 weights + 1 of 16 registers */
 #define CV_LANES 8
 #define CV_ISA "avx2"
 typedef __m256 cvec;
@@ -63,6 +77,7 @@ CV_INLINE float cv_hsum(cvec v) {
 CV_INLINE cvec cv_relu(cvec v) { return _mm256_max_ps(v, _mm256_setzero_ps()); }
 #else
 /* Plain floats: one lane, so a "chunk" is one channel. */
+#define CV_TS 4
 #define CV_LANES 1
 #define CV_ISA "scalar"
 typedef float cvec;
@@ -110,6 +125,24 @@ static int column_block(int q0, int out_w, int in_w, int lo, int hi) {
 }
 static const int kBlockWidth[4] = {8, 4, 4, 1};
 
+/* The kernel width the sliding windows run at (taps one column apart, at
+ * most CV_KW_MAX of them), or 0. */
+static int slide_width(const DirectTaps *t) { return (t->wd == 1 || t->wd == -1) && t->kw <= CV_KW_MAX ? t->kw : 0; }
+
+/* CALL(KW) with KW a constant equal to w (1..8), so that each kernel width
+ * gets code with its loops unrolled and its window in registers. */
+#define SLIDE_SWITCH(w, CALL) \
+  switch (w) {                \
+    case 1: CALL(1); break;   \
+    case 2: CALL(2); break;   \
+    case 3: CALL(3); break;   \
+    case 4: CALL(4); break;   \
+    case 5: CALL(5); break;   \
+    case 6: CALL(6); break;   \
+    case 7: CALL(7); break;   \
+    default: CALL(8); break;  \
+  }
+
 /* ---- reduce ---- */
 
 typedef struct ReduceArgs {
@@ -134,9 +167,34 @@ CV_INLINE void reduce_chunk(cvec *acc, const float *row, ptrdiff_t isx, ptrdiff_
   }
 }
 
-/* Columns q0 .. q0 + T - 1 of output row p of one narrow channel (weights wk). */
+/* One kernel row's contribution to T interior columns through a sliding
+ * window (KW taps, wd = +1 or -1): window column u is read by tap b of
+ * output t where u = t + b (wd = 1) or u = t + KW - 1 - b (wd = -1), so
+ * wv[j] holds the weights of the tap at window offset j. */
+CV_INLINE void reduce_slide(cvec *acc, const float *row, ptrdiff_t isx, ptrdiff_t s16, const float *wrow, int C,
+                            int chunks, int first, int wd, const int T, const int KW) {
+  for (int ch = 0; ch < chunks; ch++) {
+    const int masked = C - ch * CV_LANES < CV_LANES;
+    cmask m = cv_mask(C - ch * CV_LANES);
+    cvec wv[CV_KW_MAX];
+#pragma GCC unroll 8
+    for (int j = 0; j < KW; j++) wv[j] = CV_LOAD(wrow + (size_t)(wd > 0 ? j : KW - 1 - j) * C + ch * CV_LANES, m, masked);
+    const float *src = row + first * isx + chunk_offset(s16, ch);
+#pragma GCC unroll 16
+    for (int u = 0; u < T + KW - 1; u++, src += isx) {
+      cvec v = CV_LOAD(src, m, masked);
+#pragma GCC unroll 8
+      for (int j = 0; j < KW; j++)
+        if (u - j >= 0 && u - j < T) acc[u - j] = cv_fma(v, wv[j], acc[u - j]);
+    }
+  }
+}
+
+/* Columns q0 .. q0 + T - 1 of output row p of one narrow channel (weights
+ * wk); slide = KW runs reduce_slide (interior blocks, check 0), 0 the taps
+ * one by one. */
 CV_INLINE void reduce_block(float *out, ptrdiff_t osx, const ReduceArgs *r, const float *wk, int p, int q0,
-                            const int T, const int check, float init, int accumulate, int relu) {
+                            const int T, const int check, const int slide, float init, int accumulate, int relu) {
   const float *img = r->img;
   const ptrdiff_t isy = r->isy, isx = r->isx, s16 = r->s16;
   const int H = r->H, W = r->W, C = r->C, chunks = r->chunks, KH = r->KH, KW = r->KW;
@@ -148,6 +206,10 @@ CV_INLINE void reduce_block(float *out, ptrdiff_t osx, const ReduceArgs *r, cons
     int y = p + h0 + a * hd;
     if ((unsigned)y >= (unsigned)H) continue;
     const float *row = img + y * isy, *wrow = wk + (size_t)a * KW * C;
+    if (slide) {
+      reduce_slide(acc, row, isx, s16, wrow, C, chunks, q0 + w0 + (wd > 0 ? 0 : -(slide - 1)), wd, T, slide);
+      continue;
+    }
     for (int b = 0; b < KW; b++) {
       int x0 = q0 + w0 + b * wd;
       const float *wv = wrow + (size_t)b * C;
@@ -173,6 +235,7 @@ void conv2d_direct_reduce(const DirectNarrow *out, const DirectWide *in, const f
                           const DirectTaps *t, int batch, int accumulate, int relu) {
   int lo, hi, rows = batch * out->h, out_h = out->h, out_w = out->w, K = out->k;
   const ptrdiff_t osn = out->sn, osk = out->sk, osy = out->sy, osx = out->sx;
+  const int slide = slide_width(t);
   column_offsets(t, 0, t->kw, &lo, &hi);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
@@ -186,10 +249,26 @@ void conv2d_direct_reduce(const DirectNarrow *out, const DirectWide *in, const f
       for (int q0 = 0, kind; q0 < out_w; q0 += kBlockWidth[kind]) {
         kind = column_block(q0, out_w, ra.W, lo, hi);
         float *o = orow + q0 * osx;
-        if (kind == 0) reduce_block(o, osx, &ra, wk, p, q0, 8, 0, init, accumulate, relu);
-        else if (kind == 1) reduce_block(o, osx, &ra, wk, p, q0, 4, 0, init, accumulate, relu);
-        else if (kind == 2) reduce_block(o, osx, &ra, wk, p, q0, 4, 1, init, accumulate, relu);
-        else reduce_block(o, osx, &ra, wk, p, q0, 1, 1, init, accumulate, relu);
+        if (kind == 0 && slide) {
+          /* interior: sliding windows of CV_TS columns (every case a constant kernel width) */
+          for (int h = 0; h < 8; h += CV_TS) {
+#define REDUCE_SLIDE(KW) reduce_block(o + h * osx, osx, &ra, wk, p, q0 + h, CV_TS, 0, KW, init, accumulate, relu)
+            SLIDE_SWITCH(slide, REDUCE_SLIDE);
+#undef REDUCE_SLIDE
+          }
+        } else if (kind == 1 && slide) {
+#define REDUCE_SLIDE4(KW) reduce_block(o, osx, &ra, wk, p, q0, 4, 0, KW, init, accumulate, relu)
+          SLIDE_SWITCH(slide, REDUCE_SLIDE4);
+#undef REDUCE_SLIDE4
+        } else if (kind == 0) {
+          reduce_block(o, osx, &ra, wk, p, q0, 8, 0, 0, init, accumulate, relu);
+        } else if (kind == 1) {
+          reduce_block(o, osx, &ra, wk, p, q0, 4, 0, 0, init, accumulate, relu);
+        } else if (kind == 2) {
+          reduce_block(o, osx, &ra, wk, p, q0, 4, 1, 0, init, accumulate, relu);
+        } else {
+          reduce_block(o, osx, &ra, wk, p, q0, 1, 1, 0, init, accumulate, relu);
+        }
       }
     }
   }
@@ -204,9 +283,12 @@ typedef struct SpreadArgs {
   const float *weight, *bias;
 } SpreadArgs;
 
-/* Columns q0 .. q0 + T - 1 of output row p, all wide channels. */
+/* Columns q0 .. q0 + T - 1 of output row p, all wide channels; slide =
+ * KW: each kernel row through a sliding window (interior blocks, check 0:
+ * the window's values broadcast once for every tap that reads them, the
+ * row's weights in registers; the same pairing as reduce_slide). */
 CV_INLINE void spread_block(float *out, ptrdiff_t osx, const SpreadArgs *r, int p, int q0, const int T,
-                            const int check, int accumulate, int relu) {
+                            const int check, const int slide, int accumulate, int relu) {
   const float *img = r->img, *weight = r->weight, *bias = r->bias;
   const ptrdiff_t isk = r->isk, isy = r->isy, isx = r->isx;
   const int H = r->H, W = r->W, K = r->K, C = r->C, KH = r->KH, KW = r->KW;
@@ -224,6 +306,23 @@ CV_INLINE void spread_block(float *out, ptrdiff_t osx, const SpreadArgs *r, int 
         if ((unsigned)y >= (unsigned)H) continue;
         const float *row = img + k * isk + y * isy;
         const float *wrow = weight + ((size_t)k * KH + a) * KW * C + ch * CV_LANES;
+        if (slide) {
+          cvec wv[CV_KW_MAX];
+#pragma GCC unroll 8
+          for (int j = 0; j < slide; j++) {
+            const float *wp = wrow + (size_t)(wd > 0 ? j : slide - 1 - j) * C;
+            wv[j] = full ? cv_loadu(wp) : cv_load(wp, m);
+          }
+          const float *src = row + (q0 + w0 + (wd > 0 ? 0 : -(slide - 1))) * isx;
+#pragma GCC unroll 16
+          for (int u = 0; u < T + slide - 1; u++, src += isx) {
+            cvec v = cv_set1(*src);
+#pragma GCC unroll 8
+            for (int j = 0; j < slide; j++)
+              if (u - j >= 0 && u - j < T) acc[u - j] = cv_fma(v, wv[j], acc[u - j]);
+          }
+          continue;
+        }
         for (int b = 0; b < KW; b++) {
           int x0 = q0 + w0 + b * wd;
           cvec w = full ? cv_loadu(wrow + (size_t)b * C) : cv_load(wrow + (size_t)b * C, m);
@@ -254,6 +353,7 @@ void conv2d_direct_spread(const DirectWide *out, const DirectNarrow *in, const f
                           const DirectTaps *t, int batch, int accumulate, int relu) {
   int lo, hi, rows = batch * out->h, out_h = out->h, out_w = out->w;
   const ptrdiff_t osn = out->sn, osy = out->sy, osx = out->sx;
+  const int slide = slide_width(t);
   column_offsets(t, 0, t->kw, &lo, &hi);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < rows; r++) {
@@ -264,10 +364,25 @@ void conv2d_direct_spread(const DirectWide *out, const DirectNarrow *in, const f
     for (int q0 = 0, kind; q0 < out_w; q0 += kBlockWidth[kind]) {
       kind = column_block(q0, out_w, sa.W, lo, hi);
       float *o = orow + q0 * osx;
-      if (kind == 0) spread_block(o, osx, &sa, p, q0, 8, 0, accumulate, relu);
-      else if (kind == 1) spread_block(o, osx, &sa, p, q0, 4, 0, accumulate, relu);
-      else if (kind == 2) spread_block(o, osx, &sa, p, q0, 4, 1, accumulate, relu);
-      else spread_block(o, osx, &sa, p, q0, 1, 1, accumulate, relu);
+      if (kind == 0 && slide) {
+        for (int h = 0; h < 8; h += CV_TS) {
+#define SPREAD_SLIDE(KW) spread_block(o + h * osx, osx, &sa, p, q0 + h, CV_TS, 0, KW, accumulate, relu)
+          SLIDE_SWITCH(slide, SPREAD_SLIDE);
+#undef SPREAD_SLIDE
+        }
+      } else if (kind == 1 && slide) {
+#define SPREAD_SLIDE4(KW) spread_block(o, osx, &sa, p, q0, 4, 0, KW, accumulate, relu)
+        SLIDE_SWITCH(slide, SPREAD_SLIDE4);
+#undef SPREAD_SLIDE4
+      } else if (kind == 0) {
+        spread_block(o, osx, &sa, p, q0, 8, 0, 0, accumulate, relu);
+      } else if (kind == 1) {
+        spread_block(o, osx, &sa, p, q0, 4, 0, 0, accumulate, relu);
+      } else if (kind == 2) {
+        spread_block(o, osx, &sa, p, q0, 4, 1, 0, accumulate, relu);
+      } else {
+        spread_block(o, osx, &sa, p, q0, 1, 1, 0, accumulate, relu);
+      }
     }
   }
 }
@@ -321,7 +436,9 @@ CV_INLINE void weights_columns(cvec *acc, const float *nrow, ptrdiff_t nsx, cons
 
 /* One row pair, all columns: those whose taps all fall inside the shifted
  * tensor without checks. Each row's sum is kept apart and added to the
- * total afterwards (a sum of row sums loses less than one long sum). */
+ * total afterwards (a sum of row sums loses less than one long sum). The
+ * sliding windows of reduce and spread did not pay here (measured slower:
+ * the compiler kept the row sums in memory). */
 CV_INLINE void weights_row(cvec *total, const float *nrow, ptrdiff_t nsx, const float *wrow, ptrdiff_t wsx, cmask m,
                            int first, int wd, int bn, int width, int shifted_w, int jlo, int jhi,
                            const int shift_narrow, const int masked) {
