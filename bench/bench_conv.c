@@ -4,9 +4,10 @@
  * where the CPU has AVX-512 BF16), on the OpenMP threads of the
  * environment. One key=value line per shape and precision, in the format
  * bench/torch_conv_bench.py prints for PyTorch, so bench/bench_conv.sh can
- * take ratios; a shape that conv2d runs on its direct kernels (few
- * channels on one side) gets a second fp32 line with every shape on oneDNN
- * (path=onednn) beside the direct one (path=direct). The deblurring
+ * take ratios; a shape some of whose passes conv2d runs on its direct
+ * kernels (few channels on one side; conv2d.h says which passes) gets a
+ * second fp32 line with every pass on oneDNN (path=onednn) beside the one
+ * as conv2d chooses (path=direct). The deblurring
  * generator's shapes keep their activations channels-last (x_layout /
  * y_layout NHWC) as nets/gan.c does. Figures are the fastest of the runs
  * made in the time given; nothing passes or fails.
@@ -107,7 +108,9 @@ int main(int argc, char **argv) {
     float *dy = random_buffer(ny, 4), *y = random_buffer(ny, 5), *dx = random_buffer(nx, 6);
     float *dw = random_buffer(nw, 7), *db = random_buffer(c->cout, 8);
     double flops = conv2d_forward_flops(&s);
-    int direct = conv2d_uses_direct(&s, CONV2D_FP32);
+    int direct = conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_FORWARD) ||
+                 conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_DATA) ||
+                 conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_WEIGHTS);
     /* run 0: as conv2d chooses; run 1 (direct shapes only): fp32 on oneDNN */
     for (int run = 0; run < 1 + bf16 + direct; run++) {
       int on_onednn = run == 1 + bf16;
@@ -119,7 +122,7 @@ int main(int argc, char **argv) {
              "bwd_gflops=%.1f path=%s\n",
              c->name, prec == CONV2D_BF16 ? "bf16" : "fp32", omp_get_max_threads(), t.fwd * 1e3, t.bwd * 1e3,
              flops / t.fwd * 1e-9, 2.0 * flops / t.bwd * 1e-9,
-             conv2d_uses_direct(&s, prec) && !on_onednn ? "direct" : "onednn");
+             direct && prec == CONV2D_FP32 && !on_onednn ? "direct" : "onednn");
       fflush(stdout);
     }
     alloc_big_free(x), alloc_big_free(w), alloc_big_free(b), alloc_big_free(dy), alloc_big_free(y);

@@ -42,8 +42,23 @@
  * scalar, fixed at build time) instead of oneDNN, whose blocked kernels pad
  * such a side to 16 channels. Their results are bit-identical for any
  * number of threads (each output is summed by one thread in a fixed
- * order). conv2d_uses_direct says which shapes; conv2d_set_direct(0) sends
- * everything to oneDNN (benchmarks compare the two).
+ * order). Which passes of such a shape run there (conv2d_uses_direct),
+ * as measured against oneDNN (bench_conv):
+ *   - backward-data: always (oneDNN's few-channel data gradient ran 3 to 4
+ *     times slower);
+ *   - forward: always for a narrow output; for a narrow input only when
+ *     the wide output is not NCHW (oneDNN's forward for few input channels
+ *     is as fast as the direct one, which would transpose an NCHW output
+ *     from channels-last on every call: 3.3 against 2.5 ms for 3 -> 64
+ *     channels at 128 x 128, bench_conv's deblur_stem_7x7);
+ *   - weight gradient: only while the wide side (all images) holds at most
+ *     CONV2D_DIRECT_WEIGHTS_MAX floats: its kernel reads the wide tensor
+ *     once per narrow channel and kernel row, which pays while the tensor
+ *     stays in a core's cache (deblur_stem_7x7's 4 MiB: 11 ms direct
+ *     against 3.4 ms on oneDNN; the deblurring generator's 1 MiB: 0.4 ms
+ *     against 2.4 ms).
+ * conv2d_set_direct(0) sends every pass to oneDNN (benchmarks compare the
+ * two).
  *
  * Winograd. A shape with winograd = 1 that is a 3x3 convolution, stride
  * and dilation 1, groups 1, not transposed, fp32, with both sides'
@@ -83,6 +98,8 @@ typedef enum Conv2dLayout {
 
 /* At most this many channels on one side send a shape to the direct kernels. */
 #define CONV2D_DIRECT_NARROW 4
+/* The largest wide side (floats, all images) whose weight gradient runs direct: 2 MiB. */
+#define CONV2D_DIRECT_WEIGHTS_MAX ((size_t)1 << 19)
 
 typedef struct Conv2dShape {
   int batch;
@@ -146,11 +163,18 @@ int conv2d_backward_data(const Conv2dShape *s, Conv2dPrecision prec, float *dx, 
 int conv2d_backward_weights(const Conv2dShape *s, Conv2dPrecision prec, float *dw, float *dbias, const float *dy,
                             const float *x, int accumulate, Error *err);
 
-/* 1 when this shape and precision run on the direct kernels, 0 when on
- * oneDNN (or when the shape is invalid). */
-int conv2d_uses_direct(const Conv2dShape *s, Conv2dPrecision prec);
-/* Process-wide: 1 (default) lets conv2d_uses_direct's shapes run on the
- * direct kernels, 0 runs every shape on oneDNN. Set it between calls, not
+typedef enum Conv2dPass {
+  CONV2D_PASS_FORWARD = 0,
+  CONV2D_PASS_BACKWARD_DATA = 1,
+  CONV2D_PASS_BACKWARD_WEIGHTS = 2,
+} Conv2dPass;
+
+/* 1 when this pass of this shape and precision runs on the direct kernels
+ * (see "Direct kernels" above), 0 when on oneDNN (or when the shape is
+ * invalid). */
+int conv2d_uses_direct(const Conv2dShape *s, Conv2dPrecision prec, Conv2dPass pass);
+/* Process-wide: 1 (default) lets conv2d_uses_direct's passes run on the
+ * direct kernels, 0 runs every pass on oneDNN. Set it between calls, not
  * while another thread convolves. */
 void conv2d_set_direct(int enabled);
 int conv2d_direct_enabled(void);

@@ -1,6 +1,6 @@
 /* Internal to the conv2d module: fivefold's own kernels for convolutions
  * with few channels on one side (conv2d.h, "Direct kernels"), which
- * conv2d_onednn.c's public passes call for the shapes conv2d_uses_direct
+ * conv2d_onednn.c's public passes call for the passes conv2d_uses_direct
  * accepts. Not a public header.
  *
  * The idea: of the two sides of such a convolution, the "narrow" one has

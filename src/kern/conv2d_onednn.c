@@ -2,7 +2,7 @@
  * one pass for one shape, the reorders between the caller's plain fp32
  * tensors (NCHW or NHWC) and the layouts (and bf16) the primitive chose,
  * the cache that keeps all of that per shape, and the three public passes,
- * which hand the shapes of conv2d_uses_direct to kern/conv2d_direct.c. */
+ * which hand the passes of conv2d_uses_direct to kern/conv2d_direct.c. */
 #include <dnnl.h>
 #include <omp.h>
 #include <pthread.h>
@@ -245,15 +245,24 @@ static int entry_create(const ConvKey *key, ConvEntry **out, Error *err) {
   if (g.cs == 1 && g.big_layout == CONV2D_NHWC) g.small_layout = CONV2D_NHWC;
   DNNL_TRY(user_activation_md(&big_user, g.n, g.cb, g.hb_view, g.wb_view, g.hb, g.wb, g.big_layout));
   DNNL_TRY(user_activation_md(&small_user, g.n, g.cs, g.hs, g.ws, g.hs, g.ws, g.small_layout));
+  /* oneDNN's NHWC kernels want NHWC on both sides: a channels-last side
+   * beside another layout is left to oneDNN's choice and reordered (forced,
+   * beside a 3-channel NCHW side, it left a reference kernel, 400 times
+   * slower). Blocked beside NCHW is one of oneDNN's own choices. */
+  int prim_big = g.big_layout, prim_small = g.small_layout;
+  if ((prim_big == CONV2D_NHWC) != (prim_small == CONV2D_NHWC)) {
+    if (prim_big == CONV2D_NHWC) prim_big = CONV2D_NCHW;
+    if (prim_small == CONV2D_NHWC) prim_small = CONV2D_NCHW;
+  }
   DNNL_TRY(weights_md(&wei_user, &g, tr, dnnl_f32, 0));
   dnnl_dims_t bias_dims = {key->shape.out_channels};
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&bias_md, 1, bias_dims, dnnl_f32, dnnl_x));
   /* Inputs of a pass in the compute type, its output in fp32. */
-  DNNL_TRY(any_md(&big_in, g.n, g.cb, g.hb_view, g.wb_view, in_dt, g.big_layout));
-  DNNL_TRY(any_md(&small_in, g.n, g.cs, g.hs, g.ws, in_dt, g.small_layout));
+  DNNL_TRY(any_md(&big_in, g.n, g.cb, g.hb_view, g.wb_view, in_dt, prim_big));
+  DNNL_TRY(any_md(&small_in, g.n, g.cs, g.hs, g.ws, in_dt, prim_small));
   DNNL_TRY(weights_md(&wei_in, &g, tr, in_dt, 1));
-  DNNL_TRY(any_md(&big_any, g.n, g.cb, g.hb_view, g.wb_view, dnnl_f32, g.big_layout));
-  DNNL_TRY(any_md(&small_any, g.n, g.cs, g.hs, g.ws, dnnl_f32, g.small_layout));
+  DNNL_TRY(any_md(&big_any, g.n, g.cb, g.hb_view, g.wb_view, dnnl_f32, prim_big));
+  DNNL_TRY(any_md(&small_any, g.n, g.cs, g.hs, g.ws, dnnl_f32, prim_small));
   DNNL_TRY(weights_md(&wei_any, &g, tr, dnnl_f32, 1));
   /* x / y as the primitive's src / dst. */
   const dnnl_memory_desc_t *x_user = tr ? &small_user : &big_user, *y_user = tr ? &big_user : &small_user;
@@ -459,7 +468,7 @@ int conv2d_forward_epilogue(const Conv2dShape *s, Conv2dPrecision prec, float *y
   int rc;
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(y, x, w, "forward", err))) return rc;
   ep.accumulate = ep.accumulate != 0, ep.relu = ep.relu != 0;
-  if (conv2d_uses_direct(s, prec)) return conv2d_direct_forward(s, y, x, w, bias, ep, err);
+  if (conv2d_uses_direct(s, prec, CONV2D_PASS_FORWARD)) return conv2d_direct_forward(s, y, x, w, bias, ep, err);
   void *ptrs[MAX_ARGS];
   int n = 0;
   ptrs[n++] = (void *)x, ptrs[n++] = (void *)w;
@@ -480,7 +489,8 @@ int conv2d_backward_data(const Conv2dShape *s, Conv2dPrecision prec, float *dx, 
   Conv2dGeom g;
   int rc;
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(dx, dy, w, "backward-data", err))) return rc;
-  if (conv2d_uses_direct(s, prec)) return conv2d_direct_backward_data(s, dx, dy, w, accumulate != 0, err);
+  if (conv2d_uses_direct(s, prec, CONV2D_PASS_BACKWARD_DATA))
+    return conv2d_direct_backward_data(s, dx, dy, w, accumulate != 0, err);
   void *ptrs[MAX_ARGS] = {(void *)dy, (void *)w, dx};
   if ((rc = run_pass(s, prec, PASS_BACKWARD_DATA, accumulate != 0, 0, 0, ptrs, err))) return rc;
   if (!s->transposed && !accumulate) fill_outside_view(&g, dx, NULL, (Conv2dEpilogue){0, 0});
@@ -492,7 +502,8 @@ int conv2d_backward_weights(const Conv2dShape *s, Conv2dPrecision prec, float *d
   Conv2dGeom g;
   int rc;
   if ((rc = conv2d_geom(s, &g, err)) || (rc = check_pointers(dw, dy, x, "backward-weights", err))) return rc;
-  if (conv2d_uses_direct(s, prec)) return conv2d_direct_backward_weights(s, dw, dbias, dy, x, accumulate != 0, err);
+  if (conv2d_uses_direct(s, prec, CONV2D_PASS_BACKWARD_WEIGHTS))
+    return conv2d_direct_backward_weights(s, dw, dbias, dy, x, accumulate != 0, err);
   void *ptrs[MAX_ARGS] = {(void *)x, (void *)dy, dw};
   if ((rc = run_pass(s, prec, PASS_BACKWARD_WEIGHTS, accumulate != 0, 0, 0, ptrs, err))) return rc;
   /* dbias here, not in the primitive: over the full output (the view

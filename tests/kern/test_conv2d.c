@@ -130,7 +130,7 @@ static void test_conv2d_matches_reference_over_shapes(void **state) {
               if (conv2d_output_count(&s) == 0) continue; /* padding not below the kernel extent */
               double e = check_shape_fp32(&s, 100 + cases, cases % 3 == 0);
               if (e > worst) worst = e;
-              on_direct += conv2d_uses_direct(&s, CONV2D_FP32);
+              on_direct += conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_DATA);
               cases++;
             }
   print_message("conv2d fp32 vs reference: %d shapes (%d on the direct kernels), worst rel err %.3g\n", cases,

@@ -5,9 +5,11 @@
  * vector), kernels from 1x1 to 7x7 with every padding and dilations 1 and
  * 2, images narrower and wider than a register block, x and y in NCHW or
  * NHWC and the wide side blocked (16 channels a group), the accumulate
- * contract, the forward's epilogue (accumulate onto y, ReLU); the deblurring generator's first and last
- * convolution; finite-difference gradient checks of every pass; results
- * bit-identical for 1 to 4 threads; which shapes the dispatch sends here.
+ * contract, the forward's epilogue (accumulate onto y, ReLU); the
+ * deblurring generator's first and last convolution; finite-difference
+ * gradient checks of every pass; results
+ * bit-identical for 1 to 4 threads; which shapes the dispatch sends here
+ * (and the weight gradient of a large wide side to oneDNN).
  * tests/kern/tests.cmake builds it twice more, with the kernels compiled
  * without AVX-512 and without AVX, and each build checks that it runs the
  * instruction set it was built for. */
@@ -28,6 +30,13 @@ static Conv2dShape shape_of(int batch, int cin, int cout, int h, int w, int kh, 
   s.batch = batch, s.in_channels = cin, s.out_channels = cout, s.in_h = h, s.in_w = w;
   s.kernel_h = kh, s.kernel_w = kw, s.pad_h = ph, s.pad_w = pw, s.dilation_h = s.dilation_w = dil;
   return s;
+}
+
+/* How many of the shape's three passes run on the direct kernels. */
+static size_t direct_passes(const Conv2dShape *s) {
+  return (size_t)conv2d_uses_direct(s, CONV2D_FP32, CONV2D_PASS_FORWARD) +
+         (size_t)conv2d_uses_direct(s, CONV2D_FP32, CONV2D_PASS_BACKWARD_DATA) +
+         (size_t)conv2d_uses_direct(s, CONV2D_FP32, CONV2D_PASS_BACKWARD_WEIGHTS);
 }
 
 /* The instruction set of the kernels linked in is the one this file was
@@ -52,7 +61,7 @@ static void test_direct_matches_reference(void **state) {
   static const int sizes[][2] = {{5, 9}, {12, 19}, {3, 4}, {8, 17}};
   int cases = 0, blocked = 0;
   double worst = 0.0;
-  size_t calls = conv2d_direct_calls();
+  size_t calls = conv2d_direct_calls(), expected = 0, on_onednn = 0;
   for (int narrow_out = 0; narrow_out < 2; narrow_out++)
     for (int narrow = 1; narrow <= CONV2D_DIRECT_NARROW; narrow++)
       for (size_t wi = 0; wi < sizeof wides / sizeof wides[0]; wi++)
@@ -75,14 +84,17 @@ static void test_direct_matches_reference(void **state) {
             s.y_layout = narrow_out ? narrow_layout : CONV2D_NCHW16C;
             blocked++;
           }
-          assert_true(conv2d_uses_direct(&s, CONV2D_FP32));
+          assert_true(conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_DATA));
+          expected += direct_passes(&s);
+          on_onednn += 3 - direct_passes(&s);
           double e = conv_test_check_layouts(&s, 1000 + (uint64_t)c, c % 2);
           worst = e > worst ? e : worst;
           cases++;
         }
-  print_message("direct conv vs reference: %d shapes (%d with a blocked wide side), worst rel err %.3g\n", cases,
-                blocked, worst);
-  assert_int_equal(conv2d_direct_calls() - calls, 3 * (size_t)cases); /* every pass ran here */
+  print_message("direct conv vs reference: %d shapes (%d with a blocked wide side, %zu of their passes on "
+                "oneDNN), worst rel err %.3g\n", cases, blocked, on_onednn, worst);
+  assert_int_equal(conv2d_direct_calls() - calls, expected); /* each pass where conv2d_uses_direct says */
+  assert_true(expected >= 2 * (size_t)cases);
   assert_true(worst < 1e-5);
 }
 
@@ -111,7 +123,7 @@ static void test_direct_forward_epilogue(void **state) {
   Conv2dShape shapes[3] = {shape_of(2, 24, 2, 9, 13, 5, 3, 2, 1, 1), shape_of(2, 2, 24, 9, 13, 3, 5, 1, 2, 1),
                            shape_of(1, 1, 32, 12, 12, 7, 7, 3, 3, 1)};
   double worst = 0.0;
-  size_t calls = conv2d_direct_calls();
+  size_t calls = conv2d_direct_calls(), expected = 0;
   int cases = 0;
   for (int i = 0; i < 3; i++)
     for (int layouts = 0; layouts < 3; layouts++)
@@ -119,12 +131,14 @@ static void test_direct_forward_epilogue(void **state) {
         Conv2dShape s = shapes[i];
         int wide = layouts == 2 && (i == 2) ? CONV2D_NCHW16C : layouts == 1 ? CONV2D_NHWC : CONV2D_NCHW;
         if (i == 0) s.x_layout = wide; else s.y_layout = wide;
+        expected += (size_t)conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_FORWARD);
         double err = conv_test_check_epilogue(&s, 1300 + 12 * i + 4 * layouts + e, (Conv2dEpilogue){e & 1, e >> 1});
         worst = err > worst ? err : worst;
         cases++;
       }
   print_message("direct conv forward epilogue: %d cases, worst rel err %.3g\n", cases, worst);
-  assert_int_equal(conv2d_direct_calls() - calls, (size_t)cases);
+  assert_int_equal(conv2d_direct_calls() - calls, expected);
+  assert_true(expected >= (size_t)cases * 2 / 3); /* the narrow inputs' NCHW outputs went to oneDNN */
   assert_true(worst < 1e-5);
 }
 
@@ -152,7 +166,7 @@ static double grad_loss(void *ctx) {
 
 static void gradcheck(Conv2dShape s, uint64_t seed) {
   GradCase g = {.s = s, .nx = conv2d_input_count(&s), .ny = conv2d_output_count(&s), .nw = conv2d_weight_count(&s)};
-  assert_true(conv2d_uses_direct(&s, CONV2D_FP32));
+  assert_int_equal(direct_passes(&s), 3);
   int oh, ow;
   conv2d_output_size(&s, &oh, &ow, NULL);
   g.x = test_alloc(g.nx), g.xl = test_alloc(g.nx), g.w = test_alloc(g.nw), g.b = test_alloc(s.out_channels);
@@ -201,9 +215,11 @@ static void test_direct_bit_identical_across_threads(void **state) {
   Conv2dShape shapes[3] = {shape_of(3, 32, 1, 32, 32, 7, 7, 3, 3, 1), shape_of(3, 1, 32, 32, 32, 7, 7, 3, 3, 1),
                            shape_of(2, 3, 19, 13, 21, 3, 5, 1, 2, 2)};
   shapes[0].x_layout = shapes[1].y_layout = CONV2D_NCHW16C;
+  shapes[2].y_layout = CONV2D_NHWC; /* every pass direct */
   int saved = omp_get_max_threads();
   for (int i = 0; i < 3; i++) {
     const Conv2dShape *s = &shapes[i];
+    assert_int_equal(direct_passes(s), 3);
     size_t nx = conv2d_input_count(s), ny = conv2d_output_count(s), nw = conv2d_weight_count(s);
     float *x = test_alloc(nx), *w = test_alloc(nw), *b = test_alloc(s->out_channels), *r = test_alloc(ny);
     test_fill_normal(x, nx, 40 + i, 1.0f);
@@ -233,26 +249,49 @@ static void test_direct_bit_identical_across_threads(void **state) {
   omp_set_num_threads(saved);
 }
 
+/* A wide side larger than CONV2D_DIRECT_WEIGHTS_MAX floats: forward and
+ * backward-data run direct, the weight gradient on oneDNN; all right. */
+static void test_direct_large_wide_side(void **state) {
+  (void)state;
+  Conv2dShape s = shape_of(3, 3, 32, 80, 80, 7, 7, 3, 3, 1); /* 3 x 32 x 80 x 80 = 614400 floats */
+  s.y_layout = CONV2D_NHWC;
+  assert_true((size_t)s.batch * s.out_channels * s.in_h * s.in_w > CONV2D_DIRECT_WEIGHTS_MAX);
+  assert_true(conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_FORWARD));
+  assert_true(conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_DATA));
+  assert_false(conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_WEIGHTS));
+  size_t calls = conv2d_direct_calls();
+  double e = conv_test_check_layouts(&s, 4000, 1);
+  print_message("3 -> 32 channels at 80 x 80, 3 images: worst rel err %.3g\n", e);
+  assert_int_equal(conv2d_direct_calls() - calls, 2);
+  assert_true(e < 1e-5);
+}
+
 /* Which shapes go direct: few channels on one side, stride 1, groups 1,
  * not transposed, fp32, and only while allowed. */
 static void test_direct_dispatch(void **state) {
   (void)state;
   Conv2dShape s = shape_of(1, 32, 4, 8, 8, 3, 3, 1, 1, 1);
-  assert_true(conv2d_uses_direct(&s, CONV2D_FP32));
-  assert_false(conv2d_uses_direct(&s, CONV2D_BF16));
+  assert_int_equal(direct_passes(&s), 3);
+  assert_false(conv2d_uses_direct(&s, CONV2D_BF16, CONV2D_PASS_BACKWARD_DATA));
   Conv2dShape t = s;
   t.out_channels = CONV2D_DIRECT_NARROW + 1;
-  assert_false(conv2d_uses_direct(&t, CONV2D_FP32));
+  assert_int_equal(direct_passes(&t), 0);
   t = s, t.stride_w = 2;
-  assert_false(conv2d_uses_direct(&t, CONV2D_FP32));
+  assert_int_equal(direct_passes(&t), 0);
   t = s, t.groups = 4, t.out_channels = 4;
-  assert_false(conv2d_uses_direct(&t, CONV2D_FP32));
+  assert_int_equal(direct_passes(&t), 0);
   t = s, t.transposed = 1;
-  assert_false(conv2d_uses_direct(&t, CONV2D_FP32));
+  assert_int_equal(direct_passes(&t), 0);
   t = s, t.kernel_h = 20; /* not a convolution */
-  assert_false(conv2d_uses_direct(&t, CONV2D_FP32));
+  assert_int_equal(direct_passes(&t), 0);
+  /* a narrow input's forward into an NCHW output (more than one channel) is oneDNN's */
+  t = shape_of(1, 3, 32, 8, 8, 3, 3, 1, 1, 1);
+  assert_false(conv2d_uses_direct(&t, CONV2D_FP32, CONV2D_PASS_FORWARD));
+  assert_int_equal(direct_passes(&t), 2);
+  t.y_layout = CONV2D_NHWC;
+  assert_int_equal(direct_passes(&t), 3);
   conv2d_set_direct(0);
-  assert_false(conv2d_uses_direct(&s, CONV2D_FP32));
+  assert_int_equal(direct_passes(&s), 0);
   assert_int_equal(conv2d_direct_enabled(), 0);
   size_t calls = conv2d_direct_calls();
   assert_true(conv_test_check_layouts(&s, 3000, 0) < 1e-5); /* on oneDNN now */
@@ -270,6 +309,7 @@ int main(void) {
       cmocka_unit_test(test_direct_forward_epilogue),
       cmocka_unit_test(test_direct_gradcheck),
       cmocka_unit_test(test_direct_bit_identical_across_threads),
+      cmocka_unit_test(test_direct_large_wide_side),
       cmocka_unit_test(test_direct_dispatch),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
