@@ -4,8 +4,13 @@
  * where the CPU has AVX-512 BF16), on the OpenMP threads of the
  * environment. One key=value line per shape and precision, in the format
  * bench/torch_conv_bench.py prints for PyTorch, so bench/bench_conv.sh can
- * take ratios. Figures are the fastest of the runs made in the time given;
- * nothing passes or fails.
+ * take ratios; a shape some of whose passes conv2d runs on its direct
+ * kernels (few channels on one side; conv2d.h says which passes) gets a
+ * second fp32 line with every pass on oneDNN (path=onednn) beside the one
+ * as conv2d chooses (path=direct). The deblurring
+ * generator's shapes keep their activations channels-last (x_layout /
+ * y_layout NHWC) as nets/gan.c does. Figures are the fastest of the runs
+ * made in the time given; nothing passes or fails.
  *
  * FLOP convention: forward 2 * multiply-adds (conv2d_forward_flops), the
  * backward pass twice that (data and weights gradients cost one forward
@@ -24,16 +29,21 @@
 typedef struct BenchConv {
   const char *name;
   int transposed, n, cin, h, w, cout, k, stride, pad, output_pad, groups;
+  int x_nhwc, y_nhwc; /* channels-last tensors (PyTorch: channels_last memory format) */
 } BenchConv;
 
 /* Keep in step with bench/torch_conv_bench.py. */
 static const BenchConv kShapes[] = {
-    {"deblur_stem_7x7", 0, 1, 3, 128, 128, 64, 7, 1, 3, 0, 1},
-    {"deblur_down_3x3_s2", 0, 1, 64, 128, 128, 128, 3, 2, 1, 0, 1},
-    {"deblur_res_3x3", 0, 1, 256, 32, 32, 256, 3, 1, 1, 0, 1},
-    {"deblur_up_convT_3x3_s2", 1, 1, 256, 32, 32, 128, 3, 2, 1, 1, 1},
-    {"lenet_c1_5x5", 0, 64, 1, 32, 32, 6, 5, 1, 0, 0, 1},
-    {"lenet_c3_5x5", 0, 64, 6, 14, 14, 16, 5, 1, 0, 0, 1},
+    {"deblur_stem_7x7", 0, 1, 3, 128, 128, 64, 7, 1, 3, 0, 1, 0, 0},
+    {"deblur_down_3x3_s2", 0, 1, 64, 128, 128, 128, 3, 2, 1, 0, 1, 0, 0},
+    {"deblur_res_3x3", 0, 1, 256, 32, 32, 256, 3, 1, 1, 0, 1, 0, 0},
+    {"deblur_up_convT_3x3_s2", 1, 1, 256, 32, 32, 128, 3, 2, 1, 1, 1, 0, 0},
+    {"lenet_c1_5x5", 0, 64, 1, 32, 32, 6, 5, 1, 0, 0, 1, 0, 0},
+    {"lenet_c3_5x5", 0, 64, 6, 14, 14, 16, 5, 1, 0, 0, 1, 0, 0},
+    /* the full-resolution deblurring generator (configs/gan/deblur-lfw.json), micro-batch 8 */
+    {"gen_in_7x7", 0, 8, 1, 32, 32, 32, 7, 1, 3, 0, 1, 0, 1},
+    {"gen_res_3x3", 0, 8, 32, 32, 32, 32, 3, 1, 1, 0, 1, 1, 1},
+    {"gen_out_7x7", 0, 8, 32, 32, 32, 1, 7, 1, 3, 0, 1, 1, 0},
 };
 
 static float *random_buffer(size_t n, uint64_t stream) {
@@ -92,18 +102,27 @@ int main(int argc, char **argv) {
     s.transposed = c->transposed, s.batch = c->n, s.in_channels = c->cin, s.in_h = c->h, s.in_w = c->w;
     s.out_channels = c->cout, s.kernel_h = s.kernel_w = c->k, s.stride_h = s.stride_w = c->stride;
     s.pad_h = s.pad_w = c->pad, s.output_pad_h = s.output_pad_w = c->output_pad, s.groups = c->groups;
+    s.x_layout = c->x_nhwc ? CONV2D_NHWC : CONV2D_NCHW, s.y_layout = c->y_nhwc ? CONV2D_NHWC : CONV2D_NCHW;
     size_t nx = conv2d_input_count(&s), ny = conv2d_output_count(&s), nw = conv2d_weight_count(&s);
     float *x = random_buffer(nx, 1), *w = random_buffer(nw, 2), *b = random_buffer(c->cout, 3);
     float *dy = random_buffer(ny, 4), *y = random_buffer(ny, 5), *dx = random_buffer(nx, 6);
     float *dw = random_buffer(nw, 7), *db = random_buffer(c->cout, 8);
     double flops = conv2d_forward_flops(&s);
-    for (int p = 0; p < 1 + bf16; p++) {
-      Conv2dPrecision prec = p ? CONV2D_BF16 : CONV2D_FP32;
+    int direct = conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_FORWARD) ||
+                 conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_DATA) ||
+                 conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_WEIGHTS);
+    /* run 0: as conv2d chooses; run 1 (direct shapes only): fp32 on oneDNN */
+    for (int run = 0; run < 1 + bf16 + direct; run++) {
+      int on_onednn = run == 1 + bf16;
+      Conv2dPrecision prec = run == 1 && bf16 ? CONV2D_BF16 : CONV2D_FP32;
+      conv2d_set_direct(!on_onednn);
       Timings t = measure(&s, prec, seconds, y, x, w, b, dy, dx, dw, db);
+      conv2d_set_direct(1);
       printf("fivefold_conv shape=%s precision=%s threads=%d fwd_ms=%.3f bwd_ms=%.3f fwd_gflops=%.1f "
-             "bwd_gflops=%.1f\n",
-             c->name, p ? "bf16" : "fp32", omp_get_max_threads(), t.fwd * 1e3, t.bwd * 1e3, flops / t.fwd * 1e-9,
-             2.0 * flops / t.bwd * 1e-9);
+             "bwd_gflops=%.1f path=%s\n",
+             c->name, prec == CONV2D_BF16 ? "bf16" : "fp32", omp_get_max_threads(), t.fwd * 1e3, t.bwd * 1e3,
+             flops / t.fwd * 1e-9, 2.0 * flops / t.bwd * 1e-9,
+             direct && prec == CONV2D_FP32 && !on_onednn ? "direct" : "onednn");
       fflush(stdout);
     }
     alloc_big_free(x), alloc_big_free(w), alloc_big_free(b), alloc_big_free(dy), alloc_big_free(y);

@@ -14,14 +14,17 @@ import torch
 import torch.nn.functional as F
 
 # Keep in step with kShapes in bench/bench_conv.c:
-# name, transposed, N, Cin, H, W, Cout, k, stride, pad, output_pad, groups
+# name, transposed, N, Cin, H, W, Cout, k, stride, pad, output_pad, groups, x channels-last
 SHAPES = [
-    ("deblur_stem_7x7", 0, 1, 3, 128, 128, 64, 7, 1, 3, 0, 1),
-    ("deblur_down_3x3_s2", 0, 1, 64, 128, 128, 128, 3, 2, 1, 0, 1),
-    ("deblur_res_3x3", 0, 1, 256, 32, 32, 256, 3, 1, 1, 0, 1),
-    ("deblur_up_convT_3x3_s2", 1, 1, 256, 32, 32, 128, 3, 2, 1, 1, 1),
-    ("lenet_c1_5x5", 0, 64, 1, 32, 32, 6, 5, 1, 0, 0, 1),
-    ("lenet_c3_5x5", 0, 64, 6, 14, 14, 16, 5, 1, 0, 0, 1),
+    ("deblur_stem_7x7", 0, 1, 3, 128, 128, 64, 7, 1, 3, 0, 1, 0),
+    ("deblur_down_3x3_s2", 0, 1, 64, 128, 128, 128, 3, 2, 1, 0, 1, 0),
+    ("deblur_res_3x3", 0, 1, 256, 32, 32, 256, 3, 1, 1, 0, 1, 0),
+    ("deblur_up_convT_3x3_s2", 1, 1, 256, 32, 32, 128, 3, 2, 1, 1, 1, 0),
+    ("lenet_c1_5x5", 0, 64, 1, 32, 32, 6, 5, 1, 0, 0, 1, 0),
+    ("lenet_c3_5x5", 0, 64, 6, 14, 14, 16, 5, 1, 0, 0, 1, 0),
+    ("gen_in_7x7", 0, 8, 1, 32, 32, 32, 7, 1, 3, 0, 1, 0),
+    ("gen_res_3x3", 0, 8, 32, 32, 32, 32, 3, 1, 1, 0, 1, 1),
+    ("gen_out_7x7", 0, 8, 32, 32, 32, 1, 7, 1, 3, 0, 1, 1),
 ]
 
 
@@ -37,9 +40,12 @@ def main():
     precisions = ["fp32"] if "--no-bf16" in sys.argv else ["fp32", "bf16"]
     torch.set_num_threads(threads)
     print(f"pytorch conv benchmark, torch {torch.__version__}, {threads} threads, {seconds:.2f} s per figure")
-    for name, tr, n, cin, h, w, cout, k, stride, pad, opad, groups in SHAPES:
+    for name, tr, n, cin, h, w, cout, k, stride, pad, opad, groups, nhwc in SHAPES:
         gen = torch.Generator().manual_seed(1)
-        x = torch.randn(n, cin, h, w, generator=gen).requires_grad_(True)
+        x = torch.randn(n, cin, h, w, generator=gen)
+        if nhwc:
+            x = x.contiguous(memory_format=torch.channels_last)
+        x.requires_grad_(True)
         wshape = (cin, cout // groups, k, k) if tr else (cout, cin // groups, k, k)
         wt = torch.randn(*wshape, generator=gen).requires_grad_(True)
         b = torch.randn(cout, generator=gen).requires_grad_(True)

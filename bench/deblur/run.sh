@@ -26,7 +26,7 @@
 # FASHION_TEST [100] (test images scored), VAL_PAIRS [100] (validation images
 # blurred to choose the baselines' settings), WORK [runs/deblur-bench],
 # DOCS [docs/deblur] (where the PNGs go), PY [/usr/bin/python3],
-# SPEED [1] (the generator timing), RUNS ["content gan"].
+# SPEED [1] (the generator timing), ROUNDS [3] (its alternations), RUNS ["content gan"].
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FIVEFOLD=${FIVEFOLD:-build/fivefold}
@@ -172,9 +172,12 @@ for set in $SETS; do
 done
 
 # Speed: the generator alone (forward, content loss, backward), fivefold and
-# PyTorch alternated three times so that both see the same load, for the
-# trained network (NORM) and for the one with instance norm. Each line gives
-# images/s by the wall clock and images per CPU-second of the process.
+# PyTorch alternated (ROUNDS times, default 3) so that both see the same
+# load, for the trained network (NORM) and for the one with instance norm.
+# PyTorch runs twice per round: in its default NCHW memory format and in
+# channels_last (its performance guide's advice for CPU convolutions).
+# Each line gives images/s by the wall clock and images per CPU-second of
+# the process.
 if [ "${SPEED:-1}" = 1 ]; then
   NORM=${NORM:-$("$PY" -c "import json; print(json.load(open('configs/gan/deblur-lfw.json'))['model']['generator']['norm'])")}
   # the faces config's generator shape, on both sides
@@ -184,12 +187,15 @@ if [ "${SPEED:-1}" = 1 ]; then
     echo "== speed: generator forward+backward, $THREADS threads, 32x32 grey, micro-batch 8, $filters filters," \
       "$blocks blocks, $downs downsamples, norm $norm, load $(cut -d' ' -f1-3 /proc/loadavg) (SPEED=0 skips it)"
     norm_flag=$([ "$norm" = none ] && echo --no-norm || true)
-    for round in 1 2 3; do
+    for round in $(seq 1 "${ROUNDS:-3}"); do
       "$BENCH_GEN" --threads "$THREADS" --size 32 --micro 8 --steps 30 --norm "$norm" "${shape[@]}" | grep images |
         sed "s/^/fivefold $round: /"
       # shellcheck disable=SC2086
       "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size 32 --steps 30 --generator-only $norm_flag \
         "${shape[@]}" | grep images | sed "s/^/torch $round: /"
+      # shellcheck disable=SC2086
+      "$PY" bench/deblur/torch_gan_step.py --threads "$THREADS" --size 32 --steps 30 --generator-only $norm_flag \
+        --channels-last "${shape[@]}" | grep images | sed "s/^/torch channels_last $round: /"
     done
   done
 fi

@@ -7,8 +7,13 @@ training step (critic phase then generator phase, as fivefold runs it).
 Usage: torch_gan_step.py [--threads 2] [--size 32] [--batch 16] [--micro 8]
        [--filters 16] [--blocks 4] [--downsamples 2] [--critic-filters 16]
        [--critic-layers 3] [--steps 20] [--generator-only] [--no-norm]
+       [--channels-last]
 --no-norm: the generator without instance norm (its convs keep their bias),
 as nets/gan.h builds it with "norm": "none".
+--channels-last: the networks and the images in PyTorch's channels_last
+memory format (oneDNN then runs on NHWC activations without reorders), the
+layout PyTorch's own performance guide recommends for convolutions on CPU;
+the default is PyTorch's default, NCHW.
 """
 import argparse
 import time
@@ -67,6 +72,7 @@ def main():
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--generator-only", action="store_true")
     ap.add_argument("--no-norm", action="store_true")
+    ap.add_argument("--channels-last", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -76,6 +82,11 @@ def main():
     opt_d = torch.optim.AdamW(D.parameters(), lr=2e-4, weight_decay=0)
     blurred = torch.rand(a.micro, 1, a.size, a.size)
     sharp = torch.rand(a.micro, 1, a.size, a.size)
+    if a.channels_last:
+        G.to(memory_format=torch.channels_last)
+        D.to(memory_format=torch.channels_last)
+        blurred = blurred.contiguous(memory_format=torch.channels_last)
+        sharp = sharp.contiguous(memory_format=torch.channels_last)
     accum = a.batch // a.micro
 
     def gen_fwd_bwd():
@@ -107,7 +118,7 @@ def main():
             fn()
         return images * a.steps / (time.perf_counter() - t), images * a.steps / (time.process_time() - c)
     print(f"torch {torch.__version__}, {a.threads} threads, {a.size}x{a.size} grey, micro-batch {a.micro}, "
-          f"norm {'none' if a.no_norm else 'instance'}")
+          f"norm {'none' if a.no_norm else 'instance'}, {'channels_last' if a.channels_last else 'NCHW'}")
     print("generator forward+backward: %.1f images/s, %.1f images per CPU-second" % rate(gen_fwd_bwd, a.micro))
     if a.generator_only:
         return

@@ -73,6 +73,17 @@ int conv2d_geom(const Conv2dShape *s, Conv2dGeom *g, Error *err) {
     return rc;
   if (s->transposed != 0 && s->transposed != 1)
     return error_set(err, ERR_ARG, "conv2d: transposed is %d, expected 0 or 1", s->transposed);
+  for (int side = 0; side < 2; side++) {
+    int layout = side ? s->y_layout : s->x_layout, channels = side ? s->out_channels : s->in_channels;
+    if (layout < CONV2D_NCHW || layout > CONV2D_NCHW16C)
+      return error_set(err, ERR_ARG, "conv2d: %s is %d, expected CONV2D_NCHW (0), CONV2D_NHWC (1) or "
+                       "CONV2D_NCHW16C (2)", side ? "y_layout" : "x_layout", layout);
+    if (layout == CONV2D_NCHW16C && channels % 16)
+      return error_set(err, ERR_ARG, "conv2d: %s is CONV2D_NCHW16C with %d channels, expected a multiple of 16",
+                       side ? "y_layout" : "x_layout", channels);
+  }
+  if (s->winograd != 0 && s->winograd != 1)
+    return error_set(err, ERR_ARG, "conv2d: winograd is %d, expected 0 or 1", s->winograd);
   if (s->in_channels % s->groups || s->out_channels % s->groups)
     return error_set(err, ERR_ARG, "conv2d: groups %d must divide in_channels %d and out_channels %d", s->groups,
                      s->in_channels, s->out_channels);
@@ -86,6 +97,8 @@ int conv2d_geom(const Conv2dShape *s, Conv2dGeom *g, Error *err) {
     return rc;
   r.cb = s->transposed ? s->out_channels : s->in_channels;
   r.cs = s->transposed ? s->in_channels : s->out_channels;
+  r.big_layout = s->transposed ? s->y_layout : s->x_layout;
+  r.small_layout = s->transposed ? s->x_layout : s->y_layout;
   double elems = (double)s->batch * (s->in_channels > s->out_channels ? s->in_channels : s->out_channels) * r.hb * r.wb;
   if (elems > 2147483647.0) return error_set(err, ERR_ARG, "conv2d: tensors of %.0f elements are too large", elems);
   if (g) *g = r;
@@ -185,10 +198,20 @@ static void ref_add_bias(const Conv2dShape *s, double *y, const float *bias) {
       for (size_t p = 0; p < plane; p++) y[((size_t)n * s->out_channels + c) * plane + p] += bias[c];
 }
 
+/* The geometry of a reference pass: NCHW tensors only. */
+static int ref_geom(const Conv2dShape *s, Conv2dGeom *g, Error *err) {
+  int rc = conv2d_geom(s, g, err);
+  if (rc) return rc;
+  if (s->x_layout != CONV2D_NCHW || s->y_layout != CONV2D_NCHW)
+    return error_set(err, ERR_ARG, "conv2d reference: %s is not NCHW, the reference takes NCHW tensors "
+                     "(transpose them first)", s->x_layout != CONV2D_NCHW ? "x_layout" : "y_layout");
+  return 0;
+}
+
 int conv2d_ref_forward(const Conv2dShape *s, double *y, const float *x, const float *w, const float *bias,
                        Error *err) {
   Conv2dGeom g;
-  int rc = conv2d_geom(s, &g, err);
+  int rc = ref_geom(s, &g, err);
   if (rc) return rc;
   if (s->transposed) {
     memset(y, 0, conv2d_output_count(s) * sizeof *y);
@@ -202,7 +225,7 @@ int conv2d_ref_forward(const Conv2dShape *s, double *y, const float *x, const fl
 
 int conv2d_ref_backward_data(const Conv2dShape *s, double *dx, const float *dy, const float *w, Error *err) {
   Conv2dGeom g;
-  int rc = conv2d_geom(s, &g, err);
+  int rc = ref_geom(s, &g, err);
   if (rc) return rc;
   if (s->transposed) {
     ref_relation(&g, REF_SMALL, dx, dy, NULL, w);
@@ -216,7 +239,7 @@ int conv2d_ref_backward_data(const Conv2dShape *s, double *dx, const float *dy, 
 int conv2d_ref_backward_weights(const Conv2dShape *s, double *dw, double *dbias, const float *dy, const float *x,
                                 Error *err) {
   Conv2dGeom g;
-  int rc = conv2d_geom(s, &g, err);
+  int rc = ref_geom(s, &g, err);
   if (rc) return rc;
   memset(dw, 0, conv2d_weight_count(s) * sizeof *dw);
   if (s->transposed) ref_relation(&g, REF_WEIGHT, dw, dy, x, NULL);
@@ -233,4 +256,80 @@ int conv2d_ref_backward_weights(const Conv2dShape *s, double *dw, double *dbias,
     }
   }
   return 0;
+}
+
+/* row[c] = the sum over the w pixels (stride floats apart) of channel c of
+ * a row, c < cn <= 256, in four partial sums (pixels x mod 4) added last:
+ * four independent chains of additions instead of one, each as long as a
+ * quarter of the row. */
+static void row_channel_sums(const float *p, int w, int stride, int cn, float *row) {
+  float part[4][256];
+  for (int k = 0; k < 4; k++)
+    for (int c = 0; c < cn; c++) part[k][c] = 0.0f;
+  int x = 0;
+  for (; x + 4 <= w; x += 4, p += 4 * (size_t)stride)
+    for (int k = 0; k < 4; k++)
+      for (int c = 0; c < cn; c++) part[k][c] += p[(size_t)k * stride + c];
+  for (; x < w; x++, p += stride)
+    for (int c = 0; c < cn; c++) part[0][c] += p[c];
+  for (int c = 0; c < cn; c++) row[c] = (part[0][c] + part[1][c]) + (part[2][c] + part[3][c]);
+}
+
+/* NCHW: one plane per (image, channel), summed in float, then the images
+ * in double. NHWC and blocked: each row of the image summed across its
+ * pixels into floats per channel (vectorisable: adjacent channels are
+ * adjacent floats; row_channel_sums), then the rows in double. Parallel
+ * over channels (NCHW), blocks of 16 channels, or not at all (NHWC: one
+ * pass over dy is memory-bound), so the order never depends on the thread
+ * count. */
+void conv2d_bias_gradient(const Conv2dShape *s, float *dbias, const float *dy, int accumulate) {
+  int oh = 0, ow = 0;
+  conv2d_output_size(s, &oh, &ow, NULL);
+  int channels = s->out_channels;
+  size_t plane = (size_t)oh * ow;
+  if (s->y_layout == CONV2D_NCHW16C) {
+    /* 16 channels side by side in each pixel of a block */
+    int blocks = channels / 16;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (int blk = 0; blk < blocks; blk++) {
+      double total[16] = {0};
+      float row[16];
+      for (int n = 0; n < s->batch; n++)
+        for (int y = 0; y < oh; y++) {
+          row_channel_sums(dy + ((((size_t)n * blocks + blk) * oh + y) * ow) * 16, ow, 16, 16, row);
+          for (int c = 0; c < 16; c++) total[c] += row[c];
+        }
+      for (int c = 0; c < 16; c++) {
+        float *d = &dbias[blk * 16 + c];
+        *d = accumulate ? *d + (float)total[c] : (float)total[c];
+      }
+    }
+    return;
+  }
+  if (s->y_layout != CONV2D_NHWC || channels == 1) {
+#pragma omp parallel for schedule(static) if (channels > 1)
+    for (int c = 0; c < channels; c++) {
+      double acc = 0.0;
+      for (int n = 0; n < s->batch; n++) {
+        const float *p = dy + ((size_t)n * channels + c) * plane;
+        float part = 0.0f;
+        for (size_t i = 0; i < plane; i++) part += p[i];
+        acc += part;
+      }
+      dbias[c] = accumulate ? dbias[c] + (float)acc : (float)acc;
+    }
+    return;
+  }
+  double total[256];
+  float row[256];
+  /* Channels in groups of 256, each group one pass over dy. */
+  for (int c0 = 0; c0 < channels; c0 += 256) {
+    int cn = channels - c0 < 256 ? channels - c0 : 256;
+    for (int c = 0; c < cn; c++) total[c] = 0.0;
+    for (size_t r = 0; r < (size_t)s->batch * oh; r++) {
+      row_channel_sums(dy + r * (size_t)ow * channels + c0, ow, channels, cn, row);
+      for (int c = 0; c < cn; c++) total[c] += row[c];
+    }
+    for (int c = 0; c < cn; c++) dbias[c0 + c] = accumulate ? dbias[c0 + c] + (float)total[c] : (float)total[c];
+  }
 }

@@ -1,6 +1,7 @@
 /* The deblurring GAN (nets/gan.h): the generator and the critic as chains
- * of registry layers with residual skips, the LSGAN, WGAN-GP and content
- * losses and the interface's operations with their two phases.
+ * of registry layers with residual skips (nets/gan_chain.h), the LSGAN,
+ * WGAN-GP and content losses and the interface's operations with their
+ * two phases.
  *
  * WGAN-GP's gradient penalty is differentiated in closed form, which the
  * critic it accepts allows: conv2d, linear and leaky_relu layers without
@@ -19,56 +20,17 @@
 
 #include "base/json_util.h"
 #include "base/rng.h"
+#include "kern/conv2d.h"
 #include "kern/image_metrics.h"
 #include "kern/vecops.h"
+#include "nets/gan_chain.h"
 #include "nets/layer.h"
 #include "nets/layer_spec.h"
 #include "nets/layer_util.h"
 
-#define GAN_MAX_LAYERS 200
 #define GAN_PSNR_CAP 100.0
 #define NAME_MAX_LEN 48
 #define GAN_EPS_STREAM 0x7767616e2d6770ULL /* WGAN-GP's eps draws */
-
-/* ---- a chain of layers with skips ---- */
-
-/* Layers run in order; a layer with skip_from[i] = j >= 0 has the output
- * of layer j added to its own (the end of a residual block), kept apart
- * from the layer's raw output, which its backward reads. */
-typedef struct Chain {
-  int num_layers, max_batch;
-  LayerShape in;
-  Layer layers[GAN_MAX_LAYERS];
-  int skip_from[GAN_MAX_LAYERS];
-  float *act[GAN_MAX_LAYERS];  /* raw outputs */
-  float *sum[GAN_MAX_LAYERS];  /* outputs plus the skip; NULL without one */
-  float *grad[GAN_MAX_LAYERS]; /* d loss / d output */
-  float *tmp;                  /* a layer's dx, before it is added */
-} Chain;
-
-static LayerShape chain_out_shape(const Chain *c) {
-  return c->num_layers ? c->layers[c->num_layers - 1].out : c->in;
-}
-
-static const float *chain_output_of(const Chain *c, int i, const float *x) {
-  if (i < 0) return x;
-  return c->sum[i] ? c->sum[i] : c->act[i];
-}
-
-/* Appends the layer of JSON text `spec` on the chain's current output. */
-static int chain_add(Chain *c, const char *spec, int skip_from, Error *err) {
-  if (c->num_layers >= GAN_MAX_LAYERS)
-    return error_set(err, ERR_CONFIG, "gan: more than %d layers in one network", GAN_MAX_LAYERS);
-  cJSON *obj = cJSON_Parse(spec);
-  if (!obj) return error_set(err, ERR_NOMEM, "gan: out of memory for a layer spec");
-  int i = c->num_layers;
-  int rc = layer_create(&c->layers[i], obj, chain_out_shape(c), c->max_batch, "gan", err);
-  cJSON_Delete(obj);
-  if (rc) return rc;
-  c->skip_from[i] = skip_from;
-  c->num_layers++;
-  return 0;
-}
 
 /* A conv that an instance norm follows has no bias: the norm subtracts it
  * again, and its gradient, zero but for rounding, would be AdamW-scaled
@@ -77,73 +39,10 @@ static int add_conv(Chain *c, int out_channels, int kernel, int stride, int padd
   char spec[192];
   snprintf(spec, sizeof spec, "{\"type\":\"conv2d\",\"out_channels\":%d,\"kernel\":%d,\"stride\":%d,\"padding\":%d,"
            "\"bias\":%s}", out_channels, kernel, stride, padding, bias ? "true" : "false");
-  return chain_add(c, spec, -1, err);
+  return gan_chain_add(c, spec, -1, err);
 }
 
-static int add_simple(Chain *c, const char *spec, Error *err) { return chain_add(c, spec, -1, err); }
-
-static int chain_alloc(Chain *c) {
-  size_t widest = layer_shape_numel(c->in);
-  for (int i = 0; i < c->num_layers; i++) {
-    size_t out = layer_shape_numel(c->layers[i].out), bytes = (size_t)c->max_batch * out * sizeof(float);
-    widest = out > widest ? out : widest;
-    if (!(c->act[i] = malloc(bytes)) || !(c->grad[i] = malloc(bytes))) return ERR_NOMEM;
-    if (c->skip_from[i] >= 0 && !(c->sum[i] = malloc(bytes))) return ERR_NOMEM;
-  }
-  return (c->tmp = malloc((size_t)c->max_batch * widest * sizeof(float))) ? 0 : ERR_NOMEM;
-}
-
-static void chain_free(Chain *c) {
-  for (int i = 0; i < c->num_layers; i++) {
-    layer_free(&c->layers[i]);
-    free(c->act[i]);
-    free(c->sum[i]);
-    free(c->grad[i]);
-  }
-  free(c->tmp);
-}
-
-static int chain_forward(Chain *c, const float *x, int n, int train, Error *err) {
-  for (int i = 0; i < c->num_layers; i++) {
-    Layer *l = &c->layers[i];
-    int rc = l->ops->forward(l, chain_output_of(c, i - 1, x), c->act[i], n, train, err);
-    if (rc) return error_wrap(err, "gan: layer %d (%s) forward", i, l->ops->kind);
-    if (c->sum[i]) {
-      size_t len = (size_t)n * layer_shape_numel(l->out);
-      const float *skip = chain_output_of(c, c->skip_from[i], x);
-      for (size_t k = 0; k < len; k++) c->sum[i][k] = c->act[i][k] + skip[k];
-    }
-  }
-  return 0;
-}
-
-/* dy: d loss / d chain output; dx (NULL: not needed) gets d loss / d x.
- * Parameter gradients add into the layers' bound grad buffers. */
-static int chain_backward(Chain *c, const float *x, const float *dy, float *dx, int n, Error *err) {
-  int last = c->num_layers - 1;
-  for (int i = 0; i < last; i++) memset(c->grad[i], 0, (size_t)n * layer_shape_numel(c->layers[i].out) * sizeof(float));
-  memcpy(c->grad[last], dy, (size_t)n * layer_shape_numel(c->layers[last].out) * sizeof(float));
-  for (int i = last; i >= 0; i--) {
-    Layer *l = &c->layers[i];
-    size_t len = (size_t)n * layer_shape_numel(l->out);
-    if (c->skip_from[i] >= 0)
-      for (size_t k = 0; k < len; k++) c->grad[c->skip_from[i]][k] += c->grad[i][k];
-    float *into = i > 0 ? c->tmp : dx;
-    int rc = l->ops->backward(l, chain_output_of(c, i - 1, x), c->act[i], c->grad[i], into, n, err);
-    if (rc) return error_wrap(err, "gan: layer %d (%s) backward", i, l->ops->kind);
-    if (i > 0) {
-      size_t in_len = (size_t)n * layer_shape_numel(l->in);
-      for (size_t k = 0; k < in_len; k++) c->grad[i - 1][k] += c->tmp[k];
-    }
-  }
-  return 0;
-}
-
-static double chain_mults(const Chain *c) {
-  double sum = 0;
-  for (int i = 0; i < c->num_layers; i++) sum += c->layers[i].mults_per_sample;
-  return sum;
-}
+static int add_simple(Chain *c, const char *spec, Error *err) { return gan_chain_add(c, spec, -1, err); }
 
 /* ---- the two networks ---- */
 
@@ -173,7 +72,7 @@ static int build_generator(Chain *c, const GanConfig *cfg, Error *err) {
       if (norm) snprintf(spec, sizeof spec, "%s", norm);
       else snprintf(spec, sizeof spec, "{\"type\":\"conv2d\",\"out_channels\":%d,\"kernel\":3,\"stride\":1,"
                     "\"padding\":1,\"bias\":true}", f);
-      rc = chain_add(c, spec, block_input, err);
+      rc = gan_chain_add(c, spec, block_input, err);
     }
   }
   for (int d = 0; d < cfg->gen_downsamples && !rc; d++) {
@@ -391,7 +290,7 @@ static double mean_psnr(const Gan *g, const float *out, const float *sharp, int 
 
 /* The generator's output on blurred into the fake half of critic_in. */
 static int generate(Gan *g, const float *blurred, int n, int train, Error *err) {
-  int rc = chain_forward(&g->gen, blurred, n, train, err);
+  int rc = gan_chain_forward(&g->gen, blurred, n, train, err);
   if (rc) return rc;
   const float *residual = g->gen.act[g->gen.num_layers - 1];
   float *out = g->critic_in + (size_t)n * g->image;
@@ -429,14 +328,14 @@ static void bind_critic_grads(Network *net, Gan *g, float *base) {
  * of it. */
 static int critic_penalty(Network *net, Gan *g, int n, int want_grad, Error *err) {
   Chain *c = &g->critic;
-  int rc = chain_forward(c, g->x_hat, n, 1, err);
+  int rc = gan_chain_forward(c, g->x_hat, n, 1, err);
   if (rc) return rc;
   size_t m = (size_t)n * g->patches;
   for (size_t k = 0; k < m; k++) g->dpatch[k] = 1.0f / (float)g->patches;
   /* the first-order parameter gradients of this pass are not wanted */
   memset(g->scratch, 0, g->critic_values * sizeof(float));
   bind_critic_grads(net, g, g->scratch);
-  rc = chain_backward(c, g->x_hat, g->dpatch, g->grad_x, n, err);
+  rc = gan_chain_backward(c, g->x_hat, g->dpatch, g->grad_x, n, err);
   bind_critic_grads(net, g, net->grads);
   if (rc) return rc;
   double sum = 0;
@@ -457,7 +356,7 @@ static int critic_penalty(Network *net, Gan *g, int n, int want_grad, Error *err
   int t = 0;
   for (int i = 0; i < c->num_layers && !rc; i++) {
     Layer *l = &c->layers[i];
-    const float *x = chain_output_of(c, i - 1, g->x_hat);
+    const float *x = gan_chain_output_of(c, i - 1, g->x_hat);
     rc = l->ops->double_backward(l, x, g->tangent[t], c->grad[i], n, err);
     if (!rc && i + 1 < c->num_layers) rc = l->ops->jvp(l, x, c->act[i], g->tangent[t], g->tangent[1 - t], n, err);
     t = 1 - t;
@@ -478,7 +377,7 @@ static void interpolate(Gan *g, const float *real, const float *fake, const floa
 
 /* The critic on critic_in (real then fake, 2n): the losses of its scores. */
 static int critic_scores(Gan *g, int n, double *real_mean, double *fake_mean, double *adv, Error *err) {
-  int rc = chain_forward(&g->critic, g->critic_in, 2 * n, 1, err);
+  int rc = gan_chain_forward(&g->critic, g->critic_in, 2 * n, 1, err);
   if (rc) return rc;
   const float *scores = g->critic.act[g->critic.num_layers - 1];
   size_t m = (size_t)n * g->patches;
@@ -543,7 +442,7 @@ static int gan_backward(Network *net, int chunk, const void *batch, float loss_s
       for (size_t i = 0; i < m; i++) g->dpatch[i] = -k, g->dpatch[m + i] = k;
     else
       for (size_t i = 0; i < m; i++) g->dpatch[i] = (scores[i] - 1) * k, g->dpatch[m + i] = scores[m + i] * k;
-    rc = chain_backward(&g->critic, g->critic_in, g->dpatch, NULL, 2 * n, err);
+    rc = gan_chain_backward(&g->critic, g->critic_in, g->dpatch, NULL, 2 * n, err);
     if (!rc && wgan) vec_axpy(net->grads, loss_scale, g->gp_grads, g->critic_values);
     return rc;
   }
@@ -551,14 +450,14 @@ static int gan_backward(Network *net, int chunk, const void *batch, float loss_s
   for (size_t i = 0; i < m; i++) g->dpatch[i] = 0, g->dpatch[m + i] = wgan ? -k : (scores[m + i] - 1) * k;
   memset(g->scratch, 0, g->critic_values * sizeof(float));
   bind_critic_grads(net, g, g->scratch);
-  rc = chain_backward(&g->critic, g->critic_in, g->dpatch, g->dcritic_in, 2 * n, err);
+  rc = gan_chain_backward(&g->critic, g->critic_in, g->dpatch, g->dcritic_in, 2 * n, err);
   bind_critic_grads(net, g, net->grads);
   if (rc) return rc;
   size_t len = (size_t)n * g->image;
   memcpy(g->dout, g->dcritic_in + len, len * sizeof(float));
   content_loss(g, g->critic_in + len, b->sharp, n, g->dout, (float)g->cfg.content_weight * loss_scale);
   /* out = blurred + residual: the residual's gradient is the output's */
-  return chain_backward(&g->gen, b->blurred, g->dout, NULL, n, err);
+  return gan_chain_backward(&g->gen, b->blurred, g->dout, NULL, n, err);
 }
 
 static int gan_metrics(const Network *net, NetMetric *metrics, int cap) {
@@ -575,8 +474,8 @@ static void gan_begin_phase(Network *net, int param_group) { ((Gan *)net->impl)-
 static void gan_free(Network *net) {
   Gan *g = net->impl;
   if (!g) return;
-  chain_free(&g->gen);
-  chain_free(&g->critic);
+  gan_chain_free(&g->gen);
+  gan_chain_free(&g->critic);
   free(g->critic_in);
   free(g->dcritic_in);
   free(g->dpatch);
@@ -668,13 +567,19 @@ int gan_create(Network *net, const GanConfig *cfg, int height, int width, int ma
     return error_wrap(err, "gan: building the networks for %d x %d images", height, width);
   }
   if (!rc && cfg->loss == GAN_LOSS_WGAN_GP) rc = check_penalty_critic(&g->critic, err);
+  /* The generator's activations blocked or channels-last between its
+   * layers where they allow it (every layer a convolution or elementwise:
+   * "norm": "none"): its convolutions then run without reorders
+   * (gan_chain.h). The critic stays NCHW. */
+  int layout;
+  if (!rc) rc = gan_chain_inner_layout(&g->gen, &layout, err);
   if (rc) {
     network_free(net);
     return rc;
   }
-  g->patches = layer_shape_numel(chain_out_shape(&g->critic));
+  g->patches = layer_shape_numel(gan_chain_out_shape(&g->critic));
   size_t pair_floats = 2 * (size_t)max_batch * g->image;
-  int ok = !lay_out_params(net, g) && !chain_alloc(&g->gen) && !chain_alloc(&g->critic) &&
+  int ok = !lay_out_params(net, g) && !gan_chain_alloc(&g->gen) && !gan_chain_alloc(&g->critic) &&
            (g->critic_in = malloc(pair_floats * sizeof(float))) &&
            (g->dcritic_in = malloc(pair_floats * sizeof(float))) &&
            (g->dpatch = malloc(2 * (size_t)max_batch * g->patches * sizeof(float))) &&
@@ -702,7 +607,7 @@ int gan_create(Network *net, const GanConfig *cfg, int height, int width, int ma
    * WGAN-GP adds the penalty on one image: forward, backward of the input,
    * jvp and weight gradients in a critic phase (8 Md), forward and backward
    * of the input for the metric in the generator phase (4 Md). */
-  double gen = chain_mults(&g->gen), critic = chain_mults(&g->critic), k = cfg->critic_steps;
+  double gen = gan_chain_mults(&g->gen), critic = gan_chain_mults(&g->critic), k = cfg->critic_steps;
   int wgan = cfg->loss == GAN_LOSS_WGAN_GP;
   net->flops_per_unit = k * (2.0 * gen + (12.0 + 8.0 * wgan) * critic) + 6.0 * gen + (12.0 + 4.0 * wgan) * critic;
   return 0;
@@ -749,7 +654,7 @@ int gan_wgan_gp_critic_loss(Network *net, const float *real, const float *fake, 
   size_t m = (size_t)n * g->patches;
   float k = (float)(wasserstein_weight / (double)m);
   for (size_t i = 0; i < m; i++) g->dpatch[i] = -k, g->dpatch[m + i] = k;
-  if (wasserstein_weight != 0 && (rc = chain_backward(&g->critic, g->critic_in, g->dpatch, NULL, 2 * n, err)))
+  if (wasserstein_weight != 0 && (rc = gan_chain_backward(&g->critic, g->critic_in, g->dpatch, NULL, 2 * n, err)))
     return rc;
   vec_axpy(net->grads, 1.0f, g->gp_grads, g->critic_values);
   *penalty = g->gp;
@@ -767,7 +672,7 @@ int gan_generator_pass(Network *net, const float *blurred, const float *sharp, i
   memset(g->dout, 0, (size_t)n * g->image * sizeof(float));
   *content = content_loss(g, out, sharp, n, g->dout, (float)g->cfg.content_weight);
   g->last_n = 0; /* the critic's saved state no longer matches */
-  return chain_backward(&g->gen, blurred, g->dout, NULL, n, err);
+  return gan_chain_backward(&g->gen, blurred, g->dout, NULL, n, err);
 }
 
 static size_t describe_chain(const Chain *c, const char *title, char *buf, size_t at, size_t cap) {
@@ -777,6 +682,11 @@ static size_t describe_chain(const Chain *c, const char *title, char *buf, size_
     const Layer *l = &c->layers[i];
     if (strcmp(l->ops->kind, "conv2d") && strcmp(l->ops->kind, "conv_transpose2d")) continue;
     wrote = snprintf(buf + at, cap - at, " %s %dx%dx%d", l->ops->kind, l->out.c, l->out.h, l->out.w);
+    at += wrote > 0 ? (size_t)wrote : 0;
+  }
+  if (c->inner_layout != CONV2D_NCHW && at < cap) {
+    wrote = snprintf(buf + at, cap - at, " (activations %s)",
+                     c->inner_layout == CONV2D_NCHW16C ? "blocked by 16 channels, Winograd 3x3" : "channels-last");
     at += wrote > 0 ? (size_t)wrote : 0;
   }
   return at < cap ? at : cap - 1;

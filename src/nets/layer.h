@@ -7,7 +7,9 @@
  * Data layout. A batch of n samples is a contiguous float array, sample
  * after sample; one sample is a LayerShape c x h x w (NCHW). A vector is
  * c x 1 x 1, so a dense layer after a convolution needs no reshape: the
- * flattening is the identity on memory.
+ * flattening is the identity on memory. A network may switch layers that
+ * allow it to other activation layouts (channels-last or blocked; see
+ * set_layout below).
  *
  * Parameters. A layer declares up to LAYER_MAX_PARAMS tensors (usually
  * "weight" and "bias") with their shapes; the network lays them out in its
@@ -89,6 +91,27 @@ typedef struct LayerOps {
   int (*jvp)(Layer *l, const float *x, const float *y, const float *t, float *jt, int n, Error *err);
   int (*double_backward)(Layer *l, const float *x, const float *t, const float *dy, int n, Error *err);
   void (*free)(Layer *l); /* frees impl and the workspace, not the bound buffers */
+  /* Activation layout. A network may keep the activations between its
+   * layers in another layout than NCHW where every layer allows it
+   * (nets/gan_chain.h: the generator's convolutions then run on the
+   * activations as they are, without reorders on every call). Layouts are
+   * kern/conv2d.h's Conv2dLayout values: CONV2D_NCHW, CONV2D_NHWC
+   * (channels-last) and CONV2D_NCHW16C (blocked by 16 channels).
+   * elementwise: 1 for kinds whose passes treat every element alike
+   * (relu, leaky_relu, tanh), the same in any layout.
+   * set_layout: optional; from now on the layer reads its input in layout
+   * `in` and writes its output in layout `out`, and its gradients in the
+   * same layouts (ERR_ARG for a layout the layer cannot take). The kinds
+   * on kern/conv2d.h (conv2d, conv_transpose2d) have it. */
+  int elementwise;
+  int (*set_layout)(Layer *l, int in, int out, Error *err);
+  /* Optional, for kinds whose backward never reads y (conv2d): forward
+   * with an epilogue fused into the kernel's stores: accumulate = 1 adds
+   * the output to what y holds (a residual skip), relu = 1 then clamps it
+   * at zero (the ReLU layer after it). A network that uses it skips the
+   * pass over memory of a separate add or ReLU (nets/gan_chain.c). */
+  int (*forward_epilogue)(Layer *l, const float *x, float *y, int n, int train, int accumulate, int relu,
+                          Error *err);
 } LayerOps;
 
 struct Layer {

@@ -1,5 +1,8 @@
 /* ReLU, leaky ReLU and tanh (nets/layer_act.h). The slope of a leaky ReLU
- * lives in the impl pointer's float. */
+ * lives in the impl pointer's float. Each element is computed alone, so the
+ * loops are split over OpenMP threads from ACT_PARALLEL_MIN elements on
+ * (results do not depend on the split): a network's other threads would
+ * otherwise wait through every activation. */
 #include "nets/layer_act.h"
 
 #include <cjson/cJSON.h>
@@ -9,21 +12,27 @@
 #include "kern/op_count.h"
 #include "nets/layer_spec.h"
 
+#define ACT_PARALLEL_MIN 32768
+
 static size_t count(const Layer *l, int n) { return (size_t)n * layer_shape_numel(l->in); }
 static float slope_of(const Layer *l) { return *(const float *)l->impl; }
 
 static int relu_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
   (void)train;
   (void)err;
-  for (size_t i = 0, e = count(l, n); i < e; i++) y[i] = x[i] > 0 ? x[i] : 0.0f;
+  const size_t e = count(l, n);
+#pragma omp parallel for schedule(static) if (e >= ACT_PARALLEL_MIN)
+  for (size_t i = 0; i < e; i++) y[i] = x[i] > 0 ? x[i] : 0.0f;
   return 0;
 }
 
 static int relu_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
   (void)x;
   (void)err;
-  if (dx)
-    for (size_t i = 0, e = count(l, n); i < e; i++) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+  if (!dx) return 0;
+  const size_t e = count(l, n);
+#pragma omp parallel for schedule(static) if (e >= ACT_PARALLEL_MIN)
+  for (size_t i = 0; i < e; i++) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
   return 0;
 }
 
@@ -32,6 +41,7 @@ static int leaky_forward(Layer *l, const float *x, float *y, int n, int train, E
   (void)err;
   float a = slope_of(l);
   size_t e = count(l, n);
+#pragma omp parallel for schedule(static) if (e >= ACT_PARALLEL_MIN)
   for (size_t i = 0; i < e; i++) {
     float scaled = a * x[i];
     y[i] = x[i] > 0 ? x[i] : scaled;
@@ -44,8 +54,10 @@ static int leaky_backward(Layer *l, const float *x, const float *y, const float 
   (void)y;
   (void)err;
   float a = slope_of(l);
-  if (dx)
-    for (size_t i = 0, e = count(l, n); i < e; i++) dx[i] = x[i] > 0 ? dy[i] : a * dy[i];
+  if (!dx) return 0;
+  const size_t e = count(l, n);
+#pragma omp parallel for schedule(static) if (e >= ACT_PARALLEL_MIN)
+  for (size_t i = 0; i < e; i++) dx[i] = x[i] > 0 ? dy[i] : a * dy[i];
   return 0;
 }
 
@@ -69,15 +81,19 @@ static int leaky_double_backward(Layer *l, const float *x, const float *t, const
 static int tanh_forward(Layer *l, const float *x, float *y, int n, int train, Error *err) {
   (void)train;
   (void)err;
-  for (size_t i = 0, e = count(l, n); i < e; i++) y[i] = tanhf(x[i]);
+  const size_t e = count(l, n);
+#pragma omp parallel for schedule(static) if (e >= ACT_PARALLEL_MIN)
+  for (size_t i = 0; i < e; i++) y[i] = tanhf(x[i]);
   return 0;
 }
 
 static int tanh_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
   (void)x;
   (void)err;
-  if (dx)
-    for (size_t i = 0, e = count(l, n); i < e; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+  if (!dx) return 0;
+  const size_t e = count(l, n);
+#pragma omp parallel for schedule(static) if (e >= ACT_PARALLEL_MIN)
+  for (size_t i = 0; i < e; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
   return 0;
 }
 
@@ -90,12 +106,12 @@ static void act_init(Layer *l, uint64_t seed, uint64_t stream) {
 static void act_free(Layer *l) { free(l->impl); }
 
 static const LayerOps RELU_OPS = {.kind = "relu", .init = act_init, .forward = relu_forward,
-                                  .backward = relu_backward, .free = act_free};
+                                  .backward = relu_backward, .free = act_free, .elementwise = 1};
 static const LayerOps LEAKY_OPS = {.kind = "leaky_relu", .init = act_init, .forward = leaky_forward,
                                    .backward = leaky_backward, .jvp = leaky_jvp,
-                                   .double_backward = leaky_double_backward, .free = act_free};
+                                   .double_backward = leaky_double_backward, .free = act_free, .elementwise = 1};
 static const LayerOps TANH_OPS = {.kind = "tanh", .init = act_init, .forward = tanh_forward,
-                                  .backward = tanh_backward, .free = act_free};
+                                  .backward = tanh_backward, .free = act_free, .elementwise = 1};
 
 static int create_act(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin,
                       const LayerOps *ops, Error *err) {

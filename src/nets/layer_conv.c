@@ -40,6 +40,15 @@ static int conv_forward(Layer *l, const float *x, float *y, int n, int train, Er
   return conv2d_forward(&s, precision(), y, x, l->param[0], l->num_params > 1 ? l->param[1] : NULL, err);
 }
 
+static int conv_forward_epilogue(Layer *l, const float *x, float *y, int n, int train, int accumulate, int relu,
+                                 Error *err) {
+  (void)train;
+  Conv2dShape s = batch_shape(l, n);
+  op_count_mults(conv2d_forward_flops(&s) / 2.0);
+  return conv2d_forward_epilogue(&s, precision(), y, x, l->param[0], l->num_params > 1 ? l->param[1] : NULL,
+                                 (Conv2dEpilogue){accumulate, relu}, err);
+}
+
 static int conv_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
   (void)y;
   Conv2dShape s = batch_shape(l, n);
@@ -66,6 +75,18 @@ static int conv_double_backward(Layer *l, const float *x, const float *t, const 
   return conv2d_backward_weights(&s, precision(), l->grad[0], NULL, dy, t, 1, err);
 }
 
+/* Blocked activations on both sides also ask for Winograd (kern/conv2d.h:
+ * a 3x3 stride-1 convolution then runs it; any other shape ignores it): a
+ * network keeps its activations blocked for oneDNN's fastest kernels. */
+static int conv_set_layout(Layer *l, int in, int out, Error *err) {
+  Conv2dShape s = ((ConvImpl *)l->impl)->shape;
+  s.x_layout = in, s.y_layout = out, s.winograd = in == CONV2D_NCHW16C && out == CONV2D_NCHW16C;
+  int rc = conv2d_output_size(&s, NULL, NULL, err);
+  if (rc) return error_wrap(err, "conv2d layer: layouts %d -> %d", in, out);
+  ((ConvImpl *)l->impl)->shape = s;
+  return 0;
+}
+
 static void conv_free(Layer *l) {
   ConvImpl *impl = l->impl;
   if (impl) free(impl->zero_bias);
@@ -74,7 +95,8 @@ static void conv_free(Layer *l) {
 
 static const LayerOps CONV_OPS = {.kind = "conv2d", .init = conv_init, .forward = conv_forward,
                                   .backward = conv_backward, .jvp = conv_jvp,
-                                  .double_backward = conv_double_backward, .free = conv_free};
+                                  .double_backward = conv_double_backward, .free = conv_free,
+                                  .set_layout = conv_set_layout, .forward_epilogue = conv_forward_epilogue};
 
 int layer_create_conv2d(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin, Error *err) {
   static const char *const FIELDS[] = {"out_channels", "kernel", "stride", "padding", "bias", NULL};

@@ -70,6 +70,16 @@ static int conv_transpose_backward(Layer *l, const float *x, const float *y, con
   return conv2d_backward_weights(&c->shape, CONV2D_FP32, l->grad[0], c->bias ? l->grad[1] : NULL, dy, x, 1, err);
 }
 
+static int conv_transpose_set_layout(Layer *l, int in, int out, Error *err) {
+  ConvTransposeImpl *c = l->impl;
+  Conv2dShape s = c->shape;
+  s.x_layout = in, s.y_layout = out;
+  int rc = conv2d_output_size(&s, NULL, NULL, err);
+  if (rc) return error_wrap(err, "conv_transpose2d layer: layouts %d -> %d", in, out);
+  c->shape = s;
+  return 0;
+}
+
 static void free_impl(Layer *l) {
   free(l->impl);
   l->impl = NULL;
@@ -77,7 +87,7 @@ static void free_impl(Layer *l) {
 
 static const LayerOps CONV_TRANSPOSE_OPS = {.kind = "conv_transpose2d", .init = conv_transpose_init,
                                             .forward = conv_transpose_forward, .backward = conv_transpose_backward,
-                                            .free = free_impl};
+                                            .free = free_impl, .set_layout = conv_transpose_set_layout};
 
 int layer_create_conv_transpose2d(Layer *l, const cJSON *spec, LayerShape in, int max_batch, const char *origin,
                                   Error *err) {

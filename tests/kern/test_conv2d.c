@@ -1,21 +1,27 @@
 /* conv2d and conv_transpose2d on oneDNN: every pass against the direct
  * double-precision reference over a grid of shapes (stride, padding,
- * dilation, groups, odd sizes, 1x1 kernels, batch 1 and 3), the
- * accumulate contract, finite-difference gradient checks of all three
- * passes in both directions, bf16 within an element-wise error bound,
- * the primitive cache (repeated calls create nothing; concurrent calls),
- * and the errors for shapes that are not convolutions. Under
+ * dilation, groups, odd sizes, 1x1 kernels, batch 1 and 3), once with the
+ * few-channel shapes on the direct kernels and once with every shape on
+ * oneDNN, the accumulate contract, channels-last (NHWC) tensors in every
+ * combination of x and y layouts (oneDNN's kernels on the caller's memory,
+ * views, the bias gradient), finite-difference gradient checks of all
+ * three passes in both directions, bf16 within an element-wise error
+ * bound, the primitive cache (repeated calls create nothing; concurrent
+ * calls), and the errors for shapes that are not convolutions. Under
  * ONEDNN_MAX_CPU_ISA=AVX2 (ctest kern.conv2d_avx2) the same checks run on
- * oneDNN's AVX2 kernels and bf16 must be refused. */
+ * oneDNN's AVX2 kernels and bf16 must be refused. The direct kernels have
+ * their own test (test_conv2d_direct.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "kern/conv2d.h"
+#include "kern/conv2d_test_util.h"
 #include "kern/kern_test_util.h"
 
 typedef struct ConvTensors {
@@ -109,7 +115,9 @@ static Conv2dShape make_shape(int transposed, int k_h, int k_w, int stride, int 
 static void test_conv2d_matches_reference_over_shapes(void **state) {
   (void)state;
   static const int kernels[][2] = {{3, 3}, {1, 1}, {2, 3}};
-  int cases = 0;
+  for (int direct = 1; direct >= 0; direct--) {
+  conv2d_set_direct(direct);
+  int cases = 0, on_direct = 0;
   double worst = 0.0;
   for (int tr = 0; tr < 2; tr++)
     for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++)
@@ -122,11 +130,126 @@ static void test_conv2d_matches_reference_over_shapes(void **state) {
               if (conv2d_output_count(&s) == 0) continue; /* padding not below the kernel extent */
               double e = check_shape_fp32(&s, 100 + cases, cases % 3 == 0);
               if (e > worst) worst = e;
+              on_direct += conv2d_uses_direct(&s, CONV2D_FP32, CONV2D_PASS_BACKWARD_DATA);
               cases++;
             }
-  print_message("conv2d fp32 vs reference: %d shapes, worst rel err %.3g\n", cases, worst);
+  print_message("conv2d fp32 vs reference: %d shapes (%d on the direct kernels), worst rel err %.3g\n", cases,
+                on_direct, worst);
   assert_true(cases > 150);
   assert_true(worst < 1e-5);
+  /* the few-channel stride-1 shapes go direct, and only while allowed */
+  assert_true(direct ? on_direct > 10 : on_direct == 0);
+  }
+  conv2d_set_direct(1);
+}
+
+/* Channels-last and blocked tensors on oneDNN's kernels: every
+ * combination of x and y layouts (blocked where a side has a multiple of
+ * 16 channels) over convolutions and transposed convolutions (strided, a
+ * view of the big side, groups), with the bias and the accumulate
+ * contract. */
+static void test_conv2d_layouts(void **state) {
+  (void)state;
+  conv2d_set_direct(0); /* the few-channel shapes too: oneDNN's own NHWC paths */
+  Conv2dShape shapes[7];
+  shapes[0] = make_shape(0, 3, 3, 1, 1, 1, 1, 2);
+  shapes[0].in_channels = 16, shapes[0].out_channels = 32, shapes[0].in_h = 7, shapes[0].in_w = 6;
+  shapes[1] = make_shape(0, 3, 3, 2, 1, 1, 1, 3); /* floor skips the last row: a view of x */
+  shapes[2] = make_shape(1, 3, 3, 2, 1, 1, 2, 2); /* output padding: a view of y */
+  shapes[3] = make_shape(0, 7, 7, 1, 3, 1, 1, 2);
+  shapes[3].in_channels = 32, shapes[3].out_channels = 1, shapes[3].in_h = shapes[3].in_w = 9;
+  shapes[4] = make_shape(0, 2, 3, 1, 0, 2, 1, 1);
+  shapes[5] = shapes[1]; /* a view of a blocked x */
+  shapes[5].in_channels = 16, shapes[5].out_channels = 32;
+  shapes[6] = shapes[2]; /* a view of a blocked y */
+  shapes[6].in_channels = 32, shapes[6].out_channels = 16;
+  int cases = 0, blocked = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int xl = CONV2D_NCHW; xl <= CONV2D_NCHW16C; xl++)
+      for (int yl = CONV2D_NCHW; yl <= CONV2D_NCHW16C; yl++) {
+        Conv2dShape s = shapes[i];
+        s.x_layout = xl, s.y_layout = yl;
+        if ((xl == CONV2D_NCHW16C && s.in_channels % 16) || (yl == CONV2D_NCHW16C && s.out_channels % 16)) continue;
+        double e = conv_test_check_layouts(&s, 800 + 10 * i + 3 * xl + yl, (xl + yl) % 2);
+        worst = e > worst ? e : worst;
+        blocked += xl == CONV2D_NCHW16C || yl == CONV2D_NCHW16C;
+        cases++;
+      }
+  conv2d_set_direct(1);
+  print_message("conv2d NHWC and blocked layouts on oneDNN: %d cases (%d blocked), worst rel err %.3g\n", cases,
+                blocked, worst);
+  assert_true(blocked >= 15);
+  assert_true(worst < 1e-5);
+}
+
+/* The forward's epilogue (the sum and ReLU post-ops) on oneDNN: every
+ * combination over convolutions (Winograd too) and a transposed one whose
+ * view leaves rows no tap reaches, in NCHW, NHWC and blocked tensors. */
+static void test_conv2d_forward_epilogue(void **state) {
+  (void)state;
+  conv2d_set_direct(0);
+  Conv2dShape shapes[3];
+  shapes[0] = make_shape(0, 3, 3, 1, 1, 1, 1, 2);
+  shapes[0].in_channels = 16, shapes[0].out_channels = 32, shapes[0].in_h = 9, shapes[0].in_w = 8;
+  shapes[1] = shapes[0];
+  shapes[1].winograd = 1;
+  shapes[2] = make_shape(1, 3, 3, 2, 1, 1, 1, 2); /* output padding: rows outside the view */
+  shapes[2].in_channels = 16, shapes[2].out_channels = 16;
+  double worst = 0.0;
+  int cases = 0;
+  for (int i = 0; i < 3; i++)
+    for (int layout = CONV2D_NCHW; layout <= CONV2D_NCHW16C; layout++)
+      for (int e = 1; e < 4; e++) {
+        Conv2dShape s = shapes[i];
+        s.x_layout = s.y_layout = layout;
+        double err = conv_test_check_epilogue(&s, 1200 + 12 * i + 4 * layout + e, (Conv2dEpilogue){e & 1, e >> 1});
+        worst = err > worst ? err : worst;
+        cases++;
+      }
+  conv2d_set_direct(1);
+  print_message("conv2d forward epilogue on oneDNN: %d cases, worst rel err %.3g\n", cases, worst);
+  assert_true(worst < 1e-5);
+}
+
+/* Winograd F(4x4, 3x3): every pass against the reference, in every
+ * layout, within a bound looser than the direct kernels' (the transforms
+ * round terms of different sizes); that the shapes really ran Winograd
+ * (the bound would not tell), and that one without it ignores the hint.
+ * Under the AVX2 cap oneDNN has no Winograd: every shape runs direct. */
+static void test_conv2d_winograd(void **state) {
+  (void)state;
+  Conv2dShape shapes[3];
+  shapes[0] = make_shape(0, 3, 3, 1, 1, 1, 1, 2);
+  shapes[0].in_channels = 32, shapes[0].out_channels = 32, shapes[0].in_h = 32, shapes[0].in_w = 32;
+  shapes[1] = make_shape(0, 3, 3, 1, 0, 1, 1, 3); /* no padding, sizes not multiples of the 4x4 tile */
+  shapes[1].in_channels = 16, shapes[1].out_channels = 48, shapes[1].in_h = 11, shapes[1].in_w = 14;
+  shapes[2] = shapes[0];
+  shapes[2].stride_h = 2; /* not a Winograd shape: direct */
+  size_t before = conv2d_winograd_calls();
+  double worst = 0.0, direct_worst = 0.0;
+  for (int i = 0; i < 3; i++)
+    for (int layout = CONV2D_NCHW; layout <= CONV2D_NCHW16C; layout++) {
+      Conv2dShape s = shapes[i];
+      s.x_layout = s.y_layout = layout, s.winograd = 1;
+      double e = conv_test_check_layouts(&s, 900 + 3 * i + layout, layout % 2);
+      Conv2dShape d = s;
+      d.winograd = 0;
+      double ed = conv_test_check_layouts(&d, 900 + 3 * i + layout, layout % 2);
+      worst = e > worst ? e : worst;
+      direct_worst = ed > direct_worst ? ed : direct_worst;
+    }
+  size_t ran = conv2d_winograd_calls() - before;
+  const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
+  int avx512 = !(cap && !strcmp(cap, "AVX2")) && __builtin_cpu_supports("avx512f");
+  print_message("conv2d winograd: %zu passes on Winograd, worst rel err %.3g (direct %.3g)\n", ran, worst,
+                direct_worst);
+  /* 2 Winograd shapes x 2 layouts (NCHW reordered, blocked; oneDNN has no
+   * channels-last Winograd) x 3 passes (2: no backward-weights on more
+   * than one thread), or none without AVX-512 */
+  assert_int_equal(ran, avx512 ? (omp_get_max_threads() > 1 ? 8 : 12) : 0);
+  assert_true(worst < 1e-5);
+  assert_true(direct_worst < 1e-5);
 }
 
 /* DeblurGAN-like layers: a 7x7 stem with reflection-free zero padding, a
@@ -184,6 +307,19 @@ static void test_conv2d_gradcheck(void **state) {
                                  .kernel_h = 1, .kernel_w = 1, .stride_h = 2, .stride_w = 2, .dilation_h = 1,
                                  .dilation_w = 1, .groups = 1},
                   2);
+}
+
+/* Winograd's three passes agree with finite differences of its forward. */
+static void test_conv2d_winograd_gradcheck(void **state) {
+  (void)state;
+  size_t before = conv2d_winograd_calls();
+  gradcheck_shape(&(Conv2dShape){.batch = 2, .in_channels = 16, .in_h = 6, .in_w = 7, .out_channels = 16,
+                                 .kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1,
+                                 .dilation_h = 1, .dilation_w = 1, .groups = 1, .x_layout = CONV2D_NCHW16C,
+                                 .y_layout = CONV2D_NCHW16C, .winograd = 1},
+                  5);
+  const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
+  if (!(cap && !strcmp(cap, "AVX2")) && __builtin_cpu_supports("avx512f")) assert_true(conv2d_winograd_calls() > before);
 }
 
 static void test_conv_transpose2d_gradcheck(void **state) {
@@ -294,8 +430,10 @@ static void test_conv2d_isa_cap_honoured(void **state) {
   assert_false(conv2d_bf16_supported(NULL, 0));
 }
 
+/* The cache belongs to the oneDNN path: its tests run every shape there. */
 static void test_conv2d_cache_reuses_primitives(void **state) {
   (void)state;
+  conv2d_set_direct(0);
   Conv2dShape s = make_shape(0, 3, 3, 1, 1, 1, 1, 2);
   s.in_h = 31; /* a shape no other test uses */
   ConvTensors t;
@@ -320,12 +458,14 @@ static void test_conv2d_cache_reuses_primitives(void **state) {
   assert_true(check_shape_fp32(&s, 31, 0) < 1e-5); /* works again after a clear */
   tensors_free(&t);
   free(dx), free(dw), free(db);
+  conv2d_set_direct(1);
 }
 
 /* More shapes than the cache holds: it stays bounded, evicts the least
  * recently used entry, and an evicted shape is rebuilt and still right. */
 static void test_conv2d_cache_evicts(void **state) {
   (void)state;
+  conv2d_set_direct(0);
   conv2d_cache_clear();
   Conv2dShape first = make_shape(0, 1, 1, 1, 0, 1, 1, 1);
   first.in_h = 3, first.in_w = 3;
@@ -343,6 +483,7 @@ static void test_conv2d_cache_evicts(void **state) {
   size_t created = conv2d_cache_creations();
   assert_true(check_shape_fp32(&first, 70, 0) < 1e-5); /* evicted long ago: rebuilt */
   assert_true(conv2d_cache_creations() > created);
+  conv2d_set_direct(1);
 }
 
 typedef struct ThreadJob {
@@ -413,7 +554,11 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv2d_matches_reference_over_shapes),
       cmocka_unit_test(test_conv2d_network_like_shapes),
+      cmocka_unit_test(test_conv2d_layouts),
+      cmocka_unit_test(test_conv2d_winograd),
+      cmocka_unit_test(test_conv2d_forward_epilogue),
       cmocka_unit_test(test_conv2d_gradcheck),
+      cmocka_unit_test(test_conv2d_winograd_gradcheck),
       cmocka_unit_test(test_conv_transpose2d_gradcheck),
       cmocka_unit_test(test_conv2d_bf16),
       cmocka_unit_test(test_conv2d_isa_cap_honoured),

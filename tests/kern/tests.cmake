@@ -27,3 +27,17 @@ endforeach()
 
 # The bf16 weight cache needs bf16 GEMMs: exit 77 (skipped) without avx512_bf16.
 set_tests_properties(kern.bf16_weights PROPERTIES SKIP_RETURN_CODE 77)
+
+# The direct convolution kernels again, compiled without AVX-512 (the AVX2
+# path) and without AVX (the scalar path) into their own test executables;
+# each checks that it runs the path it was built for.
+foreach(isa avx2 scalar)
+  add_executable(test_kern_conv2d_direct_${isa} ${CMAKE_CURRENT_LIST_DIR}/test_conv2d_direct.c
+                 ${CMAKE_SOURCE_DIR}/src/kern/conv2d_direct_kernels.c)
+  target_compile_options(test_kern_conv2d_direct_${isa} PRIVATE ${TROPICAL_FLAGS_${isa}})
+  target_include_directories(test_kern_conv2d_direct_${isa} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${CMOCKA_INCLUDE_DIRS})
+  target_link_libraries(test_kern_conv2d_direct_${isa} PRIVATE fivefold_kern ${CMOCKA_LINK_LIBRARIES})
+  add_test(NAME kern.conv2d_direct_${isa} COMMAND test_kern_conv2d_direct_${isa})
+  set_tests_properties(kern.conv2d_direct_${isa} PROPERTIES TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endforeach()

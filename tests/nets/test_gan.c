@@ -4,7 +4,9 @@
  * finite differences, each phase leaving the other group's gradient
  * untouched, the content loss terms (L1, edge) alone, the generator's
  * global skip, the full-resolution generator (no downsampling: any image
- * size, no transposed conv), config errors that name the field; under WGAN-GP the same
+ * size, no transposed conv), the layouts of the generator's activations
+ * (blocked, channels-last, NCHW) with the phase gradient in each, config
+ * errors that name the field; under WGAN-GP the same
  * phase checks, and the gradient penalty's weight gradient (the closed-form
  * double backward) alone against finite differences of the penalty. */
 #include <math.h>
@@ -292,6 +294,50 @@ static void test_full_resolution_generator(void **state) {
   network_free(&net);
 }
 
+/* The generator's inner activations (nets/gan_chain.h): blocked by 16
+ * channels (Winograd 3x3) with 16 filters, channels-last with 3, NCHW
+ * under instance norm; the phase gradient holds in each (finite
+ * differences), and at the start the output is still the input. */
+static void test_generator_layouts(void **state) {
+  (void)state;
+  static const struct {
+    const char *generator, *expect; /* expect NULL: NCHW, no layout named */
+  } CASES[] = {
+      {"\"filters\":16,\"blocks\":1,\"downsamples\":0,\"norm\":\"none\"", "blocked by 16 channels"},
+      {"\"filters\":16,\"blocks\":1,\"downsamples\":1,\"norm\":\"none\"", "blocked by 16 channels"},
+      {"\"filters\":3,\"blocks\":1,\"downsamples\":1,\"norm\":\"none\"", "channels-last"},
+      {"\"filters\":3,\"blocks\":1,\"downsamples\":1,\"norm\":\"instance\"", NULL},
+  };
+  make_pairs();
+  for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+    char json[512], text[1024];
+    snprintf(json, sizeof json, "{\"family\":\"gan\",\"channels\":1,\"generator\":{%s},\"critic\":{\"filters\":2,"
+             "\"layers\":2},\"content_weight\":1}", CASES[k].generator);
+    Network net;
+    build(&net, json);
+    gan_describe(&net, text, sizeof text);
+    print_message("%s\n", text);
+    const char *generator_part = strstr(text, "generator"), *critic_part = strstr(text, "| critic");
+    assert_non_null(generator_part);
+    assert_non_null(critic_part);
+    const char *named = strstr(text, "(activations ");
+    if (CASES[k].expect) {
+      assert_non_null(named);
+      assert_true(named < critic_part); /* the generator's, not the critic's */
+      assert_non_null(strstr(named, CASES[k].expect));
+    } else {
+      assert_null(named);
+    }
+    check_phase(&net, GAN_GROUP_GENERATOR, "loss");
+    gan_init_weights(&net, 7);
+    float out[PAIRS * IMAGE];
+    Error err;
+    if (gan_generate(&net, blurred, PAIRS, out, &err)) fail_msg("%s", err.msg);
+    for (int i = 0; i < PAIRS * IMAGE; i++) assert_true(out[i] == (blurred[i] < 0 ? 0 : blurred[i] > 1 ? 1 : blurred[i]));
+    network_free(&net);
+  }
+}
+
 static void refused(const char *json, const char *field) {
   GanConfig cfg;
   Error err;
@@ -433,6 +479,7 @@ int main(void) {
       cmocka_unit_test(test_global_skip),           cmocka_unit_test(test_config_errors),
       cmocka_unit_test(test_wgan_gp_phases),        cmocka_unit_test(test_gradient_penalty_weight_gradient),
       cmocka_unit_test(test_wgan_gp_refuses_instance_norm), cmocka_unit_test(test_generator_without_norm),
+      cmocka_unit_test(test_generator_layouts),
       cmocka_unit_test(test_full_resolution_generator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

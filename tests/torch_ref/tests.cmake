@@ -96,6 +96,16 @@ add_test(NAME torch_ref.gan_layers_self_check
          COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_layers.py $<TARGET_FILE:gan_layers_dump> --self-check)
 set_tests_properties(torch_ref.gan_layers torch_ref.gan_layers_self_check PROPERTIES LABELS torch TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
+# The deblurring GAN's generator as a whole (its layouts: blocked with
+# Winograd, channels-last, NCHW under instance norm; the direct kernels)
+# against the same network in PyTorch (tests/tools/gan_generator_dump), and
+# proof that the comparison can fail.
+add_test(NAME torch_ref.gan_generator
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_generator.py $<TARGET_FILE:gan_generator_dump>)
+add_test(NAME torch_ref.gan_generator_self_check
+         COMMAND /usr/bin/python3 ${TORCH_REF_DIR}/gan_generator.py $<TARGET_FILE:gan_generator_dump> --self-check)
+set_tests_properties(torch_ref.gan_generator torch_ref.gan_generator_self_check PROPERTIES LABELS torch TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=2")
 # WGAN-GP's gradient penalty of the deblurring GAN (nets/gan.c, the closed-
 # form double backward of its piecewise-linear critic): the penalty, its
 # gradient with respect to every critic parameter and the whole critic loss
