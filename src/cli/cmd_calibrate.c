@@ -388,7 +388,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES], samples_vary[MAX_SAMPLES];
   enum { NB = CALIB_NUM_CONV_BATCHES };
   enum { NZ = CALIB_NUM_LAYER_SIZES };
-  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS + 1];
+  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS + 3];
   CalibGemmSample convs[2][NB][MAX_CONV]; /* [fp32, bf16][batch] */
   double layer_f[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_b[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_n[NZ] = {0};
   int nconv[2][NB] = {{0}};
@@ -396,7 +396,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   int ns_bf16 = 0, ns_vary = 0;
   const int bf16 = kern_bf16_supported(NULL, 0);
   int ns = 0, T1 = c->quick ? 128 : 512, T0 = T1 / 4, failed = 0;
-  double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0;
+  double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0, hf = 0, hb = 0;
   int turns = mpi && mc.share < 1 && mc.ranks_on_node > 1 ? (int)ceil(1.0 / mc.share - 1e-9) : 1;
   if (turns > mc.ranks_on_node) turns = mc.ranks_on_node;
   /* Ranks with cores of their own measure together (calibrate_timing.h). */
@@ -417,6 +417,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
         const int vary = kern_gemm_rows_vary_begin();
         ns_vary = measure_gemms(c->quick, samples_vary, &fl_vary);
         kern_gemm_rows_vary_end(vary);
+        /* Attention's tile products in bf16 (kern/attention_bf16.c), against the bf16 peak. */
+        if (measure_attention(T1, c->quick, peak_bf16, &hf, &hb)) hf = hb = 0;
         kern_set_precision(KERN_PRECISION_FP32, NULL, 0);
       }
       peak = fma; /* efficiencies are of the dedicated core rate; the share scales the spec's peak below */
@@ -448,6 +450,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++)
     for (int z = 0; z < NZ; z++) v[nv++] = layer_f[k][z], v[nv++] = layer_b[k][z];
   v[nv++] = update;
+  v[nv++] = hf, v[nv++] = hb;
   average_over_ranks(&mc, v, nv, mpi);
   for (int d = 0; d < 2; d++)
     for (int b = 0; b < NB; b++)
@@ -455,6 +458,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++)
     for (int z = 0; z < NZ; z++) layer_f[k][z] = v[at_nets++], layer_b[k][z] = v[at_nets++];
   update = v[at_nets++];
+  hf = v[at_nets++], hb = v[at_nets++];
   peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8], rf = v[9], rb = v[10];
   peak_bf16 = v[11];
   for (int i = 0; i < ns; i++) samples[i].seconds = v[12 + i];
@@ -514,6 +518,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   }
   spec.attention_fwd_efficiency = fmin(1.0, af1);
   spec.attention_bwd_efficiency = fmin(1.0, ab1);
+  spec.attention_bf16_fwd_efficiency = fmin(1.0, hf);
+  spec.attention_bf16_bwd_efficiency = fmin(1.0, hb);
   spec.attention_ref_tokens = T1;
   /* Exponent of efficiency in tokens below the reference, from the two lengths. */
   double ex = af0 > 0 && af1 > 0 ? log(af1 / af0) / log((double)T1 / T0) : 0;
@@ -560,6 +566,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     }
     fprintf(out, "  attention       %.2f forward, %.2f backward at %d tokens; length exponent %.2f\n", af1, ab1, T1,
             spec.attention_length_exponent);
+    if (hf > 0 && hb > 0)
+      fprintf(out, "  bf16 attention  %.2f forward, %.2f backward at %d tokens (of the bf16 peak)\n", hf, hb, T1);
     fprintf(out, "  ring attention  %.2f forward, %.2f backward (CP 2, chunks of %d queries)\n", rf, rb, T0 / 4);
     fprintf(out, "  memory          %8.2f GB/s triad per rank, RMSNorm reaches %.0f%%; kernel floor %.2f us\n",
             bw * mc.share / 1e9, 100 * beff, fl * 1e6);

@@ -262,6 +262,10 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
     if (att) {
       cJSON_AddNumberToObject(att, "forward", s->attention_fwd_efficiency);
       cJSON_AddNumberToObject(att, "backward", s->attention_bwd_efficiency);
+      if (s->attention_bf16_fwd_efficiency > 0 && s->attention_bf16_bwd_efficiency > 0) {
+        cJSON_AddNumberToObject(att, "forward_bf16", s->attention_bf16_fwd_efficiency);
+        cJSON_AddNumberToObject(att, "backward_bf16", s->attention_bf16_bwd_efficiency);
+      }
       cJSON_AddNumberToObject(att, "reference_tokens", s->attention_ref_tokens);
       cJSON_AddNumberToObject(att, "length_exponent", s->attention_length_exponent);
       if (s->attention_ring_fwd_efficiency > 0 && s->attention_ring_bwd_efficiency > 0) {

@@ -502,8 +502,13 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
         return error_set(c->err, ERR_CONFIG, "%s: field \"compute.attention_efficiency\": expected an object "
                          "{forward, backward, reference_tokens, length_exponent}", c->origin);
       static const char *const fb[] = {"forward",      "backward",      "reference_tokens", "length_exponent",
-                                       "ring_forward", "ring_backward", "ring_query_tokens"};
-      TRY(check_fields(c, att, "compute.attention_efficiency", fb, 7));
+                                       "ring_forward", "ring_backward", "ring_query_tokens", "forward_bf16",
+                                       "backward_bf16"};
+      TRY(check_fields(c, att, "compute.attention_efficiency", fb, 9));
+      TRY(get_number(c, att, "compute.attention_efficiency", "forward_bf16", 0, 1, 1.0, 0,
+                     &s->attention_bf16_fwd_efficiency, NULL));
+      TRY(get_number(c, att, "compute.attention_efficiency", "backward_bf16", 0, 1, 1.0, 0,
+                     &s->attention_bf16_bwd_efficiency, NULL));
       TRY(get_number(c, att, "compute.attention_efficiency", "ring_forward", 0, 1, 1.0, 0,
                      &s->attention_ring_fwd_efficiency, NULL));
       TRY(get_number(c, att, "compute.attention_efficiency", "ring_backward", 0, 1, 1.0, 0,

@@ -17,6 +17,7 @@
  *                                             absent: gemm_efficiency),
  *                       attention_efficiency: {forward, backward,
  *                                              reference_tokens, length_exponent,
+ *                                              [forward_bf16, backward_bf16],
  *                                              [ring_forward, ring_backward, ring_query_tokens]},
  *                       kernel_floor_us,
  *                       optimizer_ns_per_param: the runtime's update per local parameter
@@ -195,6 +196,10 @@ typedef struct ClusterSpec {
    * ones gemm_efficiency_bf16 measures where the CPU has AMX; n 0: that curve */
   PlanCurve gemm_efficiency_bf16_rows_vary;
   double attention_fwd_efficiency, attention_bwd_efficiency;
+  /* Optional (0: absent): the attention kernel's in a bf16 run (its tile
+   * products on bf16 inputs), against the bf16 peak at the same reference
+   * length; absent, bf16 attention is priced at the efficiencies above. */
+  double attention_bf16_fwd_efficiency, attention_bf16_bwd_efficiency;
   /* Attention kernels over fewer query tokens than attention_ref_tokens run
    * at efficiency x (tokens / ref)^attention_length_exponent. */
   double attention_ref_tokens, attention_length_exponent;

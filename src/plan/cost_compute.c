@@ -65,6 +65,8 @@ double plan_attention_time(const ClusterSpec *cl, PlanDtype dtype, double flops,
                            int backward) {
   if (!(flops > 0)) return 0.0;
   double eff = backward ? cl->attention_bwd_efficiency : cl->attention_fwd_efficiency;
+  if (dtype == PLAN_DTYPE_BF16 && cl->attention_bf16_fwd_efficiency > 0 && cl->attention_bf16_bwd_efficiency > 0)
+    eff = backward ? cl->attention_bf16_bwd_efficiency : cl->attention_bf16_fwd_efficiency;
   if (query_tokens > 0 && cl->attention_ref_tokens > 0 && query_tokens < cl->attention_ref_tokens)
     eff *= pow(query_tokens / cl->attention_ref_tokens, cl->attention_length_exponent);
   double compute = flops / (plan_peak_flops(cl, dtype) * eff);

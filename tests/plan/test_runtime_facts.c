@@ -281,8 +281,49 @@ static void test_measured_update_rate(void **state) {
   assert_true(fabs((t[2] - t[1]) - (t[1] - t[0])) < 1e-12);
 }
 
+/* Attention in a bf16 run is priced at its own measured efficiency when
+ * the spec has one (the CPU's bf16 tiles run no faster than its fp32
+ * kernel, far below the bf16 GEMM peak), else at the fp32 kernel's; the
+ * fields round-trip and a value above 1 is refused. */
+static void test_bf16_attention_efficiency(void **state) {
+  (void)state;
+  ClusterSpec s, back;
+  calibrated_spec(&s, 1);
+  s.peak_flops[PLAN_DTYPE_FP32] = 2e11;
+  s.peak_flops[PLAN_DTYPE_BF16] = 3e12;
+  s.memory_bandwidth = 1e30;
+  s.kernel_floor = 0;
+  s.attention_ref_tokens = 0;
+  double flops = 1e9;
+  assert_true(fabs(plan_attention_time(&s, PLAN_DTYPE_BF16, flops, 0, 0, 0) - flops / (3e12 * s.attention_fwd_efficiency)) <
+              1e-15);
+  s.attention_bf16_fwd_efficiency = 0.015;
+  s.attention_bf16_bwd_efficiency = 0.02;
+  assert_true(fabs(plan_attention_time(&s, PLAN_DTYPE_BF16, flops, 0, 0, 0) - flops / (3e12 * 0.015)) < 1e-15);
+  assert_true(fabs(plan_attention_time(&s, PLAN_DTYPE_BF16, flops, 0, 0, 1) - flops / (3e12 * 0.02)) < 1e-15);
+  assert_true(fabs(plan_attention_time(&s, PLAN_DTYPE_FP32, flops, 0, 0, 0) - flops / (2e11 * s.attention_fwd_efficiency)) <
+              1e-15);
+  ClusterSpec w;
+  calibrated_spec(&w, 1);
+  w.attention_bf16_fwd_efficiency = 0.015;
+  w.attention_bf16_bwd_efficiency = 0.02;
+  cJSON *json = calib_spec_to_json(&w, "test");
+  Error err = {0, ""};
+  int rc = cluster_spec_from_json(&back, json, "spec.json", &err);
+  if (rc) print_error("%s\n", err.msg);
+  assert_int_equal(rc, 0);
+  assert_true(fabs(back.attention_bf16_fwd_efficiency - 0.015) < 1e-12);
+  assert_true(fabs(back.attention_bf16_bwd_efficiency - 0.02) < 1e-12);
+  cJSON *att = cJSON_GetObjectItem(cJSON_GetObjectItem(json, "compute"), "attention_efficiency");
+  cJSON_ReplaceItemInObject(att, "forward_bf16", cJSON_CreateNumber(2));
+  assert_int_not_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
+  assert_non_null(strstr(err.msg, "forward_bf16"));
+  cJSON_Delete(json);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bf16_attention_efficiency),
       cmocka_unit_test(test_measured_update_rate),
       cmocka_unit_test(test_bucket_overhead_per_bucket),
       cmocka_unit_test(test_facts_round_trip),
