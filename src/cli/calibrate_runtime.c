@@ -21,6 +21,7 @@
 #include "comm/world.h"
 #include "kern/adamw.h"
 #include "kern/vecops.h"
+#include "plan/cost.h"
 #include "train/dp_grads.h"
 #include "train/train_config.h"
 
@@ -112,5 +113,57 @@ int calib_measure_bucket_overhead(int quick, int threads, const ClusterSpec *spe
   if (log)
     fprintf(log, "  buckets         256 KB gradient: %.1f us in 1 bucket, %.1f us in %d; %.1f us per extra bucket "
             "beyond the all-reduce latency\n", t[0] * 1e6, t[1] * 1e6, BUCKETS, *overhead * 1e6);
+  return 0;
+}
+
+int calib_measure_grad_reduce(int quick, int threads, const ClusterSpec *spec, double overhead, PlanCurve *factor,
+                              FILE *log, Error *err) {
+  const CommGroup *world = comm_world();
+  memset(factor, 0, sizeof *factor);
+  if (!world || world->size < 2) return 0;
+  /* A gradient well past the caches (128 MB; 64 MB with quick), reduced
+   * in buckets from 256 KB (1 MB with quick) to 64 MB. */
+  static const double MB[] = {0.25, 1, 4, 16, 64};
+  const int first = quick ? 1 : 0, last = 5;
+  const size_t n = (quick ? (size_t)16 : (size_t)32) << 20;
+  float *grads = malloc(n * sizeof *grads);
+  if (!grads) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the gradient reduction");
+  for (size_t i = 0; i < n; i++) grads[i] = 1e-3f * (float)(i % 97);
+  PlanConfig cfg;
+  plan_config_init(&cfg, 1, world->size, 1);
+  cfg.par.dp = world->size;
+  PlanGroupTopo topo;
+  CommHostLayout host;
+  int rc = plan_group_topology(spec, &cfg, PLAN_GROUP_DP, &topo)
+               ? error_set(err, ERR_INTERNAL, "calibrate: cannot place the world's group on the spec")
+               : comm_host_layout(world, threads, &host, err);
+  double was = comm_collective_timeout();
+  if (!rc) rc = comm_set_collective_timeout(600, err);
+  if (log && !rc) fprintf(log, "  grad reduce     %zu MB gradient, runtime / fit by bucket:", n * sizeof(float) >> 20);
+  for (int i = first; i < last && !rc; i++) {
+    double bytes = MB[i] * 1048576.0, t = 0;
+    DpGrads g;
+    if ((rc = dp_grads_create(&g, world, grads, n, NULL, 0, bytes, 0, err))) break;
+    rc = dp_grads_choose_overlap(&g, TRAIN_AUTO, &host, err);
+    if (!rc) rc = time_reduction(&g, 3, &t, err);
+    int k = g.num_buckets;
+    dp_grads_free(&g);
+    if (rc) break;
+    double fit = k * plan_collective_time(spec, &topo, PLAN_COLL_ALL_REDUCE, (double)n * sizeof(float) / k,
+                                          PLAN_ALGO_AUTO, NULL);
+    double f = fit > 0 ? (t - k * overhead) / fit : 1.0;
+    if (f < 0.05) f = 0.05;
+    factor->x[factor->n] = bytes;
+    factor->y[factor->n++] = f;
+    if (log) fprintf(log, " %g MB %.2f", MB[i], f);
+  }
+  if (log && !rc) fprintf(log, "\n");
+  Error restore;
+  comm_set_collective_timeout(was, &restore);
+  free(grads);
+  if (rc) {
+    memset(factor, 0, sizeof *factor);
+    return error_wrap(err, "calibrate: timing the gradient reduction");
+  }
   return 0;
 }

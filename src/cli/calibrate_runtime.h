@@ -9,7 +9,13 @@
  *     The collectives' alpha-beta fit prices each bucket's message; what a
  *     bucket costs beyond it (a non-blocking collective's schedule, the
  *     test loop it is waited for in, staging) is what this adds, per bucket
- *     (runtime.bucket_overhead_us). */
+ *     (runtime.bucket_overhead_us);
+ *   - the reduction of a gradient larger than the caches, in buckets of
+ *     several sizes, against the collective's fitted price of the same
+ *     buckets (runtime.grad_reduce_factor): a run's gradient streams from
+ *     memory, and buckets of tens of MB leave the caches in the
+ *     reduction's own buffers, neither of which the fit's small hot
+ *     buffers see. */
 #ifndef FIVEFOLD_CLI_CALIBRATE_RUNTIME_H
 #define FIVEFOLD_CLI_CALIBRATE_RUNTIME_H
 
@@ -32,5 +38,11 @@ double calib_measure_update(int quick);
  * NULL elsewhere). */
 int calib_measure_bucket_overhead(int quick, int threads, const ClusterSpec *spec, double *overhead, FILE *log,
                                   Error *err);
+
+/* Every rank calls it (after calib_measure_bucket_overhead, whose
+ * `overhead` it takes out of each bucket). *factor: per bucket size
+ * (bytes), the reduction's time over the fit's (n 0 on one rank). */
+int calib_measure_grad_reduce(int quick, int threads, const ClusterSpec *spec, double overhead, PlanCurve *factor,
+                              FILE *log, Error *err);
 
 #endif

@@ -593,9 +593,11 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     }
   }
   double bucket_overhead = 0;
+  PlanCurve grad_factor = {0};
   if (mpi && mc.world > 1) {
     rc = calib_measure_links(mc.nodes, mc.ranks_on_node, c->quick, &spec, out, err);
     if (!rc) rc = calib_measure_bucket_overhead(c->quick, mc.threads, &spec, &bucket_overhead, out, err);
+    if (!rc) rc = calib_measure_grad_reduce(c->quick, mc.threads, &spec, bucket_overhead, &grad_factor, out, err);
     if (rc) return rc;
   } else if (out) {
     fprintf(out, "  links           not measured (one rank): intra_node %.2f GB/s %.1f us, inter_node %.2f GB/s "
@@ -625,6 +627,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   if (gethostname(host, sizeof host - 1)) host[0] = '\0';
   calib_runtime_facts_cpu(&spec.runtime, host);
   spec.runtime.bucket_overhead = bucket_overhead;
+  spec.runtime.grad_reduce_factor = grad_factor;
   if (out)
     fprintf(out, "  runtime         fivefold CPU runtime on %s: fp32, MoE replicated over TP, no asynchronous "
             "progress (dp overlap 0), no device sync (dropless sync 0 us), 25 MiB buckets\n", host[0] ? host : "?");

@@ -280,7 +280,9 @@ double plan_stage_reduce_time(const void *ctx, int group, double elements) {
   if (g->size <= 1 || !(elements > 0)) return 0.0;
   /* The runtime's own cost of a bucket (its collective's setup and wait)
    * comes on top of the collective's price. */
-  return plan_collective_time(cm->cluster, g, kind, elements * cm->opt->grad_reduce_bytes, cm->opt->algo, NULL) +
+  double bytes = elements * cm->opt->grad_reduce_bytes;
+  return plan_collective_time(cm->cluster, g, kind, bytes, cm->opt->algo, NULL) *
+             plan_curve_eval(&cm->opt->grad_reduce_factor, bytes) +
          cm->opt->bucket_overhead;
 }
 

@@ -324,6 +324,11 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
     if (rt->bucket_bytes > 0) cJSON_AddNumberToObject(run, "bucket_MB", rt->bucket_bytes / 1e6);
     if (rt->bucket_max_share > 0) cJSON_AddNumberToObject(run, "bucket_max_share", rt->bucket_max_share);
     if (rt->bucket_overhead > 0) cJSON_AddNumberToObject(run, "bucket_overhead_us", rt->bucket_overhead * 1e6);
+    if (rt->grad_reduce_factor.n > 0) {
+      PlanCurve mb = rt->grad_reduce_factor;
+      for (int i = 0; i < mb.n; i++) mb.x[i] /= 1e6;
+      cJSON_AddItemToObject(run, "grad_reduce_factor", curve_json(&mb));
+    }
   }
   cJSON *cores = s->cores_per_node > 0 ? cJSON_AddObjectToObject(root, "cores") : NULL;
   if (cores) {

@@ -169,10 +169,13 @@ static int parse_link(const Ctx *c, const cJSON *obj, const char *path, int with
   return 0;
 }
 
-static int parse_curve(const Ctx *c, const cJSON *v, const char *path, PlanCurve *curve) {
+/* [[x, y], ...] with x > 0 increasing and y in (0, y_max]; x_name and
+ * y_name word the messages. */
+static int parse_curve_of(const Ctx *c, const cJSON *v, const char *path, const char *x_name, const char *y_name,
+                          double y_max, PlanCurve *curve) {
   if (!cJSON_IsArray(v))
-    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an array of [flops, efficiency] pairs, got %s",
-                     c->origin, path, json_type_name(v));
+    return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected an array of [%s, %s] pairs, got %s", c->origin,
+                     path, x_name, y_name, json_type_name(v));
   int n = cJSON_GetArraySize(v);
   if (n < 1 || n > PLAN_MAX_CURVE_POINTS)
     return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": expected 1 to %d points, got %d", c->origin, path,
@@ -183,18 +186,22 @@ static int parse_curve(const Ctx *c, const cJSON *v, const char *path, PlanCurve
     const cJSON *x = cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 ? cJSON_GetArrayItem(p, 0) : NULL;
     const cJSON *y = x ? cJSON_GetArrayItem(p, 1) : NULL;
     if (!x || !cJSON_IsNumber(x) || !cJSON_IsNumber(y) || !(x->valuedouble > 0) || !(y->valuedouble > 0) ||
-        y->valuedouble > 1 || !isfinite(x->valuedouble))
-      return error_set(c->err, ERR_CONFIG,
-                       "%s: field \"%s\": point %d must be [flops > 0, efficiency in (0, 1]]", c->origin, path, i);
+        y->valuedouble > y_max || !isfinite(x->valuedouble))
+      return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": point %d must be [%s > 0, %s in (0, %g]]", c->origin,
+                       path, i, x_name, y_name, y_max);
     if (i > 0 && !(x->valuedouble > curve->x[i - 1]))
-      return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": point %d: flops must increase from point to point",
-                       c->origin, path, i);
+      return error_set(c->err, ERR_CONFIG, "%s: field \"%s\": point %d: %s must increase from point to point",
+                       c->origin, path, i, x_name);
     curve->x[i] = x->valuedouble;
     curve->y[i] = y->valuedouble;
     i++;
   }
   curve->n = n;
   return 0;
+}
+
+static int parse_curve(const Ctx *c, const cJSON *v, const char *path, PlanCurve *curve) {
+  return parse_curve_of(c, v, path, "flops", "efficiency", 1.0, curve);
 }
 
 /* [{batch, curve[, data, weights]}, ...] with increasing batches; the two
@@ -367,7 +374,7 @@ static int parse_runtime(const Ctx *c, const cJSON *o, PlanRuntimeFacts *rt) {
   static const char *const fields[] = {"device",       "host",          "dtype",
                                        "moe_tp_replicated", "async_progress", "device_sync",
                                        "dropless_sync_us",  "bucket_MB",      "bucket_max_share",
-                                       "bucket_overhead_us"};
+                                       "bucket_overhead_us", "grad_reduce_factor"};
   TRY(check_fields(c, o, "runtime", fields, COUNT(fields)));
   memset(rt, 0, sizeof *rt);
   rt->given = 1;
@@ -393,6 +400,11 @@ static int parse_runtime(const Ctx *c, const cJSON *o, PlanRuntimeFacts *rt) {
   double overhead_us = 0;
   TRY(get_number(c, o, "runtime", "bucket_overhead_us", 0, 0, 1e6, 0, &overhead_us, NULL));
   rt->bucket_overhead = overhead_us * 1e-6;
+  const cJSON *factor = cJSON_GetObjectItemCaseSensitive(o, "grad_reduce_factor");
+  if (factor) {
+    TRY(parse_curve_of(c, factor, "runtime.grad_reduce_factor", "bucket MB", "factor", 100.0, &rt->grad_reduce_factor));
+    for (int i = 0; i < rt->grad_reduce_factor.n; i++) rt->grad_reduce_factor.x[i] *= 1e6; /* MB: bytes */
+  }
   return 0;
 }
 

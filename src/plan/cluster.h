@@ -49,7 +49,8 @@
  *       `links` and `topology` exclude each other.
  *   runtime (optional, written by `fivefold calibrate`) {device, host, dtype,
  *       moe_tp_replicated, async_progress, device_sync, dropless_sync_us,
- *       bucket_MB, bucket_max_share, bucket_overhead_us}: what the runtime measured on this
+ *       bucket_MB, bucket_max_share, bucket_overhead_us,
+ *       grad_reduce_factor: [[bucket MB, factor], ...]}: what the runtime measured on this
  *       machine does (PlanRuntimeFacts); the planner's options default from
  *       it (plan_options_from_runtime, parallel.h).
  *   cores (optional, written by `fivefold calibrate`) {per_node,
@@ -173,6 +174,11 @@ typedef struct PlanRuntimeFacts {
   /* s: what one more gradient bucket costs the runtime beyond its
    * collective's fitted price (calibrate_buckets.h; 0: nothing). */
   double bucket_overhead;
+  /* The runtime's reduction of a gradient bucket against the collective's
+   * fitted price, by bucket bytes (n 0: 1): its gradient streams from
+   * memory and larger buckets leave the caches, which the fit's small hot
+   * buffers do not (calibrate_runtime.h). */
+  PlanCurve grad_reduce_factor;
 } PlanRuntimeFacts;
 
 typedef struct ClusterSpec {

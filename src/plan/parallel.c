@@ -94,6 +94,7 @@ void plan_options_from_runtime(const PlanRuntimeFacts *rt, unsigned given, PlanO
   if (!(given & PLAN_GIVEN_CP_OVERLAP)) o->cp_overlap = rt->async_progress ? 1.0 : 0.0;
   if (!(given & PLAN_GIVEN_DROPLESS_SYNC)) o->dropless_sync = rt->device_sync ? rt->dropless_sync : 0.0;
   o->bucket_overhead = rt->bucket_overhead;
+  o->grad_reduce_factor = rt->grad_reduce_factor;
   if (!(given & PLAN_GIVEN_BUCKET) && rt->bucket_bytes > 0) {
     o->bucket_params = rt->bucket_bytes / o->grad_reduce_bytes;
     o->bucket_max_share = rt->bucket_max_share;

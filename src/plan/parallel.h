@@ -146,6 +146,9 @@ typedef struct PlanOptions {
   double param_gather_overlap; /* distributed optimizer: parameter all-gather behind the next forward */
   int grad_reduce_bytes;      /* bytes per gradient element in the reduction (4: fp32) */
   double bucket_overhead;     /* s: each gradient bucket's cost beyond its collective (the runtime's, calibrated) */
+  /* The runtime's bucket reduction against the collective's price, by
+   * bucket bytes (n 0: 1; PlanRuntimeFacts.grad_reduce_factor). */
+  PlanCurve grad_reduce_factor;
   double bucket_params;       /* gradient bucket size in parameters */
   double bucket_max_share;    /* buckets at most this share of a rank's gradient (0: no cap; the runtime's 0.25) */
   double dropless_sync;       /* s: host synchronisation per dropless MoE layer and pass */

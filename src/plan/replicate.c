@@ -152,7 +152,10 @@ int plan_stage_costs_replicate(const PlanCostModel *cm, PlanStageCosts *sc, Erro
     double full = plan_collective_time(cl, &g, kind, total * o->grad_reduce_bytes, o->algo, NULL);
     double nb = ceil(total / (o->bucket_params > 0 ? o->bucket_params : 1e300));
     int buckets = nb < 1 ? 1 : (int)fmin(nb, 1e6);
-    if (full > 0) full += buckets * o->bucket_overhead; /* the runtime's own cost per bucket */
+    /* The runtime's own reduction of buckets of that size, and its cost per bucket. */
+    if (full > 0)
+      full = full * plan_curve_eval(&o->grad_reduce_factor, total * o->grad_reduce_bytes / buckets) +
+             buckets * o->bucket_overhead;
     double hidden = o->dp_overlap * (1.0 - 1.0 / buckets) * pc->bwd_total;
     sc->grad_reduce_full[s] = full;
     sc->grad_reduce[s] = full > 0 ? fmax(full - hidden, full / buckets) : 0;

@@ -39,6 +39,9 @@ else
   # The runtime's own cost per gradient bucket, timed through its reduction.
   grep -Eq "buckets +256 KB gradient: [0-9.]+ us in 1 bucket, [0-9.]+ us in 64; [0-9.]+ us per extra bucket" "$WORK/log" ||
     { echo "calibrate does not time the gradient buckets"; exit 1; }
+  grep -Eq "grad reduce +64 MB gradient, runtime / fit by bucket: 1 MB [0-9.]+ 4 MB [0-9.]+ 16 MB [0-9.]+ 64 MB [0-9.]+" \
+    "$WORK/log" || { echo "calibrate does not time the gradient reduction by bucket size"; exit 1; }
+  grep -q '"grad_reduce_factor"' "$WORK/spec.json" || { echo "no runtime.grad_reduce_factor in the spec"; exit 1; }
   for k in all_reduce reduce_scatter all_gather all_to_all p2p; do
     grep -q "\"$k\"" "$WORK/spec.json" || grep -q "$k .*not fitted" "$WORK/log" ||
       { echo "collective $k neither fitted nor reported"; exit 1; }

@@ -133,6 +133,21 @@ static void test_by_hand(void **state) {
   assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &dp, &w, &err), 0);
   double gather = w.optimizer - (params / 2 * 28 / 1e10 + 2 * params * 4 / 1e10);
   assert_close(zu.optimizer, params / 2 * 2e-9 + gather);
+  /* The runtime's reduction against the fit, by bucket size (the curve
+   * read in log(bytes) between its points, held beyond them): at a factor
+   * of 2 for every bucket, the buckets cost twice the collective, plus
+   * each one's overhead. */
+  PlanNetResult f2;
+  opt.grad_reduce_factor.n = 2;
+  opt.grad_reduce_factor.x[0] = 1e6, opt.grad_reduce_factor.y[0] = 1.5;
+  opt.grad_reduce_factor.x[1] = 1.6e7, opt.grad_reduce_factor.y[1] = 2.5;
+  assert_close(plan_curve_eval(&opt.grad_reduce_factor, 4e6), 2.0);
+  assert_close(plan_curve_eval(&opt.grad_reduce_factor, 4e3), 1.5);
+  opt.grad_reduce_factor.n = 1;
+  opt.grad_reduce_factor.y[0] = 2.0;
+  assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &dp, &f2, &err), 0);
+  assert_close(f2.reduce, 2 * z.reduce + 3 * 7e-6);
+  opt.grad_reduce_factor.n = 0;
   /* One rank reduces nothing, so pays nothing. */
   PlanNetResult one;
   assert_int_equal(plan_net_simulate(L, 3, &cl, &opt, &cfg, &one, &err), 0);

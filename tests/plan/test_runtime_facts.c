@@ -37,6 +37,9 @@ static void test_facts_round_trip(void **state) {
   ClusterSpec s, back;
   calibrated_spec(&s, 2);
   s.runtime.bucket_overhead = 3.25e-6;
+  s.runtime.grad_reduce_factor.n = 2;
+  s.runtime.grad_reduce_factor.x[0] = 1048576, s.runtime.grad_reduce_factor.y[0] = 1.25;
+  s.runtime.grad_reduce_factor.x[1] = 67108864, s.runtime.grad_reduce_factor.y[1] = 3;
   cJSON *json = calib_spec_to_json(&s, "test");
   assert_non_null(json);
   Error err = {0, ""};
@@ -53,12 +56,20 @@ static void test_facts_round_trip(void **state) {
   assert_true(fabs(b->bucket_bytes - 25.0 * 1024 * 1024) < 1);
   assert_true(fabs(b->bucket_max_share - 0.25) < 1e-12);
   assert_true(fabs(b->bucket_overhead - 3.25e-6) < 1e-15);
+  assert_int_equal(b->grad_reduce_factor.n, 2);
+  assert_true(fabs(b->grad_reduce_factor.x[1] - 67108864) < 1e-3);
+  assert_true(fabs(b->grad_reduce_factor.y[0] - 1.25) < 1e-12);
   /* A wrong field is named with what was expected. */
   cJSON *rt = cJSON_GetObjectItem(json, "runtime");
   cJSON_ReplaceItemInObject(rt, "bucket_overhead_us", cJSON_CreateNumber(-1));
   assert_int_not_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
   assert_non_null(strstr(err.msg, "runtime.bucket_overhead_us"));
   cJSON_ReplaceItemInObject(rt, "bucket_overhead_us", cJSON_CreateNumber(3.25));
+  cJSON_ReplaceItemInObject(rt, "grad_reduce_factor", cJSON_Parse("[[4, 1.5], [1, 2]]"));
+  assert_int_not_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
+  assert_non_null(strstr(err.msg, "runtime.grad_reduce_factor"));
+  assert_non_null(strstr(err.msg, "bucket MB must increase"));
+  cJSON_ReplaceItemInObject(rt, "grad_reduce_factor", cJSON_Parse("[[1, 1.25]]"));
   cJSON_ReplaceItemInObject(rt, "async_progress", cJSON_CreateNumber(3));
   assert_int_not_equal(cluster_spec_from_json(&back, json, "spec.json", &err), 0);
   assert_non_null(strstr(err.msg, "spec.json"));
