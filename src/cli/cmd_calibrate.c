@@ -597,7 +597,10 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   if (mpi && mc.world > 1) {
     rc = calib_measure_links(mc.nodes, mc.ranks_on_node, c->quick, &spec, out, err);
     if (!rc) rc = calib_measure_bucket_overhead(c->quick, mc.threads, &spec, &bucket_overhead, out, err);
-    if (!rc) rc = calib_measure_grad_reduce(c->quick, mc.threads, &spec, bucket_overhead, &grad_factor, out, err);
+    /* On one node only: across nodes the network, not the caches, sets a
+     * bucket's pace, and the fit measured it. */
+    if (!rc && mc.nodes <= 1)
+      rc = calib_measure_grad_reduce(c->quick, mc.threads, &spec, bucket_overhead, &grad_factor, out, err);
     if (rc) return rc;
   } else if (out) {
     fprintf(out, "  links           not measured (one rank): intra_node %.2f GB/s %.1f us, inter_node %.2f GB/s "
