@@ -106,7 +106,9 @@ up() {
   uplink=$(pick_subnet) || die "no free 10.x.y.0/24 for the uplink"
   echo "$uplink" >>"$st/subnets"
   local br=${name}b cores
-  cores=$(nproc)
+  # The cores this process may run on; not plain nproc, which follows
+  # OMP_NUM_THREADS (1 in a benchmark's environment put both hosts on core 0).
+  cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   ip link add "$br" type bridge || die "cannot make bridge $br"
   ip addr add "$mgmt.1/24" dev "$br"
   ip link set "$br" up

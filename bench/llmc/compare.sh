@@ -170,7 +170,7 @@ summary() {
   local load
   load=$(cut -d' ' -f1 /proc/loadavg)
   echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) core(s)"
-  if awk -v l="$load" -v start="$load_start" -v n="$(nproc)" 'BEGIN { exit !(l > n || start > n) }'; then
+  if awk -v l="$load" -v start="$load_start" -v n="$(getconf _NPROCESSORS_ONLN)" 'BEGIN { exit !(l > n || start > n) }'; then
     echo "WARNING: the load average exceeded the core count: other programs shared the cores, and the figures" \
       "above are not comparable (llm.c loses most); rerun on an idle machine"
   fi

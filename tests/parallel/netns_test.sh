@@ -60,6 +60,12 @@ else
   # (up removes what it made when it fails)
   "$NETNS" up "$CLUSTER" 200mbit || { fail "making cluster $CLUSTER"; CLUSTER=; finish "netns"; }
   # lib.sh's train() runs "$MPIEXEC" -np N --oversubscribe ...: on the cluster.
+  # Each host on a core of its own where the machine has two, even with
+  # OMP_NUM_THREADS=1 in the environment (nproc follows it).
+  if [ "$(env -u OMP_NUM_THREADS nproc)" -ge 2 ] &&
+    [ "$(sort -u /run/fivefold-netns/"$CLUSTER"/host-* | wc -l)" -ne 2 ]; then
+    fail "the two hosts of $CLUSTER share a core: $(cat /run/fivefold-netns/"$CLUSTER"/host-* | tr '\n' ' ')"
+  fi
   MPIEXEC=$WORK/cluster-mpirun
   printf '#!/bin/sh\nexec "%s" mpirun %s "$@"\n' "$NETNS" "$CLUSTER" >"$MPIEXEC"
   chmod +x "$MPIEXEC"
