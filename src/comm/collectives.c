@@ -125,11 +125,28 @@ static int polled(int start_rc, MPI_Request *r, const CommGroup *g, const char *
   return comm_timeout_armed() ? comm_timeout_wait(r, g, op) : paced_wait(r);
 }
 
+/* A blocking collective of at least this payload, under the collective
+ * timeout and without sleeping waits, first checks that every rank of its
+ * group has arrived (a polled barrier, with the timeout's diagnosis) and
+ * then runs as MPI's blocking call (comm/timeout.h). Open MPI's blocking
+ * algorithms move a large buffer 2 to 3 times faster than the non-blocking
+ * form (a 16 MB all-reduce of 2 ranks: 2.7 against 9.3 ms), while a barrier
+ * costs microseconds on shared memory. */
+#define COMM_ARRIVAL_CHECK_BYTES ((int64_t)256 * 1024)
+
+static int arrived_then_blocking(const CommGroup *g, const char *op, MPI_Request *barrier) {
+  int rc = polled(MPI_Ibarrier(g->comm, barrier), barrier, g, op);
+  if (rc == MPI_SUCCESS) comm_timeout_blocking_begin(g, op);
+  return rc;
+}
+
 /* The end every wrapper shares. With a request (req): starts the
  * non-blocking form on it. Without: the blocking call as one probe span or,
  * while the collective timeout is armed (comm/timeout.h) or waits sleep
  * (comm/waits.h), the non-blocking form on a local request waited for with
- * the deadline or the pauses, as the same span.
+ * the deadline or the pauses, as the same span; a large collective under
+ * the timeout (peer < 0, COMM_ARRIVAL_CHECK_BYTES) waits for every rank's
+ * arrival that way and then runs blocking, watched (comm/timeout.h).
  * The non-blocking call names its request mpi_req_; req, name and err are
  * the wrapper's. */
 #define RUN_MPI(kind, g, bytes, peer, blocking_call, nonblocking_call)                                 \
@@ -141,7 +158,13 @@ static int polled(int start_rc, MPI_Request *r, const CommGroup *g, const char *
       run_rc_ = started((nonblocking_call), req, name, g, err);                                        \
     else if (!comm_timeout_armed() && !comm_waits_sleeping())                                          \
       run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, (blocking_call)), name, g, err);           \
-    else                                                                                               \
+    else if ((peer) < 0 && !comm_waits_sleeping() && (bytes) >= COMM_ARRIVAL_CHECK_BYTES) {            \
+      run_rc_ = comm_check(arrived_then_blocking(g, name, &local_req_), name, g, err);                 \
+      if (!run_rc_) {                                                                                  \
+        run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, (blocking_call)), name, g, err);         \
+        comm_timeout_blocking_end();                                                                   \
+      }                                                                                                \
+    } else                                                                                             \
       run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, polled((nonblocking_call), mpi_req_, g, name)), \
                            name, g, err);                                                              \
     run_rc_;                                                                                           \

@@ -1,12 +1,18 @@
 /* The collective timeout of timeout.h: the polled wait, the answers a
- * waiting rank gives to a peer that timed out, and the report naming the
- * ranks that did not arrive. */
+ * waiting rank gives to a peer that timed out, the report naming the ranks
+ * that did not arrive, and the watchdog of blocking collectives that passed
+ * their arrival check. */
 #include "comm/timeout.h"
 
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/timer.h"
@@ -35,6 +41,57 @@ static int32_t g_pings;                  /* pings this rank has sent */
 #define HOST_CHARS 48
 static char (*g_hosts)[HOST_CHARS];
 
+/* The blocking collective running on this rank after its arrival check:
+ * when it started (ns of timer_now; 0: none) and what it is, for the
+ * watchdog thread. The names are written before the start is published. */
+static _Atomic int64_t g_blocking_since_ns;
+static char g_blocking_op[96], g_blocking_group[16];
+static int g_watchdog_started;
+static long g_blocking_calls;
+
+/* Makes no MPI call (MPI_THREAD_FUNNELED): it can only end the process,
+ * which takes the job down with it (mpirun ends the others). */
+static void *blocking_watchdog(void *arg) {
+  (void)arg;
+  for (;;) {
+    double timeout = g_timeout_s > 0 ? g_timeout_s : 1.0, nap = fmin(1.0, timeout / 4);
+    struct timespec ts = {(time_t)nap, (long)((nap - floor(nap)) * 1e9)};
+    nanosleep(&ts, NULL);
+    int64_t since = atomic_load(&g_blocking_since_ns);
+    if (!since || !(g_timeout_s > 0)) continue;
+    double waited = timer_now() - (double)since * 1e-9;
+    if (waited < g_timeout_s + fmin(g_timeout_s, MAX_ANSWER_WAIT_S)) continue;
+    fprintf(stderr,
+            "fivefold: rank %d failed: %s on group %s has run %.0f s in a blocking collective after every rank of "
+            "the group arrived at it (the collective timeout is %g s): a rank stopped or hung inside it, which a "
+            "blocking collective cannot ask about\n",
+            comm_world_rank(), g_blocking_op, g_blocking_group, waited, g_timeout_s);
+    fflush(stderr);
+    _exit(1);
+  }
+  return NULL;
+}
+
+void comm_timeout_blocking_begin(const CommGroup *g, const char *operation) {
+  static int stop_rank = -2; /* -2: not read yet; -1: no test stop */
+  if (stop_rank == -2) {
+    const char *s = getenv("FIVEFOLD_TEST_STOP_IN_COLLECTIVE");
+    stop_rank = s && *s ? atoi(s) : -1;
+  }
+  snprintf(g_blocking_op, sizeof g_blocking_op, "%s", operation ? operation : "?");
+  snprintf(g_blocking_group, sizeof g_blocking_group, "%s", g ? g->name : "?");
+  atomic_store(&g_blocking_since_ns, (int64_t)(timer_now() * 1e9));
+  g_blocking_calls++;
+  if (stop_rank >= 0 && stop_rank == comm_world_rank()) {
+    stop_rank = -1;
+    raise(SIGSTOP);
+  }
+}
+
+void comm_timeout_blocking_end(void) { atomic_store(&g_blocking_since_ns, 0); }
+
+long comm_timeout_blocking_calls(void) { return g_blocking_calls; }
+
 int comm_set_collective_timeout(double seconds, Error *err) {
   if (!(seconds >= 0))
     return error_set(err, ERR_ARG, "collective timeout of %g s (expected >= 0 seconds; 0 turns it off)", seconds);
@@ -50,6 +107,17 @@ int comm_set_collective_timeout(double seconds, Error *err) {
     if (!g_hosts) return error_set(err, ERR_NOMEM, "comm_set_collective_timeout: out of memory for the host names");
     rc = MPI_Allgather(mine, HOST_CHARS, MPI_CHAR, g_hosts, HOST_CHARS, MPI_CHAR, g_watch);
     if (rc != MPI_SUCCESS) return comm_check(rc, "comm_set_collective_timeout (host names)", comm_world(), err);
+  }
+  if (seconds > 0 && !g_watchdog_started) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int prc = pthread_create(&t, &attr, blocking_watchdog, NULL);
+    pthread_attr_destroy(&attr);
+    if (prc) return error_set(err, ERR_INTERNAL, "comm_set_collective_timeout: cannot start the watchdog thread (%s)",
+                              strerror(prc));
+    g_watchdog_started = 1;
   }
   g_timeout_s = seconds;
   return ERR_OK;

@@ -25,6 +25,20 @@
  * could not ask the other ranks who is missing; polling keeps everything on
  * the thread that calls MPI.
  *
+ * Large collectives (comm/collectives.c: 256 KB or more, not while waits
+ * sleep) are the exception, because the non-blocking form is 2 to 3 times
+ * slower than MPI's blocking algorithms there: a polled barrier of the
+ * group first waits for every rank to arrive, with the diagnosis above,
+ * then the blocking call runs. A rank that stops inside it after that
+ * (stopped in MPI itself) cannot be asked about; a watchdog thread, which
+ * makes no MPI call, ends the job when such a call has run for twice the
+ * timeout (the timeout plus at most 30 s), with
+ *   fivefold: rank R failed: OP on group G has run T s in a blocking
+ *   collective after every rank of the group arrived at it (the collective
+ *   timeout is X s): a rank stopped or hung inside it, which a blocking
+ *   collective cannot ask about
+ * and exit status 1.
+ *
  * Not covered: MPI-IO of the distributed checkpoint and MPI calls made
  * outside comm/collectives.h. */
 #ifndef FIVEFOLD_COMM_TIMEOUT_H
@@ -46,6 +60,14 @@ int comm_timeout_armed(void);
  * every rank is asked) under the timeout; returns MPI's code. Does not
  * return when the timeout expires. */
 int comm_timeout_wait(MPI_Request *req, const CommGroup *g, const char *operation);
+/* A blocking collective that passed its arrival check starts and ends
+ * (comm/collectives.c); the watchdog times it. For tests only:
+ * FIVEFOLD_TEST_STOP_IN_COLLECTIVE=R makes world rank R stop itself with
+ * SIGSTOP at its first such begin. */
+void comm_timeout_blocking_begin(const CommGroup *g, const char *operation);
+void comm_timeout_blocking_end(void);
+/* How many collectives ran blocking after their arrival check (tests). */
+long comm_timeout_blocking_calls(void);
 /* Frees the private communicator (comm_finalize). */
 void comm_timeout_release(void);
 

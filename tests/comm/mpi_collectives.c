@@ -6,7 +6,10 @@
  * other collectives) and complete; argument errors are reported locally;
  * every wrapper again with sleeping waits (comm/waits.h), with the
  * collective timeout disarmed and armed, and a sleeping wait hands its core
- * back (its thread's CPU time is a small part of the time it waited). */
+ * back (its thread's CPU time is a small part of the time it waited); with
+ * the timeout armed and waits not sleeping, collectives of 256 KB and more
+ * (an arrival check, then the blocking call: comm/timeout.h) give the same
+ * results. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -47,6 +50,32 @@ static void test_allreduce(const CommGroup *g) {
         (long long)expect_max);
   CHECK_OK(comm_allreduce_f32(g, NULL, 0, COMM_SUM, NULL, err)); /* empty is fine */
   free(buf);
+}
+
+/* Payloads past the arrival check's threshold (256 KB): all-reduce,
+ * reduce-scatter and all-gather of 128 K floats per rank. */
+static void test_large(const CommGroup *g) {
+  const int n = 1 << 17, p = g->size, r = g->rank;
+  float *buf = malloc((size_t)n * p * sizeof *buf), *out = malloc((size_t)n * p * sizeof *out);
+  for (int i = 0; i < n; i++) buf[i] = (float)((r + 1) * (i % 29 + 1));
+  CHECK_OK(comm_allreduce_f32(g, buf, (size_t)n, COMM_SUM, NULL, err));
+  int bad = 0;
+  for (int i = 0; i < n; i++) bad += buf[i] != (float)(tri(p) * (i % 29 + 1));
+  CHECK(bad == 0, "large allreduce on %s: %d wrong elements", g->name, bad);
+  for (int j = 0; j < p; j++)
+    for (int i = 0; i < n; i++) buf[(size_t)j * n + i] = (float)((r + 1) * (j + 1) + i % 7);
+  CHECK_OK(comm_reduce_scatter_sum_f32(g, buf, out, (size_t)n, NULL, err));
+  bad = 0;
+  for (int i = 0; i < n; i++) bad += out[i] != (float)(tri(p) * (r + 1) + p * (i % 7));
+  CHECK(bad == 0, "large reduce-scatter on %s: %d wrong elements", g->name, bad);
+  for (int i = 0; i < n; i++) buf[i] = (float)(r * 1000 + i % 13);
+  CHECK_OK(comm_allgather_f32(g, buf, out, (size_t)n, NULL, err));
+  bad = 0;
+  for (int j = 0; j < p; j++)
+    for (int i = 0; i < n; i++) bad += out[(size_t)j * n + i] != (float)(j * 1000 + i % 13);
+  CHECK(bad == 0, "large allgather on %s: %d wrong elements", g->name, bad);
+  free(buf);
+  free(out);
 }
 
 static void test_reduce_scatter(const CommGroup *g) {
@@ -400,6 +429,21 @@ int main(int argc, char **argv) {
   run_all(comm_world());
   if (comm_set_collective_timeout(0, &err)) comm_abort(2, "%s", err.msg);
   comm_waits_set_sleeping(0);
+  /* Armed without sleeping waits: small collectives polled, large ones
+   * checked for arrival and then blocking (3 per test_large, none
+   * disarmed). */
+  long before = comm_timeout_blocking_calls();
+  test_large(comm_world());
+  CHECK(comm_timeout_blocking_calls() == before, "disarmed, %ld collectives took the arrival check",
+        comm_timeout_blocking_calls() - before);
+  if (comm_set_collective_timeout(60, &err)) comm_abort(2, "%s", err.msg);
+  run_all(comm_world());
+  before = comm_timeout_blocking_calls();
+  test_large(comm_world());
+  long expect = w > 1 ? 3 : 0; /* a world of one rank never arms */
+  CHECK(comm_timeout_blocking_calls() - before == expect, "armed, %ld large collectives took the arrival check, "
+        "expected %ld", comm_timeout_blocking_calls() - before, expect);
+  if (comm_set_collective_timeout(0, &err)) comm_abort(2, "%s", err.msg);
   if (w >= 4) {
     /* Groups of other sizes and strides than the world: tp pairs of
      * neighbours, dp groups of every other rank, and (8 ranks) a 4-rank

@@ -11,9 +11,18 @@
  *   mpi_error_async   the same receive started asynchronously, failing in comm_wait
  *   exit        exit(3) before comm_finalize
  *   return      return 0 from main before comm_finalize
- *   kill        raise(SIGKILL): no message of ours is possible, mpirun names the rank */
+ *   kill        raise(SIGKILL): no message of ours is possible, mpirun names the rank
+ * and, with the collective timeout armed at 1 s, an all-reduce of 1 MB
+ * (past the arrival check's threshold, comm/timeout.h):
+ *   late_large  the victim stops itself (SIGSTOP) before it: the others'
+ *               arrival check names it
+ *   stop_large  the victim stops inside it, after the arrival check
+ *               (FIVEFOLD_TEST_STOP_IN_COLLECTIVE): the others' watchdogs
+ *               end the job */
 #include <signal.h>
 #include <stdlib.h>
+
+#include "comm/timeout.h"
 
 #include "mpi_test_util.h"
 
@@ -34,6 +43,20 @@ int main(int argc, char **argv) {
   if (truncation && me == 0 && victim != 0) {
     float eight[8] = {0};
     CHECK_OK(comm_send_f32(dp, victim, 1, eight, 8, NULL, err));
+  }
+  if (!strcmp(mode, "late_large") || !strcmp(mode, "stop_large")) {
+    CHECK_OK(comm_set_collective_timeout(1, err));
+    if (!strcmp(mode, "stop_large")) {
+      char rank[16];
+      snprintf(rank, sizeof rank, "%d", victim);
+      setenv("FIVEFOLD_TEST_STOP_IN_COLLECTIVE", rank, 1);
+    }
+    if (me == victim && !strcmp(mode, "late_large")) raise(SIGSTOP);
+    const size_t n = (size_t)1 << 18;
+    float *big = calloc(n, sizeof *big);
+    CHECK_OK(comm_allreduce_f32(comm_world(), big, n, COMM_SUM, NULL, err));
+    free(big);
+    fprintf(stderr, "mpi_failure: the large all-reduce returned on rank %d\n", me);
   }
   if (me == victim) {
     if (!strcmp(mode, "abort")) comm_abort(7, "deliberate failure in the failure test (code 7)");

@@ -68,5 +68,12 @@ comm_failure_test(exit 4 exit fails
 comm_failure_test(return 4 return fails
                   "fivefold: rank 3 failed: exited with status 0 before comm_finalize")
 comm_failure_test(kill 4 kill fails "process rank 3 .*signal 9")
+# A large collective under the collective timeout: a rank that never
+# arrives is named by the others' arrival check; one that stops inside the
+# blocking call after it is caught by their watchdogs (comm/timeout.h).
+comm_failure_test(late_large 4 late_large fails
+                  "fivefold: rank [0-2] failed: comm_allreduce_f32 on group world waited [0-9]+ s \\(the collective timeout is 1 s\\): rank 3 did not arrive")
+comm_failure_test(stop_large 4 stop_large fails
+                  "fivefold: rank [0-2] failed: comm_allreduce_f32 on group world has run [0-9]+ s in a blocking collective after every rank of the group arrived at it \\(the collective timeout is 1 s\\)")
 comm_failure_test(singleton_abort 0 abort fails
                   "fivefold: rank 0 failed: deliberate failure in the failure test \\(code 7\\)")
