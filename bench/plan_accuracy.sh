@@ -204,7 +204,9 @@ for pass in $(seq 1 "$PASSES"); do
     { TIMEFORMAT='%U %S'; time "${launch[@]}" "$FIVEFOLD" train --config $conf --out "$out" --no-progress \
         --grad-accum "$accum" "${extra[@]}" $tflags >"train$n.p$pass.log" 2>&1; } 2>"cpu$n.p$pass" || rc=$?
     if [ "$rc" != 0 ]; then
-      [ "$pass" = 1 ] && notes+=("$name: train refused: $(grep -m1 -E "fivefold|error" "train$n.p$pass.log" | cut -c1-150)")
+      # A run that failed part-way measured nothing: its steps are not kept.
+      notes+=("$name, pass $pass: train failed: $(grep -m1 -E "failed|error" "train$n.p$pass.log" | cut -c1-150)")
+      rm -rf "$out"
       continue
     fi
     echo "$load/$(bench_others_cores "$stat0" "$(head -1 /proc/stat)" "$wall0" "$(date +%s.%N)" \

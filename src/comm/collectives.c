@@ -145,11 +145,20 @@ static int arrived_then_blocking(const CommGroup *g, const char *op, MPI_Request
  * while the collective timeout is armed (comm/timeout.h) or waits sleep
  * (comm/waits.h), the non-blocking form on a local request waited for with
  * the deadline or the pauses, as the same span; a large collective under
- * the timeout (peer < 0, COMM_ARRIVAL_CHECK_BYTES) waits for every rank's
- * arrival that way and then runs blocking, watched (comm/timeout.h).
+ * the timeout (peer < 0, path_bytes >= COMM_ARRIVAL_CHECK_BYTES) waits for
+ * every rank's arrival that way and then runs blocking, watched
+ * (comm/timeout.h). Every rank of the group must take the same path (a
+ * barrier on one rank against the collective itself on another is a
+ * mismatch MPI reports as truncation), so path_bytes is a size all of them
+ * pass: the payload for the collectives whose counts agree, and
+ * COMM_PATH_UNEVEN for an all-to-all-v, whose ranks each know only their
+ * own counts, which therefore always takes the arrival check.
  * The non-blocking call names its request mpi_req_; req, name and err are
  * the wrapper's. */
-#define RUN_MPI(kind, g, bytes, peer, blocking_call, nonblocking_call)                                 \
+#define COMM_PATH_UNEVEN INT64_MAX
+#define RUN_MPI(kind, g, bytes, peer, blocking_call, nonblocking_call) \
+  RUN_MPI_PATH(kind, g, bytes, bytes, peer, blocking_call, nonblocking_call)
+#define RUN_MPI_PATH(kind, g, bytes, path_bytes, peer, blocking_call, nonblocking_call)                 \
   ({                                                                                                   \
     MPI_Request local_req_ = MPI_REQUEST_NULL;                                                         \
     MPI_Request *const mpi_req_ = req ? &req->mpi : &local_req_;                                       \
@@ -158,7 +167,7 @@ static int arrived_then_blocking(const CommGroup *g, const char *op, MPI_Request
       run_rc_ = started((nonblocking_call), req, name, g, err);                                        \
     else if (!comm_timeout_armed() && !comm_waits_sleeping())                                          \
       run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, (blocking_call)), name, g, err);           \
-    else if ((peer) < 0 && !comm_waits_sleeping() && (bytes) >= COMM_ARRIVAL_CHECK_BYTES) {            \
+    else if ((peer) < 0 && !comm_waits_sleeping() && (int64_t)(path_bytes) >= COMM_ARRIVAL_CHECK_BYTES) {\
       run_rc_ = comm_check(arrived_then_blocking(g, name, &local_req_), name, g, err);                 \
       if (!run_rc_) {                                                                                  \
         run_rc_ = comm_check(PROBED_MPI(kind, g, bytes, peer, (blocking_call)), name, g, err);         \
@@ -523,9 +532,9 @@ static int alltoallv(const CommGroup *g, const CommAlltoallv *x, const float *se
       (rc = check_request(req, name, g, err)))
     return rc;
   comm_set_operation(name);
-  return RUN_MPI(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_FLOAT, send_elems), -1,
-                 MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm),
-                 MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm, mpi_req_));
+  return RUN_MPI_PATH(OP_PROBE_ALLTOALL, g, payload_bytes(MPI_FLOAT, send_elems), COMM_PATH_UNEVEN, -1,
+                      MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm),
+                      MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, g->comm, mpi_req_));
 }
 
 int comm_alltoallv_f32(const CommGroup *g, const CommAlltoallv *x, const float *send, float *recv,
