@@ -5,10 +5,11 @@
 # `fivefold train` as PP2 1F1B (widths 1,1) on 2 ranks and with widths 2,1
 # and 1,2 on 3 ranks (oversubscribed on 2 cores), each priced by
 # `fivefold simulate --stage-widths` on a spec calibrated with as many
-# ranks (`calibrate --quick`). Prints the median ms/step of the steps after
-# the warm-up beside two predictions: under processor sharing (the spec's
-# "cores": a rank that waits leaves its core to those computing) and at the
-# fixed share of a core per rank (the same spec without "cores"), and the
+# ranks (`calibrate`; STAGEREP_QUICK=1: `calibrate --quick`). Prints the
+# median ms/step of the steps after the warm-up beside two predictions:
+# under processor sharing (the spec's "cores": a rank that waits leaves its
+# core to those computing) and at the fixed share of a core per rank (the
+# same spec without "cores"), and the
 # load average before each run (the machine may be shared: other processes
 # only add time).
 # usage: bench/stagerep.sh [BUILD_DIR] [STEPS]   (prints figures, never pass/fail)
@@ -20,6 +21,8 @@ BUILD=${1:-$ROOT/build}
 STEPS=${2:-10}
 WARMUP=3
 PASSES=${STAGEREP_PASSES:-1}
+QUICK=()
+[ "${STAGEREP_QUICK:-0}" = 1 ] && QUICK=(--quick)
 FIVEFOLD=$(cd "$BUILD" && pwd)/fivefold
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 PY=/usr/bin/python3
@@ -46,7 +49,7 @@ cat >run.json <<JSON
  "checkpoint": {"interval": 0}}
 JSON
 for np in 2 3; do
-  mpirun -np $np --oversubscribe "$FIVEFOLD" calibrate --quick --name local-$np --out spec$np.json >cal$np.log 2>&1 ||
+  mpirun -np $np --oversubscribe "$FIVEFOLD" calibrate "${QUICK[@]}" --name local-$np --out spec$np.json >cal$np.log 2>&1 ||
     { tail -5 cal$np.log; exit 1; }
   # The fixed share: the same spec without its "cores" object.
   $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); d.pop("cores", None); json.dump(d, open(sys.argv[2], "w"))' \

@@ -47,6 +47,7 @@
 #include "cli/cmd_calibrate.h"
 #include "comm/collectives.h"
 #include "comm/host.h"
+#include "comm/waits.h"
 #include "comm/world.h"
 #include "kern/attention.h"
 #include "kern/bf16.h"
@@ -337,8 +338,6 @@ static void describe_machine(Machine *mc, int mpi) {
   mc->share = want > mc->cores ? mc->cores / want : 1.0;
 }
 
-/* A barrier whose waiting ranks sleep instead of polling, so that they leave
- * the cores to the ranks measuring. */
 /* Averages v over the ranks (every rank measured at the same time). */
 static void average_over_ranks(const Machine *mc, double *v, int n, int mpi) {
   if (!mpi || mc->world == 1 || n <= 0) return;
@@ -595,7 +594,14 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   double bucket_overhead = 0;
   PlanCurve grad_factor = {0};
   if (mpi && mc.world > 1) {
-    rc = calib_measure_links(mc.nodes, mc.ranks_on_node, c->quick, &spec, out, err);
+    /* Collectives are measured waiting as a training run on these ranks
+     * waits (comm/waits.h): sleeping between tests where the ranks' threads
+     * outnumber the cores. Spinning there, a rank's test loop takes the core
+     * its peer needs to progress the collective, and a 4 KB all-reduce of
+     * 4 ranks on 2 cores took 22 us in one calibration and 2 ms in the next. */
+    rc = comm_waits_decide(mc.ranks_on_node * mc.threads, mc.cores, err);
+    if (!rc && out) fprintf(out, "  waits           %s, as training waits on these ranks\n", comm_waits_reason());
+    if (!rc) rc = calib_measure_links(mc.nodes, mc.ranks_on_node, c->quick, &spec, out, err);
     if (!rc) rc = calib_measure_bucket_overhead(c->quick, mc.threads, &spec, &bucket_overhead, out, err);
     /* On one node only: across nodes the network, not the caches, sets a
      * bucket's pace, and the fit measured it. */

@@ -2,6 +2,7 @@
  * decision, and the spin-then-sleep step of a wait loop. */
 #include "comm/waits.h"
 
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 #include "base/timer.h"
 
 static int g_sleeping;
-static char g_reason[96] = "spinning";
+static char g_reason[160] = "spinning";
 
 int comm_waits_parse(const char *value, const char *source, WaitSleepMode *mode, Error *err) {
   if (!value || !*value || !strcmp(value, "auto")) *mode = WAIT_SLEEP_AUTO;
@@ -28,16 +29,27 @@ int comm_waits_decide(int host_threads, int host_cores, Error *err) {
   int rc = comm_waits_parse(getenv("FIVEFOLD_WAIT_SLEEP"), "FIVEFOLD_WAIT_SLEEP", &mode, err);
   if (rc) return rc;
   int over = host_threads > host_cores;
-  g_sleeping = mode == WAIT_SLEEP_ON || (mode == WAIT_SLEEP_AUTO && over);
+  int local = mode == WAIT_SLEEP_ON || (mode == WAIT_SLEEP_AUTO && over);
+  /* Whether waits sleep also decides whether a collective is MPI's
+   * blocking call or its non-blocking form polled (comm/collectives.c),
+   * and MPI never matches the two: every rank of the job must decide
+   * alike, so one oversubscribed host (or one rank asking) makes them all
+   * sleep. */
+  int any = local, initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized && MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return error_set(err, ERR_IO, "comm_waits_decide: agreeing on sleeping waits across the ranks failed");
+  g_sleeping = any;
   /* Linux lets a sleep run 50 us past its end by default (timer slack),
    * longer than the first pauses; a sleeping waiter asks for 1 us. */
   if (g_sleeping) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  const char *why = any && !local ? "; another rank sleeps, and all must wait alike" : "";
   if (mode == WAIT_SLEEP_AUTO)
-    snprintf(g_reason, sizeof g_reason, "%s (auto: %d thread%s on %d core%s)", g_sleeping ? "sleeping" : "spinning",
-             host_threads, host_threads == 1 ? "" : "s", host_cores, host_cores == 1 ? "" : "s");
+    snprintf(g_reason, sizeof g_reason, "%s (auto: %d thread%s on %d core%s%s)", g_sleeping ? "sleeping" : "spinning",
+             host_threads, host_threads == 1 ? "" : "s", host_cores, host_cores == 1 ? "" : "s", why);
   else
-    snprintf(g_reason, sizeof g_reason, "%s (FIVEFOLD_WAIT_SLEEP=%s)", g_sleeping ? "sleeping" : "spinning",
-             g_sleeping ? "on" : "off");
+    snprintf(g_reason, sizeof g_reason, "%s (FIVEFOLD_WAIT_SLEEP=%s%s)", g_sleeping ? "sleeping" : "spinning",
+             mode == WAIT_SLEEP_ON ? "on" : "off", why);
   return ERR_OK;
 }
 

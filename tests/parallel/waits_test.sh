@@ -4,8 +4,10 @@
 # ranks (oversubscribed on small hosts) and MoE EP2 on 2 ranks, each with
 # FIVEFOLD_WAIT_SLEEP=on, off and auto, gives bit-identical checkpoints and
 # losses; the banner says which was chosen and why (auto sleeps exactly
-# when the ranks' threads outnumber the cores); a bad value is refused
-# naming the variable.
+# when the ranks' threads outnumber the cores); ranks that were asked
+# differently (one on, one off) agree to sleep, since a blocking collective
+# on one rank never matches the non-blocking form on another, and train
+# bit-identically; a bad value is refused naming the variable.
 # usage: waits_test.sh FIVEFOLD MPIEXEC
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -43,6 +45,14 @@ grep -q "waits    spinning (FIVEFOLD_WAIT_SLEEP=off)" pp-off.log || fail "the of
 grep -q "waits    sleeping (FIVEFOLD_WAIT_SLEEP=on)" pp-on.log || fail "the on run's banner does not say it sleeps"
 if [ "$cores" -lt 4 ]; then want="sleeping (auto: 4 threads on $cores core"; else want="spinning (auto: 4 threads on $cores core"; fi
 grep -q "waits    $want" pp-auto.log || { grep waits pp-auto.log; fail "the auto run's banner does not say '$want'"; }
+
+# Rank 0 asked to spin, rank 1 to sleep: both sleep, and say why.
+"$MPIEXEC" --oversubscribe -np 1 -x FIVEFOLD_WAIT_SLEEP=off "$FIVEFOLD" train --config run-moe.json --out ep-mixed \
+  --no-progress --ep 2 : -np 1 -x FIVEFOLD_WAIT_SLEEP=on "$FIVEFOLD" train --config run-moe.json --out ep-mixed \
+  --no-progress --ep 2 >ep-mixed.log 2>&1 || { tail -20 ep-mixed.log; fail "training ep-mixed (ranks asked to wait differently)"; }
+identical ep-mixed ep-off 5
+grep -q "waits    sleeping (FIVEFOLD_WAIT_SLEEP=off; another rank sleeps" ep-mixed.log ||
+  { grep waits ep-mixed.log; fail "the mixed run's banner does not say that another rank sleeps"; }
 
 FIVEFOLD_WAIT_SLEEP=sometimes refused 2 moe 'FIVEFOLD_WAIT_SLEEP="sometimes": expected on, off or auto' --ep 2
 finish waits_test
