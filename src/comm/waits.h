@@ -32,8 +32,11 @@ typedef enum { WAIT_SLEEP_AUTO = 0, WAIT_SLEEP_ON, WAIT_SLEEP_OFF } WaitSleepMod
 int comm_waits_parse(const char *value, const char *source, WaitSleepMode *mode, Error *err);
 
 /* Reads FIVEFOLD_WAIT_SLEEP and decides whether this rank sleeps: on, off,
- * or (auto) whether its host's ranks have more threads than it has cores.
- * Returns the error of a bad variable. */
+ * or (auto) whether its host's ranks have more threads than it has cores;
+ * then every rank takes the world's MAX of that (collective over the world
+ * once MPI is up), since the decision also picks the blocking or
+ * non-blocking form of a collective (comm/collectives.c) and MPI never
+ * matches the two. Returns the error of a bad variable. */
 int comm_waits_decide(int host_threads, int host_cores, Error *err);
 /* The decision and why, for the run's banner: "sleeping (auto: 3 threads
  * on 2 cores)". */
