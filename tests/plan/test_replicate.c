@@ -3,8 +3,10 @@
  * every split of the devices; the simulator's replicated 1F1B equals the
  * pivot-stage formula on equal stages over free links and stays close to it
  * on a real cluster; the search's replicated plan is never slower than the
- * unreplicated pipeline and beats it with a heavy LM head; and a plan file
- * with per-stage widths is refused for fivefold's runtime. */
+ * unreplicated pipeline and beats it with a heavy LM head; a plan file
+ * keeps per-stage widths (the trainer runs them) and refuses bad ones; and
+ * the simulator refuses, with the reason, what the trainer refuses over
+ * replicated stages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
