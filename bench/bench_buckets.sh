@@ -14,7 +14,8 @@
 #    it waits (at most BENCH_BUCKETS_QUIET_WAIT s) for other processes to
 #    use under a third of a core and records what they used meanwhile.
 # 3. Prices the same run with `fivefold simulate --bucket-params` on the
-#    spec, and runs `simulate --search-buckets` for the size it picks.
+#    spec, and runs `simulate --search-buckets` for the size it picks,
+#    which it then measures and prices like the others.
 # Prints a table (figures only, never pass/fail).
 #
 # usage: bench/bench_buckets.sh [BUILD_DIR] [STEPS]    (defaults: build, 6; the first 2 are warm-up)
@@ -53,25 +54,30 @@ for np in 2 4; do
   sim=(--model "$MODEL" --cluster "spec$np.json" --gpus "$np" --seq "$T" --global-batch $((B * np)) --mbs "$B")
   "$FIVEFOLD" simulate "${sim[@]}" --quiet --search-buckets >"search$np.log" 2>&1 || { cat "search$np.log"; exit 1; }
   picked=$(sed -n 's/.*chosen \([0-9.e+]*\) MB.*/\1/p' "search$np.log" | head -1)
-  for mb in $SIZES; do
+  # The search's pick is measured too, after the fixed sizes.
+  measure=$SIZES
+  case " $SIZES " in *" $picked "*) ;; *) [ -n "$picked" ] && measure="$SIZES $picked" ;; esac
+  for mb in $measure; do
+    label=$mb
+    [ "$mb" = "$picked" ] && label="$mb (pick)"
     load=$(bench_wait_quiet "$QUIET_WAIT")
     out="dp$np-$mb"
     stat0=$(head -1 /proc/stat)
     wall0=$(date +%s.%N)
     { TIMEFORMAT='%U %S'; time mpirun -np "$np" --oversubscribe "$FIVEFOLD" train --config run.json --out "$out" \
         --no-progress --dp "$np" --bucket-mb "$mb" >"$out.log" 2>&1; } 2>"$out.cpu" ||
-      { tail -5 "$out.log"; rows+=("DP$np|$mb|-|-|-|train failed|"); continue; }
+      { tail -5 "$out.log"; rows+=("DP$np|$label|-|-|-|train failed|"); continue; }
     others=$(bench_others_cores "$stat0" "$(head -1 /proc/stat)" "$wall0" "$(date +%s.%N)" "$(tail -1 "$out.cpu")")
     measured=$(bench_median_step_ms "$out" "$WARMUP")
     buckets=$(sed -n 's/.* \([0-9]*\) gradient bucket(s) of <= .*/\1/p' "$out.log" | head -1)
     mode=$(grep -o 'blocking where the program reduces\|overlapped with backward' "$out.log" | head -1)
     params=$($PY -c "print(max(1, round(float('$mb') * 250000)))")
     "$FIVEFOLD" simulate "${sim[@]}" --quiet --bucket-params "$params" >"$out.sim" 2>&1 ||
-      { tail -1 "$out.sim"; rows+=("DP$np|$mb|${buckets:-?}|$measured|-|simulate failed|"); continue; }
+      { tail -1 "$out.sim"; rows+=("DP$np|$label|${buckets:-?}|$measured|-|simulate failed|"); continue; }
     predicted=$(predicted_ms "$out.sim")
     error=$($PY -c "m, p = float('$measured'), float('$predicted'); print(f'{100 * (p - m) / m:+.1f}%')")
-    rows+=("DP$np|$mb|${buckets:-?}|$measured|$predicted|$error|$load/$others|$mode")
-    echo "  DP$np, $mb MB: ${buckets:-?} buckets, measured $measured ms, predicted $predicted ms ($error), others $load/$others cores"
+    rows+=("DP$np|$label|${buckets:-?}|$measured|$predicted|$error|$load/$others|$mode")
+    echo "  DP$np, $label MB: ${buckets:-?} buckets, measured $measured ms, predicted $predicted ms ($error), others $load/$others cores"
   done
   rows+=("DP$np|search: ${picked:-?} MB|$(sed -n 's/.*buckets per stage: \(.*\)/\1/p' "search$np.log")| | | | |")
   grep -E "gradient buckets" "search$np.log" | sed "s/^/  [$np ranks] /"
