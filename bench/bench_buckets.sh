@@ -5,9 +5,9 @@
 # layers, hidden 512, 8 experts top-2, 113M parameters, a 450 MB fp32
 # gradient per rank), and the size the simulator-driven search picks.
 #
-# 1. Calibrates a spec per rank count (`fivefold calibrate --quick`, one
-#    thread per rank; it carries the CPU runtime's facts: no asynchronous
-#    progress, fp32).
+# 1. Calibrates a spec per rank count (`fivefold calibrate`, one thread
+#    per rank; BENCH_BUCKETS_QUICK=1: `calibrate --quick`; it carries the
+#    CPU runtime's facts: no asynchronous progress, fp32).
 # 2. For each layout and bucket size runs `fivefold train --bucket-mb MB`
 #    (the runtime's default reduction mode, which the banner states) and
 #    takes the median ms_per_step after the warm-up steps; before each run
@@ -21,7 +21,7 @@
 # usage: bench/bench_buckets.sh [BUILD_DIR] [STEPS]    (defaults: build, 6; the first 2 are warm-up)
 # env:   BENCH_BUCKETS_MB (sizes, default "4 16 64 128 512"; 512 is one bucket),
 #        BENCH_BUCKETS_BATCH (micro-batch, default 2), BENCH_BUCKETS_SEQ (default 256),
-#        BENCH_BUCKETS_QUIET_WAIT (default 30)
+#        BENCH_BUCKETS_QUIET_WAIT (default 30), BENCH_BUCKETS_QUICK (0; 1: quick calibration)
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -32,6 +32,8 @@ SIZES=${BENCH_BUCKETS_MB:-4 16 64 128 512}
 B=${BENCH_BUCKETS_BATCH:-2}
 T=${BENCH_BUCKETS_SEQ:-256}
 QUIET_WAIT=${BENCH_BUCKETS_QUIET_WAIT:-30}
+QUICK=()
+[ "${BENCH_BUCKETS_QUICK:-0}" = 1 ] && QUICK=(--quick)
 [ "$STEPS" -gt "$WARMUP" ] 2>/dev/null || { echo "bench_buckets: STEPS must exceed $WARMUP, got '$STEPS'" >&2; exit 2; }
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -48,7 +50,7 @@ predicted_ms() {
 echo "bench_buckets: $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); reference MoE, micro-batch $B x $T tokens, $STEPS steps ($WARMUP warm-up), 1 thread per rank"
 rows=()
 for np in 2 4; do
-  mpirun -np "$np" --oversubscribe "$FIVEFOLD" calibrate --quick --name "local-$np" --out "spec$np.json" \
+  mpirun -np "$np" --oversubscribe "$FIVEFOLD" calibrate "${QUICK[@]}" --name "local-$np" --out "spec$np.json" \
     >"cal$np.log" 2>&1 || { cat "cal$np.log"; exit 1; }
   grep -E "^  (peak|runtime)" "cal$np.log" | sed "s/^/  [$np ranks] /"
   sim=(--model "$MODEL" --cluster "spec$np.json" --gpus "$np" --seq "$T" --global-batch $((B * np)) --mbs "$B")
