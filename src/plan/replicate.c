@@ -224,8 +224,28 @@ double plan_stage_costs_pivot_latency(const PlanStageCosts *sc, int M, int *pivo
   return t;
 }
 
+double plan_replication_stage_cost(const PlanReplicationTerms *t, int L, int s, int S, int w, int first, int end,
+                                   double compute) {
+  double cost = compute / w;
+  if (!t) return cost;
+  double grad = 0, act = 0;
+  for (int l = first; l < end; l++) {
+    grad += t->grad_bytes ? t->grad_bytes[l] : 0;
+    act += t->act_bytes ? t->act_bytes[l] : 0;
+  }
+  if (first == 0) grad += t->first_grad, act += t->first_act;
+  if (end == L) grad += t->last_grad, act += t->last_act;
+  if (t->capacity > 0) {
+    int M = t->microbatches > 0 ? t->microbatches : 1, in_flight = S - s < M ? S - s : M;
+    if (t->state_per_grad_byte * grad + act / w * in_flight > t->capacity) return INFINITY;
+  }
+  if (s < S - 1 && t->transfer) cost += 2 * t->transfer(t->boundary_bytes / w, t->ctx);
+  if (w > 1 && t->reduce) cost += t->reduce(grad, w, t->ctx) / (t->microbatches > 0 ? t->microbatches : 1);
+  return cost;
+}
+
 double plan_replication_dp(const double *cost, int L, double first, double last, int G, int S, int split,
-                           int *layers, int *width) {
+                           const PlanReplicationTerms *terms, int *layers, int *width) {
   if (S < 1 || S > L || S > G) return INFINITY;
   size_t cells = (size_t)(S + 1) * (L + 1) * (G + 1);
   double *best = malloc(cells * sizeof *best), *prefix = malloc(((size_t)L + 1) * sizeof *prefix);
@@ -248,7 +268,8 @@ double plan_replication_dp(const double *cost, int L, double first, double last,
             double prev = best[AT(s - 1, j, g - w)];
             if (isinf(prev)) continue;
             double seg = prefix[l] - prefix[j] + (j == 0 ? first : 0) + (l == L ? last : 0);
-            double v = fmax(prev, seg / w);
+            double v = fmax(prev, plan_replication_stage_cost(terms, L, s - 1, S, w, j, l, seg));
+            if (isinf(v)) continue;
             if (v < best[AT(s, l, g)] * (1 - 1e-12)) {
               best[AT(s, l, g)] = v;
               from_l[AT(s, l, g)] = j;
@@ -269,6 +290,26 @@ double plan_replication_dp(const double *cost, int L, double first, double last,
 #undef AT
   free(best), free(prefix), free(from_l), free(from_w);
   return result;
+}
+
+/* The search's terms price transfers and reductions on the cluster's first
+ * devices: where the stages will sit is chosen after the partition. */
+typedef struct TermsCtx {
+  const ClusterSpec *cl;
+  const PlanOptions *opt;
+  int distributed;
+} TermsCtx;
+
+static double terms_transfer(double bytes, void *ctx) {
+  const TermsCtx *c = ctx;
+  return cluster_spec_total_devices(c->cl) > 1 ? plan_p2p_time(c->cl, 0, 1, bytes) : 0;
+}
+
+static double terms_reduce(double bytes, int width, void *ctx) {
+  const TermsCtx *c = ctx;
+  PlanGroupTopo g = replica_group(c->cl, 0, width);
+  return plan_collective_time(c->cl, &g, c->distributed ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE, bytes,
+                              c->opt->algo, NULL);
 }
 
 int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *opt,
@@ -292,12 +333,37 @@ int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const P
   PlanCostModel cm;
   rc = plan_cost_model_init(&cm, m, cl, opt, &one, NULL, err);
   if (rc) return rc;
-  double *cost = malloc((size_t)L * sizeof *cost);
+  double *cost = malloc((size_t)L * 3 * sizeof *cost);
   int *layers = malloc((size_t)max_stages * 2 * sizeof *layers);
   if (!cost || !layers) {
     free(cost), free(layers);
     return error_set(err, ERR_NOMEM, "stage replication: out of memory");
   }
+  /* Transfers, the replicas' reduction and the memory limit (DAPPLE's
+   * objective), from the one-device cost and memory models. */
+  double *grad = cost + L, *act = cost + 2 * L;
+  for (int l = 0; l < L; l++) {
+    PlanParams p = plan_layer_params(m, &one, l);
+    grad[l] = (p.dense + p.expert) * opt->grad_reduce_bytes;
+    act[l] = plan_layer_activation_bytes(m, &one, l, cm.expert_load);
+  }
+  PlanParams pe = plan_embedding_params(m, &one), ph = plan_head_params(m, &one);
+  double elt = plan_activation_bytes(opt, one.dtype), tokens = (double)one.micro_batch_size * one.seq_len;
+  TermsCtx tctx = {.cl = cl, .opt = opt, .distributed = base->distributed_optimizer};
+  PlanReplicationTerms terms = {
+      .microbatches = one.microbatches,
+      .grad_bytes = grad,
+      .first_grad = (pe.dense + pe.expert) * opt->grad_reduce_bytes,
+      .last_grad = (ph.dense + ph.expert) * opt->grad_reduce_bytes,
+      .act_bytes = act,
+      .last_act = elt * 2 * tokens * m->hidden_size, /* the final norm's input and output */
+      .state_per_grad_byte = plan_bytes_per_param(one.dtype, base->distributed_optimizer, 1) / opt->grad_reduce_bytes,
+      .capacity = plan_memory_capacity(cl) - cl->memory_reserved,
+      .boundary_bytes = cm.p2p_bytes,
+      .transfer = terms_transfer,
+      .reduce = terms_reduce,
+      .ctx = &tctx,
+  };
   int *width = layers + max_stages;
   for (int l = 0; l < L; l++) cost[l] = plan_layer_cost(&cm, l)->fwd_total + plan_layer_cost(&cm, l)->bwd_total;
   double first = cm.embedding.fwd_total + cm.embedding.bwd_total, last = cm.head.fwd_total + cm.head.bwd_total;
@@ -305,7 +371,8 @@ int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const P
     PlanReplicationCandidate *c = &out[S - 1];
     memset(c, 0, sizeof *c);
     c->step_time = INFINITY;
-    c->dp_objective = plan_replication_dp(cost, L, first, last, devices, S, base->micro_batch_size, layers, width);
+    c->dp_objective =
+        plan_replication_dp(cost, L, first, last, devices, S, base->micro_batch_size, &terms, layers, width);
     if (isinf(c->dp_objective) || isnan(c->dp_objective)) continue;
     PlanConfig *cfg = &c->cfg;
     *cfg = one;

@@ -68,18 +68,55 @@ double plan_pivot_latency(const double *fwd, const double *bwd, const double *re
 /* The pivot formula for a simulated stage cost table. */
 double plan_stage_costs_pivot_latency(const PlanStageCosts *sc, int microbatches, int *pivot);
 
+/* What the dynamic program charges a stage besides its compute, and the
+ * memory it must fit in (DAPPLE's objective; every field optional). A
+ * stage s of S (0-based) of width w over layers j..l-1 costs, per
+ * micro-batch,
+ *   compute / w
+ *   + 2 transfer(boundary_bytes / w)        (s < S-1: its boundary to the
+ *                                            next stage, activation out and
+ *                                            its gradient back)
+ *   + reduce(gradient bytes of j..l-1, w) / microbatches
+ *                                           (w > 1: the replicas' gradient
+ *                                            reduction, the step's tail,
+ *                                            spread over its micro-batches)
+ * and is infeasible where a replica's state_per_grad_byte x its gradient
+ * bytes + its activation bytes / w x min(S - s, microbatches) (the
+ * micro-batches 1F1B keeps in flight at that depth) exceed capacity. */
+typedef struct PlanReplicationTerms {
+  int microbatches;
+  const double *grad_bytes; /* [L] one layer's gradient */
+  double first_grad, last_grad; /* the ends' (embedding; final norm and head) */
+  const double *act_bytes;  /* [L] activations one layer keeps per micro-batch */
+  double first_act, last_act;
+  double state_per_grad_byte; /* weights + gradients + optimizer state per gradient byte */
+  double capacity;            /* bytes for them on a device; <= 0: no limit */
+  double boundary_bytes;      /* one micro-batch's activation across a boundary */
+  double (*transfer)(double bytes, void *ctx);
+  double (*reduce)(double bytes, int width, void *ctx);
+  void *ctx;
+} PlanReplicationTerms;
+
+/* One stage's cost per micro-batch under terms (NULL: compute / width
+ * alone), INFINITY where it does not fit: `stage` of `stages`, `width`
+ * devices, layers [first, end) with the given compute (ends included). */
+double plan_replication_stage_cost(const PlanReplicationTerms *terms, int num_layers, int stage, int stages,
+                                   int width, int first, int end, double compute);
+
 /* The (layers, devices) dynamic program: exactly `stages` stages on
  * exactly `devices` devices; layer_cost[L] per device and micro-batch,
  * first_extra / last_extra on the first and last stage; a width must
- * divide `split` (the micro-batch's sequences; 0: any width). Fills
- * layers[] and width[] and returns the heaviest per-replica stage time
- * (INFINITY when no such partition exists). */
+ * divide `split` (the micro-batch's sequences; 0: any width). Minimises
+ * the heaviest stage's plan_replication_stage_cost under terms (NULL:
+ * compute alone). Fills layers[] and width[] and returns that cost
+ * (INFINITY when no such partition exists or none fits). */
 double plan_replication_dp(const double *layer_cost, int num_layers, double first_extra, double last_extra,
-                           int devices, int stages, int split, int *layers, int *width);
+                           int devices, int stages, int split, const PlanReplicationTerms *terms, int *layers,
+                           int *width);
 
 typedef struct PlanReplicationCandidate {
   PlanConfig cfg;       /* pp = stages, stage_width and layers_per_stage filled */
-  double dp_objective;  /* s: heaviest per-replica stage time per micro-batch */
+  double dp_objective;  /* s: the heaviest stage's cost per micro-batch (PlanReplicationTerms) */
   double pivot_time;    /* s: the pivot formula on the simulator's stage costs */
   int pivot;
   double step_time;     /* s: simulated */

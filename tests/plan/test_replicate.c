@@ -72,7 +72,7 @@ static void test_dp_matches_brute_force(void **state) {
       for (int G = 1; G <= 5; G++)
         for (int S = 1; S <= 4; S++) {
           int layers[8], width[8];
-          double dp = plan_replication_dp(costs[c], 7, extras[e][0], extras[e][1], G, S, 0, layers, width);
+          double dp = plan_replication_dp(costs[c], 7, extras[e][0], extras[e][1], G, S, 0, NULL, layers, width);
           double bf = brute(costs[c], 7, extras[e][0], extras[e][1], G, S);
           if (isinf(bf)) {
             assert_true(isinf(dp));
@@ -98,6 +98,104 @@ static void test_dp_matches_brute_force(void **state) {
         }
   print_message("dynamic program = brute force on %d (costs, extras, devices, stages) cases\n", checked);
   assert_true(replicated); /* some optimum has stages of different widths */
+}
+
+/* DAPPLE's objective with transfers, the replicas' reduction and memory,
+ * written out here independently of plan_replication_stage_cost. */
+static double t_transfer(double bytes, void *ctx) {
+  (void)ctx;
+  return 0.05 + bytes * 0.001;
+}
+static double t_reduce(double bytes, int w, void *ctx) {
+  (void)ctx;
+  return 0.1 + bytes * 0.01 * (w - 1) / w;
+}
+static const double T_GRAD[7] = {2, 1, 3, 1, 4, 1, 2}, T_ACT[7] = {5, 1, 2, 8, 1, 1, 3};
+enum { T_M = 4 };
+
+static double brute_terms(const double *cost, int G, int S, double cap, int *lay_out, int *wid_out) {
+  const int L = 7;
+  double best = INFINITY;
+  int lay[16], wid[16];
+  for (int i = 0; i < S; i++) lay[i] = 1, wid[i] = 1;
+  for (;;) {
+    int sl = 0, sw = 0;
+    for (int i = 0; i < S; i++) sl += lay[i], sw += wid[i];
+    if (sl == L && sw == G) {
+      double worst = 0;
+      for (int i = 0, at = 0; i < S; i++) {
+        double comp = 0, g = 0, a = 0;
+        for (int l = at; l < at + lay[i]; l++) comp += cost[l], g += T_GRAD[l], a += T_ACT[l];
+        at += lay[i];
+        int w = wid[i], in_flight = S - i < T_M ? S - i : T_M;
+        double c = comp / w + (i < S - 1 ? 2 * (0.05 + 10.0 / w * 0.001) : 0) +
+                   (w > 1 ? (0.1 + g * 0.01 * (w - 1) / w) / T_M : 0);
+        if (cap > 0 && 4 * g + a / w * in_flight > cap) c = INFINITY;
+        worst = fmax(worst, c);
+      }
+      if (worst < best) {
+        best = worst;
+        for (int i = 0; i < S; i++) lay_out[i] = lay[i], wid_out[i] = wid[i];
+      }
+    }
+    int k = 0;
+    while (k < 2 * S) {
+      int *v = k < S ? &lay[k] : &wid[k - S];
+      if (++*v <= (k < S ? L : G)) break;
+      *v = 1;
+      k++;
+    }
+    if (k == 2 * S) break;
+  }
+  return best;
+}
+
+static void test_dp_terms_match_brute_force(void **state) {
+  (void)state;
+  static const double costs[][7] = {{1, 1, 1, 1, 1, 1, 1}, {3, 1, 4, 1, 5, 9, 2}, {0.5, 0.5, 8, 0.5, 0.5, 0.5, 0.5}};
+  static const double caps[] = {0, 70, 45, 30};
+  PlanReplicationTerms t = {.microbatches = T_M, .grad_bytes = T_GRAD, .act_bytes = T_ACT, .state_per_grad_byte = 4,
+                            .boundary_bytes = 10, .transfer = t_transfer, .reduce = t_reduce};
+  int checked = 0, infeasible = 0, moved_by_terms = 0, moved_by_memory = 0;
+  for (int c = 0; c < 3; c++)
+    for (int k = 0; k < 4; k++)
+      for (int G = 1; G <= 5; G++)
+        for (int S = 1; S <= 4; S++) {
+          t.capacity = caps[k];
+          int layers[8], width[8], bl[16], bw[16], pl[8], pw[8];
+          double dp = plan_replication_dp(costs[c], 7, 0, 0, G, S, 0, &t, layers, width);
+          double bf = brute_terms(costs[c], G, S, caps[k], bl, bw);
+          if (isinf(bf)) {
+            assert_true(isinf(dp));
+            infeasible++;
+            continue;
+          }
+          if (fabs(dp - bf) > 1e-12 * bf) print_error("costs %d cap %g G %d S %d: dp %g, brute force %g\n", c, caps[k], G, S, dp, bf);
+          assert_true(fabs(dp - bf) <= 1e-12 * bf);
+          /* The partition it returns costs what it says, stage by stage. */
+          double worst = 0;
+          for (int s = 0, at = 0; s < S; s++) {
+            double comp = 0;
+            for (int l = at; l < at + layers[s]; l++) comp += costs[c][l];
+            worst = fmax(worst, plan_replication_stage_cost(&t, 7, s, S, width[s], at, at + layers[s], comp));
+            at += layers[s];
+          }
+          assert_true(fabs(worst - dp) <= 1e-12 * dp);
+          /* Against compute alone, and against no memory limit. */
+          double plain = plan_replication_dp(costs[c], 7, 0, 0, G, S, 0, NULL, pl, pw);
+          for (int s = 0; s < S; s++) moved_by_terms |= caps[k] == 0 && (pl[s] != layers[s] || pw[s] != width[s]);
+          PlanReplicationTerms free_mem = t;
+          free_mem.capacity = 0;
+          double unlimited = plan_replication_dp(costs[c], 7, 0, 0, G, S, 0, &free_mem, pl, pw);
+          moved_by_memory |= caps[k] > 0 && dp > unlimited * (1 + 1e-9);
+          (void)plain;
+          checked++;
+        }
+  print_message("dynamic program with transfers, reduction and memory = brute force on %d cases (%d with no "
+                "partition that fits)\n", checked, infeasible);
+  assert_true(infeasible > 0);     /* the tightest limits leave some cases without a plan */
+  assert_true(moved_by_terms);     /* transfers and reduction change some optimum */
+  assert_true(moved_by_memory);    /* and the memory limit another */
 }
 
 static void dense_model(ModelConfig *m, int layers, int vocab) {
@@ -343,6 +441,7 @@ int main(void) {
       cmocka_unit_test(test_dp_matches_brute_force),
       cmocka_unit_test(test_simulator_against_pivot_formula),
       cmocka_unit_test(test_search_replicates_the_heavy_stage),
+      cmocka_unit_test(test_dp_terms_match_brute_force),
       cmocka_unit_test(test_plan_file_with_widths),
       cmocka_unit_test(test_simulator_refusals),
   };
