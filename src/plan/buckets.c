@@ -277,13 +277,7 @@ double plan_stage_reduce_time(const void *ctx, int group, double elements) {
   const PlanCostModel *cm = ctx;
   PlanCollective kind = cm->cfg->distributed_optimizer ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE;
   const PlanGroupTopo *g = &cm->group[group == 0 ? PLAN_GROUP_DPCP : PLAN_GROUP_EDP];
-  if (g->size <= 1 || !(elements > 0)) return 0.0;
-  /* The runtime's own cost of a bucket (its collective's setup and wait)
-   * comes on top of the collective's price. */
-  double bytes = elements * cm->opt->grad_reduce_bytes;
-  return plan_collective_time(cm->cluster, g, kind, bytes, cm->opt->algo, NULL) *
-             plan_curve_eval(&cm->opt->grad_reduce_factor, bytes) +
-         cm->opt->bucket_overhead;
+  return plan_bucket_reduce_time(cm->cluster, cm->opt, g, kind, elements * cm->opt->grad_reduce_bytes);
 }
 
 #define MAX_CANDIDATES 1024

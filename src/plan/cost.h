@@ -37,6 +37,13 @@
 double plan_collective_time(const ClusterSpec *cluster, const PlanGroupTopo *group, PlanCollective kind, double bytes,
                             PlanCollAlgo algo, PlanCollAlgo *chosen);
 
+/* One gradient bucket's reduction of `bytes` as the runtime runs it: the
+ * collective's price times the calibrated factor for a bucket of that size
+ * (PlanOptions.grad_reduce_factor), plus the runtime's own cost per bucket
+ * (PlanOptions.bucket_overhead); 0 on a group of one or for no bytes. */
+double plan_bucket_reduce_time(const ClusterSpec *cluster, const PlanOptions *opt, const PlanGroupTopo *group,
+                               PlanCollective kind, double bytes);
+
 /* Point-to-point time between two devices (calibrated p2p alpha-beta when
  * the spec has it, else the link x efficiency). */
 double plan_p2p_time(const ClusterSpec *cluster, int device_a, int device_b, double bytes);

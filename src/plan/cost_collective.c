@@ -105,6 +105,13 @@ double plan_collective_time(const ClusterSpec *cl, const PlanGroupTopo *g, PlanC
   }
 }
 
+double plan_bucket_reduce_time(const ClusterSpec *cl, const PlanOptions *o, const PlanGroupTopo *g, PlanCollective kind,
+                               double bytes) {
+  if (g->size <= 1 || !(bytes > 0)) return 0.0;
+  return plan_collective_time(cl, g, kind, bytes, o->algo, NULL) * plan_curve_eval(&o->grad_reduce_factor, bytes) +
+         o->bucket_overhead;
+}
+
 double plan_p2p_time(const ClusterSpec *cl, int a, int b, double bytes) {
   if (a == b || !(bytes > 0)) return 0.0;
   int level = cluster_spec_node_of(cl, a) == cluster_spec_node_of(cl, b) ? PLAN_LEVEL_INTRA : PLAN_LEVEL_INTER;

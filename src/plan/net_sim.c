@@ -20,11 +20,8 @@ typedef struct ReduceCtx {
 
 static double reduce_time(const void *ctx, int group, double elements) {
   const ReduceCtx *c = ctx;
-  if (group != 0 || !(elements > 0) || c->dp.size <= 1) return 0.0;
-  double bytes = elements * c->opt->grad_reduce_bytes;
-  return plan_collective_time(c->cluster, &c->dp, c->kind, bytes, c->opt->algo, NULL) *
-             plan_curve_eval(&c->opt->grad_reduce_factor, bytes) +
-         c->opt->bucket_overhead;
+  if (group != 0) return 0.0;
+  return plan_bucket_reduce_time(c->cluster, c->opt, &c->dp, c->kind, elements * c->opt->grad_reduce_bytes);
 }
 
 /* A convolution pass of `batch` images at one of the spec's convolution

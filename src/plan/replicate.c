@@ -149,13 +149,10 @@ int plan_stage_costs_replicate(const PlanCostModel *cm, PlanStageCosts *sc, Erro
     double total = params.dense + params.expert;
     PlanGroupTopo g = replica_group(cl, off[s], w);
     PlanCollective kind = cfg->distributed_optimizer ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE;
-    double full = plan_collective_time(cl, &g, kind, total * o->grad_reduce_bytes, o->algo, NULL);
     double nb = ceil(total / (o->bucket_params > 0 ? o->bucket_params : 1e300));
     int buckets = nb < 1 ? 1 : (int)fmin(nb, 1e6);
-    /* The runtime's own reduction of buckets of that size, and its cost per bucket. */
-    if (full > 0)
-      full = full * plan_curve_eval(&o->grad_reduce_factor, total * o->grad_reduce_bytes / buckets) +
-             buckets * o->bucket_overhead;
+    /* Each bucket reduced as the runtime reduces it, one after the other. */
+    double full = buckets * plan_bucket_reduce_time(cl, o, &g, kind, total * o->grad_reduce_bytes / buckets);
     double hidden = o->dp_overlap * (1.0 - 1.0 / buckets) * pc->bwd_total;
     sc->grad_reduce_full[s] = full;
     sc->grad_reduce[s] = full > 0 ? fmax(full - hidden, full / buckets) : 0;
@@ -308,8 +305,8 @@ static double terms_transfer(double bytes, void *ctx) {
 static double terms_reduce(double bytes, int width, void *ctx) {
   const TermsCtx *c = ctx;
   PlanGroupTopo g = replica_group(c->cl, 0, width);
-  return plan_collective_time(c->cl, &g, c->distributed ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE, bytes,
-                              c->opt->algo, NULL);
+  return plan_bucket_reduce_time(c->cl, c->opt, &g, c->distributed ? PLAN_COLL_REDUCE_SCATTER : PLAN_COLL_ALL_REDUCE,
+                                 bytes);
 }
 
 int plan_replication_search(const ModelConfig *m, const ClusterSpec *cl, const PlanOptions *opt,
