@@ -12,7 +12,6 @@
 #include "base/timer.h"
 #include "comm/collectives.h"
 #include "comm/host.h"
-#include "comm/timeout.h"
 #include "comm/world.h"
 #include "plan/calibrate_fit.h"
 
@@ -182,7 +181,7 @@ static int measure_port_share(const CommGroup *node, const CommGroup *cross, int
   return 0;
 }
 
-static int measure_links(int nodes, int ranks_on_node, int quick, ClusterSpec *spec, FILE *log, Error *err) {
+int calib_measure_links(int nodes, int ranks_on_node, int quick, ClusterSpec *spec, FILE *log, Error *err) {
   if (nodes <= 1) return measure_level(comm_world(), PLAN_LEVEL_INTRA, quick, spec, log, NULL, err);
   CommGroup node, cross;
   int rc = comm_host_groups(&node, &cross, err);
@@ -198,18 +197,4 @@ static int measure_links(int nodes, int ranks_on_node, int quick, ClusterSpec *s
     spec->tiers.devices_per_nic = 1;
   comm_host_groups_free(&node, &cross);
   return ret;
-}
-
-int calib_measure_links(int nodes, int ranks_on_node, int quick, ClusterSpec *spec, FILE *log, Error *err) {
-  /* Every training run arms the collective timeout (comm/timeout.h), under
-   * which each blocking collective runs as its non-blocking form waited for
-   * in a test loop: on shared memory up to twice the blocking call's time
-   * for small and mid-sized messages. Timed the same way here, so the fits
-   * price the collectives the runtime issues. */
-  double was = comm_collective_timeout();
-  int rc = comm_set_collective_timeout(600, err);
-  if (!rc) rc = measure_links(nodes, ranks_on_node, quick, spec, log, err);
-  Error restore;
-  comm_set_collective_timeout(was, &restore);
-  return rc;
 }

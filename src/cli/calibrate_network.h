@@ -7,7 +7,8 @@
 #include "base/error.h"
 #include "plan/cluster.h"
 
-/* Measures the links into spec (MPI initialised, every rank calls it; log
+/* Measures the links into spec (MPI initialised, every rank calls it, the
+ * collective timeout armed and the waits decided as training's are; log
  * on rank 0 only, else NULL). One node: the world's collectives and
  * send/recv (intra_node). Several: among each node's ranks (intra_node)
  * and, across nodes, the groups of the ranks that have the same place on

@@ -1,13 +1,13 @@
 /* The runtime's per-step machinery timed by `fivefold calibrate`
- * (calibrate_runtime.h): the update, and the per-bucket cost of the
- * gradient reduction. The trainer reduces its
- * gradient in buckets through train/dp_grads.h, each bucket a collective
- * of its own: under the collective timeout every training run arms, a
- * non-blocking one waited for in a test loop (comm/timeout.h), which on a
- * small message costs several times the blocking collective the link fit
- * times. So the same reduction is timed here, one gradient in 1 bucket and
- * in BUCKETS, and what the extra buckets cost beyond the latencies the
- * fit charges them is the spec's runtime.bucket_overhead_us. */
+ * (calibrate_runtime.h): the update, the per-bucket cost of the gradient
+ * reduction and its pace by bucket size. The trainer reduces its gradient
+ * in buckets through train/dp_grads.h, each bucket a collective of its
+ * own, issued as training issues it (the caller arms the collective
+ * timeout and decides the waits as a run does): a small one non-blocking
+ * in a test loop, which costs several times the blocking collective the
+ * link fit times. So the same reduction is timed here, one gradient in 1
+ * bucket and in BUCKETS, and what the extra buckets cost beyond the
+ * latencies the fit charges them is the spec's runtime.bucket_overhead_us. */
 #include "cli/calibrate_runtime.h"
 
 #include <math.h>
@@ -17,7 +17,6 @@
 #include "base/timer.h"
 #include "comm/collectives.h"
 #include "comm/host.h"
-#include "comm/timeout.h"
 #include "comm/world.h"
 #include "kern/adamw.h"
 #include "kern/vecops.h"
@@ -89,11 +88,7 @@ int calib_measure_bucket_overhead(int quick, int threads, const ClusterSpec *spe
   if (!grads) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the bucket measurement");
   for (size_t i = 0; i < n; i++) grads[i] = 1e-3f * (float)(i % 97);
   CommHostLayout host;
-  double was = comm_collective_timeout();
   int rc = comm_host_layout(world, threads, &host, err);
-  /* As a training run arms it (training.collective_timeout_s), so that the
-   * buckets are waited for as they are there. */
-  if (!rc) rc = comm_set_collective_timeout(600, err);
   double t[2] = {0, 0};
   const int counts[2] = {1, BUCKETS};
   for (int k = 0; k < 2 && !rc; k++) {
@@ -104,8 +99,6 @@ int calib_measure_bucket_overhead(int quick, int threads, const ClusterSpec *spe
     if (!rc) rc = time_reduction(&g, quick ? 3 : REPS, &t[k], err);
     dp_grads_free(&g);
   }
-  Error restore;
-  comm_set_collective_timeout(was, &restore);
   free(grads);
   if (rc) return error_wrap(err, "calibrate: timing the gradient buckets");
   double extra = (t[1] - t[0]) / (BUCKETS - 1) - fitted_latency(spec);
@@ -137,8 +130,6 @@ int calib_measure_grad_reduce(int quick, int threads, const ClusterSpec *spec, d
   int rc = plan_group_topology(spec, &cfg, PLAN_GROUP_DP, &topo)
                ? error_set(err, ERR_INTERNAL, "calibrate: cannot place the world's group on the spec")
                : comm_host_layout(world, threads, &host, err);
-  double was = comm_collective_timeout();
-  if (!rc) rc = comm_set_collective_timeout(600, err);
   if (log && !rc) fprintf(log, "  grad reduce     %zu MB gradient, runtime / fit by bucket:", n * sizeof(float) >> 20);
   for (int i = first; i < last && !rc; i++) {
     double bytes = MB[i] * 1048576.0, t = 0;
@@ -158,8 +149,6 @@ int calib_measure_grad_reduce(int quick, int threads, const ClusterSpec *spec, d
     if (log) fprintf(log, " %g MB %.2f", MB[i], f);
   }
   if (log && !rc) fprintf(log, "\n");
-  Error restore;
-  comm_set_collective_timeout(was, &restore);
   free(grads);
   if (rc) {
     memset(factor, 0, sizeof *factor);

@@ -5,7 +5,7 @@
  *     (compute.optimizer_ns_per_param);
  *   - one more gradient bucket (under MPI): the trainer's own reduction
  *     (train/dp_grads.h) over one gradient cut into one bucket and into
- *     64, with the collective timeout armed as a training run arms it.
+ *     64, issued as a training run issues it.
  *     The collectives' alpha-beta fit prices each bucket's message; what a
  *     bucket costs beyond it (a non-blocking collective's schedule, the
  *     test loop it is waited for in, staging) is what this adds, per bucket
@@ -31,7 +31,8 @@
 double calib_measure_update(int quick);
 
 /* Every rank calls it (MPI initialised, each rank with `threads` OpenMP
- * threads), after the links are in spec. *overhead (s, >= 0; 0 on one
+ * threads, the collective timeout armed as a training run arms it), after
+ * the links are in spec. *overhead (s, >= 0; 0 on one
  * rank): the reduction's time in many buckets less its time in one, per
  * extra bucket, less the latency spec's all-reduce fit already charges
  * each (PlanRuntimeFacts.bucket_overhead); logs the figures on rank 0 (log

@@ -47,6 +47,7 @@
 #include "cli/cmd_calibrate.h"
 #include "comm/collectives.h"
 #include "comm/host.h"
+#include "comm/timeout.h"
 #include "comm/waits.h"
 #include "comm/world.h"
 #include "kern/attention.h"
@@ -601,12 +602,20 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
      * 4 ranks on 2 cores took 22 us in one calibration and 2 ms in the next. */
     rc = comm_waits_decide(mc.ranks_on_node * mc.threads, mc.cores, err);
     if (!rc && out) fprintf(out, "  waits           %s, as training waits on these ranks\n", comm_waits_reason());
+    /* And under the collective timeout every training run arms: a small
+     * collective then runs as its non-blocking form waited for in a test
+     * loop, up to twice the blocking call's time on shared memory, a large
+     * one blocking after an arrival check (comm/timeout.h). */
+    double was = comm_collective_timeout();
+    if (!rc) rc = comm_set_collective_timeout(600, err);
     if (!rc) rc = calib_measure_links(mc.nodes, mc.ranks_on_node, c->quick, &spec, out, err);
     if (!rc) rc = calib_measure_bucket_overhead(c->quick, mc.threads, &spec, &bucket_overhead, out, err);
     /* On one node only: across nodes the network, not the caches, sets a
      * bucket's pace, and the fit measured it. */
     if (!rc && mc.nodes <= 1)
       rc = calib_measure_grad_reduce(c->quick, mc.threads, &spec, bucket_overhead, &grad_factor, out, err);
+    Error restore;
+    comm_set_collective_timeout(was, &restore);
     if (rc) return rc;
   } else if (out) {
     fprintf(out, "  links           not measured (one rank): intra_node %.2f GB/s %.1f us, inter_node %.2f GB/s "
