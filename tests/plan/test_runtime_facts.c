@@ -32,6 +32,16 @@ static void calibrated_spec(ClusterSpec *s, int devices) {
   s->gemm_efficiency.y[0] = 0.5;
 }
 
+/* The tiny MoE on a calibrated 2-device spec, with the planner's options
+ * (and dtype) defaulted from the spec's runtime facts. */
+static void facts_setup(ModelConfig *m, ClusterSpec *s, PlanOptions *o, PlanDtype *dtype) {
+  *m = plan_test_tiny_moe();
+  calibrated_spec(s, 2);
+  plan_options_default(o);
+  *dtype = PLAN_DTYPE_BF16;
+  plan_options_from_runtime(&s->runtime, 0, o, dtype);
+}
+
 static void test_facts_round_trip(void **state) {
   (void)state;
   ClusterSpec s, back;
@@ -150,13 +160,11 @@ static double simulate_step(const ModelConfig *m, const ClusterSpec *cl, const P
  * unlike the GPU defaults (MoE split over TP ranks, bf16). */
 static void test_tp_priced_as_the_runtime_runs(void **state) {
   (void)state;
-  ModelConfig m = plan_test_tiny_moe();
+  ModelConfig m;
   ClusterSpec s;
-  calibrated_spec(&s, 2);
   PlanOptions facts, spelled, megatron;
-  plan_options_default(&facts);
-  PlanDtype dtype = PLAN_DTYPE_BF16;
-  plan_options_from_runtime(&s.runtime, 0, &facts, &dtype);
+  PlanDtype dtype;
+  facts_setup(&m, &s, &facts, &dtype);
   plan_options_default(&spelled);
   spelled.moe_tp_replicated = 1;
   spelled.dp_overlap = spelled.param_gather_overlap = 0;
@@ -236,13 +244,11 @@ static void test_bottleneck_names_the_largest_part(void **state) {
  * stage at least. */
 static void test_bucket_overhead_per_bucket(void **state) {
   (void)state;
-  ModelConfig m = plan_test_tiny_moe();
+  ModelConfig m;
   ClusterSpec s;
-  calibrated_spec(&s, 2);
   PlanOptions o;
-  plan_options_default(&o);
-  PlanDtype dtype = PLAN_DTYPE_BF16;
-  plan_options_from_runtime(&s.runtime, 0, &o, &dtype);
+  PlanDtype dtype;
+  facts_setup(&m, &s, &o, &dtype);
   PlanConfig cfg;
   plan_config_init(&cfg, 128, 8, 4);
   cfg.par.dp = 2;
@@ -268,13 +274,11 @@ static void test_bucket_overhead_per_bucket(void **state) {
  * nanosecond. */
 static void test_measured_update_rate(void **state) {
   (void)state;
-  ModelConfig m = plan_test_tiny_moe();
+  ModelConfig m;
   ClusterSpec s;
-  calibrated_spec(&s, 2);
   PlanOptions o;
-  plan_options_default(&o);
-  PlanDtype dtype = PLAN_DTYPE_BF16;
-  plan_options_from_runtime(&s.runtime, 0, &o, &dtype);
+  PlanDtype dtype;
+  facts_setup(&m, &s, &o, &dtype);
   double t[3];
   for (int i = 0; i < 3; i++) {
     s.optimizer_per_param = (i + 1) * 1e-9;
