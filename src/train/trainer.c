@@ -721,10 +721,26 @@ static void run_write_summary(const Trainer *tr, const RunState *rs) {
   fprintf(rs->jsonl,
           "{\"type\":\"summary\",\"steps\":%d,\"first_loss\":%.6g,\"final_loss\":%.6g,\"first_val_loss\":%s,"
           "\"final_val_loss\":%s,\"%s\":%ld,\"%s_per_s\":%.6g%s,\"peak_gflops\":%.6g,"
-          "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s%s}\n",
+          "\"train_seconds\":%.6g,\"eval_seconds\":%.6g,\"threads\":%d,\"stopped_early\":%s%s",
           sum->steps, sum->first_loss, sum->final_loss, first_val, final_val, unit, sum->tokens, unit,
           sum->tokens_per_s, mfu_json, sum->peak_gflops, sum->train_seconds, sum->eval_seconds, tr->threads,
           sum->stopped_early ? "true" : "false", grad_reduce_json);
+  /* Tokens per expert of each MoE layer over this run's steps, one row per
+   * MoE layer: `simulate --expert-load` takes the rows as they are. */
+  const ModelConfig *mc = &tr->cfg->model;
+  if (tr->routed_tokens && mc->num_experts > 0 && tr->num_routed >= (size_t)mc->num_layers * mc->num_experts) {
+    fputs(",\"expert_tokens\":[", rs->jsonl);
+    int rows = 0;
+    for (int l = 0; l < mc->num_layers; l++) {
+      if (!mc->is_moe_layer[l]) continue;
+      fputs(rows++ ? ",[" : "[", rs->jsonl);
+      for (int e = 0; e < mc->num_experts; e++)
+        fprintf(rs->jsonl, "%s%ld", e ? "," : "", tr->routed_tokens[(size_t)l * mc->num_experts + e]);
+      fputs("]", rs->jsonl);
+    }
+    fputs("]", rs->jsonl);
+  }
+  fputs("}\n", rs->jsonl);
   fflush(rs->jsonl);
 }
 

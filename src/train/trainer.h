@@ -130,6 +130,12 @@ typedef struct Trainer {
   } acc;
   /* stage replication (train/stage_replication.h); repl.on 0: off */
   TrainerReplication repl;
+  /* tokens routed to each expert of each layer ([num_layers x num_experts],
+   * summed over the replicas and over the steps of this run): the measured
+   * load `simulate --expert-load` prices EP with (metrics.jsonl summary
+   * "expert_tokens"); NULL for dense models */
+  long *routed_tokens;
+  size_t num_routed;
 } Trainer;
 
 /* What one optimizer step did. Losses are means over its micro-batches. */

@@ -501,6 +501,9 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
 }
 
 void trainer_free(Trainer *tr) {
+  free(tr->routed_tokens);
+  tr->routed_tokens = NULL;
+  tr->num_routed = 0;
   if (tr->net.values) network_forget_bf16_weights(&tr->net);
   trace_session_free(tr->trace);
   pipeline_free(&tr->pipe);
@@ -592,6 +595,12 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
   res->lr = tr->acc.info.lr;
   res->grad_norm = tr->acc.info.grad_norm;
   res->imbalance = p->num_counts ? moe_imbalance(p->expert_counts, mc) : 0;
+  if (p->num_counts && !tr->routed_tokens) {
+    tr->routed_tokens = calloc(p->num_counts, sizeof *tr->routed_tokens);
+    if (!tr->routed_tokens) return error_set(err, ERR_NOMEM, "step %d: out of memory for the routing counts", tr->step);
+    tr->num_routed = p->num_counts;
+  }
+  for (size_t i = 0; i < tr->num_routed && i < p->num_counts; i++) tr->routed_tokens[i] += p->expert_counts[i];
   res->tokens = (long)bt * accum * tr->dp;
   res->seconds = timer_now() - t0;
   if (tr->reduce_grads) {

@@ -6,7 +6,9 @@
 # with blocking reductions (--overlap-grad-reduce 0); the DP2 run takes the
 # default (auto), whose choice and reason the dp: line must state: blocking
 # where 2 ranks of 1 thread leave no spare core (fewer than 4 online cores),
-# overlapped otherwise; the DP4 and ZeRO-1 runs overlap explicitly (1).
+# overlapped otherwise; the DP4 and ZeRO-1 runs overlap explicitly (1);
+# the MoE runs' summaries count every replica's tokens per expert as one
+# rank counts them.
 #
 # usage: dp_test.sh FIVEFOLD MPIEXEC MODE
 #   golden-dense, golden-moe  5 steps: per-step losses, grad norm and lr
@@ -64,6 +66,28 @@ case "$MODE" in
     grep -qF "dp: reduce overlapped (parallel.overlap_grad_reduce 1)" zero2.log || fail "zero2 did not overlap as told"
     grep -qF "dp: reduce blocking (parallel.overlap_grad_reduce 0)" block2.log || fail "block2 did not block as told"
     one_printer dp4
+    if [ "$model" = moe ]; then
+      # The summary's tokens per expert of each MoE layer (what `simulate
+      # --expert-load` prices EP with) count every replica's tokens: the
+      # 5 steps x 8 sequences x 16 tokens x top-2 in every layer, spread as
+      # one rank spread them (a count may move by a token or two where the
+      # reordered sums flip a near tie in the routing).
+      for run in dp2 dp4 zero2; do
+        $PY - "$run/metrics.jsonl" one/metrics.jsonl $((5 * 8 * 16 * 2)) <<'PY' || fail "$run: expert_tokens differ from one rank's"
+import json, sys
+def rows(path):
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("type") == "summary":
+            return r.get("expert_tokens")
+run, ref, per_layer = rows(sys.argv[1]), rows(sys.argv[2]), int(sys.argv[3])
+assert run and ref and len(run) == len(ref) == 2, (run, ref)
+for a, b in zip(run, ref):
+    assert sum(a) == sum(b) == per_layer, (a, b, per_layer)
+    assert all(abs(x - y) <= 2 + 0.02 * y for x, y in zip(a, b)), (a, b)
+PY
+      done
+    fi
     ;;
   resume)
     run_json run-moe.json moe.json

@@ -3,7 +3,8 @@
  * gradient accumulation over micro-batches equals one big batch, weight
  * decay skips no_weight_decay tensors, clipping reports its factor,
  * evaluation is repeatable, a short run lowers the loss, and trainer_run
- * prints the documented log line and writes its run files. */
+ * prints the documented log line and writes its run files (the summary
+ * with the tokens each expert of each layer got). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -282,16 +283,34 @@ static void test_run_log_lines_and_files(void **state) {
   FILE *f = fopen(path, "r");
   assert_non_null(f);
   char line[2048];
-  int train_records = 0, eval_records = 0, summaries = 0;
+  int train_records = 0, eval_records = 0, summaries = 0, routed_layers = 0;
   while (fgets(line, sizeof line, f)) {
     train_records += strstr(line, "\"type\":\"train\"") != NULL;
     eval_records += strstr(line, "\"type\":\"eval\"") != NULL;
-    summaries += strstr(line, "\"type\":\"summary\",\"steps\":10,") != NULL;
+    if (!strstr(line, "\"type\":\"summary\",\"steps\":10,")) continue;
+    summaries++;
+    /* The tokens each expert of each MoE layer got over the run's steps:
+     * every training token goes to top-k = 2 experts of every layer, so
+     * each row sums to 10 steps x 2 x 16 tokens x 2 (evaluation routes
+     * none of it). */
+    const char *p = strstr(line, "\"expert_tokens\":[");
+    assert_non_null(p);
+    p += strlen("\"expert_tokens\":[");
+    long c[4];
+    int used = 0;
+    while (sscanf(p, "[%ld,%ld,%ld,%ld]%n", &c[0], &c[1], &c[2], &c[3], &used) == 4) {
+      assert_int_equal(c[0] + c[1] + c[2] + c[3], 10 * 2 * 16 * 2);
+      routed_layers++;
+      p += used;
+      if (*p == ',') p++;
+    }
+    assert_true(*p == ']');
   }
   fclose(f);
   assert_int_equal(train_records, 4);
   assert_int_equal(eval_records, 3);
   assert_int_equal(summaries, 1);
+  assert_int_equal(routed_layers, 2);
   unlink(path);
   snprintf(path, sizeof path, "%s/config.json", cfg.out_dir);
   unlink(path);
