@@ -33,9 +33,12 @@ static int load_inputs(const PlanCli *c, ModelConfig *model, ClusterSpec *cluste
     fprintf(stderr, "fivefold %s: %s\n", c->cmd, err.msg);
     return -1;
   }
-  if (c->opt.num_expert_load && c->opt.num_expert_load != model->num_experts) {
-    fprintf(stderr, "fivefold %s: --expert-load has %d entries but the model has %d experts\n", c->cmd,
-            c->opt.num_expert_load, model->num_experts);
+  int E = model->num_experts, rows = E > 0 ? c->opt.num_expert_load / E : 0;
+  if (c->opt.num_expert_load && (E <= 0 || c->opt.num_expert_load % E || rows > model_config_num_moe_layers(model))) {
+    fprintf(stderr,
+            "fivefold %s: --expert-load has %d entries; expected the model's %d experts, or one row of them per MoE "
+            "layer (at most %d rows)\n",
+            c->cmd, c->opt.num_expert_load, E, model_config_num_moe_layers(model));
     return -1;
   }
   return 0;

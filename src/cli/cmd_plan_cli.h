@@ -15,7 +15,7 @@
 #include "plan/search.h"
 #include "plan/simulate.h"
 
-#define MAX_EXPERT_LOAD 4096
+#define MAX_EXPERT_LOAD 65536 /* E per MoE layer: 94 layers of 512 experts fit */
 
 typedef struct PlanCli {
   const char *cmd;

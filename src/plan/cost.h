@@ -145,7 +145,9 @@ int plan_cost_model_init(PlanCostModel *cm, const ModelConfig *model, const Clus
 const PlanPassCost *plan_layer_cost(const PlanCostModel *cm, int layer);
 
 /* Busiest EP rank's share of routed tokens relative to the mean, from a
- * measured distribution when given, else from the assumed per-expert
+ * measured distribution when given (PlanOptions.expert_load: one row of E
+ * per MoE layer, or one row for all; the mean over the rows of each row's
+ * busiest rank), else from the assumed per-expert
  * imbalance (1 + (imbalance - 1) sqrt((ep - 1) / (E - 1)): one expert per
  * rank sees the full imbalance, all experts on every rank none). */
 double plan_expert_rank_load(const ModelConfig *model, const PlanOptions *opt, int ep);

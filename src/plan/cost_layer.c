@@ -491,17 +491,26 @@ static void price_layers(PlanCostModel *cm) {
 double plan_expert_rank_load(const ModelConfig *m, const PlanOptions *o, int ep) {
   int E = m->num_experts;
   if (E <= 1 || ep <= 1) return 1.0;
-  if (o->expert_load && o->num_expert_load == E) {
-    double total = 0, worst = 0;
-    int per = E / ep;
-    for (int e = 0; e < E; e++) total += o->expert_load[e];
-    if (!(total > 0)) return 1.0;
-    for (int r = 0; r < ep; r++) {
-      double sum = 0;
-      for (int e = r * per; e < (r + 1) * per; e++) sum += o->expert_load[e];
-      if (sum > worst) worst = sum;
+  int rows = o->expert_load && o->num_expert_load >= E && o->num_expert_load % E == 0 ? o->num_expert_load / E : 0;
+  if (rows) {
+    /* Every MoE layer is priced alike: at the mean over the measured rows
+     * (layers) of each one's busiest rank. */
+    double sum = 0;
+    int counted = 0, per = E / ep;
+    for (int i = 0; i < rows; i++) {
+      const double *row = o->expert_load + (size_t)i * E;
+      double total = 0, worst = 0;
+      for (int e = 0; e < E; e++) total += row[e];
+      if (!(total > 0)) continue;
+      for (int r = 0; r < ep; r++) {
+        double s = 0;
+        for (int e = r * per; e < (r + 1) * per; e++) s += row[e];
+        worst = fmax(worst, s);
+      }
+      sum += worst * ep / total;
+      counted++;
     }
-    return worst * ep / total;
+    if (counted) return sum / counted;
   }
   double imb = o->moe_imbalance > 1.0 ? o->moe_imbalance : 1.0;
   return 1.0 + (imb - 1.0) * sqrt((double)(ep - 1) / (E - 1));

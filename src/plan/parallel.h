@@ -137,8 +137,9 @@ const char *plan_algo_name(PlanCollAlgo algo);
  * of a communication that hides behind independent compute. */
 typedef struct PlanOptions {
   double moe_imbalance;       /* busiest expert's load / mean load (dropless routing) */
-  const double *expert_load;  /* optional measured tokens-per-expert distribution */
-  int num_expert_load;        /* entries in expert_load (= num_experts when given) */
+  const double *expert_load;  /* optional measured tokens per expert: one row of num_experts per MoE
+                                 layer (the run's metrics.jsonl "expert_tokens"), or one for all */
+  int num_expert_load;        /* entries in expert_load (a multiple of num_experts when given) */
   double tp_overlap;          /* TP all-gather / reduce-scatter behind GEMMs */
   double cp_overlap;          /* CP ring K/V exchange behind the attention blocks */
   double ep_overlap;          /* MoE all-to-all behind expert compute */

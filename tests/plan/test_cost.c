@@ -75,6 +75,14 @@ static void test_expert_load(void **state) {
   assert_close(plan_expert_rank_load(&m, &o, 2), 1.25);
   assert_close(plan_expert_rank_load(&m, &o, 4), 2.0);
   assert_close(plan_expert_rank_load(&m, &o, 1), 1.0);
+  /* One row per MoE layer (a run's "expert_tokens"): the mean of each
+   * layer's busiest rank. EP 2: layer 0 ranks (4, 4) -> 1.0, layer 1
+   * (6, 2) -> 1.5; mean 1.25. A row that routed nothing is left out. */
+  static const double layers[] = {3, 1, 1, 3, 3, 3, 1, 1, 0, 0, 0, 0};
+  o.expert_load = layers;
+  o.num_expert_load = 12;
+  assert_close(plan_expert_rank_load(&m, &o, 2), 1.25);
+  assert_close(plan_expert_rank_load(&m, &o, 4), 1.5); /* 3 of a mean 2 in both */
   /* Assumed imbalance: full at one expert per rank, none with all on one. */
   o.expert_load = NULL;
   o.num_expert_load = 0;
