@@ -10,7 +10,8 @@
 #    CPU runtime's facts: no asynchronous progress, fp32).
 # 2. For each layout and bucket size runs `fivefold train --bucket-mb MB`
 #    (the runtime's default reduction mode, which the banner states) and
-#    takes the median ms_per_step after the warm-up steps; before each run
+#    takes the median ms_per_step after the warm-up steps, the lowest over
+#    PASSES interleaved passes; before each run
 #    it waits (at most BENCH_BUCKETS_QUIET_WAIT s) for other processes to
 #    use under a third of a core and records what they used meanwhile.
 # 3. Prices the same run with `fivefold simulate --bucket-params` on the
@@ -20,6 +21,8 @@
 #
 # usage: bench/bench_buckets.sh [BUILD_DIR] [STEPS]    (defaults: build, 6; the first 2 are warm-up)
 # env:   BENCH_BUCKETS_MB (sizes, default "4 16 64 128 512"; 512 is one bucket),
+#        BENCH_BUCKETS_PASSES (passes over the sizes, default 1; a size's figure is its lowest pass median),
+#        BENCH_BUCKETS_NP (layouts, default "2 4"),
 #        BENCH_BUCKETS_BATCH (micro-batch, default 2), BENCH_BUCKETS_SEQ (default 256),
 #        BENCH_BUCKETS_QUIET_WAIT (default 30), BENCH_BUCKETS_QUICK (0; 1: quick calibration)
 set -eu
@@ -32,8 +35,11 @@ SIZES=${BENCH_BUCKETS_MB:-4 16 64 128 512}
 B=${BENCH_BUCKETS_BATCH:-2}
 T=${BENCH_BUCKETS_SEQ:-256}
 QUIET_WAIT=${BENCH_BUCKETS_QUIET_WAIT:-30}
+PASSES=${BENCH_BUCKETS_PASSES:-1}
+NPS=${BENCH_BUCKETS_NP:-2 4}
 QUICK=()
 [ "${BENCH_BUCKETS_QUICK:-0}" = 1 ] && QUICK=(--quick)
+case $PASSES in '' | *[!0-9]* | 0) echo "bench_buckets: BENCH_BUCKETS_PASSES must be a positive integer, got '$PASSES'" >&2; exit 2 ;; esac
 [ "$STEPS" -gt "$WARMUP" ] 2>/dev/null || { echo "bench_buckets: STEPS must exceed $WARMUP, got '$STEPS'" >&2; exit 2; }
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -49,7 +55,7 @@ predicted_ms() {
 
 echo "bench_buckets: $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); reference MoE, micro-batch $B x $T tokens, $STEPS steps ($WARMUP warm-up), 1 thread per rank"
 rows=()
-for np in 2 4; do
+for np in $NPS; do
   mpirun -np "$np" --oversubscribe "$FIVEFOLD" calibrate "${QUICK[@]}" --name "local-$np" --out "spec$np.json" \
     >"cal$np.log" 2>&1 || { cat "cal$np.log"; exit 1; }
   grep -E "^  (peak|runtime)" "cal$np.log" | sed "s/^/  [$np ranks] /"
@@ -59,28 +65,47 @@ for np in 2 4; do
   # The search's pick is measured too, after the fixed sizes.
   measure=$SIZES
   case " $SIZES " in *" $picked "*) ;; *) [ -n "$picked" ] && measure="$SIZES $picked" ;; esac
+  # PASSES passes over the sizes, interleaved so that slow drift of the
+  # machine falls on every size alike; a size's measurement is the lowest of
+  # its pass medians (other processes only add time), as in plan_accuracy.sh.
+  declare -A best=() medians=() loads=()
+  for pass in $(seq 1 "$PASSES"); do
+    for mb in $measure; do
+      load=$(bench_wait_quiet "$QUIET_WAIT")
+      out="dp$np-$mb.p$pass"
+      stat0=$(head -1 /proc/stat)
+      wall0=$(date +%s.%N)
+      { TIMEFORMAT='%U %S'; time mpirun -np "$np" --oversubscribe "$FIVEFOLD" train --config run.json --out "$out" \
+          --no-progress --dp "$np" --bucket-mb "$mb" >"$out.log" 2>&1; } 2>"$out.cpu" ||
+        { tail -5 "$out.log"; continue; }
+      others=$(bench_others_cores "$stat0" "$(head -1 /proc/stat)" "$wall0" "$(date +%s.%N)" "$(tail -1 "$out.cpu")")
+      m=$(bench_median_step_ms "$out" "$WARMUP")
+      medians[$mb]="${medians[$mb]:-}${medians[$mb]:+ }$m"
+      loads[$mb]="${loads[$mb]:-}${loads[$mb]:+ }$load/$others"
+      if [ -z "${best[$mb]:-}" ] || $PY -c "import sys; sys.exit(0 if float('$m') < float('${best[$mb]}') else 1)"; then
+        best[$mb]=$m
+        cp "$out.log" "dp$np-$mb.log"
+      fi
+      echo "  DP$np, $mb MB, pass $pass of $PASSES: measured $m ms, others $load/$others cores"
+    done
+  done
   for mb in $measure; do
     label=$mb
     [ "$mb" = "$picked" ] && label="$mb (pick)"
-    load=$(bench_wait_quiet "$QUIET_WAIT")
     out="dp$np-$mb"
-    stat0=$(head -1 /proc/stat)
-    wall0=$(date +%s.%N)
-    { TIMEFORMAT='%U %S'; time mpirun -np "$np" --oversubscribe "$FIVEFOLD" train --config run.json --out "$out" \
-        --no-progress --dp "$np" --bucket-mb "$mb" >"$out.log" 2>&1; } 2>"$out.cpu" ||
-      { tail -5 "$out.log"; rows+=("DP$np|$label|-|-|-|train failed|"); continue; }
-    others=$(bench_others_cores "$stat0" "$(head -1 /proc/stat)" "$wall0" "$(date +%s.%N)" "$(tail -1 "$out.cpu")")
-    measured=$(bench_median_step_ms "$out" "$WARMUP")
+    if [ -z "${best[$mb]:-}" ]; then rows+=("DP$np|$label|-|-|-|train failed||"); continue; fi
+    measured=${best[$mb]}
     buckets=$(sed -n 's/.* \([0-9]*\) gradient bucket(s) of <= .*/\1/p' "$out.log" | head -1)
     mode=$(grep -o 'blocking where the program reduces\|overlapped with backward' "$out.log" | head -1)
     params=$($PY -c "print(max(1, round(float('$mb') * 250000)))")
     "$FIVEFOLD" simulate "${sim[@]}" --quiet --bucket-params "$params" >"$out.sim" 2>&1 ||
-      { tail -1 "$out.sim"; rows+=("DP$np|$label|${buckets:-?}|$measured|-|simulate failed|"); continue; }
+      { tail -1 "$out.sim"; rows+=("DP$np|$label|${buckets:-?}|$measured|-|simulate failed||"); continue; }
     predicted=$(predicted_ms "$out.sim")
     error=$($PY -c "m, p = float('$measured'), float('$predicted'); print(f'{100 * (p - m) / m:+.1f}%')")
-    rows+=("DP$np|$label|${buckets:-?}|$measured|$predicted|$error|$load/$others|$mode")
-    echo "  DP$np, $label MB: ${buckets:-?} buckets, measured $measured ms, predicted $predicted ms ($error), others $load/$others cores"
+    rows+=("DP$np|$label|${buckets:-?}|$measured|$predicted|$error|${loads[$mb]}|$mode; pass medians ${medians[$mb]}")
+    echo "  DP$np, $label MB: ${buckets:-?} buckets, measured $measured ms (passes: ${medians[$mb]}), predicted $predicted ms ($error)"
   done
+  unset best medians loads
   rows+=("DP$np|search: ${picked:-?} MB|$(sed -n 's/.*buckets per stage: \(.*\)/\1/p' "search$np.log")| | | | |")
   grep -E "gradient buckets" "search$np.log" | sed "s/^/  [$np ranks] /"
 done
