@@ -25,8 +25,9 @@
 #    schedule, dispatcher, gradient buckets, the flags that describe the CPU
 #    runtime (docs/planner.md: no asynchronous MPI progress, MoE replicated
 #    over TP without an MoE grid; the spec's runtime facts add that bf16
-#    covers only the GEMM inputs) and the router imbalance the one-rank runs
-#    logged; for the CNN `fivefold simulate --net` (plan/net_sim.h).
+#    covers only the GEMM inputs), the router imbalance the one-rank runs
+#    logged and the tokens per expert of each layer their summaries record
+#    (`--expert-load`); for the CNN `fivefold simulate --net` (plan/net_sim.h).
 # 4. Prints configuration, predicted, measured, error, the pass medians and
 #    the others' load, the mean absolute error and the largest error.
 #
@@ -232,6 +233,27 @@ print(f"{statistics.median(v):.3f}" if v else "1.1")
 PY
 )
 echo "plan_accuracy: router imbalance of the one-rank runs (busiest expert / mean): $IMBALANCE"
+# ...and the tokens each expert of each layer got in them (the summary's
+# "expert_tokens", summed over the passes): the EP layouts are priced with
+# each layer's own spread over the EP ranks, not one imbalance for all.
+EXPERT_LOAD=$($PY - run1.p*/metrics.jsonl <<'PY'
+import json, sys
+total = None
+for f in sys.argv[1:]:
+    for line in open(f):
+        r = json.loads(line)
+        rows = r.get("expert_tokens") if r.get("type") == "summary" else None
+        if rows:
+            flat = [v for row in rows for v in row]
+            total = flat if total is None else [a + b for a, b in zip(total, flat)]
+print(",".join(str(v) for v in total) if total else "")
+PY
+)
+LOAD_FLAGS=()
+if [ -n "$EXPERT_LOAD" ]; then
+  LOAD_FLAGS=(--expert-load "$EXPERT_LOAD")
+  echo "plan_accuracy: tokens per expert of each MoE layer in the one-rank runs: $EXPERT_LOAD"
+fi
 declare -A pred
 n=0
 for cfg in "${CONFIGS[@]}"; do
@@ -245,7 +267,7 @@ for cfg in "${CONFIGS[@]}"; do
   else
     sim=("$FIVEFOLD" simulate --model model.json --cluster "spec$np.json" --gpus "$np" --seq $SEQ --mbs $MBS
       --global-batch $((MBS * accum * dp)) --dtype "$dtype" --bucket-params $((BUCKET_MB * 250000))
-      --dropless-sync-us 0 --moe-imbalance "$IMBALANCE" --dp-overlap 0 --param-gather-overlap 0)
+      --dropless-sync-us 0 --moe-imbalance "$IMBALANCE" "${LOAD_FLAGS[@]}" --dp-overlap 0 --param-gather-overlap 0)
   fi
   # shellcheck disable=SC2086
   if "${sim[@]}" $sflags >"sim$n.log" 2>&1; then
