@@ -163,6 +163,24 @@ static void test_bad_usage(void **state) {
                    0);
 }
 
+/* --expert-load: E values for every MoE layer, or E per MoE layer (a run's
+ * expert_tokens); any other count is refused. Mixtral-8x7B: 8 experts, 32
+ * MoE layers. */
+static void test_expert_load_rows(void **state) {
+  (void)state;
+  char rows2[256] = "", rows33[4096] = "";
+  for (int i = 0; i < 16; i++) snprintf(rows2 + strlen(rows2), sizeof rows2 - strlen(rows2), "%s%d", i ? "," : "", 10 + i);
+  for (int i = 0; i < 8 * 33; i++) snprintf(rows33 + strlen(rows33), sizeof rows33 - strlen(rows33), "%s1", i ? "," : "");
+#define SIM_LOAD(list)                                                                                             \
+  RUN(cmd_simulate, "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq", "4096", \
+      "--global-batch", "64", "--ep", "8", "--quiet", "--expert-load", list)
+  assert_int_equal(SIM_LOAD("1,2,3,4,5,6,7,8"), 0);
+  assert_int_equal(SIM_LOAD(rows2), 0);
+  assert_int_not_equal(SIM_LOAD("1,2,3,4,5,6,7,8,9,10,11,12"), 0); /* not a multiple of 8 */
+  assert_int_not_equal(SIM_LOAD(rows33), 0);                       /* 33 rows, 32 MoE layers */
+#undef SIM_LOAD
+}
+
 static void test_simulate_with_trace(void **state) {
   (void)state;
   char trace[] = "/tmp/fivefold_plan_cli_trace_XXXXXX";
@@ -556,6 +574,7 @@ int main(void) {
       cmocka_unit_test(test_simulate_stage_widths_refused),
       cmocka_unit_test(test_help_lists_every_option),
       cmocka_unit_test(test_bad_usage),
+      cmocka_unit_test(test_expert_load_rows),
       cmocka_unit_test(test_simulate_with_trace),
       cmocka_unit_test(test_simulate_schedule_is_used),
       cmocka_unit_test(test_plan_writes_plan_json),
