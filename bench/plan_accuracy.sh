@@ -29,7 +29,9 @@
 #    logged and the tokens per expert of each layer their summaries record
 #    (`--expert-load`); for the CNN `fivefold simulate --net` (plan/net_sim.h).
 # 4. Prints configuration, predicted, measured, error, the pass medians and
-#    the others' load, the mean absolute error and the largest error.
+#    the others' load, the mean absolute error and the largest error; then
+#    the one-rank configurations priced again on a one-rank calibration
+#    made after the runs (the calibration's own spread).
 #
 # usage: bench/plan_accuracy.sh [BUILD_DIR] [STEPS]   (defaults: build, 10; the first 3 are warm-up;
 #        the CNN runs take 10 x STEPS steps: a LeNet-5 step is a few ms)
@@ -254,27 +256,55 @@ if [ -n "$EXPERT_LOAD" ]; then
   LOAD_FLAGS=(--expert-load "$EXPERT_LOAD")
   echo "plan_accuracy: tokens per expert of each MoE layer in the one-rank runs: $EXPERT_LOAD"
 fi
-declare -A pred
-n=0
-for cfg in "${CONFIGS[@]}"; do
-  IFS='|' read -r name np accum tflags sflags net dtype <<<"$cfg"
-  n=$((n + 1))
-  dp=1
+# sim_for CFG SPEC: the simulate command line of a configuration on SPEC, in sim[].
+sim_for() {
+  local name np accum tflags sflags net dtype dp=1
+  IFS='|' read -r name np accum tflags sflags net dtype <<<"$1"
   case " $tflags " in *" --dp 2 "*) dp=2 ;; *" --dp 4 "*) dp=4 ;; esac # every other layout has dp 1
   if [ "$net" = cnn ]; then
-    sim=("$FIVEFOLD" simulate --net cnn.json --cluster "spec$np.json" --gpus "$np" --mbs $CNN_MBS
+    sim=("$FIVEFOLD" simulate --net cnn.json --cluster "$2" --gpus "$np" --mbs $CNN_MBS
       --global-batch $((CNN_MBS * accum * dp)) --dtype "$dtype" --bucket-params $((BUCKET_MB * 250000)))
   else
-    sim=("$FIVEFOLD" simulate --model model.json --cluster "spec$np.json" --gpus "$np" --seq $SEQ --mbs $MBS
+    sim=("$FIVEFOLD" simulate --model model.json --cluster "$2" --gpus "$np" --seq $SEQ --mbs $MBS
       --global-batch $((MBS * accum * dp)) --dtype "$dtype" --bucket-params $((BUCKET_MB * 250000))
       --dropless-sync-us 0 --moe-imbalance "$IMBALANCE" "${LOAD_FLAGS[@]}" --dp-overlap 0 --param-gather-overlap 0)
   fi
-  # shellcheck disable=SC2086
-  if "${sim[@]}" $sflags >"sim$n.log" 2>&1; then
-    pred[$n]=$(sed -n 's/^predicted: step \([0-9.]*\) ms.*/\1/p' "sim$n.log" | head -1)
+  # shellcheck disable=SC2206
+  sim+=($sflags)
+}
+predicted_ms() { sed -n 's/^predicted: step \([0-9.]*\) ms.*/\1/p' "$1" | head -1; }
+declare -A pred
+n=0
+for cfg in "${CONFIGS[@]}"; do
+  IFS='|' read -r name np _ <<<"$cfg"
+  n=$((n + 1))
+  sim_for "$cfg" "spec$np.json"
+  if "${sim[@]}" >"sim$n.log" 2>&1; then
+    pred[$n]=$(predicted_ms "sim$n.log")
   else
     notes+=("$name: simulate refused: $(tail -1 "sim$n.log")")
   fi
+done
+
+# Calibration repeated: a one-rank calibration made after the runs prices
+# the one-rank configurations again. Where the two prices differ, the
+# table's errors carry the calibration's own spread (or a machine that
+# changed speed under the fastest repetitions calibration keeps).
+drift=()
+if [ "${PLAN_ACC_REUSE:-0}" != 1 ] || [ ! -s spec1.after.json ]; then
+  "$FIVEFOLD" calibrate "${QUICK[@]}" --devices 1 --name local-1-after --out spec1.after.json >cal1.after.log 2>&1 ||
+    { cat cal1.after.log; exit 1; }
+fi
+n=0
+for cfg in "${CONFIGS[@]}"; do
+  IFS='|' read -r name np _ <<<"$cfg"
+  n=$((n + 1))
+  [ "$np" = 1 ] && [ -n "${pred[$n]:-}" ] || continue
+  sim_for "$cfg" spec1.after.json
+  "${sim[@]}" >"sim$n.after.log" 2>&1 || continue
+  after=$(predicted_ms "sim$n.after.log")
+  drift+=("$(printf '%-32s %8.1f ms before the runs, %8.1f ms after (%+.1f%%)' "$name" "${pred[$n]}" "$after" \
+    "$($PY -c "print(100 * (float('$after') - float('${pred[$n]}')) / float('${pred[$n]}'))")")")
 done
 
 printf '\n%-40s %5s %4s %11s %11s %8s   %s\n' "configuration" "ranks" "mb" "predicted" "measured" "error" \
@@ -315,6 +345,10 @@ if [ "${#rows[@]}" -gt 0 ]; then
   $PY -c "import sys; e=[abs(float(x)) for x in sys.argv[1:]]; print(f'\nmean absolute error over {len(e)} configurations: {sum(e)/len(e):.1f}%, largest {max(e):.1f}% (target: at most 5% and none over 10%)')" "${rows[@]}"
 fi
 for note in "${notes[@]+"${notes[@]}"}"; do echo "  skipped: $note"; done
+if [ "${#drift[@]}" -gt 0 ]; then
+  echo "calibration repeated: the one-rank configurations priced on a calibration made before the runs and on one made after:"
+  for d in "${drift[@]}"; do echo "  $d"; done
+fi
 echo "(4-rank runs share 2 cores: their specs carry core share 0.5; MoE micro-batch $MBS x $SEQ tokens, LeNet-5"
 echo " $CNN_MBS images; measured = the lowest over $PASSES passes of the median of steps $((WARMUP + 1))..$STEPS,"
 echo " $((CNN_WARMUP + 1))..$CNN_STEPS for LeNet-5)"
