@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/options.h"
+#include "base/signal_stack.h"
 #include "cli/cli.h"
 #include "comm/host.h"
 #include "comm/world.h"
@@ -48,12 +49,15 @@ static void on_stop_signal(int sig) {
 static const int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
 
 /* Left in place when training ends: a copy of the signal that mpirun
- * forwards late must not kill a rank that is shutting down cleanly. */
+ * forwards late must not kill a rank that is shutting down cleanly. The
+ * handler runs on the thread's alternate signal stack (SA_ONSTACK;
+ * base/signal_stack.h says why), which signal_stacks_install gives the
+ * main thread and the OpenMP threads. */
 static void catch_stop_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_flags = SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   for (size_t i = 0; i < sizeof STOP_SIGNALS / sizeof *STOP_SIGNALS; i++) sigaction(STOP_SIGNALS[i], &sa, NULL);
 }
@@ -526,12 +530,15 @@ int cmd_train(int argc, char **argv) {
   catch_stop_signals();
   TrainConfig cfg;
   train_config_defaults(&cfg);
-  int code = build_config(&args, &cfg, &err);
+  int code = signal_stacks_install(0, &err) ? 1 : 0;
+  if (!code) code = build_config(&args, &cfg, &err);
   if (!code && args.plan && place_ranks(args.plan, &err)) code = 2;
   Trainer tr;
   int have_trainer = 0, nothing_to_do = 0;
   if (!code && trainer_create(&tr, &cfg, &err)) code = 1;
   have_trainer = !code;
+  /* The team the run computes with, which may exceed the default one. */
+  if (!code && signal_stacks_install(tr.threads, &err)) code = 1;
   if (!code && args.resume && resume_run(&tr, &cfg, &args, &nothing_to_do, &err)) code = 1;
   if (!code && !nothing_to_do && run_training(&tr, &args, &err)) code = 1;
   if (have_trainer) trainer_free(&tr);
