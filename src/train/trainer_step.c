@@ -491,6 +491,11 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   if (!rc) rc = create_optimizer(tr, err);
   if (!rc) rc = create_executor(tr, err);
   if (!rc) rc = alloc_batches(tr, err);
+  if (!rc && tr->pipe.num_counts) { /* the run's routing, summed over its steps (trainer.h) */
+    tr->routed_tokens = calloc(tr->pipe.num_counts, sizeof *tr->routed_tokens);
+    if (!tr->routed_tokens) rc = error_set(err, ERR_NOMEM, "out of memory for the routing counts");
+    else tr->num_routed = tr->pipe.num_counts;
+  }
   if (rc) {
     trainer_free(tr);
     return rc;
@@ -595,12 +600,7 @@ int trainer_step(Trainer *tr, TrainStepResult *res, Error *err) {
   res->lr = tr->acc.info.lr;
   res->grad_norm = tr->acc.info.grad_norm;
   res->imbalance = p->num_counts ? moe_imbalance(p->expert_counts, mc) : 0;
-  if (p->num_counts && !tr->routed_tokens) {
-    tr->routed_tokens = calloc(p->num_counts, sizeof *tr->routed_tokens);
-    if (!tr->routed_tokens) return error_set(err, ERR_NOMEM, "step %d: out of memory for the routing counts", tr->step);
-    tr->num_routed = p->num_counts;
-  }
-  for (size_t i = 0; i < tr->num_routed && i < p->num_counts; i++) tr->routed_tokens[i] += p->expert_counts[i];
+  for (size_t i = 0; i < tr->num_routed; i++) tr->routed_tokens[i] += p->expert_counts[i];
   res->tokens = (long)bt * accum * tr->dp;
   res->seconds = timer_now() - t0;
   if (tr->reduce_grads) {
