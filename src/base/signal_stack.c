@@ -5,7 +5,6 @@
 #include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/error.h"
 
@@ -40,7 +39,6 @@ int signal_stacks_install(int threads, Error *err) {
   int rc = install_here();
   if (rc) return error_set(err, rc == ENOMEM ? ERR_NOMEM : ERR_IO, "alternate signal stack of the main thread: %s",
                            error_errno_text(rc));
-  if (threads <= 0) threads = omp_get_max_threads();
   int failed = 0, failed_thread = -1;
 #pragma omp parallel num_threads(threads)
   {

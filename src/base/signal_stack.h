@@ -23,7 +23,7 @@
 #define SIGNAL_STACK_MAX_THREADS 1024
 
 /* Gives the calling thread, and each thread of an OpenMP team of `threads`
- * (<= 0: omp_get_max_threads()), an alternate signal stack unless it has
+ * (1: the calling thread alone), an alternate signal stack unless it has
  * one. The stacks live as long as the process. Returns ERR_NOMEM or ERR_IO
  * (sigaltstack refused) naming the thread. */
 int signal_stacks_install(int threads, Error *err);

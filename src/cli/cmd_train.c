@@ -530,14 +530,13 @@ int cmd_train(int argc, char **argv) {
   catch_stop_signals();
   TrainConfig cfg;
   train_config_defaults(&cfg);
-  int code = signal_stacks_install(0, &err) ? 1 : 0;
+  int code = signal_stacks_install(1, &err) ? 1 : 0; /* this thread; the run's team once it is known */
   if (!code) code = build_config(&args, &cfg, &err);
   if (!code && args.plan && place_ranks(args.plan, &err)) code = 2;
   Trainer tr;
   int have_trainer = 0, nothing_to_do = 0;
   if (!code && trainer_create(&tr, &cfg, &err)) code = 1;
   have_trainer = !code;
-  /* The team the run computes with, which may exceed the default one. */
   if (!code && signal_stacks_install(tr.threads, &err)) code = 1;
   if (!code && args.resume && resume_run(&tr, &cfg, &args, &nothing_to_do, &err)) code = 1;
   if (!code && !nothing_to_do && run_training(&tr, &args, &err)) code = 1;
