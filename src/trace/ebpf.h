@@ -7,8 +7,10 @@
  * `fivefold trace record --ebpf -- COMMAND...` is trace_ebpf_run followed by
  * trace_ebpf_convert and the Chrome writer. The runner mounts tracefs at
  * /sys/kernel/tracing when it is missing, checks that the binary carries
- * the probes, starts bpftrace, waits until its probes are attached, runs
- * the command, then stops bpftrace (SIGINT) and keeps its output. Every
+ * the probes, forks the command held before its exec, starts bpftrace on
+ * the probes of that process and its descendants (not of other jobs that
+ * run the same binary), waits until they are attached, releases the
+ * command, then stops bpftrace (SIGINT) and keeps its output. Every
  * failure says what was missing or refused (no bpftrace, not root, eBPF or
  * tracefs not permitted in this container, no probes in the binary).
  *
@@ -37,8 +39,10 @@
 #include "trace/run.h"
 
 /* The bpftrace program for `binary` (malloc'd). with_sched adds the
- * sched_switch tracepoint for the threads that fired a probe. */
-char *trace_ebpf_script(const char *binary, int with_sched);
+ * sched_switch tracepoint for the threads that fired a probe; root_pid > 0
+ * keeps the probes of that process and its descendants only (0: of every
+ * process running the binary). */
+char *trace_ebpf_script(const char *binary, int with_sched, int root_pid);
 
 typedef struct TraceEbpfOptions {
   int first_step, last_step; /* iterations kept (last < 0: all from first) */

@@ -1,7 +1,9 @@
 /* Running a command under bpftrace (ebpf.h): the script, tracefs, the
- * preflight checks and the process choreography (bpftrace first, the
- * command once bpftrace says its probes are attached, SIGINT to bpftrace
- * when the command is done). */
+ * preflight checks and the process choreography (the command forked and
+ * held, bpftrace started on its processes, the command released once
+ * bpftrace says its probes are attached, SIGINT to bpftrace when the
+ * command is done). */
+#define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,33 +19,49 @@
 
 #define READY_MARK "FIVEFOLD_READY"
 
-char *trace_ebpf_script(const char *binary, int with_sched) {
+char *trace_ebpf_script(const char *binary, int with_sched, int root_pid) {
   /* The readiness mark comes from an interval probe placed last: bpftrace
    * fires BEGIN before it attaches the other probes, and attaches them in
    * program order, so the first tick of the last one means every USDT site
    * (one per inlined operation probe: hundreds in fivefold) is attached. A
-   * mark from BEGIN let a quick command run before its rank probe was. */
+   * mark from BEGIN let a quick command run before its rank probe was.
+   *
+   * Uprobes fire in every process that runs the binary, so with root_pid
+   * the USDT probes keep only the processes descended from it: the fork
+   * tracepoint adds every task a marked one creates (threads included, so a
+   * launcher that forks from a helper thread still counts), and `pid` is
+   * the process (thread group) id. Another job on the machine that runs the
+   * same binary is then not in the trace. */
   const char *fmt =
-      "usdt:%1$s:fivefold:rank { @ff_tid[tid] = 1; printf(\"R %%d %%d %%d %%d %%d %%llu\\n\", tid, pid, arg0, arg1, "
-      "arg2, nsecs); }\n"
-      "usdt:%1$s:fivefold:iteration { printf(\"I %%d %%d %%llu\\n\", tid, arg0, nsecs); }\n"
-      "usdt:%1$s:fivefold:action_begin { @ff_tid[tid] = 1; printf(\"AB %%d %%llu %%d %%d %%d %%d\\n\", tid, nsecs, arg0, "
-      "arg1, arg2, arg3); }\n"
-      "usdt:%1$s:fivefold:action_end { printf(\"AE %%d %%llu %%d %%d %%lld %%d %%d %%d\\n\", tid, nsecs, arg0, arg1, "
+      "%3$s"
+      "usdt:%1$s:fivefold:rank %4$s{ @ff_tid[tid] = 1; printf(\"R %%d %%d %%d %%d %%d %%llu\\n\", tid, pid, arg0, "
+      "arg1, arg2, nsecs); }\n"
+      "usdt:%1$s:fivefold:iteration %4$s{ printf(\"I %%d %%d %%llu\\n\", tid, arg0, nsecs); }\n"
+      "usdt:%1$s:fivefold:action_begin %4$s{ @ff_tid[tid] = 1; printf(\"AB %%d %%llu %%d %%d %%d %%d\\n\", tid, nsecs, "
+      "arg0, arg1, arg2, arg3); }\n"
+      "usdt:%1$s:fivefold:action_end %4$s{ printf(\"AE %%d %%llu %%d %%d %%lld %%d %%d %%d\\n\", tid, nsecs, arg0, "
+      "arg1, arg2, arg3, arg4, arg5); }\n"
+      "usdt:%1$s:fivefold:op_begin %4$s{ printf(\"OB %%d %%llu %%d %%d %%d\\n\", tid, nsecs, arg0, arg1, arg2); }\n"
+      "usdt:%1$s:fivefold:op_shape %4$s{ printf(\"OS %%d %%llu %%d %%d %%d\\n\", tid, nsecs, arg0, arg1, arg2); }\n"
+      "usdt:%1$s:fivefold:op_end %4$s{ printf(\"OE %%d %%llu %%d %%d %%d %%lld %%d %%d\\n\", tid, nsecs, arg0, arg1, "
       "arg2, arg3, arg4, arg5); }\n"
-      "usdt:%1$s:fivefold:op_begin { printf(\"OB %%d %%llu %%d %%d %%d\\n\", tid, nsecs, arg0, arg1, arg2); }\n"
-      "usdt:%1$s:fivefold:op_shape { printf(\"OS %%d %%llu %%d %%d %%d\\n\", tid, nsecs, arg0, arg1, arg2); }\n"
-      "usdt:%1$s:fivefold:op_end { printf(\"OE %%d %%llu %%d %%d %%d %%lld %%d %%d\\n\", tid, nsecs, arg0, arg1, arg2, "
-      "arg3, arg4, arg5); }\n"
       "%2$s"
       "interval:ms:20 /@ff_ready == 0/ { @ff_ready = 1; printf(\"" READY_MARK "\\n\"); }\n"
-      "END { clear(@ff_tid); clear(@ff_ready); }\n";
+      "END { clear(@ff_tid); clear(@ff_ready);%5$s }\n";
   const char *sched = with_sched ? "tracepoint:sched:sched_switch /@ff_tid[args->prev_pid] || @ff_tid[args->next_pid]/ "
                                    "{ printf(\"S %llu %d %d %d\\n\", nsecs, cpu, args->prev_pid, args->next_pid); }\n"
                                  : "";
-  int n = snprintf(NULL, 0, fmt, binary, sched);
+  char lineage[256] = "";
+  if (root_pid > 0)
+    snprintf(lineage, sizeof lineage,
+             "BEGIN { @ff_mine[%d] = 1; }\n"
+             "tracepoint:sched:sched_process_fork /@ff_mine[args->parent_pid]/ { @ff_mine[args->child_pid] = 1; }\n",
+             root_pid);
+  const char *filter = root_pid > 0 ? "/@ff_mine[pid]/ " : "";
+  const char *clear = root_pid > 0 ? " clear(@ff_mine);" : "";
+  int n = snprintf(NULL, 0, fmt, binary, sched, lineage, filter, clear);
   char *s = n > 0 ? malloc((size_t)n + 1) : NULL;
-  if (s) snprintf(s, (size_t)n + 1, fmt, binary, sched);
+  if (s) snprintf(s, (size_t)n + 1, fmt, binary, sched, lineage, filter, clear);
   return s;
 }
 
@@ -149,6 +167,33 @@ static pid_t spawn(char *const argv[], const char *out_path, const char *err_pat
   _exit(127);
 }
 
+/* Forks argv's process held before its exec until a byte arrives on
+ * *release (a pipe's write end, closed on exec so that bpftrace does not
+ * keep it); returns its pid or -1. */
+static pid_t spawn_held(char *const argv[], int *release) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(p[0]), close(p[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    close(p[1]);
+    char go;
+    ssize_t got;
+    do got = read(p[0], &go, 1);
+    while (got < 0 && errno == EINTR);
+    if (got != 1) _exit(127); /* the recording was abandoned */
+    execvp(argv[0], argv);
+    fprintf(stderr, "cannot run %s: %s\n", argv[0], error_errno_text(errno));
+    _exit(127);
+  }
+  close(p[0]);
+  *release = p[1];
+  return pid;
+}
+
 static int status_code(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
@@ -194,8 +239,8 @@ int trace_ebpf_run(const TraceEbpfRun *opt, char *const argv[], int *command_sta
   int rc = trace_ebpf_prepare_tracefs(err);
   size_t plen = strlen(opt->raw_path);
   char *script_path = malloc(plen + 8), *err_path = malloc(plen + 8), *list_path = malloc(plen + 8);
-  char *script = trace_ebpf_script(binary, opt->with_sched);
-  if (rc == ERR_OK && (!script_path || !err_path || !list_path || !script)) rc = error_set(err, ERR_NOMEM, "out of memory");
+  char *script = NULL;
+  if (rc == ERR_OK && (!script_path || !err_path || !list_path)) rc = error_set(err, ERR_NOMEM, "out of memory");
   if (rc == ERR_OK) {
     snprintf(script_path, plen + 8, "%s.bt", opt->raw_path);
     snprintf(err_path, plen + 8, "%s.err", opt->raw_path);
@@ -217,6 +262,13 @@ int trace_ebpf_run(const TraceEbpfRun *opt, char *const argv[], int *command_sta
                                                 "program the command runs",
                                                 binary);
   }
+  /* The command is forked now, held until the probes are attached, so
+   * that the script can keep only its processes (trace_ebpf_script). */
+  int release = -1;
+  pid_t cmd = -1;
+  if (rc == ERR_OK && (cmd = spawn_held(argv, &release)) < 0)
+    rc = error_set(err, ERR_CONFIG, "cannot start %s: %s", argv[0], error_errno_text(errno));
+  if (rc == ERR_OK && !(script = trace_ebpf_script(binary, opt->with_sched, (int)cmd))) rc = error_set(err, ERR_NOMEM, "out of memory");
   if (rc == ERR_OK) {
     FILE *f = fopen(script_path, "w");
     if (!f || fputs(script, f) < 0) rc = error_set(err, ERR_IO, "cannot write %s: %s", script_path, error_errno_text(errno));
@@ -247,11 +299,12 @@ int trace_ebpf_run(const TraceEbpfRun *opt, char *const argv[], int *command_sta
       sleep_ms(20);
     }
   }
-  if (rc == ERR_OK) {
-    pid_t cmd = spawn(argv, NULL, NULL);
+  if (cmd > 0) {
     int status;
-    if (cmd < 0) rc = error_set(err, ERR_CONFIG, "cannot run %s: %s", argv[0], error_errno_text(errno));
-    else if (waitpid(cmd, &status, 0) == cmd) *command_status = status_code(status);
+    /* Released only once the probes are attached; otherwise it never runs. */
+    if (rc != ERR_OK || write(release, "g", 1) != 1) kill(cmd, SIGKILL);
+    close(release);
+    if (waitpid(cmd, &status, 0) == cmd && rc == ERR_OK) *command_status = status_code(status);
   }
   if (tracer > 0) {
     kill(tracer, SIGINT);

@@ -3,7 +3,8 @@
 # started with --trace: every action and every operation of a training run
 # reaches its USDT probe (trace/probes.h, base/usdt.h) whether or not the
 # built-in recorder is on, so bpftrace sees the whole run.
-#   one rank   every action of the 1-rank program in each of the 3 steps
+#   one rank   (while another job runs the same binary, left out of the
+#              trace) every action of the 1-rank program in each of the 3 steps
 #              (compare-ready), GEMM operations with their shapes inside
 #              every FWD and BWD (the same count in each), no operation
 #              outside an action (the evaluation pass is left out), on-CPU
@@ -86,9 +87,20 @@ structure() {
   grep -E -- '->|^ *n[0-9]+ \[' "$1" | sed -E -e 's/\\n.*//' -e 's/ *\[[^"]*$//' | sort
 }
 
-# One rank, no MPI, no --trace.
+# One rank, no MPI, no --trace; all the while another job runs the same
+# binary (a PP2 training under mpirun, started before the recording and
+# still running after it), whose processes fire the same probes and must
+# stay out of the trace.
 "$FIVEFOLD" schedule --pp 1 --microbatches 4 --json prog1.json >/dev/null || fail "schedule --pp 1"
+run_json decoy.json moe.json steps=100000 global_batch_size=8 interval=0 keep_last=1
+"$MPIEXEC" -np 2 --oversubscribe "$FIVEFOLD" train --config decoy.json --pp 2 --out decoy --no-progress >decoy.log 2>&1 &
+decoy=$!
+for _ in $(seq 300); do grep -q "^step 1/" decoy.log 2>/dev/null && break; sleep 0.1; done
+grep -q "^step 1/" decoy.log || { cat decoy.log; fail "the other job did not start"; }
 record one prog1.json -- "$FIVEFOLD" train --config run.json --out one --no-progress
+kill -0 "$decoy" 2>/dev/null || { tail -5 decoy.log; fail "the other job ended before the recording did"; }
+kill "$decoy"
+wait "$decoy" 2>/dev/null
 grep -q "^done: 3 steps" one.txt || { cat one.txt; fail "the recorded training run did not finish"; }
 check_ops one 1
 

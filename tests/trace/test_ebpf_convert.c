@@ -202,13 +202,23 @@ static void test_bad_input_is_refused(void **state) {
 
 static void test_script(void **state) {
   (void)state;
-  char *s = trace_ebpf_script("/opt/bin/prog", 1);
-  assert_non_null(strstr(s, "usdt:/opt/bin/prog:fivefold:action_begin"));
-  assert_non_null(strstr(s, "usdt:/opt/bin/prog:fivefold:op_shape"));
+  char *s = trace_ebpf_script("/opt/bin/prog", 1, 0);
+  assert_non_null(strstr(s, "usdt:/opt/bin/prog:fivefold:action_begin {"));
+  assert_non_null(strstr(s, "usdt:/opt/bin/prog:fivefold:op_shape {"));
   assert_non_null(strstr(s, "tracepoint:sched:sched_switch"));
+  assert_null(strstr(s, "@ff_mine"));
   free(s);
-  s = trace_ebpf_script("/opt/bin/prog", 0);
+  s = trace_ebpf_script("/opt/bin/prog", 0, 0);
   assert_null(strstr(s, "sched_switch"));
+  free(s);
+  /* With a root process, every USDT probe keeps its descendants only. */
+  s = trace_ebpf_script("/opt/bin/prog", 1, 4242);
+  assert_non_null(strstr(s, "BEGIN { @ff_mine[4242] = 1; }"));
+  assert_non_null(strstr(s, "sched_process_fork /@ff_mine[args->parent_pid]/ { @ff_mine[args->child_pid] = 1; }"));
+  int probes = 0, filtered = 0;
+  for (const char *p = s; (p = strstr(p, "usdt:")); p++, probes++) filtered += strncmp(strchr(p, ' '), " /@ff_mine[pid]/ {", 18) == 0;
+  assert_int_equal(probes, 7);
+  assert_int_equal(filtered, 7);
   free(s);
 }
 
