@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -13,10 +14,20 @@
 static void *g_stacks[SIGNAL_STACK_MAX_THREADS];
 static int g_count;
 
+/* The smallest alternate stack kept as it is: the kernel's signal frame
+ * for this CPU's register state (glibc's _SC_MINSIGSTKSZ) and 16 KiB for
+ * the handler. A thread's existing stack of that size is kept, not
+ * replaced: its owner may free it when the thread exits (AddressSanitizer
+ * unmaps the one it gave the thread, and aborted on finding ours there). */
+static size_t smallest_kept(void) {
+  long frame = sysconf(_SC_MINSIGSTKSZ);
+  return (size_t)(frame > 0 ? frame : MINSIGSTKSZ) + 16384;
+}
+
 int signal_stack_present(void) {
   stack_t cur;
   if (sigaltstack(NULL, &cur) != 0) return 0;
-  return !(cur.ss_flags & SS_DISABLE) && cur.ss_size >= SIGNAL_STACK_BYTES;
+  return !(cur.ss_flags & SS_DISABLE) && cur.ss_size >= smallest_kept();
 }
 
 /* 0, or the errno of the failure (ENOMEM for the allocation). */

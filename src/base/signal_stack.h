@@ -24,12 +24,13 @@
 
 /* Gives the calling thread, and each thread of an OpenMP team of `threads`
  * (1: the calling thread alone), an alternate signal stack unless it has
- * one. The stacks live as long as the process. Returns ERR_NOMEM or ERR_IO
+ * one large enough for a signal frame and a small handler (a sanitizer's,
+ * say, which is then left in place). The stacks live as long as the process. Returns ERR_NOMEM or ERR_IO
  * (sigaltstack refused) naming the thread. */
 int signal_stacks_install(int threads, Error *err);
 
-/* Whether the calling thread has an alternate signal stack of at least
- * SIGNAL_STACK_BYTES (tests). */
+/* Whether the calling thread has an alternate signal stack large enough
+ * for a signal frame and a small handler (tests). */
 int signal_stack_present(void);
 
 #endif

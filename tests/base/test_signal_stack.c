@@ -1,8 +1,10 @@
 /* Alternate signal stacks (base/signal_stack.h): after
  * signal_stacks_install the calling thread and every thread of the OpenMP
- * team have one; a second call changes nothing; and a handler installed
- * with SA_ONSTACK runs on it, in the main thread and in the team's threads
- * (its local variable's address lies inside the thread's alternate stack). */
+ * team have one; a second call changes nothing; a stack the thread already
+ * had (the sanitizer's, or one of 128 KiB set here) is kept, not replaced;
+ * and a handler installed with SA_ONSTACK runs on it, in the main thread
+ * and in the team's threads (its local variable's address lies inside the
+ * thread's alternate stack). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,6 +47,34 @@ static void test_every_thread_has_one(void **state) {
   assert_ptr_equal(before.ss_sp, after.ss_sp);
 }
 
+/* In a thread of its own: the stack it had before the install is the one
+ * it has after. Under AddressSanitizer that is the sanitizer's, which it
+ * unmaps when the thread exits: replacing it made that exit abort. */
+static void *keeps_existing(void *arg) {
+  static char mine[128 * 1024];
+  stack_t before, after, off = {.ss_flags = SS_DISABLE};
+  int *ok = arg, set_here = 0;
+  if (sigaltstack(NULL, &before) != 0) return NULL;
+  if (before.ss_flags & SS_DISABLE) {
+    stack_t ss = {.ss_sp = mine, .ss_size = sizeof mine, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0) return NULL;
+    before = ss, set_here = 1;
+  }
+  Error err = {0, ""};
+  *ok = signal_stacks_install(1, &err) == 0 && sigaltstack(NULL, &after) == 0 && after.ss_sp == before.ss_sp;
+  if (set_here) sigaltstack(&off, NULL);
+  return NULL;
+}
+
+static void test_existing_stack_kept(void **state) {
+  (void)state;
+  pthread_t t;
+  int ok = 0;
+  assert_int_equal(pthread_create(&t, NULL, keeps_existing, &ok), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(ok, 1);
+}
+
 static void test_handler_runs_on_it(void **state) {
   (void)state;
   Error err = {0, ""};
@@ -73,6 +103,7 @@ static void test_handler_runs_on_it(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_thread_has_one),
+      cmocka_unit_test(test_existing_stack_kept),
       cmocka_unit_test(test_handler_runs_on_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
