@@ -74,7 +74,9 @@ static void trace_usage(FILE *f) {
           "      priced on the device it ran on: the device mapping of the plan the run was trained\n"
           "      with (train --plan records it as otherData.plan), or PLAN's for a trace that records\n"
           "      none (a mapping that disagrees with the trace's is refused), else rank r on device r;\n"
-          "      the cluster spec defaults to the plan's. The output prints the mapping used\n"
+          "      the cluster spec defaults to the plan's. The output prints the mapping used.\n"
+          "      Measured over every recorded iteration but the run's first step (iteration 0: one-\n"
+          "      time costs), or over iteration N alone\n"
           "  compare-ready FILE [--predicted PRED]\n"
           "      check that the trace can be compared with a prediction action by action: it holds\n"
           "      the program, every action of every recorded iteration on every rank, no dropped\n"
@@ -800,6 +802,13 @@ static int predict_plan(const TraceRun *run, const cJSON *model_json, const char
   return rc;
 }
 
+/* (predicted - measured) / measured in percent; under 0.05 in size it
+ * prints as 0.0, not as -0.0 for a rounding below zero. */
+static double percent_error(double predicted, double measured) {
+  double e = 100.0 * (predicted - measured) / measured;
+  return fabs(e) < 0.05 ? 0.0 : e;
+}
+
 static int cmd_compare(int argc, char **argv) {
   const char *file = NULL, *cluster = NULL, *plan = NULL;
   int iteration = -1;
@@ -831,7 +840,19 @@ static int cmd_compare(int argc, char **argv) {
   Error err = {0};
   TraceRun run;
   TraceReport rep;
-  if (read_and_analyze(file, iteration, &run, &rep, &err)) return report_failure(&err);
+  /* Without --iteration, a trace from the run's first step on leaves that
+   * step out: it holds one-time costs (kernels set up, memory touched the
+   * first time; a one-rank MoE step's forward took twice its later ones),
+   * which no prediction of a step prices. */
+  int first = 0, last = -1, skipped_first = 0;
+  if (trace_chrome_read(file, &run, &err)) return report_failure(&err);
+  if (trace_run_iteration_range(&run, &first, &last) == 0 && iteration < 0 && first == 0 && last > 0) first = 1, skipped_first = 1;
+  else if (iteration >= 0) first = last = iteration;
+  if (trace_analyze_range(&run, first, last, &rep, &err)) {
+    error_wrap(&err, "%s", file);
+    trace_run_free(&run);
+    return report_failure(&err);
+  }
   Prediction p = {.ms = calloc((size_t)run.program->num_actions + 1, sizeof(double))};
   int rc = p.ms ? ERR_OK : error_set(&err, ERR_NOMEM, "out of memory");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(run.other_data, "model");
@@ -854,14 +875,25 @@ static int cmd_compare(int argc, char **argv) {
       printf("warning: %s.\n", p.warning);
       fprintf(stderr, "fivefold trace compare: warning: %s\n", p.warning);
     }
-    printf("measured: mean duration of each kind's actions over every rank and iteration (a posted receive or "
-           "reduction lasts from its post to its completion, waiting included); predicted: the mean of the same "
-           "actions' durations in the prediction.\n");
+    char over[200];
+    if (skipped_first && last == 1)
+      snprintf(over, sizeof over, "iteration 1 (iteration 0, the run's first step, holds one-time costs and is left "
+               "out; --iteration 0 shows it)");
+    else if (skipped_first)
+      snprintf(over, sizeof over, "iterations 1..%d (iteration 0, the run's first step, holds one-time costs and is "
+               "left out; --iteration 0 shows it)", last);
+    else if (first == last)
+      snprintf(over, sizeof over, "iteration %d", first);
+    else
+      snprintf(over, sizeof over, "iterations %d..%d", first, last);
+    printf("measured: mean duration of each kind's actions over every rank and %s (a posted receive or reduction "
+           "lasts from its post to its completion, waiting included); predicted: the mean of the same actions' "
+           "durations in the prediction.\n", over);
     printf("  %-14s %7s %13s %13s %9s\n", "kind", "count", "measured ms", "predicted ms", "error");
     double meas_it = rep.iteration_time.mean / 1e6;
     printf("  %-14s %7d %13.3f %13.3f", "iteration", rep.iteration_time.count, meas_it, p.iteration_ms);
     if (meas_it > 0 && !p.other_machine)
-      printf(" %8.1f%%\n", 100.0 * (p.iteration_ms - meas_it) / meas_it);
+      printf(" %8.1f%%\n", percent_error(p.iteration_ms, meas_it));
     else
       printf(" %9s\n", p.other_machine ? "n/a" : "-");
     for (int k = 0; k < SCHED_NUM_ACTION_KINDS; k++) {
@@ -877,7 +909,7 @@ static int cmd_compare(int argc, char **argv) {
       double meas = st->mean / 1e6, pred = sum / n;
       printf("  %-14s %7d %13.3f %13.3f", sched_action_kind_name((SchedActionKind)k), st->count, meas, pred);
       if (meas > 0 && !p.other_machine)
-        printf(" %8.1f%%\n", 100.0 * (pred - meas) / meas);
+        printf(" %8.1f%%\n", percent_error(pred, meas));
       else
         printf(" %9s\n", p.other_machine ? "n/a" : "-");
     }

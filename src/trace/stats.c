@@ -184,20 +184,26 @@ const TraceIterationReport *trace_report_iteration(const TraceReport *report, in
 }
 
 int trace_analyze(const TraceRun *run, int iteration, TraceReport *out, Error *err) {
+  int first = 0, last = 0; /* with no actions recorded, trace_analyze_range says so */
+  if (trace_run_iteration_range(run, &first, &last) == 0 && iteration >= 0) first = last = iteration;
+  return trace_analyze_range(run, first, last, out, err);
+}
+
+int trace_analyze_range(const TraceRun *run, int first, int last, TraceReport *out, Error *err) {
   memset(out, 0, sizeof *out);
   out->run = run;
   if (!run->program)
     return error_set(err, ERR_FORMAT,
                      "the trace has no schedule program (otherData.program), so its DAG cannot be rebuilt; the "
                      "executor writes it, and eBPF recordings need --program FILE");
-  int first = 0, last = -1;
-  if (trace_run_iteration_range(run, &first, &last) != 0)
+  int lo = 0, hi = -1;
+  if (trace_run_iteration_range(run, &lo, &hi) != 0)
     return error_set(err, ERR_FORMAT, "the trace has no recorded actions (was the step window empty?)");
-  if (iteration >= 0) {
-    if (iteration < first || iteration > last)
-      return error_set(err, ERR_ARG, "iteration %d is not in the trace (it holds iterations %d..%d)", iteration, first,
-                       last);
-    first = last = iteration;
+  if (first < lo || last > hi || first > last) {
+    if (first == last)
+      return error_set(err, ERR_ARG, "iteration %d is not in the trace (it holds iterations %d..%d)", first, lo, hi);
+    return error_set(err, ERR_ARG, "iterations %d..%d are not in the trace (it holds iterations %d..%d)", first, last,
+                     lo, hi);
   }
   int max_chunk = 0;
   for (int i = 0; i < run->program->num_actions; i++)

@@ -62,6 +62,8 @@ typedef struct TraceReport {
 /* Analyzes every iteration with recorded actions (only `iteration` when it
  * is >= 0). */
 int trace_analyze(const TraceRun *run, int iteration, TraceReport *out, Error *err);
+/* The same over iterations first..last (each within the trace's). */
+int trace_analyze_range(const TraceRun *run, int first, int last, TraceReport *out, Error *err);
 void trace_report_free(TraceReport *report);
 
 /* The iteration's report, or NULL. */

@@ -76,6 +76,15 @@ if train 4 run dense --plan plan.json --trace run.trace.json; then
     { cat compare.txt; fail "trace compare"; }
   grep -q '^program: the priced program is the traced one, action for action' compare.txt ||
     { cat compare.txt; fail "trace compare does not price the traced program"; }
+  # The run's first step (iteration 0, one-time costs) is left out of the
+  # measured means, and compared when asked for.
+  grep -q "over every rank and iteration 1 (iteration 0, the run's first step, holds one-time costs and is left out" \
+    compare.txt || { cat compare.txt; fail "trace compare's means include the run's first step"; }
+  grep -q '^  iteration  *1 ' compare.txt || { cat compare.txt; fail "trace compare counted more than iteration 1"; }
+  "$FIVEFOLD" trace compare run.trace.json --cluster cluster.json --iteration 0 >compare-0.txt 2>&1 ||
+    { cat compare-0.txt; fail "trace compare --iteration 0"; }
+  grep -q "over every rank and iteration 0 (a posted" compare-0.txt ||
+    { cat compare-0.txt; fail "trace compare --iteration 0 does not compare the first step"; }
   # compare builds with the order costs the trace records: told the run
   # used 1 and 2, it prices another program, and says where it differs.
   $PY -c 'import json, sys; t = json.load(open(sys.argv[1])); c = t["otherData"]["program"]["config"]
