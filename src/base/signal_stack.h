@@ -16,8 +16,9 @@
 
 #include "base/error.h"
 
-/* Bytes of each alternate stack: room for the largest signal frame
- * (AVX-512 and AMX tile state) and a small handler, many times over. */
+/* Bytes of each alternate stack fivefold gives: room for the largest
+ * signal frame (AVX-512 and AMX tile state) and a small handler, many
+ * times over. */
 #define SIGNAL_STACK_BYTES ((size_t)256 * 1024)
 /* At most this many threads get one (more are left on their own stacks). */
 #define SIGNAL_STACK_MAX_THREADS 1024
@@ -25,8 +26,9 @@
 /* Gives the calling thread, and each thread of an OpenMP team of `threads`
  * (1: the calling thread alone), an alternate signal stack unless it has
  * one large enough for a signal frame and a small handler (a sanitizer's,
- * say, which is then left in place). The stacks live as long as the process. Returns ERR_NOMEM or ERR_IO
- * (sigaltstack refused) naming the thread. */
+ * say, which is then left in place). The stacks live as long as the
+ * process. Returns ERR_NOMEM or ERR_IO (sigaltstack refused) naming the
+ * thread. */
 int signal_stacks_install(int threads, Error *err);
 
 /* Whether the calling thread has an alternate signal stack large enough

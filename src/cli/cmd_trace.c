@@ -224,12 +224,18 @@ static int cmd_record(int argc, char **argv) {
 
 /* ---- analyze ---- */
 
-/* The trace in file and its analysis of iteration (-1: all); on failure
- * nothing is left to free. */
-static int read_and_analyze(const char *file, int iteration, TraceRun *run, TraceReport *rep, Error *err) {
+/* The trace in file and its analysis of iteration (-1: all; with
+ * after_first, all but the run's first step when the trace holds it and
+ * later ones); on failure nothing is left to free. */
+static int read_and_analyze(const char *file, int iteration, int after_first, TraceRun *run, TraceReport *rep,
+                            Error *err) {
   int rc = trace_chrome_read(file, run, err);
   if (rc) return rc;
-  rc = trace_analyze(run, iteration, rep, err);
+  int first = 0, last = 0;
+  if (iteration < 0 && after_first && trace_run_iteration_range(run, &first, &last) == 0 && first == 0 && last > 0)
+    rc = trace_analyze_range(run, 1, last, rep, err);
+  else
+    rc = trace_analyze(run, iteration, rep, err);
   if (rc) {
     error_wrap(err, "%s", file);
     trace_run_free(run);
@@ -271,7 +277,7 @@ static int cmd_analyze(int argc, char **argv) {
   Error err = {0};
   TraceRun run;
   TraceReport rep;
-  if (read_and_analyze(file, iteration, &run, &rep, &err)) return report_failure(&err);
+  if (read_and_analyze(file, iteration, 0, &run, &rep, &err)) return report_failure(&err);
   trace_report_print(&rep, stdout, all_path ? 0 : 40);
   int rc = 0;
   if (dot && rep.num_iterations > 0) {
@@ -844,15 +850,7 @@ static int cmd_compare(int argc, char **argv) {
    * step out: it holds one-time costs (kernels set up, memory touched the
    * first time; a one-rank MoE step's forward took twice its later ones),
    * which no prediction of a step prices. */
-  int first = 0, last = -1, skipped_first = 0;
-  if (trace_chrome_read(file, &run, &err)) return report_failure(&err);
-  if (trace_run_iteration_range(&run, &first, &last) == 0 && iteration < 0 && first == 0 && last > 0) first = 1, skipped_first = 1;
-  else if (iteration >= 0) first = last = iteration;
-  if (trace_analyze_range(&run, first, last, &rep, &err)) {
-    error_wrap(&err, "%s", file);
-    trace_run_free(&run);
-    return report_failure(&err);
-  }
+  if (read_and_analyze(file, iteration, 1, &run, &rep, &err)) return report_failure(&err);
   Prediction p = {.ms = calloc((size_t)run.program->num_actions + 1, sizeof(double))};
   int rc = p.ms ? ERR_OK : error_set(&err, ERR_NOMEM, "out of memory");
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(run.other_data, "model");
@@ -875,20 +873,16 @@ static int cmd_compare(int argc, char **argv) {
       printf("warning: %s.\n", p.warning);
       fprintf(stderr, "fivefold trace compare: warning: %s\n", p.warning);
     }
-    char over[200];
-    if (skipped_first && last == 1)
-      snprintf(over, sizeof over, "iteration 1 (iteration 0, the run's first step, holds one-time costs and is left "
-               "out; --iteration 0 shows it)");
-    else if (skipped_first)
-      snprintf(over, sizeof over, "iterations 1..%d (iteration 0, the run's first step, holds one-time costs and is "
-               "left out; --iteration 0 shows it)", last);
-    else if (first == last)
-      snprintf(over, sizeof over, "iteration %d", first);
-    else
-      snprintf(over, sizeof over, "iterations %d..%d", first, last);
-    printf("measured: mean duration of each kind's actions over every rank and %s (a posted receive or reduction "
+    int first = rep.iters[0].iteration, last = rep.iters[rep.num_iterations - 1].iteration, lo = 0, hi = 0;
+    int left_out = iteration < 0 && trace_run_iteration_range(&run, &lo, &hi) == 0 && first > lo;
+    char over[64];
+    if (first == last) snprintf(over, sizeof over, "iteration %d", first);
+    else snprintf(over, sizeof over, "iterations %d..%d", first, last);
+    printf("measured: mean duration of each kind's actions over every rank and %s%s (a posted receive or reduction "
            "lasts from its post to its completion, waiting included); predicted: the mean of the same actions' "
-           "durations in the prediction.\n", over);
+           "durations in the prediction.\n",
+           over, left_out ? " (iteration 0, the run's first step, holds one-time costs and is left out; --iteration 0 "
+                            "shows it)" : "");
     printf("  %-14s %7s %13s %13s %9s\n", "kind", "count", "measured ms", "predicted ms", "error");
     double meas_it = rep.iteration_time.mean / 1e6;
     printf("  %-14s %7d %13.3f %13.3f", "iteration", rep.iteration_time.count, meas_it, p.iteration_ms);

@@ -268,7 +268,8 @@ int trace_ebpf_run(const TraceEbpfRun *opt, char *const argv[], int *command_sta
   pid_t cmd = -1;
   if (rc == ERR_OK && (cmd = spawn_held(argv, &release)) < 0)
     rc = error_set(err, ERR_CONFIG, "cannot start %s: %s", argv[0], error_errno_text(errno));
-  if (rc == ERR_OK && !(script = trace_ebpf_script(binary, opt->with_sched, (int)cmd))) rc = error_set(err, ERR_NOMEM, "out of memory");
+  if (rc == ERR_OK && !(script = trace_ebpf_script(binary, opt->with_sched, (int)cmd)))
+    rc = error_set(err, ERR_NOMEM, "out of memory");
   if (rc == ERR_OK) {
     FILE *f = fopen(script_path, "w");
     if (!f || fputs(script, f) < 0) rc = error_set(err, ERR_IO, "cannot write %s: %s", script_path, error_errno_text(errno));

@@ -169,8 +169,10 @@ static void test_bad_usage(void **state) {
 static void test_expert_load_rows(void **state) {
   (void)state;
   char rows2[256] = "", rows33[4096] = "";
-  for (int i = 0; i < 16; i++) snprintf(rows2 + strlen(rows2), sizeof rows2 - strlen(rows2), "%s%d", i ? "," : "", 10 + i);
-  for (int i = 0; i < 8 * 33; i++) snprintf(rows33 + strlen(rows33), sizeof rows33 - strlen(rows33), "%s1", i ? "," : "");
+  for (int i = 0; i < 16; i++)
+    snprintf(rows2 + strlen(rows2), sizeof rows2 - strlen(rows2), "%s%d", i ? "," : "", 10 + i);
+  for (int i = 0; i < 8 * 33; i++)
+    snprintf(rows33 + strlen(rows33), sizeof rows33 - strlen(rows33), "%s1", i ? "," : "");
 #define SIM_LOAD(list)                                                                                             \
   RUN(cmd_simulate, "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq", "4096", \
       "--global-batch", "64", "--ep", "8", "--quiet", "--expert-load", list)

@@ -216,7 +216,8 @@ static void test_script(void **state) {
   assert_non_null(strstr(s, "BEGIN { @ff_mine[4242] = 1; }"));
   assert_non_null(strstr(s, "sched_process_fork /@ff_mine[args->parent_pid]/ { @ff_mine[args->child_pid] = 1; }"));
   int probes = 0, filtered = 0;
-  for (const char *p = s; (p = strstr(p, "usdt:")); p++, probes++) filtered += strncmp(strchr(p, ' '), " /@ff_mine[pid]/ {", 18) == 0;
+  for (const char *p = s; (p = strstr(p, "usdt:")); p++, probes++)
+    filtered += strncmp(strchr(p, ' '), " /@ff_mine[pid]/ {", 18) == 0;
   assert_int_equal(probes, 7);
   assert_int_equal(filtered, 7);
   free(s);
