@@ -57,6 +57,29 @@ double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_rep
   return best;
 }
 
+/* Mean time of fn over a window of at least `budget` (and 0.2 s) that every
+ * rank of the world runs at once, however many share a core: oversubscribed
+ * ranks time-slice their cores here, so the mean holds the share and what
+ * the slicing costs beyond it (the fastest repetition would hold neither:
+ * one that ran between two slices of the neighbour is a dedicated core's).
+ * Each rank keeps calling fn until every rank has finished its window. */
+double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min_reps) {
+  CommRequest req;
+  comm_request_init(&req);
+  calib_sleeping_barrier();
+  fn(ctx);
+  if (budget < 0.2) budget = 0.2;
+  int n = 0;
+  double start = timer_now(), elapsed = 0;
+  while (n < min_reps || elapsed < budget) {
+    fn(ctx);
+    n++;
+    elapsed = timer_now() - start;
+  }
+  busy_barrier(&req, fn, ctx);
+  return elapsed / n;
+}
+
 /* A barrier that sleeps while it waits, so that the ranks taking turns
  * leave their cores to the one measuring. */
 void calib_sleeping_barrier(void) {

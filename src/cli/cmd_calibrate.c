@@ -13,7 +13,9 @@
  * affinity masks), each rank gets a share of them, and the spec's peak and
  * memory bandwidth are the dedicated-core rates times that share, while the
  * efficiencies stay those of a dedicated core. Oversubscribed ranks measure
- * compute in turns, so that each measures a dedicated core.
+ * compute in turns, so that each measures a dedicated core; the kernels of
+ * nets/ are then timed once more with every rank at once, as the mean over
+ * a window, which keeps what time-slicing costs them beyond the share.
  * Measured: FMA peak (kern/peak.h), SGEMM over shapes of model layers
  * (forward NT, data gradient NN, weight gradient TN) fitted to the cost
  * model's efficiency curve, flash attention forward/backward at two lengths,
@@ -340,6 +342,51 @@ static void describe_machine(Machine *mc, int mpi) {
 }
 
 /* Averages v over the ranks (every rank measured at the same time). */
+enum { NB = CALIB_NUM_CONV_BATCHES, NZ = CALIB_NUM_LAYER_SIZES };
+
+/* The kernels of nets/ (calibrate_nets.h), for simulate --net: the
+ * convolutions in fp32 and, where the CPU has them, bf16, at each batch of
+ * CALIB_CONV_BATCHES, and the other layer kinds. */
+static void measure_nets(int quick, int bf16, CalibTimer timer, CalibGemmSample convs[2][NB][MAX_CONV],
+                         int nconv[2][NB], double layer_f[][NZ], double layer_b[][NZ], double layer_n[NZ]) {
+  for (int d = 0; d < 2; d++)
+    for (int b = 0; b < NB && (d == 0 || (bf16 && conv2d_bf16_supported(NULL, 0))); b++)
+      nconv[d][b] = calib_measure_convs(quick, d, CALIB_CONV_BATCHES[b] / (quick ? 2 : 1), timer, convs[d][b], MAX_CONV);
+  calib_measure_layers(quick, timer, layer_f, layer_b, layer_n);
+}
+
+/* The share of a core of an oversubscribed rank, for sliced_time. */
+static double g_slicing_share = 1;
+
+/* A kernel's mean time with every rank computing at once
+ * (calib_shared_mean_time), as a dedicated core's time: times the share,
+ * which the spec's rates are divided by again, as the turns' are. */
+static double sliced_time(CalibTimedFn fn, void *ctx, double budget, int min_reps) {
+  return calib_shared_mean_time(fn, ctx, budget, min_reps) * g_slicing_share;
+}
+
+/* Puts the sliced measurements in place of the turns' ones (a kernel
+ * measured both ways) and returns the geometric mean of their ratios. */
+static double replace_sliced(CalibGemmSample convs[2][NB][MAX_CONV], const int nconv[2][NB],
+                             CalibGemmSample sliced[2][NB][MAX_CONV], const int nsliced[2][NB], double layer_f[][NZ],
+                             double layer_b[][NZ], double sf[][NZ], double sb[][NZ]) {
+  double log_sum = 0;
+  int n = 0;
+  for (int d = 0; d < 2; d++)
+    for (int b = 0; b < NB; b++)
+      for (int i = 0; i < nconv[d][b] && i < nsliced[d][b]; i++)
+        if (convs[d][b][i].seconds > 0 && sliced[d][b][i].seconds > 0) {
+          log_sum += log(sliced[d][b][i].seconds / convs[d][b][i].seconds), n++;
+          convs[d][b][i].seconds = sliced[d][b][i].seconds;
+        }
+  for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++)
+    for (int z = 0; z < NZ; z++) {
+      if (layer_f[k][z] > 0 && sf[k][z] > 0) log_sum += log(sf[k][z] / layer_f[k][z]), n++, layer_f[k][z] = sf[k][z];
+      if (layer_b[k][z] > 0 && sb[k][z] > 0) log_sum += log(sb[k][z] / layer_b[k][z]), n++, layer_b[k][z] = sb[k][z];
+    }
+  return n ? exp(log_sum / n) : 1.0;
+}
+
 static void average_over_ranks(const Machine *mc, double *v, int n, int mpi) {
   if (!mpi || mc->world == 1 || n <= 0) return;
   Error err = {0};
@@ -386,9 +433,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
    * scheduler time slice would otherwise include the time its core served
    * another rank, and the share below would count that a second time. */
   CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES], samples_vary[MAX_SAMPLES];
-  enum { NB = CALIB_NUM_CONV_BATCHES };
-  enum { NZ = CALIB_NUM_LAYER_SIZES };
-  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 16 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS + 3];
+  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 17 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS + 3];
   CalibGemmSample convs[2][NB][MAX_CONV]; /* [fp32, bf16][batch] */
   double layer_f[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_b[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_n[NZ] = {0};
   int nconv[2][NB] = {{0}};
@@ -425,17 +470,28 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       failed = ns < 2 || measure_attention(T1, c->quick, peak, &af1, &ab1) ||
                measure_attention(T0, c->quick, peak, &af0, &ab0) || measure_ring_attention(T0, c->quick, peak, &rf, &rb) ||
                measure_memory(c->quick, &bw, &beff);
-      /* The kernels of nets/ (calibrate_nets.h), for simulate --net. */
-      for (int d = 0; d < 2; d++)
-        for (int b = 0; b < NB && (d == 0 || (bf16 && conv2d_bf16_supported(NULL, 0))); b++)
-          nconv[d][b] = calib_measure_convs(c->quick, d, CALIB_CONV_BATCHES[b] / (c->quick ? 2 : 1), calib_fastest_time,
-                                            convs[d][b], MAX_CONV);
-      calib_measure_layers(c->quick, calib_fastest_time, layer_f, layer_b, layer_n);
+      measure_nets(c->quick, bf16, calib_fastest_time, convs, nconv, layer_f, layer_b, layer_n);
       update = calib_measure_update(c->quick); /* the trainer's per-step update (calibrate_runtime.h) */
     }
     if (turns > 1) calib_sleeping_barrier();
   }
   calib_set_together(0);
+  /* Oversubscribed, the kernels of nets/ are timed again with every rank
+   * computing at once, time-slicing the cores as the ranks of a
+   * data-parallel CNN run do, and those times replace the ones of the
+   * turns: LeNet-5's convolutions and pooling lose 10 to 40% beyond the
+   * share that way where the transformer's GEMMs lose little
+   * (docs/planner.md, "Ranks sharing cores"). `slicing` is what that costs
+   * against the turns' rates at the share, for the log. */
+  double slicing = 1;
+  if (turns > 1) {
+    CalibGemmSample sliced[2][NB][MAX_CONV];
+    int nsliced[2][NB] = {{0}};
+    double sf[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, sb[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, sn[NZ] = {0};
+    g_slicing_share = mc.share;
+    measure_nets(c->quick, bf16, sliced_time, sliced, nsliced, sf, sb, sn);
+    slicing = replace_sliced(convs, nconv, sliced, nsliced, layer_f, layer_b, sf, sb);
+  }
   if (failed) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
   int nv = 0;
   v[nv++] = peak, v[nv++] = sgemm, v[nv++] = fl, v[nv++] = af1, v[nv++] = ab1, v[nv++] = af0;
@@ -451,6 +507,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     for (int z = 0; z < NZ; z++) v[nv++] = layer_f[k][z], v[nv++] = layer_b[k][z];
   v[nv++] = update;
   v[nv++] = hf, v[nv++] = hb;
+  v[nv++] = slicing;
   average_over_ranks(&mc, v, nv, mpi);
   for (int d = 0; d < 2; d++)
     for (int b = 0; b < NB; b++)
@@ -459,6 +516,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     for (int z = 0; z < NZ; z++) layer_f[k][z] = v[at_nets++], layer_b[k][z] = v[at_nets++];
   update = v[at_nets++];
   hf = v[at_nets++], hb = v[at_nets++];
+  slicing = v[at_nets++];
   peak = v[0], sgemm = v[1], fl = v[2], af1 = v[3], ab1 = v[4], af0 = v[5], ab0 = v[6], bw = v[7], beff = v[8], rf = v[9], rb = v[10];
   peak_bf16 = v[11];
   for (int i = 0; i < ns; i++) samples[i].seconds = v[12 + i];
@@ -583,6 +641,9 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
           for (int i = 0; i < k->n; i++) fprintf(out, "%s%.2g: %.2f", i ? ", " : "", k->x[i], k->y[i]);
           fprintf(out, "  (%d shapes)\n", nconv[d][b] / 3);
         }
+    if (turns > 1)
+      fprintf(out, "  time-slicing    CNN kernels timed with all %d ranks at once: %.2f x their rates at the share\n",
+              mc.ranks_on_node, slicing);
     for (int z = 0; spec.num_layer_seconds > 0 && z < spec.layer_seconds[0].sizes; z++) {
       fprintf(out, "  layers          ns per element forward/backward at %.2g elements:", spec.layer_seconds[0].elements[z]);
       for (int i = 0; i < spec.num_layer_seconds; i++)

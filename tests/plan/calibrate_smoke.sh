@@ -7,7 +7,10 @@
 # the rates of the CNN kernels (convolution curves at two batches, the
 # pooling and activation layers), with which `simulate --net` prices
 # configs/vision/lenet5.json (more ranks add the gradient reduction, a
-# tropical network is refused naming the layer).
+# tropical network is refused naming the layer). With ONE_CORE=1 the NP
+# ranks share one core (taskset, no binding): calibrate measures in turns
+# and times the CNN kernels again with every rank at once, and says what
+# time-slicing cost them.
 # usage: calibrate_smoke.sh FIVEFOLD NP [MPIEXEC]     (NP 0: no mpirun)
 set -eu
 FIVEFOLD=$1
@@ -21,11 +24,20 @@ if [ "$NP" = 0 ]; then
   "$FIVEFOLD" calibrate --quick --devices 2 --out "$WORK/spec.json" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
   GPUS=2
 else
-  "$MPIEXEC" -np "$NP" --oversubscribe "$FIVEFOLD" calibrate --quick --out "$WORK/spec.json" >"$WORK/log" 2>&1 ||
-    { cat "$WORK/log"; exit 1; }
+  LAUNCH=("$MPIEXEC" -np "$NP" --oversubscribe)
+  if [ "${ONE_CORE:-0}" = 1 ]; then
+    CPU=$(/usr/bin/python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
+    LAUNCH=(taskset -c "$CPU" "${LAUNCH[@]}" --bind-to none)
+  fi
+  "${LAUNCH[@]}" "$FIVEFOLD" calibrate --quick --out "$WORK/spec.json" >"$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
   GPUS=$NP
 fi
 cat "$WORK/log"
+if [ "${ONE_CORE:-0}" = 1 ]; then
+  grep -q "oversubscribed: each rank gets its share" "$WORK/log" || { echo "$NP ranks on one core not oversubscribed"; exit 1; }
+  grep -Eq "time-slicing +CNN kernels timed with all $NP ranks at once: [0-9]+[.][0-9]+ x their rates at the share" \
+    "$WORK/log" || { echo "calibrate does not time the CNN kernels with the ranks at once"; exit 1; }
+fi
 grep -q '"gemm_efficiency"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency in the spec"; exit 1; }
 # The spec carries the CPU runtime's facts, so the planner prices what runs here by default.
 for fact in '"runtime"' '"device":[[:space:]]*"cpu"' '"dtype":[[:space:]]*"fp32"' '"moe_tp_replicated":[[:space:]]*true' \
