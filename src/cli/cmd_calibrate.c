@@ -341,7 +341,6 @@ static void describe_machine(Machine *mc, int mpi) {
   mc->share = want > mc->cores ? mc->cores / want : 1.0;
 }
 
-/* Averages v over the ranks (every rank measured at the same time). */
 enum { NB = CALIB_NUM_CONV_BATCHES, NZ = CALIB_NUM_LAYER_SIZES };
 
 /* The kernels of nets/ (calibrate_nets.h), for simulate --net: the
@@ -387,6 +386,7 @@ static double replace_sliced(CalibGemmSample convs[2][NB][MAX_CONV], const int n
   return n ? exp(log_sum / n) : 1.0;
 }
 
+/* Averages v over the ranks (every rank measured at the same time). */
 static void average_over_ranks(const Machine *mc, double *v, int n, int mpi) {
   if (!mpi || mc->world == 1 || n <= 0) return;
   Error err = {0};
@@ -479,9 +479,9 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   /* Oversubscribed, the kernels of nets/ are timed again with every rank
    * computing at once, time-slicing the cores as the ranks of a
    * data-parallel CNN run do, and those times replace the ones of the
-   * turns: LeNet-5's convolutions and pooling lose 10 to 40% beyond the
-   * share that way where the transformer's GEMMs lose little
-   * (docs/planner.md, "Ranks sharing cores"). `slicing` is what that costs
+   * turns: on 4 ranks of 2 cores the CNN kernels lose a tenth to a fifth
+   * beyond the share that way, where the transformer's GEMMs lose little
+   * (docs/planner.md, "Shared cores"). `slicing` is what that costs
    * against the turns' rates at the share, for the log. */
   double slicing = 1;
   if (turns > 1) {
