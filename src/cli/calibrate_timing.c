@@ -57,7 +57,8 @@ double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_rep
   return best;
 }
 
-/* Mean time of fn over a window of at least `budget` (and 0.2 s) that every
+/* Mean time of fn over a window of ten times `budget` (at least 40 ms: many
+ * scheduler slices) that every
  * rank of the world runs at once, however many share a core: oversubscribed
  * ranks time-slice their cores here, so the mean holds the share and what
  * the slicing costs beyond it (the fastest repetition would hold neither:
@@ -68,10 +69,10 @@ double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min
   comm_request_init(&req);
   calib_sleeping_barrier();
   fn(ctx);
-  if (budget < 0.2) budget = 0.2;
+  const double window = fmax(10 * budget, 0.04);
   int n = 0;
   double start = timer_now(), elapsed = 0;
-  while (n < min_reps || elapsed < budget) {
+  while (n < min_reps || elapsed < window) {
     fn(ctx);
     n++;
     elapsed = timer_now() - start;

@@ -16,7 +16,7 @@ double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_rep
  * (MPI must be initialised; every rank makes the same calls). */
 void calib_set_together(int on);
 void calib_sleeping_barrier(void);
-/* Mean time of fn in a window of at least max(budget, 0.2 s) that every
+/* Mean time of fn in a window of max(10 x budget, 40 ms) that every
  * rank runs at once, sharing cores if it must (a collective call). */
 double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min_reps);
 
