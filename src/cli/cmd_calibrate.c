@@ -354,34 +354,26 @@ static void measure_nets(int quick, int bf16, CalibTimer timer, CalibGemmSample 
   calib_measure_layers(quick, timer, layer_f, layer_b, layer_n);
 }
 
-/* The share of a core of an oversubscribed rank, for sliced_time. */
-static double g_slicing_share = 1;
-
-/* A kernel's mean time with every rank computing at once
- * (calib_shared_mean_time), as a dedicated core's time: times the share,
- * which the spec's rates are divided by again, as the turns' are. */
-static double sliced_time(CalibTimedFn fn, void *ctx, double budget, int min_reps) {
-  return calib_shared_mean_time(fn, ctx, budget, min_reps) * g_slicing_share;
-}
-
-/* Puts the sliced measurements in place of the turns' ones (a kernel
- * measured both ways) and returns the geometric mean of their ratios. */
-static double replace_sliced(CalibGemmSample convs[2][NB][MAX_CONV], const int nconv[2][NB],
+/* Puts the sliced measurements (each rank's mean time at its share) in
+ * place of the turns' ones (a dedicated core's), as a dedicated core's
+ * time: times the share, which the spec's rates are divided by again.
+ * Returns the geometric mean of the ratios, for kernels measured both ways. */
+static double replace_sliced(double share, CalibGemmSample convs[2][NB][MAX_CONV], const int nconv[2][NB],
                              CalibGemmSample sliced[2][NB][MAX_CONV], const int nsliced[2][NB], double layer_f[][NZ],
                              double layer_b[][NZ], double sf[][NZ], double sb[][NZ]) {
   double log_sum = 0;
   int n = 0;
   for (int d = 0; d < 2; d++)
     for (int b = 0; b < NB; b++)
-      for (int i = 0; i < nconv[d][b] && i < nsliced[d][b]; i++)
-        if (convs[d][b][i].seconds > 0 && sliced[d][b][i].seconds > 0) {
-          log_sum += log(sliced[d][b][i].seconds / convs[d][b][i].seconds), n++;
-          convs[d][b][i].seconds = sliced[d][b][i].seconds;
-        }
+      for (int i = 0; i < nconv[d][b] && i < nsliced[d][b]; i++) {
+        double t = sliced[d][b][i].seconds * share;
+        if (convs[d][b][i].seconds > 0 && t > 0) log_sum += log(t / convs[d][b][i].seconds), n++, convs[d][b][i].seconds = t;
+      }
   for (int k = 0; k < CALIB_NUM_LAYER_KINDS; k++)
     for (int z = 0; z < NZ; z++) {
-      if (layer_f[k][z] > 0 && sf[k][z] > 0) log_sum += log(sf[k][z] / layer_f[k][z]), n++, layer_f[k][z] = sf[k][z];
-      if (layer_b[k][z] > 0 && sb[k][z] > 0) log_sum += log(sb[k][z] / layer_b[k][z]), n++, layer_b[k][z] = sb[k][z];
+      double f = sf[k][z] * share, b = sb[k][z] * share;
+      if (layer_f[k][z] > 0 && f > 0) log_sum += log(f / layer_f[k][z]), n++, layer_f[k][z] = f;
+      if (layer_b[k][z] > 0 && b > 0) log_sum += log(b / layer_b[k][z]), n++, layer_b[k][z] = b;
     }
   return n ? exp(log_sum / n) : 1.0;
 }
@@ -488,9 +480,8 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     CalibGemmSample sliced[2][NB][MAX_CONV];
     int nsliced[2][NB] = {{0}};
     double sf[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, sb[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, sn[NZ] = {0};
-    g_slicing_share = mc.share;
-    measure_nets(c->quick, bf16, sliced_time, sliced, nsliced, sf, sb, sn);
-    slicing = replace_sliced(convs, nconv, sliced, nsliced, layer_f, layer_b, sf, sb);
+    measure_nets(c->quick, bf16, calib_shared_mean_time, sliced, nsliced, sf, sb, sn);
+    slicing = replace_sliced(mc.share, convs, nconv, sliced, nsliced, layer_f, layer_b, sf, sb);
   }
   if (failed) return error_set(err, ERR_NOMEM, "calibrate: out of memory for the measurement buffers");
   int nv = 0;

@@ -184,8 +184,8 @@ const TraceIterationReport *trace_report_iteration(const TraceReport *report, in
 }
 
 int trace_analyze(const TraceRun *run, int iteration, TraceReport *out, Error *err) {
-  int first = 0, last = 0; /* with no actions recorded, trace_analyze_range says so */
-  if (trace_run_iteration_range(run, &first, &last) == 0 && iteration >= 0) first = last = iteration;
+  int first = iteration, last = iteration;
+  if (iteration < 0) trace_run_iteration_range(run, &first, &last); /* none recorded: the range call says so */
   return trace_analyze_range(run, first, last, out, err);
 }
 

@@ -95,12 +95,14 @@ structure() {
 run_json decoy.json moe.json steps=100000 global_batch_size=8 interval=0 keep_last=1
 "$MPIEXEC" -np 2 --oversubscribe "$FIVEFOLD" train --config decoy.json --pp 2 --out decoy --no-progress >decoy.log 2>&1 &
 decoy=$!
+BG_PID=$decoy # killed by the cleanup if the script ends first
 for _ in $(seq 300); do grep -q "^step 1/" decoy.log 2>/dev/null && break; sleep 0.1; done
 grep -q "^step 1/" decoy.log || { cat decoy.log; fail "the other job did not start"; }
 record one prog1.json -- "$FIVEFOLD" train --config run.json --out one --no-progress
 kill -0 "$decoy" 2>/dev/null || { tail -5 decoy.log; fail "the other job ended before the recording did"; }
 kill "$decoy"
 wait "$decoy" 2>/dev/null
+BG_PID=
 grep -q "^done: 3 steps" one.txt || { cat one.txt; fail "the recorded training run did not finish"; }
 check_ops one 1
 
