@@ -120,6 +120,12 @@ cJSON *image_set_config_to_json(const ImageSetConfig *cfg) {
   return o;
 }
 
+/* A pixel byte without noise as make_image's loop computes it. */
+static float clean_value(const ImageSetConfig *c, int v) {
+  double u = v / 255.0;
+  return (float)(c->normalize ? (u - c->mean) / c->std : u);
+}
+
 static size_t cap(size_t n, int max) { return max > 0 && (size_t)max < n ? (size_t)max : n; }
 
 int image_set_open(ImageSet *s, const ImageSetConfig *cfg, Error *err) {
@@ -151,6 +157,7 @@ int image_set_open(ImageSet *s, const ImageSetConfig *cfg, Error *err) {
     s->train_ids[p] = (uint32_t)data_loader_window_at(cfg->split_seed, 0, p, total);
   for (size_t p = 0; p < s->num_val; p++)
     s->val_ids[p] = (uint32_t)data_loader_window_at(cfg->split_seed, 0, train_part + p, total);
+  for (int v = 0; v < 256; v++) s->clean[v] = clean_value(cfg, v);
   s->channels = 1;
   s->rows = s->train_file.rows;
   s->cols = s->train_file.cols;
@@ -187,6 +194,14 @@ static void make_image(const ImageSet *s, ImagePart part, const uint8_t *pixels,
   const ImageSetConfig *c = &s->cfg;
   size_t n = image_set_pixels(s);
   int with_noise = noisy(c, part);
+  if (!with_noise) {
+    /* A clean pixel's value depends on the byte alone: the table holds the
+     * same expression's result, so a lookup gives the same floats as the
+     * loop below at a tenth of its cost (two divisions a pixel were 3% of
+     * a LeNet-5 step). */
+    for (size_t i = 0; i < n; i++) x[i] = s->clean[pixels[i]];
+    return;
+  }
   uint64_t stream_add = (uint64_t)part;
   for (size_t i = 0; i < n; i++) {
     double u = pixels[i] / 255.0;

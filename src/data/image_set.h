@@ -75,6 +75,7 @@ typedef struct ImageSet {
   uint32_t *train_ids, *val_ids; /* indices into train_file */
   size_t num_train, num_val, num_test;
   int channels, rows, cols, classes;
+  float clean[256]; /* x of each pixel value without noise: the loader's lookup */
 } ImageSet;
 
 /* Reads both files of cfg->dir (errors name the file) and makes the parts;

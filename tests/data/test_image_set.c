@@ -66,6 +66,35 @@ static void test_parts_are_disjoint(void **state) {
   close_set(s);
 }
 
+/* A clean image is (byte / 255 - mean) / std of its file's bytes, exactly
+ * (the loader looks it up in a table of the same expression). */
+static void test_clean_pixels_exact(void **state) {
+  (void)state;
+  const char *configs[] = {"{}", "{\"mean\": 0.5, \"std\": 0.25}", "{\"normalize\": false}"};
+  for (int c = 0; c < 3; c++) {
+    ImageSet *s = open_set(configs[c]);
+    float x[PIX], batch[3 * PIX];
+    int label, labels[3];
+    for (size_t k = 0; k < 300; k++) {
+      image_set_read(s, IMAGE_PART_VAL, k, x, &label);
+      const uint8_t *bytes = s->train_file.pixels + (size_t)s->val_ids[k] * PIX;
+      for (int i = 0; i < PIX; i++) {
+        double u = bytes[i] / 255.0;
+        float want = (float)(s->cfg.normalize ? (u - s->cfg.mean) / s->cfg.std : u);
+        if (x[i] != want) fail_msg("config %s: image %zu pixel %d: %.9g, expected %.9g", configs[c], k, i, x[i], want);
+      }
+    }
+    DataLoaderState st = {1, 0, 0};
+    image_set_train_batch(s, &st, 0, 3, batch, labels);
+    for (int b = 0; b < 3; b++) { /* the batch's images are the same floats */
+      image_set_read(s, IMAGE_PART_TRAIN, data_loader_window_at(1, 0, (uint64_t)b, s->num_train), x, &label);
+      assert_int_equal(label, labels[b]);
+      assert_memory_equal(batch + b * PIX, x, sizeof x);
+    }
+    close_set(s);
+  }
+}
+
 static void test_order_shards_and_resume(void **state) {
   (void)state;
   ImageSet *s = open_set("{\"max_train_images\": 50, \"max_val_images\": 10}");
@@ -173,6 +202,7 @@ static void test_errors_name_the_field_or_file(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parts_are_disjoint),
+      cmocka_unit_test(test_clean_pixels_exact),
       cmocka_unit_test(test_order_shards_and_resume),
       cmocka_unit_test(test_noise),
       cmocka_unit_test(test_errors_name_the_field_or_file),
