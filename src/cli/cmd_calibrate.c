@@ -42,6 +42,7 @@
 
 #include "base/options.h"
 #include "base/timer.h"
+#include "cli/calibrate_experts.h"
 #include "cli/calibrate_runtime.h"
 #include "cli/calibrate_nets.h"
 #include "cli/calibrate_network.h"
@@ -424,13 +425,13 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
    * has cores for), the others sleeping: a repetition longer than a
    * scheduler time slice would otherwise include the time its core served
    * another rank, and the share below would count that a second time. */
-  CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES], samples_vary[MAX_SAMPLES];
-  double fl = 0, fl_bf16 = 0, fl_vary = 0, v[3 * MAX_SAMPLES + 17 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS + 3];
+  CalibGemmSample samples[MAX_SAMPLES], samples_bf16[MAX_SAMPLES], samples_vary[MAX_SAMPLES], experts[MAX_SAMPLES];
+  double fl = 0, fl_bf16 = 0, v[4 * MAX_SAMPLES + 17 + 2 * NB * MAX_CONV + 2 * NZ * CALIB_NUM_LAYER_KINDS + 3];
   CalibGemmSample convs[2][NB][MAX_CONV]; /* [fp32, bf16][batch] */
   double layer_f[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_b[CALIB_NUM_LAYER_KINDS][NZ] = {{0}}, layer_n[NZ] = {0};
   int nconv[2][NB] = {{0}};
   double fma = 0, sgemm = 0, peak = 0, peak_bf16 = 0, update = 0;
-  int ns_bf16 = 0, ns_vary = 0;
+  int ns_bf16 = 0, ns_vary = 0, ns_experts = 0;
   const int bf16 = kern_bf16_supported(NULL, 0);
   int ns = 0, T1 = c->quick ? 128 : 512, T0 = T1 / 4, failed = 0;
   double af1 = 0, ab1 = 0, af0 = 0, ab0 = 0, bw = 0, beff = 0, rf = 0, rb = 0, hf = 0, hb = 0;
@@ -443,17 +444,18 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       fma = peak_fma_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
       sgemm = peak_sgemm_gflops(c->quick ? 256 : 768, c->quick ? 0.03 : 0.2) * 1e9;
       ns = measure_gemms(c->quick, samples, &fl);
+      /* The experts' fp32 products as they run: cold weights, typical calls. */
+      ns_experts = calib_measure_expert_gemms(c->quick, experts, MAX_SAMPLES);
       if (bf16) {
         /* The bf16 peak (vdpbf16ps loop, or AMX's tile product) and the same shapes in bf16, so that
          * plan/simulate --dtype bf16 price a bf16 run on this CPU. */
         peak_bf16 = peak_bf16_gflops(mc.threads, c->quick ? 0.05 : 0.3) * 1e9;
         kern_set_precision(KERN_PRECISION_BF16, NULL, 0);
         ns_bf16 = measure_gemms(c->quick, samples_bf16, &fl_bf16);
-        /* Again as expert products, whose row count follows the routing and
-         * which the runtime gives run-time-shape kernels (kern/gemm.h). */
-        const int vary = kern_gemm_rows_vary_begin();
-        ns_vary = measure_gemms(c->quick, samples_vary, &fl_vary);
-        kern_gemm_rows_vary_end(vary);
+        /* The expert products as they run, in bf16: run-time-shape kernels
+         * (their row count follows the routing, kern/gemm.h), weights of
+         * their own, the mean call. */
+        ns_vary = calib_measure_expert_gemms(c->quick, samples_vary, MAX_SAMPLES);
         /* Attention's tile products in bf16 (kern/attention_bf16.c), against the bf16 peak. */
         if (measure_attention(T1, c->quick, peak_bf16, &hf, &hb)) hf = hb = 0;
         kern_set_precision(KERN_PRECISION_FP32, NULL, 0);
@@ -499,7 +501,10 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   v[nv++] = update;
   v[nv++] = hf, v[nv++] = hb;
   v[nv++] = slicing;
+  int at_experts = nv;
+  for (int i = 0; i < ns_experts; i++) v[nv++] = experts[i].seconds;
   average_over_ranks(&mc, v, nv, mpi);
+  for (int i = 0; i < ns_experts; i++) experts[i].seconds = v[at_experts + i];
   for (int d = 0; d < 2; d++)
     for (int b = 0; b < NB; b++)
       for (int i = 0; i < nconv[d][b]; i++) convs[d][b][i].seconds = v[at_nets++];
@@ -521,6 +526,10 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
   spec.peak_flops[PLAN_DTYPE_FP32] = spec.peak_flops[PLAN_DTYPE_BF16] = peak * mc.share;
   rc = calib_fit_gemm_curve(samples, ns, peak, 0.5, &spec.gemm_efficiency, err);
   if (rc) return rc;
+  spec.gemm_efficiency_rows_vary.n = 0;
+  if (ns_experts >= 2 &&
+      (rc = calib_fit_gemm_curve(experts, ns_experts, peak, 0.5, &spec.gemm_efficiency_rows_vary, err)))
+    return rc;
   spec.gemm_efficiency_bf16.n = spec.gemm_efficiency_bf16_rows_vary.n = 0;
   if (ns_bf16 >= 2 && peak_bf16 > 0) {
     spec.peak_flops[PLAN_DTYPE_BF16] = peak_bf16 * mc.share;
@@ -598,6 +607,10 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
       fprintf(out, "%s%.2g: %.2f", i ? ", " : "", spec.gemm_efficiency.x[i], spec.gemm_efficiency.y[i]);
     fprintf(out, "  (%d shapes, %s, oneDNN ISA %s)\n", ns, kern_gemm_backend_name(kern_gemm_backend()),
             kern_gemm_isa_name());
+    fprintf(out, "  expert GEMM eff.");
+    for (int i = 0; i < spec.gemm_efficiency_rows_vary.n; i++)
+      fprintf(out, "%s%.2g: %.2f", i ? ", " : " ", spec.gemm_efficiency_rows_vary.x[i], spec.gemm_efficiency_rows_vary.y[i]);
+    fprintf(out, "  (%d products, as the experts run: weights of their own, mean call)\n", ns_experts);
     if (spec.gemm_efficiency_bf16.n > 0) {
       fprintf(out, "  bf16 peak       %8.1f GFLOP/s per rank (%s loop x core share %.2f)\n",
               peak_bf16 * mc.share / 1e9, peak_bf16_source(), mc.share);

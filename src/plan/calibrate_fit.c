@@ -222,10 +222,12 @@ cJSON *calib_spec_to_json(const ClusterSpec *s, const char *description) {
   cJSON *comp = cJSON_AddObjectToObject(root, "compute");
   if (comp) {
     cJSON_AddItemToObject(comp, "gemm_efficiency", curve_json(&s->gemm_efficiency));
-    const PlanCurve *bf16_curves[2] = {&s->gemm_efficiency_bf16, &s->gemm_efficiency_bf16_rows_vary};
-    static const char *const bf16_names[2] = {"gemm_efficiency_bf16", "gemm_efficiency_bf16_rows_vary"};
-    for (int k = 0; k < 2; k++)
-      if (bf16_curves[k]->n > 0) cJSON_AddItemToObject(comp, bf16_names[k], curve_json(bf16_curves[k]));
+    const PlanCurve *more_curves[3] = {&s->gemm_efficiency_bf16, &s->gemm_efficiency_bf16_rows_vary,
+                                       &s->gemm_efficiency_rows_vary};
+    static const char *const curve_names[3] = {"gemm_efficiency_bf16", "gemm_efficiency_bf16_rows_vary",
+                                              "gemm_efficiency_rows_vary"};
+    for (int k = 0; k < 3; k++)
+      if (more_curves[k]->n > 0) cJSON_AddItemToObject(comp, curve_names[k], curve_json(more_curves[k]));
     const PlanConvCurves *convs[2] = {&s->conv_efficiency, &s->conv_efficiency_bf16};
     static const char *const conv_names[2] = {"conv_efficiency", "conv_efficiency_bf16"};
     for (int v = 0; v < 2; v++) {

@@ -492,7 +492,8 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
 
   TRY(get_object(c, json, "compute", 0, &o));
   if (o) {
-    static const char *const comp[] = {"gemm_efficiency", "gemm_efficiency_bf16", "gemm_efficiency_bf16_rows_vary", "attention_efficiency",
+    static const char *const comp[] = {"gemm_efficiency", "gemm_efficiency_bf16", "gemm_efficiency_bf16_rows_vary",
+                                       "gemm_efficiency_rows_vary", "attention_efficiency",
                                        "kernel_floor_us", "conv_efficiency", "conv_efficiency_bf16",
                                        "layer_seconds", "optimizer_ns_per_param"};
     TRY(check_fields(c, o, "compute", comp, COUNT(comp)));
@@ -508,6 +509,9 @@ int cluster_spec_from_json(ClusterSpec *s, const cJSON *json, const char *origin
     const cJSON *curve_vary = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency_bf16_rows_vary");
     if (curve_vary)
       TRY(parse_curve(c, curve_vary, "compute.gemm_efficiency_bf16_rows_vary", &s->gemm_efficiency_bf16_rows_vary));
+    const cJSON *curve_experts = cJSON_GetObjectItemCaseSensitive(o, "gemm_efficiency_rows_vary");
+    if (curve_experts)
+      TRY(parse_curve(c, curve_experts, "compute.gemm_efficiency_rows_vary", &s->gemm_efficiency_rows_vary));
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attention_efficiency");
     if (att) {
       if (!cJSON_IsObject(att))

@@ -201,6 +201,11 @@ typedef struct ClusterSpec {
    * runtime gives them run-time-shape kernels, slower than the fixed-shape
    * ones gemm_efficiency_bf16 measures where the CPU has AMX; n 0: that curve */
   PlanCurve gemm_efficiency_bf16_rows_vary;
+  /* fp32 expert products as the experts run them: each expert's weights
+   * read afresh after the other experts' products, the typical call of a
+   * run rather than the fastest of one product repeated (calibrate);
+   * n 0: gemm_efficiency */
+  PlanCurve gemm_efficiency_rows_vary;
   double attention_fwd_efficiency, attention_bwd_efficiency;
   /* Optional (0: absent): the attention kernel's in a bf16 run (its tile
    * products on bf16 inputs), against the bf16 peak at the same reference

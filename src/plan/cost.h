@@ -58,7 +58,8 @@ double plan_peak_flops(const ClusterSpec *cluster, PlanDtype dtype);
 /* C[m x n] = A[m x k] B[k x n]. */
 double plan_gemm_time(const ClusterSpec *cluster, PlanDtype dtype, double m, double n, double k);
 /* The same for a product whose row count changes every step (experts,
- * whose rows follow the routing), priced on the spec's gemm_efficiency_bf16_rows_vary in bf16. */
+ * whose rows follow the routing), priced on the spec's gemm_efficiency_bf16_rows_vary in bf16
+ * and gemm_efficiency_rows_vary in fp32 where the spec has them. */
 double plan_gemm_time_rows_vary(const ClusterSpec *cluster, PlanDtype dtype, double m, double n, double k);
 /* Fused attention with the given matmul FLOPs (the kernel's real work,
  * causal skipping included) and bytes moved, in kernels over query_tokens

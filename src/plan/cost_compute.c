@@ -46,6 +46,8 @@ static double gemm_time(const ClusterSpec *cl, PlanDtype dtype, double m, double
     curve = &cl->gemm_efficiency_bf16_rows_vary;
   else if (dtype == PLAN_DTYPE_BF16 && cl->gemm_efficiency_bf16.n > 0)
     curve = &cl->gemm_efficiency_bf16;
+  else if (dtype == PLAN_DTYPE_FP32 && rows_vary && cl->gemm_efficiency_rows_vary.n > 0)
+    curve = &cl->gemm_efficiency_rows_vary;
   double eff = plan_curve_eval(curve, flops);
   double compute = flops / (plan_peak_flops(cl, dtype) * eff);
   double bytes = (m * k + k * n + m * n) * plan_dtype_bytes(dtype);

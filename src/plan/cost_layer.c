@@ -312,7 +312,13 @@ static void moe_block(const PlanCostModel *cm, const Dims *D, PlanPassCost *pc) 
   /* router GEMM (fp32 logits), softmax + top-k, permutation by expert */
   double router = gemm(cm, tokens, E, D->h) + mem(cm, 4.0 * 3 * tokens * E);
   double permute = mem(cm, D->e * 2 * local_rows * D->h);
-  int sorted = experts_here > 1 || p->etp > 1;
+  /* Rows that arrive from other ranks (EP or ETP exchange, or the folded
+   * MoE of a CP run) come grouped by source and are sorted by local expert;
+   * without an exchange the permutation already groups them by expert, so
+   * there is no sort (model/moe_dispatch_ep.c; Megatron-Core's alltoall
+   * dispatcher likewise sorts only after its exchange). */
+  int exchanged = p->ep * p->etp > 1 || D->cp > 1;
+  int sorted = exchanged && (experts_here > 1 || p->etp > 1);
   double sort = sorted ? mem(cm, D->e * 2 * rows * D->h) : 0.0;
   double combine = mem(cm, D->e * (local_rows + tokens) * D->h);
   double dropless = !(m->capacity_factor > 0);

@@ -67,6 +67,27 @@ grep -q "predicted: step" "$WORK/sim" || { cat "$WORK/sim"; exit 1; }
   --seq 256 --global-batch 8 >"$WORK/sim_default" 2>&1 || { cat "$WORK/sim_default"; exit 1; }
 grep -q "global batch 8, fp32" "$WORK/sim_default" || { echo "simulate does not default to the spec's fp32"; exit 1; }
 grep -q "runtime (from " "$WORK/sim_default" || { echo "simulate does not say which runtime facts it used"; exit 1; }
+# The experts' fp32 products are measured as they run and priced on that
+# curve: at half its efficiency the step takes longer (memory made fast and
+# the floor zero, so that the curve, not the triad, prices every product).
+grep -Eq "expert GEMM eff\. [0-9.e+]+: [0-9.]+.*as the experts run" "$WORK/log" ||
+  { echo "calibrate does not report the experts' fp32 curve"; exit 1; }
+grep -q '"gemm_efficiency_rows_vary"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency_rows_vary in the spec"; exit 1; }
+/usr/bin/python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["memory"]["bandwidth_GBps"] = 1e6
+s["compute"]["kernel_floor_us"] = 0.0
+json.dump(s, open(sys.argv[2], "w"))
+s["compute"]["gemm_efficiency_rows_vary"] = [[x, y / 2] for x, y in s["compute"]["gemm_efficiency_rows_vary"]]
+json.dump(s, open(sys.argv[3], "w"))' "$WORK/spec.json" "$WORK/spec32_fast.json" "$WORK/spec32_half.json"
+for v in fast half; do
+  "$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec32_$v.json" --gpus "$GPUS" \
+    --seq 256 --global-batch 8 --dtype fp32 --quiet >"$WORK/sim32_$v" 2>&1 || { cat "$WORK/sim32_$v"; exit 1; }
+done
+step32() { sed -n 's/.*predicted: step \([0-9.]*\).*/\1/p' "$1" | head -1; }
+awk -v a="$(step32 "$WORK/sim32_half")" -v b="$(step32 "$WORK/sim32_fast")" 'BEGIN { exit !(b > 0 && a > b * 1.05) }' ||
+  { echo "halving the fp32 expert curve: step $(step32 "$WORK/sim32_half") against $(step32 "$WORK/sim32_fast")"; exit 1; }
 cat "$WORK/sim"
 if grep -qw avx512_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}${DNNL_MAX_CPU_ISA:-}" ]; then
   grep -q '"gemm_efficiency_bf16"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency_bf16 in the spec"; exit 1; }

@@ -58,6 +58,15 @@ static void test_primitives(void **state) {
   /* Shorter kernels: 1024 queries run at (1/4)^0.25 of the efficiency. */
   assert_close(plan_attention_time(&h100, PLAN_DTYPE_BF16, 1e12, 0, 1024, 0),
                1e12 / (peak * h100.attention_fwd_efficiency * pow(0.25, 0.25)));
+  /* Expert products in fp32 take the spec's curve for them where it has one. */
+  ClusterSpec cl = h100;
+  cl.gemm_efficiency_rows_vary.n = 1;
+  cl.gemm_efficiency_rows_vary.x[0] = 1e9;
+  cl.gemm_efficiency_rows_vary.y[0] = 0.25;
+  double fp32_peak = plan_peak_flops(&cl, PLAN_DTYPE_FP32);
+  assert_close(plan_gemm_time_rows_vary(&cl, PLAN_DTYPE_FP32, 8192, 8192, 8192), flops / (fp32_peak * 0.25));
+  assert_close(plan_gemm_time(&cl, PLAN_DTYPE_FP32, 8192, 8192, 8192),
+               plan_gemm_time(&h100, PLAN_DTYPE_FP32, 8192, 8192, 8192));
   /* fp32 runs on the fp32 peak. */
   assert_true(plan_gemm_time(&h100, PLAN_DTYPE_FP32, 8192, 8192, 8192) > 10 * plan_gemm_time(&h100, PLAN_DTYPE_BF16, 8192, 8192, 8192));
 }
@@ -135,6 +144,29 @@ static void test_dropless_versus_capacity(void **state) {
   assert_true(dropless.moe_layer.fwd.t[PLAN_COMP_ROUTING] >
               dropping.moe_layer.fwd.t[PLAN_COMP_ROUTING] + 0.9 * o.dropless_sync);
   assert_close(dropless.moe_layer.bwd.t[PLAN_COMP_ROUTING] - dropping.moe_layer.bwd.t[PLAN_COMP_ROUTING], 0);
+}
+
+/* Rows are sorted by local expert only after an exchange (EP here), as the
+ * runtime and Megatron-Core's dispatcher do: a rank that routes its own
+ * tokens to all experts permutes them once, already grouped by expert. */
+static void test_sort_after_exchange(void **state) {
+  (void)state;
+  PlanOptions o;
+  plan_options_default(&o);
+  o.moe_imbalance = 1.0, o.dropless_sync = 0;
+  ModelConfig m = mixtral; /* 8 experts: EP2 leaves 4 on each rank */
+  PlanConfig c1, c2;
+  plan_config_init(&c1, 4096, 2, 1);
+  c1.par.dp = 2;
+  plan_config_init(&c2, 4096, 2, 1);
+  c2.par.ep = 2, c2.par.dp = 0;
+  PlanCostModel dp, ep;
+  build(&dp, &m, &o, &c1, 2);
+  build(&ep, &m, &o, &c2, 2);
+  double rows = 4096.0 * m.top_k, sort = plan_memory_time(&h100, 2.0 * 2 * rows * m.hidden_size);
+  double r_dp = dp.moe_layer.fwd.t[PLAN_COMP_ROUTING], r_ep = ep.moe_layer.fwd.t[PLAN_COMP_ROUTING];
+  assert_true(r_dp < 2.5 * sort);      /* router, permute and combine only */
+  assert_true(r_ep - r_dp > 1.9 * sort); /* plus the sort and its inverse */
 }
 
 static void test_layout_communication(void **state) {
@@ -274,7 +306,8 @@ static void test_runtime_variants(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_primitives),           cmocka_unit_test(test_expert_load),
-      cmocka_unit_test(test_dropless_versus_capacity), cmocka_unit_test(test_layout_communication),
+      cmocka_unit_test(test_dropless_versus_capacity), cmocka_unit_test(test_sort_after_exchange),
+      cmocka_unit_test(test_layout_communication),
       cmocka_unit_test(test_recompute_adds_forward), cmocka_unit_test(test_runtime_variants),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

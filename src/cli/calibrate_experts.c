@@ -1,0 +1,109 @@
+/* The experts' fp32 products timed as the runtime runs them
+ * (calibrate_experts.h).
+ *
+ * Why not the GEMM curve: calibrate's GEMM samples are the fastest of one
+ * product repeated on the same operands, which stay in the core's cache
+ * from one repetition to the next. In a run each expert's product reads
+ * weights of its own that the other experts' products, and the other
+ * layers', have pushed out since, and every call is a typical call rather
+ * than the luckiest one: measured on the reference MoE's shapes, the
+ * experts' products took 1.1 to 1.2 times their curve's price in a trained
+ * step (docs/planner.md, "Per operation, the one-rank MoE"). So here four
+ * experts, each with its own gate/up and down weights, run their forward
+ * and backward products in turn as model/moe.c calls them (SwiGLU left
+ * out: the simulator prices it apart), and each product kind's figure is
+ * its mean time over the turns after the first. In bf16 (the process
+ * precision when called) the same products give the bf16 expert curve. */
+#include "cli/calibrate_experts.h"
+
+#include <stdlib.h>
+
+#include "base/timer.h"
+#include "kern/bf16_weights.h"
+#include "kern/gemm.h"
+
+enum { EXPERTS = 4, KINDS = 4 };
+
+static void fill(float *p, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) p[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f * scale;
+}
+
+typedef struct ExpertBuffers {
+  float *x, *h, *a, *y, *dy, *da, *dh, *dx;
+  float *w_gate_up[EXPERTS], *w_down[EXPERTS], *dw_gate_up[EXPERTS], *dw_down[EXPERTS];
+} ExpertBuffers;
+
+static float *take(float **all, size_t *at, size_t n) {
+  float *p = *all + *at;
+  *at += (n + 15) / 16 * 16; /* 64-byte aligned, as the runtime's buffers */
+  return p;
+}
+
+/* One shape: n rows per expert, hidden C, expert width F. Adds four
+ * samples to out: the gate/up and down products forward, and each one's
+ * backward (two products of the forward's shape, at half the call). */
+static int measure_shape(int n, int C, int F, double budget, CalibGemmSample *out) {
+  size_t rows = (size_t)n, total = 0;
+  size_t sizes[] = {rows * C, rows * 2 * F, rows * F, rows * C, rows * C, rows * F, rows * 2 * F, rows * C};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) / 16 * 16;
+  total += EXPERTS * 2 * ((size_t)2 * F * C + (size_t)C * F + 32);
+  float *all = aligned_alloc(64, (total * sizeof(float) + 63) / 64 * 64);
+  if (!all) return 0;
+  size_t at = 0;
+  ExpertBuffers b;
+  float **act[] = {&b.x, &b.h, &b.a, &b.y, &b.dy, &b.da, &b.dh, &b.dx};
+  for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) *act[i] = take(&all, &at, sizes[i]);
+  for (int e = 0; e < EXPERTS; e++) {
+    b.w_gate_up[e] = take(&all, &at, (size_t)2 * F * C), b.dw_gate_up[e] = take(&all, &at, (size_t)2 * F * C);
+    b.w_down[e] = take(&all, &at, (size_t)C * F), b.dw_down[e] = take(&all, &at, (size_t)C * F);
+  }
+  fill(all, total, 0.2f);
+  /* The runtime's weights are in the bf16 weight cache (converted once a
+   * step, kern/bf16_weights.h); so are these (fp32 products ignore it). */
+  for (int e = 0; e < EXPERTS; e++) {
+    bf16_weights_register(b.w_gate_up[e], 2L * F, C);
+    bf16_weights_register(b.w_down[e], C, F);
+  }
+  double sum[KINDS] = {0};
+  long turns = 0;
+  const int vary = kern_gemm_rows_vary_begin();
+  double start = timer_now();
+  for (long t = 0; t < 2 * EXPERTS || timer_now() - start < budget; t++) {
+    const int e = (int)(t % EXPERTS);
+    double t0 = timer_now();
+    linear_forward(b.h, b.x, b.w_gate_up[e], n, C, 2 * F, 0);
+    double t1 = timer_now();
+    linear_forward(b.y, b.a, b.w_down[e], n, F, C, 0);
+    double t2 = timer_now();
+    linear_backward(b.da, b.dw_down[e], b.dy, b.a, b.w_down[e], n, F, C, 0);
+    double t3 = timer_now();
+    linear_backward(b.dx, b.dw_gate_up[e], b.dh, b.x, b.w_gate_up[e], n, C, 2 * F, 0);
+    double t4 = timer_now();
+    if (t < EXPERTS) continue; /* the first turn of each expert warms it up */
+    sum[0] += t1 - t0, sum[1] += t2 - t1, sum[2] += t3 - t2, sum[3] += t4 - t3;
+    turns++;
+  }
+  kern_gemm_rows_vary_end(vary);
+  bf16_weights_forget(all, total);
+  free(all);
+  if (turns < 1) return 0;
+  /* A backward call is two products of its forward's shape (the input
+   * gradient and the weight gradient): one sample of that shape at half
+   * the call's mean. */
+  out[0] = (CalibGemmSample){.m = n, .n = 2 * F, .k = C, .seconds = sum[0] / turns};
+  out[1] = (CalibGemmSample){.m = n, .n = C, .k = F, .seconds = sum[1] / turns};
+  out[2] = (CalibGemmSample){.m = n, .n = C, .k = F, .seconds = sum[2] / turns / 2};
+  out[3] = (CalibGemmSample){.m = n, .n = 2 * F, .k = C, .seconds = sum[3] / turns / 2};
+  return KINDS;
+}
+
+int calib_measure_expert_gemms(int quick, CalibGemmSample *out, int cap) {
+  static const int rows_full[] = {32, 128, 512, 2048}, rows_quick[] = {64, 512};
+  static const int shapes[][2] = {{256, 512}, {512, 1024}};
+  const int *rows = quick ? rows_quick : rows_full;
+  int nr = quick ? 2 : 4, ns = quick ? 1 : 2, count = 0;
+  double budget = quick ? 0.01 : 0.06;
+  for (int s = 0; s < ns; s++)
+    for (int r = 0; r < nr && count + KINDS <= cap; r++) count += measure_shape(rows[r], shapes[s][0], shapes[s][1], budget, out + count);
+  return count;
+}
