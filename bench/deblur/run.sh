@@ -26,7 +26,10 @@
 # FASHION_TEST [100] (test images scored), VAL_PAIRS [100] (validation images
 # blurred to choose the baselines' settings), WORK [runs/deblur-bench],
 # DOCS [docs/deblur] (where the PNGs go), PY [/usr/bin/python3],
-# SPEED [1] (the generator timing), ROUNDS [3] (its alternations), RUNS ["content gan"].
+# SPEED [1] (the generator timing), ROUNDS [3] (its alternations), RUNS ["content gan"],
+# EXTRA_PATCHES [0] and FACE_REPEATS [1] (faces only: that many photo patches and
+# the non-face LFW crops added to the training split, every training face
+# repeated, bench/deblur/extra_patches.py; validation and test unchanged).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FIVEFOLD=${FIVEFOLD:-build/fivefold}
@@ -49,6 +52,8 @@ DOCS=${DOCS:-docs/deblur}
 PY=${PY:-/usr/bin/python3}
 RUNS=${RUNS:-content gan}
 VAL_PAIRS=${VAL_PAIRS:-100}
+EXTRA_PATCHES=${EXTRA_PATCHES:-0}
+FACE_REPEATS=${FACE_REPEATS:-1}
 # Test pair i is blurred with seed TEST_SEED_BASE + i: disjoint from training,
 # whose kernels come from hash(blur_seed, epoch, image) inside the loader.
 TEST_SEED_BASE=9000
@@ -118,6 +123,9 @@ for set in $SETS; do
     steps=$STEPS
     echo "== fivefold images --lfw --dlib --size 32 --seed 1 ($(date -u +%FT%TZ))"
     "$FIVEFOLD" images --out "$S/set" --lfw --dlib --size 32 --seed 1 | tail -n 2
+    if [ "$EXTRA_PATCHES" != 0 ] || [ "$FACE_REPEATS" != 1 ]; then
+      "$PY" bench/deblur/extra_patches.py "$S/set" "$EXTRA_PATCHES" "$FACE_REPEATS"
+    fi
   else
     steps=$FASHION_STEPS
     echo "== fivefold images --fashion-mnist --fashion-limit $FASHION_LIMIT --size 28 --seed 1 ($(date -u +%FT%TZ))"
