@@ -68,57 +68,47 @@ grep -q "predicted: step" "$WORK/sim" || { cat "$WORK/sim"; exit 1; }
 grep -q "global batch 8, fp32" "$WORK/sim_default" || { echo "simulate does not default to the spec's fp32"; exit 1; }
 grep -q "runtime (from " "$WORK/sim_default" || { echo "simulate does not say which runtime facts it used"; exit 1; }
 # The experts' fp32 products are measured as they run and priced on that
-# curve: at half its efficiency the step takes longer (memory made fast and
-# the floor zero, so that the curve, not the triad, prices every product).
+# curve: at half its efficiency the step takes longer.
 grep -Eq "expert GEMM eff\. [0-9.e+]+: [0-9.]+.*as the experts run" "$WORK/log" ||
   { echo "calibrate does not report the experts' fp32 curve"; exit 1; }
 grep -q '"gemm_efficiency_rows_vary"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency_rows_vary in the spec"; exit 1; }
-/usr/bin/python3 -c '
-import json, sys
-s = json.load(open(sys.argv[1]))
-s["memory"]["bandwidth_GBps"] = 1e6
-s["compute"]["kernel_floor_us"] = 0.0
-json.dump(s, open(sys.argv[2], "w"))
-s["compute"]["gemm_efficiency_rows_vary"] = [[x, y / 2] for x, y in s["compute"]["gemm_efficiency_rows_vary"]]
-json.dump(s, open(sys.argv[3], "w"))' "$WORK/spec.json" "$WORK/spec32_fast.json" "$WORK/spec32_half.json"
-for v in fast half; do
-  "$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec32_$v.json" --gpus "$GPUS" \
-    --seq 256 --global-batch 8 --dtype fp32 --quiet >"$WORK/sim32_$v" 2>&1 || { cat "$WORK/sim32_$v"; exit 1; }
-done
-step32() { sed -n 's/.*predicted: step \([0-9.]*\).*/\1/p' "$1" | head -1; }
-awk -v a="$(step32 "$WORK/sim32_half")" -v b="$(step32 "$WORK/sim32_fast")" 'BEGIN { exit !(b > 0 && a > b * 1.05) }' ||
-  { echo "halving the fp32 expert curve: step $(step32 "$WORK/sim32_half") against $(step32 "$WORK/sim32_fast")"; exit 1; }
-cat "$WORK/sim"
-if grep -qw avx512_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}${DNNL_MAX_CPU_ISA:-}" ]; then
-  grep -q '"gemm_efficiency_bf16"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency_bf16 in the spec"; exit 1; }
-  grep -Eq "bf16 peak .*(vdpbf16ps|tdpbf16ps \(AMX\)) loop" "$WORK/log" || { echo "calibrate does not report the bf16 peak"; exit 1; }
-  "$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec.json" --gpus "$GPUS" \
-    --seq 256 --global-batch 8 --dtype bf16 --quiet >"$WORK/sim16" 2>&1 || { cat "$WORK/sim16"; exit 1; }
-  step() { sed -n 's/.*predicted: step \([0-9.]*\).*/\1/p' "$1" | head -1; }
-  awk -v a="$(step "$WORK/sim16")" -v b="$(step "$WORK/sim")" 'BEGIN { exit !(a > 0 && a < b) }' ||
-    { echo "bf16 step $(step "$WORK/sim16") not below fp32 step $(step "$WORK/sim")"; exit 1; }
-  # Expert products are priced on their own curve (run-time shapes): at half
-  # the measured efficiency the expert GEMMs, and so the step, take longer.
-  # Both specs get a memory system fast enough that every product is priced
-  # by its curve: under a sanitizer build the measured triad is slow enough
-  # that the experts' products would be priced as memory-bound, where no
-  # efficiency curve can move them.
-  grep -q '"gemm_efficiency_bf16_rows_vary"' "$WORK/spec.json" ||
-    { echo "no compute.gemm_efficiency_bf16_rows_vary in the spec"; exit 1; }
+step() { sed -n 's/.*predicted: step \([0-9.]*\).*/\1/p' "$1" | head -1; }
+# halved_curve_slower CURVE DTYPE: the reference MoE priced on the spec and
+# on the spec with compute.CURVE at half its efficiency must take at least
+# 5% longer. Both specs get a memory system fast enough (and no kernel
+# floor) that every product is priced by its curve: under a sanitizer build
+# the measured triad is slow enough that the experts' products would be
+# priced as memory-bound, where no efficiency curve can move them.
+halved_curve_slower() {
   /usr/bin/python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
 s["memory"]["bandwidth_GBps"] = 1e6
 s["compute"]["kernel_floor_us"] = 0.0
 json.dump(s, open(sys.argv[2], "w"))
-s["compute"]["gemm_efficiency_bf16_rows_vary"] = [[x, y / 2] for x, y in s["compute"]["gemm_efficiency_bf16_rows_vary"]]
-json.dump(s, open(sys.argv[3], "w"))' "$WORK/spec.json" "$WORK/spec_fast.json" "$WORK/spec_half.json"
+s["compute"][sys.argv[4]] = [[x, y / 2] for x, y in s["compute"][sys.argv[4]]]
+json.dump(s, open(sys.argv[3], "w"))' "$WORK/spec.json" "$WORK/spec_$1_fast.json" "$WORK/spec_$1_half.json" "$1"
   for v in fast half; do
-    "$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec_$v.json" --gpus "$GPUS" \
-      --seq 256 --global-batch 8 --dtype bf16 --quiet >"$WORK/sim16_$v" 2>&1 || { cat "$WORK/sim16_$v"; exit 1; }
+    "$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec_$1_$v.json" --gpus "$GPUS" \
+      --seq 256 --global-batch 8 --dtype "$2" --quiet >"$WORK/sim_$1_$v" 2>&1 || { cat "$WORK/sim_$1_$v"; exit 1; }
   done
-  awk -v a="$(step "$WORK/sim16_half")" -v b="$(step "$WORK/sim16_fast")" 'BEGIN { exit !(b > 0 && a > b * 1.05) }' ||
-    { echo "halving the expert curve: step $(step "$WORK/sim16_half") against $(step "$WORK/sim16_fast")"; exit 1; }
+  awk -v a="$(step "$WORK/sim_$1_half")" -v b="$(step "$WORK/sim_$1_fast")" 'BEGIN { exit !(b > 0 && a > b * 1.05) }' ||
+    { echo "halving $1: step $(step "$WORK/sim_$1_half") against $(step "$WORK/sim_$1_fast")"; exit 1; }
+}
+halved_curve_slower gemm_efficiency_rows_vary fp32
+cat "$WORK/sim"
+if grep -qw avx512_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}${DNNL_MAX_CPU_ISA:-}" ]; then
+  grep -q '"gemm_efficiency_bf16"' "$WORK/spec.json" || { echo "no compute.gemm_efficiency_bf16 in the spec"; exit 1; }
+  grep -Eq "bf16 peak .*(vdpbf16ps|tdpbf16ps \(AMX\)) loop" "$WORK/log" || { echo "calibrate does not report the bf16 peak"; exit 1; }
+  "$FIVEFOLD" simulate --model "$ROOT/configs/models/ref-moe.json" --cluster "$WORK/spec.json" --gpus "$GPUS" \
+    --seq 256 --global-batch 8 --dtype bf16 --quiet >"$WORK/sim16" 2>&1 || { cat "$WORK/sim16"; exit 1; }
+  awk -v a="$(step "$WORK/sim16")" -v b="$(step "$WORK/sim")" 'BEGIN { exit !(a > 0 && a < b) }' ||
+    { echo "bf16 step $(step "$WORK/sim16") not below fp32 step $(step "$WORK/sim")"; exit 1; }
+  # Expert products are priced on their own curve (run-time shapes, as
+  # the experts run): at half its efficiency the step takes longer.
+  grep -q '"gemm_efficiency_bf16_rows_vary"' "$WORK/spec.json" ||
+    { echo "no compute.gemm_efficiency_bf16_rows_vary in the spec"; exit 1; }
+  halved_curve_slower gemm_efficiency_bf16_rows_vary bf16
 fi
 grep -q '"conv_efficiency"' "$WORK/spec.json" || { echo "no compute.conv_efficiency in the spec"; exit 1; }
 grep -Eq '"maxpool":[[:space:]]*\[' "$WORK/spec.json" || { echo "no compute.layer_seconds.maxpool in the spec"; exit 1; }
