@@ -70,6 +70,11 @@ static int measure_shape(int n, int C, int F, double budget, CalibGemmSample *ou
   double start = timer_now();
   for (long t = 0; t < 2 * EXPERTS || timer_now() - start < budget; t++) {
     const int e = (int)(t % EXPERTS);
+    /* The optimizer writes the weights after every step, so a run converts
+     * each one to bf16 again for its next forward (kern/bf16_weights.h): a
+     * turn here is a step's forward and backward of one expert. */
+    bf16_weights_invalidate(b.w_gate_up[e], (size_t)2 * F * C);
+    bf16_weights_invalidate(b.w_down[e], (size_t)C * F);
     double t0 = timer_now();
     linear_forward(b.h, b.x, b.w_gate_up[e], n, C, 2 * F, 0);
     double t1 = timer_now();
