@@ -1,5 +1,5 @@
-/* The experts' fp32 products timed as the runtime runs them
- * (calibrate_experts.h).
+/* The experts' products timed as the runtime runs them, in the process's
+ * precision (calibrate_experts.h).
  *
  * Why not the GEMM curve: calibrate's GEMM samples are the fastest of one
  * product repeated on the same operands, which stay in the core's cache
@@ -8,12 +8,12 @@
  * layers', have pushed out since, and every call is a typical call rather
  * than the luckiest one: measured on the reference MoE's shapes, the
  * experts' products took 1.1 to 1.2 times their curve's price in a trained
- * step (docs/planner.md, "Per operation, the one-rank MoE"). So here four
+ * step (docs/planner.md, "The parts priced as they run"). So here four
  * experts, each with its own gate/up and down weights, run their forward
  * and backward products in turn as model/moe.c calls them (SwiGLU left
  * out: the simulator prices it apart), and each product kind's figure is
- * its mean time over the turns after the first. In bf16 (the process
- * precision when called) the same products give the bf16 expert curve. */
+ * its mean time over the turns after the first. Called in fp32 they give
+ * compute.gemm_efficiency_rows_vary, in bf16 the bf16 expert curve. */
 #include "cli/calibrate_experts.h"
 
 #include <stdlib.h>
