@@ -19,45 +19,48 @@
 #include <stdlib.h>
 
 #include "base/timer.h"
+#include "cli/calibrate_timing.h"
 #include "kern/bf16_weights.h"
 #include "kern/gemm.h"
 
 enum { EXPERTS = 4, KINDS = 4 };
-
-static void fill(float *p, size_t n, float scale) {
-  for (size_t i = 0; i < n; i++) p[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f * scale;
-}
 
 typedef struct ExpertBuffers {
   float *x, *h, *a, *y, *dy, *da, *dh, *dx;
   float *w_gate_up[EXPERTS], *w_down[EXPERTS], *dw_gate_up[EXPERTS], *dw_down[EXPERTS];
 } ExpertBuffers;
 
-static float *take(float **all, size_t *at, size_t n) {
-  float *p = *all + *at;
-  *at += (n + 15) / 16 * 16; /* 64-byte aligned, as the runtime's buffers */
+/* n floats from the arena at *at, each buffer 64-byte aligned as the
+ * runtime's are; with all NULL, only counts. */
+static float *take(float *all, size_t *at, size_t n) {
+  float *p = all ? all + *at : NULL;
+  *at += (n + 15) / 16 * 16;
   return p;
+}
+
+/* Lays the buffers out in `all` (NULL: counts them); returns the floats. */
+static size_t lay_out(ExpertBuffers *b, float *all, size_t n, int C, int F) {
+  size_t at = 0, rows = n;
+  float **act[] = {&b->x, &b->h, &b->a, &b->y, &b->dy, &b->da, &b->dh, &b->dx};
+  size_t sizes[] = {rows * C, rows * 2 * F, rows * F, rows * C, rows * C, rows * F, rows * 2 * F, rows * C};
+  for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) *act[i] = take(all, &at, sizes[i]);
+  for (int e = 0; e < EXPERTS; e++) {
+    b->w_gate_up[e] = take(all, &at, (size_t)2 * F * C), b->dw_gate_up[e] = take(all, &at, (size_t)2 * F * C);
+    b->w_down[e] = take(all, &at, (size_t)C * F), b->dw_down[e] = take(all, &at, (size_t)C * F);
+  }
+  return at;
 }
 
 /* One shape: n rows per expert, hidden C, expert width F. Adds four
  * samples to out: the gate/up and down products forward, and each one's
  * backward (two products of the forward's shape, at half the call). */
 static int measure_shape(int n, int C, int F, double budget, CalibGemmSample *out) {
-  size_t rows = (size_t)n, total = 0;
-  size_t sizes[] = {rows * C, rows * 2 * F, rows * F, rows * C, rows * C, rows * F, rows * 2 * F, rows * C};
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) / 16 * 16;
-  total += EXPERTS * 2 * ((size_t)2 * F * C + (size_t)C * F + 32);
-  float *all = aligned_alloc(64, (total * sizeof(float) + 63) / 64 * 64);
-  if (!all) return 0;
-  size_t at = 0;
   ExpertBuffers b;
-  float **act[] = {&b.x, &b.h, &b.a, &b.y, &b.dy, &b.da, &b.dh, &b.dx};
-  for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) *act[i] = take(&all, &at, sizes[i]);
-  for (int e = 0; e < EXPERTS; e++) {
-    b.w_gate_up[e] = take(&all, &at, (size_t)2 * F * C), b.dw_gate_up[e] = take(&all, &at, (size_t)2 * F * C);
-    b.w_down[e] = take(&all, &at, (size_t)C * F), b.dw_down[e] = take(&all, &at, (size_t)C * F);
-  }
-  fill(all, total, 0.2f);
+  size_t total = lay_out(&b, NULL, (size_t)n, C, F);
+  float *all = aligned_alloc(64, total * sizeof(float)); /* total is a multiple of 16 floats */
+  if (!all) return 0;
+  lay_out(&b, all, (size_t)n, C, F);
+  calib_fill(all, total, 0.2f);
   /* The runtime's weights are in the bf16 weight cache (converted once a
    * step, kern/bf16_weights.h); so are these (fp32 products ignore it). */
   for (int e = 0; e < EXPERTS; e++) {

@@ -10,16 +10,13 @@
 #include <string.h>
 
 #include "base/timer.h"
+#include "cli/calibrate_timing.h"
 #include "comm/collectives.h"
 #include "comm/host.h"
 #include "comm/world.h"
 #include "plan/calibrate_fit.h"
 
 static double now_s(void) { return timer_now(); }
-
-static void fill(float *p, size_t n, float scale) {
-  for (size_t i = 0; i < n; i++) p[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f * scale;
-}
 
 /* One collective of `bytes` (cost.h's meaning per kind) on all ranks. A
  * failure aborts the job (comm/world.h), so there is nothing to return. */
@@ -70,8 +67,8 @@ static int measure_level(const CommGroup *g, int level, int quick, ClusterSpec *
     free(recv);
     return error_set(err, ERR_NOMEM, "calibrate: out of memory for %zu-byte message buffers", max_bytes);
   }
-  fill(send, max_bytes / sizeof(float), 1.0f);
-  fill(recv, max_bytes / sizeof(float), 1.0f); /* the all-reduce runs in place on it */
+  calib_fill(send, max_bytes / sizeof(float), 1.0f);
+  calib_fill(recv, max_bytes / sizeof(float), 1.0f); /* the all-reduce runs in place on it */
   int rc = 0;
   if (log) fprintf(log, "  %s (groups of %d rank(s)):\n", level == PLAN_LEVEL_INTER ? "inter-node" : "intra-node", n);
   for (int kind = 0; kind < PLAN_NUM_COLLECTIVES && !rc; kind++) {
@@ -155,7 +152,7 @@ static int measure_port_share(const CommGroup *node, const CommGroup *cross, int
     free(recv);
     return error_set(err, ERR_NOMEM, "calibrate: out of memory for %.0f-byte message buffers", bytes);
   }
-  fill(send, (size_t)bytes / sizeof(float), 1.0f);
+  calib_fill(send, (size_t)bytes / sizeof(float), 1.0f);
   int mine = node->rank == 0;
   if (mine) run_collective(PLAN_COLL_P2P, cross, send, recv, (size_t)bytes);
   double alone = INFINITY;

@@ -81,6 +81,10 @@ double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min
   return elapsed / n;
 }
 
+void calib_fill(float *p, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) p[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f * scale;
+}
+
 /* A barrier that sleeps while it waits, so that the ranks taking turns
  * leave their cores to the one measuring. */
 void calib_sleeping_barrier(void) {

@@ -7,6 +7,8 @@
 #ifndef FIVEFOLD_CLI_CALIBRATE_TIMING_H
 #define FIVEFOLD_CLI_CALIBRATE_TIMING_H
 
+#include <stddef.h>
+
 typedef void (*CalibTimedFn)(void *ctx);
 
 /* Fastest time of fn over repetitions for about `budget` seconds (at least
@@ -19,5 +21,8 @@ void calib_sleeping_barrier(void);
 /* Mean time of fn in a window of max(10 x budget, 40 ms) that every
  * rank runs at once, sharing cores if it must (a collective call). */
 double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min_reps);
+/* The inputs calibrate's kernels run on: n values spread over
+ * [-scale / 2, scale / 2), the same on every rank and every run. */
+void calib_fill(float *p, size_t n, float scale);
 
 #endif

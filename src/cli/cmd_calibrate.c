@@ -105,10 +105,6 @@ static double now_s(void) {
   return timer_now();
 }
 
-static void fill(float *p, size_t n, float scale) {
-  for (size_t i = 0; i < n; i++) p[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f * scale;
-}
-
 typedef struct GemmCtx {
   int ta, tb, m, n, k;
   const float *a, *b;
@@ -136,8 +132,8 @@ static int measure_gemms(int quick, CalibGemmSample *out, double *floor_s) {
   float *a = malloc(cap * sizeof *a), *b = malloc(cap * sizeof *b), *c = malloc(cap * sizeof *c);
   int count = 0;
   if (!a || !b || !c) goto done;
-  fill(a, cap, 1.0f);
-  fill(b, cap, 1.0f);
+  calib_fill(a, cap, 1.0f);
+  calib_fill(b, cap, 1.0f);
   GemmCtx tiny = {0, 1, 1, 1, 1, a, b, c};
   *floor_s = calib_fastest_time(run_gemm, &tiny, quick ? 0.001 : 0.005, 20);
   for (int i = 0; i < nm; i++)
@@ -180,7 +176,7 @@ static int measure_attention(int T, int quick, double peak, double *fwd_eff, dou
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     *bufs[i] = malloc(n * sizeof(float));
     ok &= *bufs[i] != NULL;
-    if (*bufs[i]) fill(*bufs[i], n, 0.5f);
+    if (*bufs[i]) calib_fill(*bufs[i], n, 0.5f);
   }
   a.lse = malloc((size_t)T * a.H * sizeof(float));
   if (ok && a.lse) {
@@ -233,7 +229,7 @@ static int measure_ring_attention(int T, int quick, double peak, double *fwd_eff
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     *bufs[i] = malloc(n * sizeof(float));
     ok &= *bufs[i] != NULL;
-    if (*bufs[i]) fill(*bufs[i], n, 0.5f);
+    if (*bufs[i]) calib_fill(*bufs[i], n, 0.5f);
   }
   a->lse = malloc((size_t)T * a->H * sizeof(float));
   r.lb = malloc((size_t)T * a->H * sizeof(float));
@@ -289,9 +285,9 @@ static int measure_memory(int quick, double *bandwidth, double *efficiency) {
   s.rstd = malloc(s.n / 1024 * sizeof(float));
   int rc = -1;
   if (s.x && s.y && s.z && s.w && s.rstd) {
-    fill(s.y, s.n, 1.0f);
-    fill(s.z, s.n, 1.0f);
-    fill(s.w, 1024, 1.0f);
+    calib_fill(s.y, s.n, 1.0f);
+    calib_fill(s.z, s.n, 1.0f);
+    calib_fill(s.w, 1024, 1.0f);
     double budget = quick ? 0.02 : 0.15;
     double t = calib_fastest_time(run_stream, &s, budget, 3);
     *bandwidth = 3.0 * s.n * sizeof(float) / t;
