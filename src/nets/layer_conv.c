@@ -7,7 +7,6 @@
 
 #include "kern/conv2d.h"
 #include "kern/op_count.h"
-#include "kern/precision.h"
 #include "nets/layer_spec.h"
 #include "nets/layer_util.h"
 
@@ -17,10 +16,6 @@ typedef struct ConvImpl {
    * primitive (one without bias would be another cache entry). */
   float *zero_bias;
 } ConvImpl;
-
-static Conv2dPrecision precision(void) {
-  return kern_precision() == KERN_PRECISION_BF16 ? CONV2D_BF16 : CONV2D_FP32;
-}
 
 static void conv_init(Layer *l, uint64_t seed, uint64_t stream) {
   const Conv2dShape *s = &((ConvImpl *)l->impl)->shape;
@@ -37,7 +32,7 @@ static int conv_forward(Layer *l, const float *x, float *y, int n, int train, Er
   (void)train;
   Conv2dShape s = batch_shape(l, n);
   op_count_mults(conv2d_forward_flops(&s) / 2.0); /* the kernel's multiply-adds for this call's shape */
-  return conv2d_forward(&s, precision(), y, x, l->param[0], l->num_params > 1 ? l->param[1] : NULL, err);
+  return conv2d_forward(&s, layer_conv_precision(), y, x, l->param[0], l->num_params > 1 ? l->param[1] : NULL, err);
 }
 
 static int conv_forward_epilogue(Layer *l, const float *x, float *y, int n, int train, int accumulate, int relu,
@@ -45,16 +40,16 @@ static int conv_forward_epilogue(Layer *l, const float *x, float *y, int n, int 
   (void)train;
   Conv2dShape s = batch_shape(l, n);
   op_count_mults(conv2d_forward_flops(&s) / 2.0);
-  return conv2d_forward_epilogue(&s, precision(), y, x, l->param[0], l->num_params > 1 ? l->param[1] : NULL,
+  return conv2d_forward_epilogue(&s, layer_conv_precision(), y, x, l->param[0], l->num_params > 1 ? l->param[1] : NULL,
                                  (Conv2dEpilogue){accumulate, relu}, err);
 }
 
 static int conv_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n, Error *err) {
   (void)y;
   Conv2dShape s = batch_shape(l, n);
-  int rc = dx ? conv2d_backward_data(&s, precision(), dx, dy, l->param[0], 0, err) : 0;
+  int rc = dx ? conv2d_backward_data(&s, layer_conv_precision(), dx, dy, l->param[0], 0, err) : 0;
   if (!rc)
-    rc = conv2d_backward_weights(&s, precision(), l->grad[0], l->num_params > 1 ? l->grad[1] : NULL, dy, x, 1, err);
+    rc = conv2d_backward_weights(&s, layer_conv_precision(), l->grad[0], l->num_params > 1 ? l->grad[1] : NULL, dy, x, 1, err);
   return rc;
 }
 
@@ -64,7 +59,7 @@ static int conv_jvp(Layer *l, const float *x, const float *y, const float *t, fl
   (void)x;
   (void)y;
   Conv2dShape s = batch_shape(l, n);
-  return conv2d_forward(&s, precision(), jt, t, l->param[0], ((ConvImpl *)l->impl)->zero_bias, err);
+  return conv2d_forward(&s, layer_conv_precision(), jt, t, l->param[0], ((ConvImpl *)l->impl)->zero_bias, err);
 }
 
 /* <t, W^T dy> = <W * t, dy>: the weight gradient of a convolution whose
@@ -72,7 +67,7 @@ static int conv_jvp(Layer *l, const float *x, const float *y, const float *t, fl
 static int conv_double_backward(Layer *l, const float *x, const float *t, const float *dy, int n, Error *err) {
   (void)x;
   Conv2dShape s = batch_shape(l, n);
-  return conv2d_backward_weights(&s, precision(), l->grad[0], NULL, dy, t, 1, err);
+  return conv2d_backward_weights(&s, layer_conv_precision(), l->grad[0], NULL, dy, t, 1, err);
 }
 
 /* Blocked activations on both sides also ask for Winograd (kern/conv2d.h:

@@ -13,6 +13,7 @@
 #include "base/rng.h"
 #include "kern/conv2d.h"
 #include "nets/layer_spec.h"
+#include "nets/layer_util.h"
 
 /* Each parameter tensor of a layer draws from its own stream. */
 static uint64_t param_stream(uint64_t layer_stream, int param) {
@@ -56,7 +57,7 @@ static int conv_transpose_forward(Layer *l, const float *x, float *y, int n, int
   int rc = check_batch(l, n, err);
   if (rc) return rc;
   c->shape.batch = n;
-  return conv2d_forward(&c->shape, CONV2D_FP32, y, x, l->param[0], c->bias ? l->param[1] : NULL, err);
+  return conv2d_forward(&c->shape, layer_conv_precision(), y, x, l->param[0], c->bias ? l->param[1] : NULL, err);
 }
 
 static int conv_transpose_backward(Layer *l, const float *x, const float *y, const float *dy, float *dx, int n,
@@ -66,8 +67,8 @@ static int conv_transpose_backward(Layer *l, const float *x, const float *y, con
   int rc = check_batch(l, n, err);
   if (rc) return rc;
   c->shape.batch = n;
-  if (dx && (rc = conv2d_backward_data(&c->shape, CONV2D_FP32, dx, dy, l->param[0], 0, err))) return rc;
-  return conv2d_backward_weights(&c->shape, CONV2D_FP32, l->grad[0], c->bias ? l->grad[1] : NULL, dy, x, 1, err);
+  if (dx && (rc = conv2d_backward_data(&c->shape, layer_conv_precision(), dx, dy, l->param[0], 0, err))) return rc;
+  return conv2d_backward_weights(&c->shape, layer_conv_precision(), l->grad[0], c->bias ? l->grad[1] : NULL, dy, x, 1, err);
 }
 
 static int conv_transpose_set_layout(Layer *l, int in, int out, Error *err) {

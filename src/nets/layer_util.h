@@ -1,7 +1,8 @@
 /* Small pieces the layer kinds of nets/ share: PyTorch's default
  * initialisation of weights and biases and the bookkeeping of a parameter
- * spec, so that every kind starts from the same scheme; and the entries a
- * network built from layers (vision.c, gan.c) makes in its parameter table. */
+ * spec, so that every kind starts from the same scheme; the precision the
+ * convolution kinds run in; and the entries a network built from layers
+ * (vision.c, gan.c) makes in its parameter table. */
 #ifndef FIVEFOLD_NETS_LAYER_UTIL_H
 #define FIVEFOLD_NETS_LAYER_UTIL_H
 
@@ -9,6 +10,8 @@
 #include <stdint.h>
 
 #include "base/rng.h"
+#include "kern/conv2d.h"
+#include "kern/precision.h"
 #include "nets/layer.h"
 #include "nets/network.h"
 
@@ -20,6 +23,13 @@ static inline void layer_init_fan_in_uniform(Layer *l, double fan_in, uint64_t s
   for (int t = 0; t < l->num_params; t++)
     for (size_t i = 0; i < l->params[t].numel; i++)
       l->param[t][i] = (float)(bound * (2.0 * rng_uniform(seed, stream, ((uint64_t)t << 40) + i) - 1.0));
+}
+
+/* The run's precision (training.precision, kern_set_precision) for
+ * convolutions and transposed convolutions alike: bf16 inputs with fp32
+ * accumulation, or fp32. */
+static inline Conv2dPrecision layer_conv_precision(void) {
+  return kern_precision() == KERN_PRECISION_BF16 ? CONV2D_BF16 : CONV2D_FP32;
 }
 
 /* Declares parameter `t` of l: suffix, shape (ndim values), element count. */

@@ -8,6 +8,10 @@ usage: compare_runs.py losses RUN_A RUN_B RTOL [ATOL]
          ATOL (ATOL, default 1e-7, is only a floor for values that are zero
          up to rounding: a z loss of 1e-3 is held to RTOL relative like any
          other); lr equal; a value that is not finite is a mismatch
+       compare_runs.py values RUN_A RUN_B KEYS RTOL
+         as losses, for the comma-separated KEYS of the train records only
+         (a bf16 run against an fp32 one: the loss and the norm, not an
+         accuracy that moves in steps of one image)
        compare_runs.py tensors FILE_A FILE_B RTOL ATOL
          two safetensors files: the same tensor names and shapes, and every
          element within ATOL + RTOL * |b| (and finite)
@@ -50,7 +54,7 @@ def train_records(run):
 LOSS_ATOL = 1e-7
 
 
-def compare_losses(a, b, rtol, atol=LOSS_ATOL):
+def compare_losses(a, b, rtol, atol=LOSS_ATOL, only=None):
     ra, rb = train_records(a), train_records(b)
     if not ra or not set(ra) <= set(rb):
         print(f"steps differ: {sorted(ra)} vs {sorted(rb)}")
@@ -60,7 +64,10 @@ def compare_losses(a, b, rtol, atol=LOSS_ATOL):
     for step in sorted(ra):
         # The network's metrics by name (lm, aux, z for the transformer;
         # accuracy for the MLP), the norm and the learning rate.
-        keys = [k for k in ("loss", "lm", "aux", "z", "accuracy", "grad_norm", "lr") if k in ra[step]]
+        keys = [k for k in only or ("loss", "lm", "aux", "z", "accuracy", "grad_norm", "lr") if k in ra[step]]
+        if only and len(keys) < len(only):
+            print(f"MISMATCH step {step}: {a} has no {', '.join(k for k in only if k not in keys)}")
+            bad += 1
         for key in keys:
             x, y = float(ra[step][key]), float(rb[step][key])
             if not (math.isfinite(x) and math.isfinite(y)):  # NaN compares false: it would pass every bound
@@ -119,6 +126,8 @@ def main():
     if len(sys.argv) in (5, 6) and sys.argv[1] == "losses":
         atol = float(sys.argv[5]) if len(sys.argv) == 6 else LOSS_ATOL
         return compare_losses(sys.argv[2], sys.argv[3], float(sys.argv[4]), atol)
+    if len(sys.argv) == 6 and sys.argv[1] == "values":
+        return compare_losses(sys.argv[2], sys.argv[3], float(sys.argv[5]), only=sys.argv[4].split(","))
     if len(sys.argv) >= 6 and sys.argv[1] == "tensors":
         return compare_tensors(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
     print(__doc__)

@@ -47,11 +47,27 @@
 #                    a cache never invalidated after an optimizer step
 #                    (FIVEFOLD_TEST_BF16_CACHE_STALE=1) must be caught by the
 #                    same comparison; a bad value of the variable is refused
+#   nets-bf16        the networks of nets/ in bf16: a small CNN on
+#                    Fashion-MNIST (two convolutions, one on a single input
+#                    channel, and a dense layer) and the deblurring GAN
+#                    (convolutions, transposed convolutions) each differ
+#                    from their fp32 run (bf16 ran) and stay near it:
+#                    per-step loss and grad norm within 5e-2 relative
+#                    (measured up to 1.6e-2 for the CNN's norm and 2.6e-2
+#                    for the GAN's, whose first steps move fast; a wrong
+#                    pass is off by O(1)); the CNN's weights within 1e-2
+#                    relative + 1.5e-2 absolute, as GPT-2's. Accuracy is
+#                    not compared: it moves in steps of one image;
+#                    the CNN's DP2 run in bf16 matches its one bf16 rank
+#                    with golden-bf16's tolerances; --gemm-backend openblas
+#                    reaches the CNN's dense layer (its banner says so)
 #   refuse-bf16      with oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2),
 #                    --precision bf16 stops before training with a message
-#                    naming avx512_bf16; fp32 still trains; bad names for
+#                    naming avx512_bf16, for a transformer, a CNN and the
+#                    GAN alike; fp32 still trains; bad names for
 #                    --precision / --gemm-backend are refused
-# golden-bf16 and resume-bf16 exit 77 (skipped) on a CPU without avx512_bf16.
+# golden-bf16, resume-bf16, cache-bf16 and nets-bf16 exit 77 (skipped) on a
+# CPU without avx512_bf16.
 set -u
 FIVEFOLD=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MPIEXEC=$2
@@ -65,6 +81,29 @@ dense_json dense.json 4 tied
 moe_json moe.json 4 4
 gpt2_json gpt2.json 4
 for model in dense moe gpt2; do run_json "run-$model.json" "$model.json"; done
+
+# The networks of nets/: a CNN on Fashion-MNIST and the deblurring GAN on
+# 16 x 16 LFW faces (made only by the modes that train it).
+net_json() { # FILE MODEL DATA
+  cat >"$1" <<JSON
+{"model": $2, "data": $3,
+ "training": {"micro_batch_size": 8, "grad_accum_steps": 2, "steps": 5, "lr": 0.003, "warmup_steps": 1,
+              "weight_decay": 0.01, "grad_clip": 1.0, "seed": 3, "log_interval": 1, "eval_interval": 0,
+              "threads": 1, "peak_gflops": 50},
+ "checkpoint": {"interval": 5, "keep_last": 0}}
+JSON
+}
+net_json run-cnn.json '{"family": "vision", "input": [1, 28, 28], "classes": 10, "layers": [
+   {"type": "conv2d", "out_channels": 6, "kernel": 5, "padding": 2}, {"type": "relu"},
+   {"type": "maxpool", "kernel": 2}, {"type": "conv2d", "out_channels": 8, "kernel": 5}, {"type": "relu"},
+   {"type": "maxpool", "kernel": 2}, {"type": "linear", "out": 10}]}' \
+  '{"dir": "/usr/share/datasets/fashion-mnist", "max_train_images": 256, "max_val_images": 16, "max_test_images": 16}'
+gan_faces() {
+  "$FIVEFOLD" images --out faces --lfw --size 16 >images.log 2>&1 || { cat images.log; fail "fivefold images --lfw"; }
+  net_json run-gan.json '{"family": "gan", "channels": 1, "generator": {"filters": 8, "blocks": 1, "downsamples": 2},
+            "critic": {"filters": 8, "layers": 2}, "content_weight": 100}' \
+    "{\"dir\": \"$WORK/faces\", \"kernel_size\": 5, \"max_train_images\": 40, \"max_val_images\": 6}"
+}
 
 bf16_or_skip() {
   if ! "$FIVEFOLD" train --config run-moe.json --out probe --no-progress --precision bf16 --steps 1 >probe.log 2>&1; then
@@ -81,6 +120,7 @@ bf16_or_skip() {
 BF16_FP32_LOSS_RTOL=5e-3
 BF16_FP32_WEIGHT_RTOL=1e-2
 ADAM_DRIFT=1.5e-2 # 5 steps x lr 3e-3: the most Adam moves a weight whose gradient is noise
+NETS_BF16_RTOL=5e-2
 
 case "$MODE" in
   golden-openblas)
@@ -192,7 +232,45 @@ case "$MODE" in
     grep -q 'FIVEFOLD_BF16_WEIGHT_CACHE must be "on" or "off", got "maybe"' badenv.log ||
       { cat badenv.log; fail "no clear message for FIVEFOLD_BF16_WEIGHT_CACHE=maybe"; }
     ;;
+  nets-bf16)
+    bf16_or_skip
+    train 0 cnn-fp32 cnn || exit 1
+    train 0 cnn-bf16 cnn --precision bf16 || exit 1
+    grep -q "precision bf16" cnn-bf16.log || fail "the CNN's bf16 banner does not say bf16"
+    if $PY "$COMPARE" tensors "$(ckpt cnn-bf16 5)/model.safetensors" "$(ckpt cnn-fp32 5)/model.safetensors" 0 0 \
+      >/dev/null; then
+      fail "the CNN's bf16 weights equal its fp32 weights: bf16 did not run"
+    fi
+    $PY "$COMPARE" values cnn-bf16 cnn-fp32 loss,grad_norm "$NETS_BF16_RTOL" ||
+      fail "the CNN's bf16 losses are not within $NETS_BF16_RTOL of its fp32 losses"
+    $PY "$COMPARE" tensors "$(ckpt cnn-bf16 5)/model.safetensors" "$(ckpt cnn-fp32 5)/model.safetensors" \
+      "$BF16_FP32_WEIGHT_RTOL" "$ADAM_DRIFT" || fail "the CNN's bf16 weights are not finite or not near its fp32 weights"
+    SAME_RTOL=2e-3
+    SAME_ATOL=1e-3
+    train 2 cnn-dp2 cnn --grad-accum 1 --precision bf16 && same cnn-dp2 cnn-bf16 5
+    train 0 cnn-blas cnn --gemm-backend openblas || exit 1
+    grep -q "gemm     openblas" cnn-blas.log || fail "the CNN's banner does not name the openblas backend"
+    gan_faces
+    train 0 gan-fp32 gan || exit 1
+    train 0 gan-bf16 gan --precision bf16 || exit 1
+    grep -q "precision bf16" gan-bf16.log || fail "the GAN's bf16 banner does not say bf16"
+    if $PY "$COMPARE" tensors "$(ckpt gan-bf16 5)/model.safetensors" "$(ckpt gan-fp32 5)/model.safetensors" 0 0 \
+      >/dev/null; then
+      fail "the GAN's bf16 weights equal its fp32 weights: bf16 did not run"
+    fi
+    $PY "$COMPARE" values gan-bf16 gan-fp32 loss,grad_norm "$NETS_BF16_RTOL" ||
+      fail "the GAN's bf16 losses are not within $NETS_BF16_RTOL of its fp32 losses"
+    ;;
   refuse-bf16)
+    gan_faces
+    for model in cnn gan; do
+      if ONEDNN_MAX_CPU_ISA=AVX2 "$FIVEFOLD" train --config run-$model.json --out capped-$model --no-progress \
+        --precision bf16 >capped-$model.log 2>&1; then
+        fail "--precision bf16 was accepted for the $model with oneDNN capped to AVX2"
+      fi
+      grep -q "avx512_bf16" capped-$model.log || { cat capped-$model.log; fail "the $model's refusal does not name avx512_bf16"; }
+      [ -e "capped-$model/metrics.jsonl" ] && fail "the refused $model run wrote metrics"
+    done
     if ONEDNN_MAX_CPU_ISA=AVX2 "$FIVEFOLD" train --config run-moe.json --out capped --no-progress --precision bf16 \
       >capped.log 2>&1; then
       fail "--precision bf16 was accepted with oneDNN capped to AVX2"

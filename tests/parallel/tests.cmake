@@ -101,10 +101,12 @@ set_tests_properties(parallel.eval_fixed_windows PROPERTIES LABELS mpi TIMEOUT 3
 # kind on the OpenBLAS backend against one rank; bf16 DP2, TP2, PP2, EP2
 # against a bf16 rank, GPT-2 in bf16 against fp32 and TP2 against one rank; bf16 stop-and-resume bit for bit, and bf16 <-> fp32
 # through one checkpoint; the bf16 weight cache on and off bit for bit (one
-# rank, TP2, PP2, DP2, ZeRO-1, resume; a stale cache caught); --precision
-# bf16 refused with oneDNN capped to AVX2. Exit 77: skipped on a CPU
-# without avx512_bf16.
-foreach(mode golden-openblas golden-bf16 resume-bf16 cache-bf16 refuse-bf16)
+# rank, TP2, PP2, DP2, ZeRO-1, resume; a stale cache caught); a CNN and
+# the deblurring GAN in bf16 against fp32, the CNN's DP2 in bf16 against
+# one rank; --precision bf16 refused with oneDNN capped to AVX2 (a
+# transformer, a CNN, the GAN). Exit 77: skipped on a CPU without
+# avx512_bf16.
+foreach(mode golden-openblas golden-bf16 resume-bf16 cache-bf16 nets-bf16 refuse-bf16)
   string(REPLACE "-" "_" name ${mode})
   add_test(NAME parallel.precision_${name}
            COMMAND bash ${PARALLEL_TEST_DIR}/precision_test.sh $<TARGET_FILE:fivefold> ${MPIEXEC_EXECUTABLE} ${mode})
