@@ -28,6 +28,7 @@ void calib_set_together(int on) { g_together = on; }
 
 static void busy_barrier(CommRequest *req, CalibTimedFn fn, void *ctx) {
   Error err = {0};
+  comm_request_init(req);
   int done = 0, rc = comm_barrier(comm_world(), req, &err);
   while (!rc && !done) {
     rc = comm_test(req, &done, &err);
@@ -36,13 +37,14 @@ static void busy_barrier(CommRequest *req, CalibTimedFn fn, void *ctx) {
   if (rc) comm_abort(rc, "calibrate: %s", err.msg);
 }
 
+void calib_together_barrier(CalibTimedFn fn, void *ctx) {
+  CommRequest req;
+  if (g_together) busy_barrier(&req, fn, ctx);
+}
+
 double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_reps) {
   double t[64];
-  CommRequest req;
-  if (g_together) {
-    comm_request_init(&req);
-    busy_barrier(&req, NULL, NULL);
-  }
+  calib_together_barrier(NULL, NULL);
   fn(ctx);
   int n = 0;
   double start = timer_now();
@@ -51,7 +53,7 @@ double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_rep
     fn(ctx);
     t[n++] = timer_now() - t0;
   }
-  if (g_together) busy_barrier(&req, fn, ctx); /* the others may still be timing */
+  calib_together_barrier(fn, ctx); /* the others may still be timing */
   double best = t[0];
   for (int i = 1; i < n; i++) best = fmin(best, t[i]);
   return best;
@@ -66,7 +68,6 @@ double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_rep
  * Each rank keeps calling fn until every rank has finished its window. */
 double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min_reps) {
   CommRequest req;
-  comm_request_init(&req);
   calib_sleeping_barrier();
   fn(ctx);
   const double window = fmax(10 * budget, 0.04);

@@ -17,6 +17,11 @@ double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_rep
 /* 1: every rank of the world measures each kernel in a shared window
  * (MPI must be initialised; every rank makes the same calls). */
 void calib_set_together(int on);
+/* With calib_set_together(1), the edge of such a window: a barrier of the
+ * world during which this rank keeps calling fn (NULL: only waits), so
+ * that a rank done early keeps loading the cores as the others finish;
+ * without it, nothing. */
+void calib_together_barrier(CalibTimedFn fn, void *ctx);
 void calib_sleeping_barrier(void);
 /* Mean time of fn in a window of max(10 x budget, 40 ms) that every
  * rank runs at once, sharing cores if it must (a collective call). */

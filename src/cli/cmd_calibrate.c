@@ -450,7 +450,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
         ns_bf16 = measure_gemms(c->quick, samples_bf16, &fl_bf16);
         /* The expert products as they run, in bf16: run-time-shape kernels
          * (their row count follows the routing, kern/gemm.h), weights of
-         * their own, the mean call. */
+         * their own, the mean call (calibrate_experts.c). */
         ns_vary = calib_measure_expert_gemms(c->quick, samples_vary, MAX_SAMPLES);
         /* Attention's tile products in bf16 (kern/attention_bf16.c), against the bf16 peak. */
         if (measure_attention(T1, c->quick, peak_bf16, &hf, &hb)) hf = hb = 0;
@@ -606,7 +606,7 @@ static int measure_and_write(const CalibCli *c, int mpi, Error *err) {
     fprintf(out, "  expert GEMM eff.");
     for (int i = 0; i < spec.gemm_efficiency_rows_vary.n; i++)
       fprintf(out, "%s%.2g: %.2f", i ? ", " : " ", spec.gemm_efficiency_rows_vary.x[i], spec.gemm_efficiency_rows_vary.y[i]);
-    fprintf(out, "  (%d products, as the experts run: weights of their own, mean call)\n", ns_experts);
+    fprintf(out, "  (%d products, as the experts run: weights of their own, mean call without the interrupted ones)\n", ns_experts);
     if (spec.gemm_efficiency_bf16.n > 0) {
       fprintf(out, "  bf16 peak       %8.1f GFLOP/s per rank (%s loop x core share %.2f)\n",
               peak_bf16 * mc.share / 1e9, peak_bf16_source(), mc.share);
