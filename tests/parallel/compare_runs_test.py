@@ -3,7 +3,8 @@
 |a - b| <= RTOL * |b| + ATOL with a floor far below the losses compared, so
 that small losses (an aux or z loss of 1e-2, 1e-3) are held to RTOL
 relative like the others and not to an absolute 1e-4. Synthetic
-metrics.jsonl files, no MPI: each case says whether the pair must match."""
+metrics.jsonl files, no MPI: each case says whether the pair must match;
+the `values` form compares only the keys it names."""
 import json
 import os
 import subprocess
@@ -40,6 +41,16 @@ CASES = [  # (what, changes in RUN_A at step 2, RTOL, must match)
     ("grad norm infinite", {"grad_norm": float("inf")}, 1e-4, False),
 ]
 
+# `values` compares only the keys named (a bf16 run against an fp32 one:
+# loss and norm, not an accuracy that moves by whole images).
+VALUE_CASES = [  # (what, changes in RUN_A at step 2, keys, RTOL, must match)
+    ("accuracy off, not named", {"accuracy": 0.5}, "loss,grad_norm", 1e-4, True),
+    ("accuracy off, named", {"accuracy": 0.5}, "loss,accuracy", 1e-4, False),
+    ("grad norm 3e-2 relative off under 5e-2", {"grad_norm": 0.87 * 1.03}, "loss,grad_norm", 5e-2, True),
+    ("grad norm 6e-2 relative off under 5e-2", {"grad_norm": 0.87 * 1.06}, "loss,grad_norm", 5e-2, False),
+    ("a named key the run lacks", {}, "loss,psnr", 1e-4, False),
+]
+
 
 def main():
     failures = 0
@@ -54,6 +65,19 @@ def main():
             matched = r.returncode == 0
             ok = matched == must_match
             print(f"{'ok  ' if ok else 'FAIL'} {what}: {'matched' if matched else 'mismatch'} "
+                  f"(expected {'match' if must_match else 'mismatch'})")
+            if not ok:
+                print(r.stdout + r.stderr)
+                failures += 1
+        with_accuracy = run_dir(root, "value_ref", {"accuracy": 0.25})
+        for i, (what, changes, keys, rtol, must_match) in enumerate(VALUE_CASES):
+            a = run_dir(root, f"value{i}", {"accuracy": 0.25, **changes})
+            b = with_accuracy
+            r = subprocess.run([sys.executable, os.path.join(HERE, "compare_runs.py"), "values", a, b, keys, str(rtol)],
+                               capture_output=True, text=True)
+            matched = r.returncode == 0
+            ok = matched == must_match
+            print(f"{'ok  ' if ok else 'FAIL'} values {keys}, {what}: {'matched' if matched else 'mismatch'} "
                   f"(expected {'match' if must_match else 'mismatch'})")
             if not ok:
                 print(r.stdout + r.stderr)
