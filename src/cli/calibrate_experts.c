@@ -29,7 +29,6 @@
 #include "cli/calibrate_timing.h"
 #include "kern/bf16_weights.h"
 #include "kern/gemm.h"
-#include "plan/calibrate_fit.h"
 
 enum { EXPERTS = 4, KINDS = 4, MAX_TURNS = 1024 };
 
@@ -57,15 +56,6 @@ static size_t lay_out(ExpertBuffers *b, float *all, size_t n, int C, int F) {
     b->w_down[e] = take(all, &at, (size_t)C * F), b->dw_down[e] = take(all, &at, (size_t)C * F);
   }
   return at;
-}
-
-/* The mean of the calls v[0, n) no slower than twice their median (sorts v). */
-static double typical_mean(double *v, int n) {
-  const double limit = 2 * calib_median(v, n);
-  double sum = 0;
-  int kept = 0;
-  for (int i = 0; i < n && v[i] <= limit; i++) sum += v[i], kept++;
-  return sum / kept;
 }
 
 /* The experts of one shape taking turns: n rows per expert, hidden C,
@@ -139,7 +129,7 @@ static int measure_shape(int n, int C, int F, double budget, CalibGemmSample *ou
   bf16_weights_forget(all, total);
   free(all);
   double mean[KINDS];
-  for (int k = 0; k < KINDS; k++) mean[k] = typical_mean(calls[k], turns);
+  for (int k = 0; k < KINDS; k++) mean[k] = calib_typical_mean(calls[k], turns);
   /* A backward call is two products of its forward's shape (the input
    * gradient and the weight gradient): one sample of that shape at half
    * the call's figure. */

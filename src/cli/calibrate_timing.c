@@ -9,6 +9,7 @@
 #include "base/timer.h"
 #include "comm/collectives.h"
 #include "comm/world.h"
+#include "plan/calibrate_fit.h"
 
 /* Fastest time of fn over repetitions for about `budget` seconds (at least
  * `min_reps`, at most 64) after one warm-up call. The fastest, because on a
@@ -80,6 +81,15 @@ double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min
   }
   busy_barrier(&req, fn, ctx);
   return elapsed / n;
+}
+
+double calib_typical_mean(double *v, int n) {
+  if (n < 1) return 0.0;
+  const double limit = 2 * calib_median(v, n);
+  double sum = 0;
+  int kept = 0;
+  for (int i = 0; i < n && v[i] <= limit; i++) sum += v[i], kept++;
+  return sum / kept;
 }
 
 void calib_fill(float *p, size_t n, float scale) {

@@ -3,7 +3,8 @@
  * of a node on cores of their own, in windows all ranks share, so that the
  * fastest repetition still ran while the neighbours computed
  * (calib_set_together). calib_sleeping_barrier is the barrier of ranks
- * that take turns on shared cores. */
+ * that take turns on shared cores; calib_typical_mean the figure of a
+ * kernel priced by its mean call. */
 #ifndef FIVEFOLD_CLI_CALIBRATE_TIMING_H
 #define FIVEFOLD_CLI_CALIBRATE_TIMING_H
 
@@ -26,6 +27,11 @@ void calib_sleeping_barrier(void);
 /* Mean time of fn in a window of max(10 x budget, 40 ms) that every
  * rank runs at once, sharing cores if it must (a collective call). */
 double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min_reps);
+/* The mean of the calls v[0, n) no slower than twice their median (sorts
+ * v; 0 for n < 1): a kernel's typical call, the spread of its calls
+ * included and the rare interrupted one (2 to 10 times the median) left
+ * out. For kernels priced by their mean call (calibrate_experts.c). */
+double calib_typical_mean(double *v, int n);
 /* The inputs calibrate's kernels run on: n values spread over
  * [-scale / 2, scale / 2), the same on every rank and every run. */
 void calib_fill(float *p, size_t n, float scale);
