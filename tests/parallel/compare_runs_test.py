@@ -52,6 +52,18 @@ VALUE_CASES = [  # (what, changes in RUN_A at step 2, keys, RTOL, must match)
 ]
 
 
+def check(what, args, must_match):
+    """Runs compare_runs.py with args; 1 when the verdict is not the one expected."""
+    r = subprocess.run([sys.executable, os.path.join(HERE, "compare_runs.py")] + args, capture_output=True, text=True)
+    matched = r.returncode == 0
+    ok = matched == must_match
+    print(f"{'ok  ' if ok else 'FAIL'} {what}: {'matched' if matched else 'mismatch'} "
+          f"(expected {'match' if must_match else 'mismatch'})")
+    if not ok:
+        print(r.stdout + r.stderr)
+    return 0 if ok else 1
+
+
 def main():
     failures = 0
     with tempfile.TemporaryDirectory() as root:
@@ -60,28 +72,11 @@ def main():
         for i, (what, changes, rtol, must_match) in enumerate(CASES):
             a = run_dir(root, f"case{i}", changes)
             b = zero_ref if "zero z" in what else ref
-            r = subprocess.run([sys.executable, os.path.join(HERE, "compare_runs.py"), "losses", a, b, str(rtol)],
-                               capture_output=True, text=True)
-            matched = r.returncode == 0
-            ok = matched == must_match
-            print(f"{'ok  ' if ok else 'FAIL'} {what}: {'matched' if matched else 'mismatch'} "
-                  f"(expected {'match' if must_match else 'mismatch'})")
-            if not ok:
-                print(r.stdout + r.stderr)
-                failures += 1
+            failures += check(what, ["losses", a, b, str(rtol)], must_match)
         with_accuracy = run_dir(root, "value_ref", {"accuracy": 0.25})
         for i, (what, changes, keys, rtol, must_match) in enumerate(VALUE_CASES):
             a = run_dir(root, f"value{i}", {"accuracy": 0.25, **changes})
-            b = with_accuracy
-            r = subprocess.run([sys.executable, os.path.join(HERE, "compare_runs.py"), "values", a, b, keys, str(rtol)],
-                               capture_output=True, text=True)
-            matched = r.returncode == 0
-            ok = matched == must_match
-            print(f"{'ok  ' if ok else 'FAIL'} values {keys}, {what}: {'matched' if matched else 'mismatch'} "
-                  f"(expected {'match' if must_match else 'mismatch'})")
-            if not ok:
-                print(r.stdout + r.stderr)
-                failures += 1
+            failures += check(f"values {keys}, {what}", ["values", a, with_accuracy, keys, str(rtol)], must_match)
     print("compare_runs rule: " + ("all cases as expected" if not failures else f"{failures} case(s) wrong"))
     return 1 if failures else 0
 
