@@ -59,8 +59,9 @@
 #                    relative + 1.5e-2 absolute, as GPT-2's. Accuracy is
 #                    not compared: it moves in steps of one image;
 #                    the CNN's DP2 run in bf16 matches its one bf16 rank
-#                    with golden-bf16's tolerances; --gemm-backend openblas
-#                    reaches the CNN's dense layer (its banner says so)
+#                    with golden-bf16's tolerances; the banners say what
+#                    bf16 covers there (no weight cache line); --gemm-backend
+#                    openblas reaches the CNN's dense layer (its banner says so)
 #   refuse-bf16      with oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2),
 #                    --precision bf16 stops before training with a message
 #                    naming avx512_bf16, for a transformer, a CNN and the
@@ -239,7 +240,9 @@ case "$MODE" in
     near_fp32() {
       train 0 "$1-fp32" "$1" || exit 1
       train 0 "$1-bf16" "$1" --precision bf16 || exit 1
-      grep -q "precision bf16" "$1-bf16.log" || fail "the $2's bf16 banner does not say bf16"
+      grep -q "precision bf16 (bf16 inputs to the convolutions and dense layers" "$1-bf16.log" ||
+        fail "the $2's bf16 banner does not say what bf16 covers"
+      grep -q "weight cache" "$1-bf16.log" && fail "the $2's banner speaks of a weight cache it does not use"
       if $PY "$COMPARE" tensors "$(ckpt "$1-bf16" 5)/model.safetensors" "$(ckpt "$1-fp32" 5)/model.safetensors" 0 0 \
         >/dev/null; then
         fail "the $2's bf16 weights equal its fp32 weights: bf16 did not run"
