@@ -145,16 +145,13 @@ static void print_banner(const Trainer *tr, FILE *out, double peak, int peak_mea
   fprintf(out, "  gemm     %s (oneDNN ISA %s), precision %s\n", kern_gemm_backend_name(kern_gemm_backend()),
           kern_gemm_isa_name(), bf16 ? bf16_scope : "fp32");
   if (bf16) {
-    /* The networks of nets/ register no weights: their layers convert at each call. */
-    if (cfg->family == TRAIN_FAMILY_TRANSFORMER) {
-      Bf16WeightStats ws;
-      bf16_weights_stats(&ws);
-      if (bf16_weights_enabled())
-        fprintf(out, "  bf16     weight cache on: %ld matrices, up to %.1f MB of bf16 copies (half their fp32 size), "
-                     "converted once per optimizer step\n", ws.tensors, (double)ws.registered_bytes / 1e6);
-      else
-        fprintf(out, "  bf16     weight cache off (FIVEFOLD_BF16_WEIGHT_CACHE=off): weights converted at every GEMM\n");
-    }
+    Bf16WeightStats ws;
+    bf16_weights_stats(&ws);
+    if (bf16_weights_enabled())
+      fprintf(out, "  bf16     weight cache on: %ld matrices, up to %.1f MB of bf16 copies (half their fp32 size), "
+                   "converted once per optimizer step\n", ws.tensors, (double)ws.registered_bytes / 1e6);
+    else
+      fprintf(out, "  bf16     weight cache off (FIVEFOLD_BF16_WEIGHT_CACHE=off): weights converted at every GEMM\n");
     const GemmFixedShapes fs = kern_gemm_fixed_shapes_mode();
     const char *why = fs == GEMM_FIXED_SHAPES_ON    ? "FIVEFOLD_GEMM_FIXED_SHAPES=on"
                       : fs == GEMM_FIXED_SHAPES_OFF ? "FIVEFOLD_GEMM_FIXED_SHAPES=off"

@@ -2,9 +2,7 @@
  * creation, one optimizer step, validation and the banner. */
 #include "train/trainer_net.h"
 
-#include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -288,19 +286,11 @@ static int create_network(Trainer *tr, const TrainConfig *cfg, Error *err) {
 }
 
 int trainer_net_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
-  tr->threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
-  omp_set_num_threads(tr->threads);
-  openblas_set_num_threads(tr->threads);
-  /* The GEMM library and precision the convolutions and dense layers run
-   * in (training.gemm_backend, training.precision), before anything runs:
-   * a CPU without bf16 stops here, as a transformer's run does. */
-  int rc = train_config_apply_compute(cfg, err);
-  if (rc) return rc;
   tr->tp = tr->pp = tr->vpp = tr->cp = tr->ep = tr->etp = tr->edp = 1;
   tr->dp = cfg->world_size > 0 ? cfg->world_size : 1;
   tr->world = tr->dp;
   tr->grad_scale = 1.0f / ((float)cfg->grad_accum_steps * (float)tr->dp);
-  rc = create_network(tr, cfg, err);
+  int rc = create_network(tr, cfg, err);
   if (rc) return rc;
   size_t samples = (size_t)cfg->micro_batch_size * (size_t)cfg->grad_accum_steps;
   tr->net_x = malloc(samples * sample_floats(tr) * sizeof(float));

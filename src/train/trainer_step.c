@@ -323,19 +323,22 @@ static int setup_data_parallel(Trainer *tr, const OptimizerConfig *oc, const Com
   return rc;
 }
 
-/* Threads, the parallel layout and the program of one step. */
-static int create_layout(Trainer *tr, Error *err) {
+/* Threads, GEMM library and precision, for every family before anything
+ * runs: a CPU without bf16 stops here, before any rank builds a network. */
+static int set_up_compute(Trainer *tr, Error *err) {
   const TrainConfig *cfg = tr->cfg;
   /* One pool: our OpenMP loops and OpenBLAS (its OpenMP build) use the same
    * thread count, so they never oversubscribe the cores. */
   tr->threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
   omp_set_num_threads(tr->threads);
   openblas_set_num_threads(tr->threads);
-  /* Backend and precision before anything runs: a CPU without bf16 stops
-   * here, before any rank builds a model. */
-  int rc = train_config_apply_compute(cfg, err);
-  if (rc) return rc;
+  return train_config_apply_compute(cfg, err);
+}
 
+/* The parallel layout and the program of one step. */
+static int create_layout(Trainer *tr, Error *err) {
+  const TrainConfig *cfg = tr->cfg;
+  int rc = 0;
   int accum = cfg->grad_accum_steps;
   tr->tp = cfg->tp > 0 ? cfg->tp : 1;
   tr->pp = cfg->pp > 0 ? cfg->pp : 1;
@@ -479,13 +482,14 @@ int trainer_create(Trainer *tr, const TrainConfig *cfg, Error *err) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
   tr->tied_peer = -1;
-  if (cfg->family != TRAIN_FAMILY_TRANSFORMER) {
-    int rc = trainer_net_create(tr, cfg, err);
+  int rc = set_up_compute(tr, err);
+  if (!rc && cfg->family != TRAIN_FAMILY_TRANSFORMER) {
+    rc = trainer_net_create(tr, cfg, err);
     if (rc) trainer_free(tr);
     else cache_bf16_weights(tr);
     return rc;
   }
-  int rc = create_layout(tr, err);
+  if (!rc) rc = create_layout(tr, err);
   if (!rc) rc = create_model(tr, err);
   if (!rc) rc = open_data(tr, err);
   if (!rc) rc = create_optimizer(tr, err);

@@ -42,7 +42,7 @@
 #                    nothing: with it on (the default) and off
 #                    (FIVEFOLD_BF16_WEIGHT_CACHE=off) a bf16 run gives bit
 #                    for bit the same losses, model and optimizer state, on
-#                    one rank (dense with a tied head, MoE, GPT-2), under
+#                    one rank (dense with a tied head, MoE, GPT-2, a CNN), under
 #                    TP2, PP2, DP2 and DP2 with ZeRO-1, and across a resume;
 #                    a cache never invalidated after an optimizer step
 #                    (FIVEFOLD_TEST_BF16_CACHE_STALE=1) must be caught by the
@@ -60,7 +60,7 @@
 #                    not compared: it moves in steps of one image;
 #                    the CNN's DP2 run in bf16 matches its one bf16 rank
 #                    with golden-bf16's tolerances; the banners say what
-#                    bf16 covers there (no weight cache line); --gemm-backend
+#                    bf16 covers there and the weight cache; --gemm-backend
 #                    openblas reaches the CNN's dense layer (its banner says so)
 #   refuse-bf16      with oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2),
 #                    --precision bf16 stops before training with a message
@@ -210,6 +210,7 @@ case "$MODE" in
     cached_matches 0 one-dense dense --grad-accum 2
     cached_matches 0 one-moe moe --grad-accum 2
     cached_matches 0 one-gpt2 gpt2 --grad-accum 2
+    cached_matches 0 one-cnn cnn
     cached_matches 2 tp2-gpt2 gpt2 --grad-accum 2 --tp 2
     cached_matches 2 pp2-dense dense --grad-accum 4 --pp 2
     cached_matches 2 dp2-moe moe --grad-accum 2
@@ -242,7 +243,8 @@ case "$MODE" in
       train 0 "$1-bf16" "$1" --precision bf16 || exit 1
       grep -q "precision bf16 (bf16 inputs to the convolutions and dense layers" "$1-bf16.log" ||
         fail "the $2's bf16 banner does not say what bf16 covers"
-      grep -q "weight cache" "$1-bf16.log" && fail "the $2's banner speaks of a weight cache it does not use"
+      grep -q "bf16     weight cache on: [1-9][0-9]* matrices" "$1-bf16.log" ||
+        fail "the $2's banner does not state the bf16 weight cache over its matrices"
       if $PY "$COMPARE" tensors "$(ckpt "$1-bf16" 5)/model.safetensors" "$(ckpt "$1-fp32" 5)/model.safetensors" 0 0 \
         >/dev/null; then
         fail "the $2's bf16 weights equal its fp32 weights: bf16 did not run"
