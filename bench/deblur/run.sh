@@ -22,7 +22,8 @@
 # training and test), NOISE [0.01] (sigma of the Gaussian noise after the blur,
 # training and test), SHIFT [2] (largest shift in pixels; 0 turns it off),
 # FLIP [true], NORM and LR [the config's: none, 0.001] (the generator's
-# normalisation, none or instance; the peak learning rate), FASHION_LIMIT [6000] (Fashion-MNIST images, split 80/10/10),
+# normalisation, none or instance; the peak learning rate), FILTERS and BLOCKS
+# [the config's: 32, 6] (the generator's width and residual blocks), FASHION_LIMIT [6000] (Fashion-MNIST images, split 80/10/10),
 # FASHION_TEST [100] (test images scored), VAL_PAIRS [100] (validation images
 # blurred to choose the baselines' settings), WORK [runs/deblur-bench],
 # DOCS [docs/deblur] (where the PNGs go), PY [/usr/bin/python3],
@@ -45,6 +46,8 @@ SHIFT=${SHIFT:-2}
 FLIP=${FLIP:-true}
 NORM=${NORM:-}
 LR=${LR:-}
+FILTERS=${FILTERS:-}
+BLOCKS=${BLOCKS:-}
 FASHION_LIMIT=${FASHION_LIMIT:-6000}
 FASHION_TEST=${FASHION_TEST:-100}
 WORK=${WORK:-runs/deblur-bench}
@@ -67,15 +70,19 @@ DOCS=$(mkdir -p "$DOCS" && cd "$DOCS" && pwd)
 
 # make_config SET NAME ADV_WEIGHT STEPS: the set's config with the bench's settings.
 make_config() {
-  "$PY" - "$WORK/$1" "$2" "$3" "$4" "$THREADS" "$KERNEL" "$NOISE" "$SHIFT" "$FLIP" "$NORM" "$LR" "$EVALS" \
+  "$PY" - "$WORK/$1" "$2" "$3" "$4" "$THREADS" "$KERNEL" "$NOISE" "$SHIFT" "$FLIP" "$NORM" "$LR" "$EVALS" "$FILTERS" "$BLOCKS" \
     "configs/gan/deblur-$([ "$1" = faces ] && echo lfw || echo fashion).json" <<'PY'
 import json, sys
-work, name, adv, steps, threads, kernel, noise, shift, flip, norm, lr, evals, base = sys.argv[1:]
+work, name, adv, steps, threads, kernel, noise, shift, flip, norm, lr, evals, filters, blocks, base = sys.argv[1:]
 c = json.load(open(base))
 steps, evals = int(steps), int(evals)
 c["model"]["adv_weight"] = float(adv)
 if norm:
     c["model"]["generator"]["norm"] = norm
+if filters:
+    c["model"]["generator"]["filters"] = int(filters)
+if blocks:
+    c["model"]["generator"]["blocks"] = int(blocks)
 c["data"].update({"dir": f"{work}/set", "kernel_size": int(kernel), "noise_sigma": float(noise),
                   "shift": int(shift), "flip": flip == "true"})
 every = max(1, steps // evals)
@@ -87,7 +94,8 @@ c["checkpoint"] = {"interval": every, "keep_last": 0}
 c["out"] = f"{work}/{name}"
 c["description"] = f"bench/deblur: {name}, adv_weight {adv}, {steps} steps"
 json.dump(c, open(f"{work}/{name}.json", "w"), indent=1)
-print(f"   {name}: norm {c['model']['generator']['norm']}, lr {t['lr']}, flip {c['data']['flip']}, "
+g = c["model"]["generator"]
+print(f"   {name}: generator {g['filters']} filters x {g['blocks']} blocks, norm {g['norm']}, lr {t['lr']}, flip {c['data']['flip']}, "
       f"shift {c['data']['shift']}, noise {c['data']['noise_sigma']}, batch {t['global_batch_size']}, {steps} steps")
 PY
 }
