@@ -196,8 +196,9 @@ done
 # the process.
 if [ "${SPEED:-1}" = 1 ]; then
   NORM=${NORM:-$("$PY" -c "import json; print(json.load(open('configs/gan/deblur-lfw.json'))['model']['generator']['norm'])")}
-  # the faces config's generator shape, on both sides
+  # the faces config's generator shape (FILTERS and BLOCKS as trained), on both sides
   read -r filters blocks downs < <("$PY" -c "import json; g = json.load(open('configs/gan/deblur-lfw.json'))['model']['generator']; print(g['filters'], g['blocks'], g['downsamples'])")
+  filters=${FILTERS:-$filters} blocks=${BLOCKS:-$blocks}
   shape=(--filters "$filters" --blocks "$blocks" --downsamples "$downs")
   for norm in $NORM $([ "$NORM" = instance ] || echo instance); do
     echo "== speed: generator forward+backward, $THREADS threads, 32x32 grey, micro-batch 8, $filters filters," \
