@@ -27,20 +27,24 @@ static int g_together;
 
 void calib_set_together(int on) { g_together = on; }
 
-static void busy_barrier(CommRequest *req, CalibTimedFn fn, void *ctx) {
+/* A barrier of the world. While it waits, this rank calls fn (if any)
+ * or, with `sleep`, sleeps in 2 ms pauses. */
+static void world_barrier(CalibTimedFn fn, void *ctx, int sleep) {
   Error err = {0};
-  comm_request_init(req);
-  int done = 0, rc = comm_barrier(comm_world(), req, &err);
+  CommRequest req;
+  comm_request_init(&req);
+  int done = 0, rc = comm_barrier(comm_world(), &req, &err);
   while (!rc && !done) {
-    rc = comm_test(req, &done, &err);
-    if (!rc && !done && fn) fn(ctx);
+    rc = comm_test(&req, &done, &err);
+    if (rc || done) break;
+    if (sleep) usleep(2000);
+    else if (fn) fn(ctx);
   }
   if (rc) comm_abort(rc, "calibrate: %s", err.msg);
 }
 
 void calib_together_barrier(CalibTimedFn fn, void *ctx) {
-  CommRequest req;
-  if (g_together) busy_barrier(&req, fn, ctx);
+  if (g_together) world_barrier(fn, ctx, 0);
 }
 
 double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_reps) {
@@ -68,7 +72,6 @@ double calib_fastest_time(CalibTimedFn fn, void *ctx, double budget, int min_rep
  * one that ran between two slices of the neighbour is a dedicated core's).
  * Each rank keeps calling fn until every rank has finished its window. */
 double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min_reps) {
-  CommRequest req;
   calib_sleeping_barrier();
   fn(ctx);
   const double window = fmax(10 * budget, 0.04);
@@ -79,13 +82,13 @@ double calib_shared_mean_time(CalibTimedFn fn, void *ctx, double budget, int min
     n++;
     elapsed = timer_now() - start;
   }
-  busy_barrier(&req, fn, ctx);
+  world_barrier(fn, ctx, 0);
   return elapsed / n;
 }
 
 double calib_typical_mean(double *v, int n) {
   if (n < 1) return 0.0;
-  const double limit = 2 * calib_median(v, n);
+  const double limit = 2 * calib_median(v, n); /* sorts v: the slow calls are last */
   double sum = 0;
   int kept = 0;
   for (int i = 0; i < n && v[i] <= limit; i++) sum += v[i], kept++;
@@ -98,14 +101,4 @@ void calib_fill(float *p, size_t n, float scale) {
 
 /* A barrier that sleeps while it waits, so that the ranks taking turns
  * leave their cores to the one measuring. */
-void calib_sleeping_barrier(void) {
-  CommRequest req;
-  comm_request_init(&req);
-  Error err = {0};
-  int done = 0, rc = comm_barrier(comm_world(), &req, &err);
-  while (!rc && !done) {
-    rc = comm_test(&req, &done, &err);
-    if (!rc && !done) usleep(2000);
-  }
-  if (rc) comm_abort(rc, "calibrate: %s", err.msg);
-}
+void calib_sleeping_barrier(void) { world_barrier(NULL, NULL, 1); }
